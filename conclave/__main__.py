@@ -1,0 +1,5 @@
+import sys
+
+from conclave.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands dispatched before Hydra. Each module exposes ``run(argv: list[str]) -> int``."""

@@ -1,0 +1,266 @@
+"""Typed settings: the composed Hydra config validated once by pydantic. The rest of conclave sees only these.
+
+Every model forbids extra keys, so a typo (``+filtering.round3.tension=1``) fails instead of being ignored.
+:func:`settings_from_container` turns pydantic's errors into one line per problem naming the key and what is
+allowed; the CLI prints them and exits 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from conclave.errors import ConfigError
+
+NonNegInt = Annotated[int, Field(ge=0)]
+Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentSpec(StrictModel):
+    """One panel member: which persona it plays and which provider/model answers for it."""
+
+    persona: Name
+    provider: Name
+    model: Annotated[str, Field(min_length=1)]
+
+
+class JudgeSpec(StrictModel):
+    provider: Name
+    model: Annotated[str, Field(min_length=1)]
+
+
+class Persona(StrictModel):
+    name: Annotated[str, Field(min_length=1)]
+    focus: Annotated[str, Field(min_length=1)]
+
+
+class ProviderSettings(StrictModel):
+    """An endpoint: ``api`` names the registered implementation, keys come from ``api_key_env``."""
+
+    api: Name
+    base_url: Annotated[str, Field(pattern=r"^(https?://|local:|file:)")] | None = None
+    api_key_env: list[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]] = Field(default_factory=list)
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    model_path: str | None = None
+
+    @field_validator("api_key_env", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class ModeSettings(StrictModel):
+    strategy: Name
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Round3Filter(StrictModel):
+    consensus_points: NonNegInt = 3
+    tensions: NonNegInt = 2
+
+
+class Round4Filter(StrictModel):
+    consensus_points: NonNegInt = 3
+    tensions: NonNegInt = 2
+    challenges: NonNegInt = 5
+    rebuttals: NonNegInt = 5
+
+
+class FilteringSettings(StrictModel):
+    filter: Name = "top_n"
+    round3: Round3Filter = Field(default_factory=Round3Filter)
+    round4: Round4Filter = Field(default_factory=Round4Filter)
+
+
+class EarlyTermination(StrictModel):
+    threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.90
+    non_interactive: Literal["accept", "decline"] = "accept"
+
+
+class CostSettings(StrictModel):
+    always_allow_under: Annotated[float, Field(ge=0.0)] = 0.50
+    auto_approve: bool = False
+    abort_ratio: Annotated[float, Field(ge=1.0)] = 1.5
+
+
+class HedgingSettings(StrictModel):
+    enabled: bool = True
+    hedge_after_s: Annotated[float, Field(gt=0)] | None = None
+    floor_s: Annotated[float, Field(gt=0)] = 2.0
+    budget: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
+
+
+class OutputSettings(StrictModel):
+    format: Literal["markdown", "json", "both"] = "markdown"
+
+
+def _default_home() -> Path:
+    """``$CONCLAVE_HOME``, else ``~/.conclave``: journal, index and user settings live here."""
+    return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
+
+
+class Settings(StrictModel):
+    """The whole validated configuration of one consultation."""
+
+    question: Annotated[str, Field(min_length=1)]
+    agents: dict[Name, AgentSpec]
+    judge: JudgeSpec
+    personas: dict[Name, Persona]
+    providers: dict[Name, ProviderSettings]
+    mode: ModeSettings
+    rounds: Annotated[int, Field(ge=1, le=4)] = 4
+    quick: bool = False
+    verbose: bool = False
+    strict_models: bool = False
+    scrub: bool = True
+    context: list[str] = Field(default_factory=list)
+    project: str | None = None
+    filtering: FilteringSettings = Field(default_factory=FilteringSettings)
+    early_termination: EarlyTermination = Field(default_factory=EarlyTermination)
+    cost: CostSettings = Field(default_factory=CostSettings)
+    hedging: HedgingSettings = Field(default_factory=HedgingSettings)
+    output: OutputSettings = Field(default_factory=OutputSettings)
+    home: Path = Field(default_factory=lambda: _default_home())
+
+    @field_validator("agents")
+    @classmethod
+    def _panel_size(cls, agents: dict[str, AgentSpec]) -> dict[str, AgentSpec]:
+        if not 2 <= len(agents) <= 5:
+            names = ", ".join(agents) or "none"
+            raise ValueError(f"a panel needs 2 to 5 agents, got {len(agents)} ({names})")
+        return agents
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _default_home(cls, value: Any) -> Any:
+        if value in (None, ""):
+            return _default_home()
+        return Path(str(value)).expanduser()
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Settings:
+        for name, agent in self.agents.items():
+            if agent.persona not in self.personas:
+                raise ValueError(
+                    f"agents.{name}.persona: unknown persona {agent.persona!r}; allowed: "
+                    + ", ".join(sorted(self.personas))
+                )
+        return self
+
+    @property
+    def planned_rounds(self) -> int:
+        """How many rounds this run is configured for: ``quick`` means 2 unless ``rounds`` asks for fewer."""
+        return min(self.rounds, 2) if self.quick else self.rounds
+
+
+def _describe_error(err: dict[str, Any]) -> str:
+    loc = ".".join(str(part) for part in err["loc"] if part not in ("function-after", "function-before"))
+    msg: str = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown key (check the spelling; `conclave --cfg job` shows every key)"
+    if err["type"] == "missing":
+        if loc == "question":
+            return 'question: missing — pass the question as the first argument, e.g. conclave "Should we …?"'
+        return f"{loc}: required key is missing"
+    got = err.get("input")
+    shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
+    if re.match(r"^[\w.]+: ", msg) and (not loc or msg.startswith(f"{loc}")):  # validator named its key
+        return msg
+    return f"{loc or 'config'}: {msg[0].lower() + msg[1:]}{shown}"
+
+
+def settings_from_container(data: dict[str, Any]) -> Settings:
+    """Validate a plain (resolved) config mapping; raise :class:`ConfigError` with one line per problem."""
+    data = {k: v for k, v in data.items() if k != "hydra"}
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError([_describe_error(e) for e in exc.errors()]) from None
+
+
+def settings_from_dictconfig(cfg: Any) -> Settings:
+    """Resolve a composed DictConfig (``${...}`` in *our* YAML only; the question is escaped) and validate it."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as exc:
+        key = getattr(exc, "full_key", "") or "value"
+        if key == "question":
+            raise ConfigError([_describe_error({"type": "missing", "loc": ("question",), "msg": ""})]) from None
+        raise ConfigError([f"{key}: required key is missing"]) from None
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", "") or "config"
+        raise ConfigError([f"{key}: {str(exc).splitlines()[0]}"]) from None
+    assert isinstance(container, dict)
+    return settings_from_container(container)  # type: ignore[arg-type]
+
+
+def resolve_provider(settings: Settings, name: str, plugins: Any) -> tuple[str, ProviderSettings]:
+    """The implementation name and endpoint settings for provider ``name`` as an agent or judge names it.
+
+    A name configured under ``providers`` uses its ``api``; a bare registered provider (e.g. a plugin's) runs
+    with its defaults.
+    """
+    if name in settings.providers:
+        endpoint = settings.providers[name]
+        return endpoint.api, endpoint
+    if name in plugins.providers:
+        return name, ProviderSettings(api=name)
+    raise KeyError(name)
+
+
+def check_against_plugins(settings: Settings, plugins: Any) -> None:
+    """Check every name the config uses against what the loaded plugins registered (and plugin option models)."""
+    problems: list[str] = []
+    strategies, filters, providers = plugins.strategies, plugins.filters, plugins.providers
+
+    def allowed(names: list[str]) -> str:
+        return ", ".join(names) if names else "(none registered; check CONCLAVE_PLUGINS)"
+
+    if settings.mode.strategy not in strategies:
+        problems.append(
+            f"mode.strategy: {settings.mode.strategy!r} is not a registered strategy; allowed: {allowed(strategies.names())}"
+        )
+    else:
+        problems += _check_options(strategies.get(settings.mode.strategy), settings.mode.options, "mode.options")
+    if settings.filtering.filter not in filters:
+        problems.append(
+            f"filtering.filter: {settings.filtering.filter!r} is not a registered filter; allowed: {allowed(filters.names())}"
+        )
+    for key, endpoint in settings.providers.items():
+        if endpoint.api not in providers:
+            problems.append(
+                f"providers.{key}.api: {endpoint.api!r} is not a registered provider; allowed: {allowed(providers.names())}"
+            )
+    known = sorted(set(settings.providers) | set(providers.names()))
+    users = [(f"agents.{n}.provider", a.provider) for n, a in settings.agents.items()]
+    users.append(("judge.provider", settings.judge.provider))
+    for key, name in users:
+        if name not in settings.providers and name not in providers:
+            problems.append(f"{key}: unknown provider {name!r}; allowed: {allowed(known)}")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _check_options(plugin_cls: Any, options: dict[str, Any], key: str) -> list[str]:
+    model = getattr(plugin_cls, "Options", None)
+    if model is None:
+        return [f"{key}.{k}: unknown option (this plugin takes none)" for k in options]
+    try:
+        model.model_validate(options)
+    except ValidationError as exc:
+        return [_describe_error({**e, "loc": (*key.split("."), *e["loc"])}) for e in exc.errors()]
+    return []

@@ -1,0 +1,1 @@
+"""The consultation engine: state machine, rounds, early termination, cost gate."""

@@ -1,0 +1,86 @@
+"""The ``@hydra.main`` task and Hydra set-up. Imported only for consultations, never by ``import conclave``."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.config_search_path import ConfigSearchPath
+from hydra.core.plugins import Plugins as HydraPlugins
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+from omegaconf import DictConfig
+
+CONFIG_MODULE = "pkg://conclave.conf"
+
+
+def user_config_dir() -> Path:
+    """``$CONCLAVE_HOME/conf``: the user's own panels, modes and settings (``user/settings.yaml``)."""
+    return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser() / "conf"
+
+
+class ConclavePluginSearchPath(SearchPathPlugin):
+    """Adds the user's config dir and every ``register_config_paths`` path to Hydra's search path.
+
+    Done here rather than with ``hydra.searchpath`` in config.yaml because Hydra honours that key only in the
+    primary config, which would break ``-cn`` with a config that extends ours.
+    """
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        from conclave.plugins import get_plugins
+
+        user_dir = user_config_dir()
+        if user_dir.is_dir():
+            search_path.append(provider="conclave-user", path=f"file://{user_dir}")
+        for path in get_plugins().config_paths:
+            search_path.append(provider="conclave-plugin", path=path)
+
+
+@functools.cache
+def prepare_hydra() -> None:
+    """Register conclave's search-path plugin with Hydra (once per process)."""
+    HydraPlugins.instance().register(ConclavePluginSearchPath)
+
+
+@hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
+def hydra_entry(cfg: DictConfig) -> Any:
+    """One consultation per Hydra job. Sync on purpose: Hydra silently skips an ``async def`` task."""
+    from conclave.config import check_against_plugins, settings_from_dictconfig
+    from conclave.errors import ConclaveError
+    from conclave.plugins import get_plugins
+
+    try:
+        settings = settings_from_dictconfig(cfg)
+        check_against_plugins(settings, get_plugins())
+        from conclave.engine.entry import run_from_cli
+
+        code = run_from_cli(settings)
+    except ConclaveError as exc:
+        # Report here: an exception leaving the task makes Hydra print "Error executing job ..." first.
+        # SystemExit passes through Hydra, so a bad value stops a sweep at once with our exit code.
+        report_error(exc)
+        raise SystemExit(exc.exit_code) from None
+    record_exit(code)
+    return code
+
+
+_worst_exit = 0
+
+
+def record_exit(code: int) -> None:
+    """Remember the worst exit code of the jobs run in this process (multirun runs several)."""
+    global _worst_exit
+    _worst_exit = max(_worst_exit, int(code or 0))
+
+
+def worst_exit() -> int:
+    return _worst_exit
+
+
+def report_error(exc: BaseException) -> None:
+    import sys
+
+    for line in str(exc).splitlines() or [type(exc).__name__]:
+        print(f"conclave: {line}", file=sys.stderr)

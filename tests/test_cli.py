@@ -1,0 +1,158 @@
+"""The command line: verbatim questions, Hydra's flags, no stdout noise, no output directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_helpers import run_conclave
+from conclave.cli import _split_question, hydra_quote
+
+AWKWARD_QUESTIONS = [
+    "Should we use X, or Y?",
+    "What's best for 'billing'?",
+    'He said "ship it"',
+    "ratio a=b, c == d",
+    "lists [a, b] and maps {k: v}",
+    "x # not a comment",
+    "time 10:30, key: value",
+    "first line\nsecond line\n\tindented",
+    "ends with a backslash \\",
+    "C:\\path\\to\\",
+    "use ${oc.env:HOME} and ${oc.env:OPENAI_API_KEY}",
+    "nested ${a.${b}} and $HOME and `cmd` ; | &",
+    "42",
+    "true",
+    "null",
+    "  padded with spaces  ",
+]
+
+
+@pytest.mark.parametrize("question", AWKWARD_QUESTIONS)
+def test_question_reaches_config_verbatim(tmp_path: Path, question: str) -> None:
+    proc = run_conclave(question, "--cfg", "job", "--resolve", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    composed = yaml.safe_load(proc.stdout)
+    assert composed["question"] == question
+    assert isinstance(composed["question"], str)
+
+
+def test_interpolation_in_question_is_not_expanded(tmp_path: Path) -> None:
+    proc = run_conclave("leak ${oc.env:SECRET_FOR_TEST}?", "--cfg", "job", "--resolve", home=tmp_path,
+                        env={"SECRET_FOR_TEST": "hunter2-value"})
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2-value" not in proc.stdout + proc.stderr
+    assert yaml.safe_load(proc.stdout)["question"] == "leak ${oc.env:SECRET_FOR_TEST}?"
+
+
+def test_question_from_stdin(tmp_path: Path) -> None:
+    proc = run_conclave("-", "--cfg", "job", "--resolve", home=tmp_path, stdin="Piped, with 'quotes' = ok\n")
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["question"] == "Piped, with 'quotes' = ok"
+
+
+def test_question_after_double_dash_may_look_like_a_subcommand(tmp_path: Path) -> None:
+    proc = run_conclave("--", "plugins", "--cfg", "job", "--resolve", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["question"] == "plugins"
+
+
+def test_split_question_keeps_flag_values_with_their_flags() -> None:
+    rest, question = _split_question(["-cd", "/tmp/x", "-p", "agents", "--cfg", "job", "Q?", "mode=explore"])
+    assert question == "Q?"
+    assert rest == ["-cd", "/tmp/x", "-p", "agents", "--cfg", "job", "mode=explore"]
+
+
+def test_hydra_quote_escapes_interpolation_and_quotes() -> None:
+    assert hydra_quote('a "b" ${c}') == '"a \\"b\\" \\${c}"'
+    assert hydra_quote("trail\\") == '"trail\\\\"'
+
+
+def test_cfg_job_prints_composed_config_with_overrides(tmp_path: Path) -> None:
+    proc = run_conclave("--cfg", "job", "mode=explore", "filtering.round3.tensions=1",
+                        "agents.security.model=gpt-4o-mini", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    composed = yaml.safe_load(proc.stdout)
+    assert composed["mode"]["strategy"] == "explore"
+    assert composed["filtering"]["round3"] == {"consensus_points": 3, "tensions": 1}
+    assert composed["agents"]["security"]["model"] == "gpt-4o-mini"
+    assert composed["early_termination"] == {"threshold": 0.9, "non_interactive": "accept"}
+
+
+def test_help_is_ours_and_lists_groups(tmp_path: Path) -> None:
+    proc = run_conclave("--help", home=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("conclave — put a question to a panel of LLMs")
+    assert "mode: converge, explore" in proc.stdout
+    assert "agents: default, local" in proc.stdout
+    assert "early_termination.threshold" in proc.stdout
+
+
+def test_info_searchpath_shows_packaged_config(tmp_path: Path) -> None:
+    proc = run_conclave("--info", "searchpath", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "pkg://conclave.conf" in proc.stdout
+
+
+def test_package_flag_prints_one_node(tmp_path: Path) -> None:
+    proc = run_conclave("--cfg", "job", "-p", "judge", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout) == {"provider": "openai", "model": "gpt-4o"}
+
+
+def test_config_dir_flag_adds_user_groups(tmp_path: Path) -> None:
+    conf = tmp_path / "myconf" / "agents"
+    conf.mkdir(parents=True)
+    (conf / "duo.yaml").write_text(
+        "alice: {persona: skeptic, provider: openai, model: gpt-4o-mini}\n"
+        "bob: {persona: creative, provider: mistral, model: mistral-large-latest}\n"
+    )
+    proc = run_conclave("-cd", str(tmp_path / "myconf"), "--cfg", "job", "agents=duo", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert set(yaml.safe_load(proc.stdout)["agents"]) == {"alice", "bob"}
+
+
+def test_config_name_flag_selects_primary_config(tmp_path: Path) -> None:
+    confdir = tmp_path / "alt"
+    confdir.mkdir()
+    (confdir / "tiny.yaml").write_text("defaults:\n  - config\n  - _self_\nrounds: 2\n")
+    proc = run_conclave("-cd", str(confdir), "-cn", "tiny", "--cfg", "job", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["rounds"] == 2
+
+
+def test_user_settings_under_home_override_defaults(tmp_path: Path) -> None:
+    user = tmp_path / "conf" / "user"
+    user.mkdir(parents=True)
+    (user / "settings.yaml").write_text("cost:\n  always_allow_under: 2.0\n")
+    proc = run_conclave("--cfg", "job", "--resolve", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["cost"]["always_allow_under"] == 2.0
+    # and the command line still wins over the user file
+    proc = run_conclave("--cfg", "job", "cost.always_allow_under=0.1", home=tmp_path)
+    assert yaml.safe_load(proc.stdout)["cost"]["always_allow_under"] == 0.1
+
+
+def test_single_run_creates_no_outputs_dir_and_keeps_stdout_clean(tmp_path: Path) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    proc = run_conclave("Is this clean?", "rounds=7", home=tmp_path, cwd=work)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert list(work.iterdir()) == []
+
+
+def test_empty_question_is_a_usage_error(tmp_path: Path) -> None:
+    proc = run_conclave("-", home=tmp_path, stdin="   \n")
+    assert proc.returncode == 2
+    assert "the question is empty" in proc.stderr
+
+
+def test_missing_question_names_the_fix(tmp_path: Path) -> None:
+    proc = run_conclave("mode=explore", home=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        'conclave: question: missing — pass the question as the first argument, e.g. conclave "Should we …?"'
+    ]
