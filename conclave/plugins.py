@@ -1,0 +1,215 @@
+"""The plugin manager: entry-point group ``conclave`` (built-ins included) and the registries the hooks fill.
+
+``CONCLAVE_PLUGINS`` restricts loading to a comma-separated list of entry-point names (empty: load none).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from conclave import hookspecs
+from conclave.errors import PluginError
+
+ENTRY_POINT_GROUP = "conclave"
+ENV_ALLOW = "CONCLAVE_PLUGINS"
+
+#: registry kind -> hook that fills it
+REGISTRY_HOOKS = {
+    "providers": "register_providers",
+    "strategies": "register_strategies",
+    "filters": "register_filters",
+    "event_subscribers": "register_event_subscribers",
+    "config_paths": "register_config_paths",
+}
+
+
+@dataclass
+class PluginInfo:
+    """What ``conclave plugins`` shows for one plugin."""
+
+    name: str
+    version: str | None
+    distribution: str | None
+    hooks: list[str]
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "distribution": self.distribution,
+            "hooks": self.hooks,
+            "registered": {k: v for k, v in self.registered.items() if v},
+        }
+
+
+class Registry:
+    """Name → object for one kind of contribution, remembering which plugin registered each name."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, Any] = {}
+        self._owners: dict[str, str] = {}
+
+    def add(self, name: str, obj: Any, owner: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {owner!r} registered a {self.kind[:-1]} with an invalid name {name!r}")
+        if name in self._items:
+            raise PluginError(
+                f"{self.kind[:-1]} name {name!r} is registered by both plugin {self._owners[name]!r} "
+                f"and plugin {owner!r}; uninstall one or restrict {ENV_ALLOW}"
+            )
+        self._items[name] = obj
+        self._owners[name] = owner
+
+    def get(self, name: str) -> Any:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def owner(self, name: str) -> str:
+        return self._owners[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return sorted(self._items.items())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Plugins:
+    """A loaded plugin manager plus the filled registries."""
+
+    def __init__(self, pm: pluggy.PluginManager, dists: dict[str, importlib.metadata.Distribution] | None = None) -> None:
+        self.pm = pm
+        self.dists = dists or {}
+        self.registries = {kind: Registry(kind) for kind in REGISTRY_HOOKS}
+        self._fill()
+
+    @property
+    def providers(self) -> Registry:
+        return self.registries["providers"]
+
+    @property
+    def strategies(self) -> Registry:
+        return self.registries["strategies"]
+
+    @property
+    def filters(self) -> Registry:
+        return self.registries["filters"]
+
+    @property
+    def event_subscribers(self) -> Registry:
+        return self.registries["event_subscribers"]
+
+    @property
+    def config_paths(self) -> list[str]:
+        return [path for path, _ in self.registries["config_paths"].items()]
+
+    def _fill(self) -> None:
+        # Each implementation is called on its own so a clash can name the plugin that caused it.
+        for kind, hook_name in REGISTRY_HOOKS.items():
+            registry = self.registries[kind]
+            caller = getattr(self.pm.hook, hook_name)
+            for impl in caller.get_hookimpls():  # registration order (pluggy calls them LIFO)
+                owner = impl.plugin_name
+
+                def register(name: str, obj: Any = True, *, _owner: str = owner, _reg: Registry = registry) -> None:
+                    _reg.add(name, obj, _owner)
+
+                impl.function(register=register)
+
+    def info(self) -> list[PluginInfo]:
+        infos = []
+        for name, plugin in sorted(self.pm.list_name_plugin(), key=lambda np: np[0]):
+            if plugin is None:
+                continue
+            hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
+            dist = self.dists.get(name)
+            registered = {
+                kind: sorted(n for n, _ in reg.items() if reg.owner(n) == name) for kind, reg in self.registries.items()
+            }
+            infos.append(
+                PluginInfo(
+                    name=name,
+                    version=dist.version if dist is not None else None,
+                    distribution=dist.metadata["Name"] if dist is not None else None,
+                    hooks=hooks,
+                    registered=registered,
+                )
+            )
+        return infos
+
+
+def _allowed_names() -> set[str] | None:
+    raw = os.environ.get(ENV_ALLOW)
+    if raw is None:
+        return None
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def build_plugin_manager(
+    extra_plugins: Iterable[tuple[str, object]] = (),
+) -> tuple[pluggy.PluginManager, dict[str, importlib.metadata.Distribution]]:
+    """A fresh manager with conclave's hookspecs, entry-point plugins (filtered by ``CONCLAVE_PLUGINS``) and
+    any ``extra_plugins`` given as ``(name, module_or_object)`` pairs (tests use these)."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    allowed = _allowed_names()
+    dists: dict[str, importlib.metadata.Distribution] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if allowed is not None and ep.name not in allowed:
+            continue
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken third-party plugin must say who it is
+            raise PluginError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+        try:
+            pm.register(plugin, name=ep.name)
+        except ValueError as exc:
+            raise PluginError(f"plugin {ep.name!r}: {exc}") from exc
+        if ep.dist is not None:
+            dists[ep.name] = ep.dist
+    for name, plugin in extra_plugins:
+        pm.register(plugin, name=name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
+    return pm, dists
+
+
+@functools.cache
+def get_plugins() -> Plugins:
+    """The process-wide plugins (entry points), loaded once."""
+    return Plugins(*build_plugin_manager())
+
+
+def reset_plugins() -> None:
+    """Forget the cached plugins (tests that change ``CONCLAVE_PLUGINS`` call this)."""
+    get_plugins.cache_clear()
+
+
+def load_plugins(extra_plugins: Iterable[tuple[str, object]] = ()) -> Plugins:
+    """A fresh, uncached set of plugins: entry points plus ``extra_plugins``."""
+    return Plugins(*build_plugin_manager(extra_plugins))
+
+
+Factory = Callable[..., Any]

@@ -1,0 +1,1 @@
+"""The provider contract, HTTP helpers (retry, SSE), hedging, health and pricing."""

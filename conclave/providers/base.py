@@ -1,0 +1,249 @@
+"""The provider contract every provider plugin implements, and the typed errors they raise.
+
+A provider turns a :class:`CompletionRequest` into a :class:`Completion` over real HTTP (aiohttp). Retries,
+hedging and substitution live above it (``conclave.providers.retry`` / ``hedging``); a provider makes exactly
+one HTTP attempt per :meth:`Provider.attempt` call and raises a :class:`ProviderError` subclass on failure.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from conclave.config import ProviderSettings
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """What to ask: ``json_schema`` (an artifact schema from ``schemas/``) requests native structured output."""
+
+    model: str
+    messages: tuple[Message, ...]
+    system: str | None = None
+    json_schema: Mapping[str, Any] | None = None
+    schema_name: str | None = None
+    max_tokens: int = 2048
+    temperature: float | None = None
+    timeout_s: float | None = None  # whole-call deadline, retries included; None = the provider's timeout_s
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+        )
+
+
+Outcome = Literal[
+    "ok", "auth", "not_found", "bad_request", "rate_limited", "overloaded", "server_error", "timeout",
+    "connection", "malformed", "cancelled",
+]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One HTTP attempt, as the call log records it (hedges and retries included)."""
+
+    provider: str
+    model: str
+    number: int
+    started_at: float  # time.time()
+    latency_s: float
+    outcome: Outcome
+    status: int | None = None
+    error: str | None = None
+    hedge: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    parsed: dict[str, Any] | None  # the object when native structured output was used and parsed
+    usage: Usage
+    model: str  # the model the provider says answered
+    provider: str  # the configured provider name that answered (differs from the request's on substitution)
+    finish_reason: str | None
+    latency_s: float
+    attempts: tuple[Attempt, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+class ProviderError(Exception):
+    """A provider call failed. Messages are safe to show: they never contain an API key."""
+
+    outcome: ClassVar[Outcome] = "server_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, provider: str = "", model: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.model = model
+        self.status = status
+
+
+class AuthError(ProviderError):
+    outcome = "auth"
+
+
+class ModelNotFoundError(ProviderError):
+    outcome = "not_found"
+
+
+class BadRequestError(ProviderError):
+    outcome = "bad_request"
+
+
+class RateLimitedError(ProviderError):
+    outcome = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after_s = retry_after_s
+
+
+class OverloadedError(ProviderError):
+    outcome = "overloaded"
+    retryable = True
+
+
+class ServerError(ProviderError):
+    outcome = "server_error"
+    retryable = True
+
+
+class ProviderTimeoutError(ProviderError):
+    outcome = "timeout"
+    retryable = True
+
+
+class ConnectionFailedError(ProviderError):
+    outcome = "connection"
+    retryable = True
+
+
+class MalformedResponseError(ProviderError):
+    outcome = "malformed"
+    retryable = True
+
+
+class MissingKeyError(ProviderError):
+    """No API key in any of the provider's ``api_key_env`` variables."""
+
+    outcome = "auth"
+
+
+class SubstitutionRefusedError(ProviderError):
+    """``strict_models=true`` and a call would have been answered by another model."""
+
+    outcome = "cancelled"
+
+
+# ---------------------------------------------------------------------------------------------- provider
+
+
+class Provider(abc.ABC):
+    """Base class of provider implementations registered through ``register_providers``.
+
+    ``name`` is the configured provider name (``grok``), ``settings`` its endpoint settings; the session is shared
+    by every call of one consultation.
+    """
+
+    #: pydantic model of extra options this implementation accepts (None = none)
+    Options: ClassVar[Any] = None
+    #: whether :meth:`attempt` honours ``json_schema`` natively
+    supports_structured_output: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        name: str,
+        settings: ProviderSettings,
+        session: aiohttp.ClientSession | None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.session = session
+        self._environ = os.environ if environ is None else environ
+
+    def key_env(self) -> list[str]:
+        """The variables a key is read from, in order (``api_key_env``; subclasses may supply defaults)."""
+        return list(self.settings.api_key_env)
+
+    def api_key(self) -> str | None:
+        """The first non-empty key among ``api_key_env``; None when unset (local endpoints may need none)."""
+        for var in self.key_env():
+            value = self._environ.get(var)
+            if value:
+                return value
+        return None
+
+    def key_variables(self) -> str:
+        return " or ".join(self.key_env()) or "(no key variable)"
+
+    def key_source(self) -> str | None:
+        """The name of the variable that supplies the key (never its value); None when no key is set."""
+        for var in self.key_env():
+            if self._environ.get(var):
+                return var
+        return None
+
+    def requires_key(self) -> bool:
+        """Whether calls fail without a key. Endpoints configured without key variables (local models) need none."""
+        return bool(self.key_env())
+
+    def has_key(self) -> bool:
+        """A key is available, or this endpoint needs none."""
+        return self.api_key() is not None or not self.requires_key()
+
+    def endpoint(self) -> str | None:
+        """Where calls go, for messages and ``conclave doctor`` (a URL, or None for in-process providers)."""
+        return self.settings.base_url
+
+    async def list_models(self) -> list[str] | None:
+        """The model ids the endpoint serves, or None when its API has no models list."""
+        return None
+
+    @abc.abstractmethod
+    async def attempt(self, request: CompletionRequest) -> Completion:
+        """Exactly one HTTP attempt; raise a :class:`ProviderError` subclass on failure."""
+
+    async def attempt_stream(self, request: CompletionRequest) -> AsyncIterator[str | Completion]:
+        """One streaming attempt: yields text chunks, then the final :class:`Completion` (usage included).
+
+        The default falls back to :meth:`attempt` and yields its whole text as one chunk.
+        """
+        completion = await self.attempt(request)
+        if completion.text:
+            yield completion.text
+        yield completion
+
+    async def close(self) -> None:
+        """Release resources the provider owns (the shared session is not its to close)."""

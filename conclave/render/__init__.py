@@ -1,0 +1,1 @@
+"""Markdown, JSON-LD and terminal progress rendering."""

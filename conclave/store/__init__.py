@@ -1,0 +1,1 @@
+"""JSONL journal (hash chain), SQLite index and resume."""

@@ -1,0 +1,1 @@
+"""Test helpers importable by plugin authors: the fake provider API server and fixtures."""

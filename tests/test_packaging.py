@@ -1,0 +1,79 @@
+"""A non-editable wheel installed into a fresh venv finds conf/, schemas/ and the built-in plugins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+    assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build conclave's wheel and install it (with its dependencies) into a brand-new venv; return that venv."""
+    work = tmp_path_factory.mktemp("wheel")
+    dist = work / "dist"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO)],
+         cwd=work)
+    [wheel] = dist.glob("conclave-*.whl")
+    env_dir = work / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], cwd=work)
+    return env_dir
+
+
+def _outside_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONCLAVE_", "PYTHON"))}
+    env["CONCLAVE_HOME"] = str(home)
+    return env
+
+
+@pytest.mark.slow
+def test_wheel_ships_config_schemas_and_plugins(installed_wheel: Path, tmp_path: Path) -> None:
+    env = _outside_env(tmp_path)
+    conclave = str(installed_wheel / "bin" / "conclave")
+    where = _run([str(installed_wheel / "bin" / "python"), "-c",
+                  "import conclave, conclave.conf, conclave.schemas, conclave_plugins;"
+                  "print(conclave.__file__); print(conclave.conf.__file__)"], cwd=tmp_path, env=env)
+    assert all(str(installed_wheel) in line for line in where.splitlines()), where
+    assert str(REPO) not in where
+
+    composed = yaml.safe_load(_run([conclave, "--cfg", "job", "mode=explore"], cwd=tmp_path, env=env))
+    assert composed["mode"]["strategy"] == "explore"
+    assert composed["personas"]["security"]["name"] == "Security Expert"
+    assert composed["providers"]["grok"]["base_url"] == "https://api.x.ai/v1"
+
+    plugins = json.loads(_run([conclave, "plugins", "--json"], cwd=tmp_path, env=env))
+    assert {"openai", "anthropic", "gemini", "strategies", "filters", "progress"} <= {p["name"] for p in plugins}
+
+    schemas = _run([conclave, "schemas", "list"], cwd=tmp_path, env=env)
+    for name in ("independent", "synthesis", "cross_exam", "verdict", "verdict_explore"):
+        assert name in schemas
+    assert list(tmp_path.glob("outputs")) == []
+
+
+def test_every_source_package_is_listed_for_the_wheel() -> None:
+    """pyproject lists packages explicitly (conf/, schemas/, plugins/ are remapped); a forgotten one would be
+    missing from the wheel while editable installs keep working."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for init in (REPO / "conclave").rglob("__init__.py")
+    }
+    on_disk |= {"conclave.conf", "conclave.schemas", "conclave_plugins"}
+    assert on_disk == listed
