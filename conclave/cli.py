@@ -165,12 +165,14 @@ def _hydra_error_message(exc: BaseException) -> str | None:
         return f"cannot parse override: {str(exc).splitlines()[0]}"
     if isinstance(exc, ConfigCompositionException):
         text = str(exc)
-        match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+        match = re.search(r"Could not override '([^']+)'", text) or re.search(
+            r"Could not append to config\. An item is already at '([^']+)'", text
+        )
         cause = exc.__cause__
         if match:
             key = match.group(1)
             if cause is not None and "not in struct" in str(cause):
-                parent, _, leaf = key.rpartition(".")
+                parent = key.rpartition(".")[0]
                 allowed = _known_children(cause)
                 hint = f"; known keys{' under ' + parent if parent else ''}: {allowed}" if allowed else ""
                 return f"{key}: unknown key{hint} (prefix with + to add a new key)"
@@ -190,7 +192,7 @@ def _hydra_error_message(exc: BaseException) -> str | None:
 def _known_children(cause: BaseException) -> str:
     node: Any = getattr(cause, "parent_node", None)
     try:
-        keys = sorted(str(k) for k in node.keys()) if node is not None else []
+        keys = sorted(str(k) for k in node) if node is not None else []
     except Exception:
         keys = []
     return ", ".join(keys)

@@ -186,7 +186,7 @@ def settings_from_container(data: dict[str, Any]) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([_describe_error(e) for e in exc.errors()]) from None
+        raise ConfigError([_describe_error(dict(e)) for e in exc.errors()]) from None
 
 
 def settings_from_dictconfig(cfg: Any) -> Settings:
@@ -232,18 +232,21 @@ def check_against_plugins(settings: Settings, plugins: Any) -> None:
 
     if settings.mode.strategy not in strategies:
         problems.append(
-            f"mode.strategy: {settings.mode.strategy!r} is not a registered strategy; allowed: {allowed(strategies.names())}"
+            f"mode.strategy: {settings.mode.strategy!r} is not a registered strategy; "
+            f"allowed: {allowed(strategies.names())}"
         )
     else:
         problems += _check_options(strategies.get(settings.mode.strategy), settings.mode.options, "mode.options")
     if settings.filtering.filter not in filters:
         problems.append(
-            f"filtering.filter: {settings.filtering.filter!r} is not a registered filter; allowed: {allowed(filters.names())}"
+            f"filtering.filter: {settings.filtering.filter!r} is not a registered filter; "
+            f"allowed: {allowed(filters.names())}"
         )
     for key, endpoint in settings.providers.items():
         if endpoint.api not in providers:
             problems.append(
-                f"providers.{key}.api: {endpoint.api!r} is not a registered provider; allowed: {allowed(providers.names())}"
+                f"providers.{key}.api: {endpoint.api!r} is not a registered provider; "
+                f"allowed: {allowed(providers.names())}"
             )
     known = sorted(set(settings.providers) | set(providers.names()))
     users = [(f"agents.{n}.provider", a.provider) for n, a in settings.agents.items()]
@@ -262,5 +265,5 @@ def _check_options(plugin_cls: Any, options: dict[str, Any], key: str) -> list[s
     try:
         model.model_validate(options)
     except ValidationError as exc:
-        return [_describe_error({**e, "loc": (*key.split("."), *e["loc"])}) for e in exc.errors()]
+        return [_describe_error({**dict(e), "loc": (*key.split("."), *e["loc"])}) for e in exc.errors()]
     return []

@@ -94,7 +94,9 @@ class Registry:
 class Plugins:
     """A loaded plugin manager plus the filled registries."""
 
-    def __init__(self, pm: pluggy.PluginManager, dists: dict[str, importlib.metadata.Distribution] | None = None) -> None:
+    def __init__(
+        self, pm: pluggy.PluginManager, dists: dict[str, importlib.metadata.Distribution] | None = None
+    ) -> None:
         self.pm = pm
         self.dists = dists or {}
         self.registries = {kind: Registry(kind) for kind in REGISTRY_HOOKS}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_helpers import run_conclave
+
 from conclave.cli import _split_question, hydra_quote
 
 AWKWARD_QUESTIONS = [

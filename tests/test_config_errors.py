@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_conclave
+
 from conclave.config import Settings, settings_from_container
 from conclave.errors import ConfigError
 

@@ -7,8 +7,8 @@ import types
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_conclave
+
 from conclave import hookimpl
 from conclave.errors import PluginError
 from conclave.hookspecs import all_hook_names

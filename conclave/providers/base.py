@@ -245,5 +245,5 @@ class Provider(abc.ABC):
             yield completion.text
         yield completion
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook; most providers own nothing to release
         """Release resources the provider owns (the shared session is not its to close)."""
