@@ -156,3 +156,14 @@ def test_missing_question_names_the_fix(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         'conclave: question: missing — pass the question as the first argument, e.g. conclave "Should we …?"'
     ]
+
+
+def test_a_panel_file_brings_its_own_judge(tmp_path: Path) -> None:
+    proc = run_conclave("--cfg", "job", "agents=local", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    composed = yaml.safe_load(proc.stdout)
+    assert composed["judge"] == {"provider": "local", "model": "gemma-3-270m"}
+    assert {a["provider"] for a in composed["agents"].values()} == {"local"}
+    # and the command line still overrides the panel's judge
+    proc = run_conclave("--cfg", "job", "agents=local", "judge.model=other", home=tmp_path)
+    assert yaml.safe_load(proc.stdout)["judge"]["model"] == "other"

@@ -1,0 +1,1 @@
+"""Example third-party conclave plugin (used by conclave's own tests)."""
