@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_helpers import run_conclave
 
 PLUGIN_SRC = Path(__file__).parent / "plugins" / "conclave_example_plugin"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from conclave import hookimpl
-
 from conclave_example_plugin.filters import KeepAllFilter
 from conclave_example_plugin.provider import EchoProvider
 from conclave_example_plugin.strategy import DevilsAdvocateStrategy
