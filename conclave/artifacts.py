@@ -1,0 +1,349 @@
+"""Artifact schemas: loading, validation, and recovering a JSON object from a model's text answer.
+
+``schemas/*.schema.json`` (shipped as the package ``conclave.schemas``) are the single source of truth,
+and this module is the only validator the code uses. jsonschema and referencing are imported on first
+use, so ``import conclave`` stays fast.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from conclave.errors import ConclaveError
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+    from referencing import Registry
+    from referencing._core import Resolver
+
+SCHEMA_PACKAGE = "conclave.schemas"
+_SUFFIX = ".schema.json"
+_Path = tuple[str | int, ...]
+
+__all__ = [
+    "ArtifactError",
+    "ArtifactParseError",
+    "ArtifactValidationError",
+    "check",
+    "drop_null_optionals",
+    "extract_json",
+    "get_schema",
+    "now_iso",
+    "schema_names",
+    "strict_variant",
+    "validate",
+]
+
+
+@dataclass(frozen=True)
+class ArtifactError:
+    """One validation failure: where (a JSON path like ``$.tensions[0]``), why, and which keyword failed."""
+
+    path: str
+    message: str
+    validator: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ArtifactValidationError(ConclaveError):
+    """An artifact does not match its schema; ``errors`` holds every failure, sorted by path."""
+
+    def __init__(self, name: str, errors: Sequence[ArtifactError]) -> None:
+        self.name = name
+        self.errors = list(errors)
+        count = f"{len(self.errors)} error" + ("" if len(self.errors) == 1 else "s")
+        super().__init__("\n".join([f"invalid {name} artifact ({count}):", *(f"  {e}" for e in self.errors)]))
+
+
+class ArtifactParseError(ConclaveError):
+    """No JSON object could be recovered from a model's answer; ``text`` keeps the raw answer."""
+
+    def __init__(self, message: str, text: str) -> None:
+        self.text = text
+        super().__init__(message)
+
+
+@functools.cache
+def _schemas() -> dict[str, dict[str, Any]]:
+    from importlib import resources
+
+    found: dict[str, dict[str, Any]] = {}
+    for entry in resources.files(SCHEMA_PACKAGE).iterdir():
+        if entry.name.endswith(_SUFFIX):
+            found[entry.name.removesuffix(_SUFFIX)] = json.loads(entry.read_text(encoding="utf-8"))
+    return dict(sorted(found.items()))
+
+
+def schema_names() -> list[str]:
+    """Names of the shipped schemas (file stem without ``.schema``), sorted."""
+    return list(_schemas())
+
+
+def _schema(name: str) -> dict[str, Any]:
+    try:
+        return _schemas()[name]
+    except KeyError:
+        raise KeyError(f"unknown schema {name!r}; allowed: {', '.join(schema_names())}") from None
+
+
+def get_schema(name: str) -> dict[str, Any]:
+    """A copy of schema ``name``; raises ``KeyError`` naming the allowed names for an unknown one."""
+    return copy.deepcopy(_schema(name))
+
+
+@functools.cache
+def _registry() -> Registry[Any]:
+    from referencing import Registry, Resource
+
+    # Every file is registered under its $id, so relative $refs between files resolve without any retrieval.
+    return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in _schemas().values())
+
+
+@functools.cache
+def _validator(name: str) -> Validator:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(
+        _schema(name), registry=_registry(), format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+def validate(name: str, instance: Any) -> list[ArtifactError]:
+    """Every way ``instance`` fails schema ``name``, sorted by path; empty when it is valid."""
+    keyed = [
+        (_path_key(e.absolute_path), ArtifactError(e.json_path, e.message, str(e.validator)))
+        for e in _validator(name).iter_errors(instance)
+    ]
+    # JSON Schema cannot reject NaN or Infinity (NaN even passes minimum/maximum), and they are not JSON.
+    keyed += [(_path_key(parts), error) for parts, error in _non_finite_numbers(instance, ())]
+    keyed.sort(key=lambda k: (k[0], k[1].validator, k[1].message))
+    return [error for _, error in keyed]
+
+
+def check(name: str, instance: Any) -> None:
+    """Raise ``ArtifactValidationError`` listing every failure unless ``instance`` matches schema ``name``."""
+    errors = validate(name, instance)
+    if errors:
+        raise ArtifactValidationError(name, errors)
+
+
+def _path_key(parts: Iterable[str | int]) -> tuple[tuple[int, int, str], ...]:
+    # Tag indices and keys so [2] sorts before [10] and an int is never compared with a str.
+    return tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in parts)
+
+
+def _json_path(parts: Iterable[str | int]) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def _non_finite_numbers(value: Any, parts: _Path) -> Iterator[tuple[_Path, ArtifactError]]:
+    if isinstance(value, float) and not math.isfinite(value):
+        yield parts, ArtifactError(_json_path(parts), f"{value!r} is not a finite number", "finite")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite_numbers(item, (*parts, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _non_finite_numbers(item, (*parts, index))
+
+
+# Keywords outside the subset every strict-capable OpenAI model accepts. The answer is still validated against
+# the full schema afterwards, so dropping them loosens decoding, never acceptance.
+_STRICT_DROPPED = frozenset({
+    "$schema", "$id", "$defs", "$comment", "format", "pattern", "minLength", "maxLength", "minimum",
+    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
+})
+
+
+def strict_variant(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` for OpenAI ``response_format`` strict mode; the input is not modified.
+
+    Strict mode needs every property listed in ``required``, ``additionalProperties: false`` and no external
+    ``$ref``. So every ``$ref`` is inlined (the schema must not be recursive), every object requires all its
+    properties, optional properties become nullable (``null`` stands for "absent": pass the answer through
+    ``drop_null_optionals`` before ``validate``), ``const`` becomes a one-value ``enum`` and the keywords in
+    ``_STRICT_DROPPED`` are removed.
+    """
+    return _strictify(schema, _resolver_for(schema))
+
+
+def drop_null_optionals(schema: dict[str, Any], instance: Any) -> Any:
+    """Undo ``strict_variant``'s nullable optionals: a copy of ``instance`` without ``null`` optionals.
+
+    Only properties ``schema`` does not require are dropped: a ``null`` in a required one still fails.
+    """
+    return _drop_nulls(instance, schema, _resolver_for(schema))
+
+
+def _resolver_for(schema: dict[str, Any]) -> Resolver[Any]:
+    from referencing import Resource
+    from referencing.jsonschema import DRAFT202012
+
+    uri = schema.get("$id", "urn:conclave:schema")
+    resource = Resource.from_contents(schema, default_specification=DRAFT202012)
+    return _registry().with_resource(uri, resource).resolver(base_uri=uri)
+
+
+def _deref(node: dict[str, Any], resolver: Resolver[Any]) -> tuple[dict[str, Any], Resolver[Any]]:
+    """Follow ``$ref`` until ``node`` has none; keywords beside a ``$ref`` override the referenced ones."""
+    while "$ref" in node:
+        resolved = resolver.lookup(node["$ref"])
+        node = {**resolved.contents, **{k: v for k, v in node.items() if k != "$ref"}}
+        resolver = resolved.resolver
+    return node, resolver
+
+
+def _strictify(node: dict[str, Any], resolver: Resolver[Any]) -> dict[str, Any]:
+    node, resolver = _deref(node, resolver)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _STRICT_DROPPED:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "properties":
+            out[key] = {prop: _strictify(sub, resolver) for prop, sub in value.items()}
+        elif key == "items" and isinstance(value, dict):
+            out[key] = _strictify(value, resolver)
+        elif key in ("anyOf", "allOf", "oneOf"):
+            out[key] = [_strictify(sub, resolver) for sub in value]
+        else:
+            out[key] = copy.deepcopy(value)
+    if "properties" in out:
+        required = set(node.get("required", ()))
+        out["properties"] = {
+            prop: sub if prop in required else _nullable(sub) for prop, sub in out["properties"].items()
+        }
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    kind = node.get("type")
+    if kind is None:
+        return {"anyOf": [node, {"type": "null"}]}
+    node = dict(node)
+    if isinstance(kind, str):
+        node["type"] = [kind, "null"]
+    elif "null" not in kind:
+        node["type"] = [*kind, "null"]
+    if "enum" in node and None not in node["enum"]:
+        node["enum"] = [*node["enum"], None]
+    return node
+
+
+def _drop_nulls(value: Any, node: dict[str, Any], resolver: Resolver[Any]) -> Any:
+    node, resolver = _deref(node, resolver)
+    if isinstance(value, dict) and isinstance(node.get("properties"), dict):
+        required, props = set(node.get("required", ())), node["properties"]
+        return {
+            key: _drop_nulls(item, props[key], resolver) if key in props else item
+            for key, item in value.items()
+            if not (item is None and key in props and key not in required)
+        }
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_drop_nulls(item, node["items"], resolver) for item in value]
+    return value
+
+
+# A fenced block; the info string is captured so ```python blocks are not mistaken for the answer. The closing
+# fence must start a line, so ``` inside a JSON string value does not end the block.
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w.+-]*)[^\n]*\n(?P<body>.*?)\n[ \t]*```", re.DOTALL)
+_JSON_LANGS = frozenset({"", "json", "json5", "jsonc"})
+# Where a JSON object plausibly starts: a brace followed by a quoted key or the closing brace.
+_OBJECT_START = re.compile(r"\{\s*[\"'}]")
+# strict=False keeps raw control characters inside strings (a common model slip) instead of failing on them.
+_DECODER = json.JSONDecoder(strict=False)
+
+
+def extract_json(text: str) -> dict[str, Any]:
+    """The JSON object in a model's text answer, for providers without native structured output.
+
+    Tries each ```json (or unlabelled) fenced block, then the whole text; in each, the first outermost
+    ``{...}`` that ``json.loads`` accepts, else what ``json_repair`` recovers from it. Repair fixes syntax
+    only and never adds keys. Raises ``ArtifactParseError`` when no object can be recovered.
+    """
+    if not text.strip():
+        raise ArtifactParseError("the answer is empty", text)
+    fences = [m["body"] for m in _FENCE.finditer(text) if m["lang"].lower() in _JSON_LANGS]
+    for region in [*fences, text]:
+        found = _first_object(region)
+        if found is None:
+            found = _repaired_object(region)
+        if found is not None:
+            return found
+    raise ArtifactParseError("no JSON object could be recovered from the answer", text)
+
+
+def _first_object(region: str) -> dict[str, Any] | None:
+    """The first top-level ``{...}`` in ``region`` that parses as strict JSON."""
+    start = region.find("{")
+    while start != -1:
+        try:
+            value, _ = _DECODER.raw_decode(region, start)
+        except ValueError:
+            # Skip past this brace group: an object nested in a broken one is a fragment, not the answer.
+            end = _closing_brace(region, start)
+            if end is None:
+                return None
+            start = region.find("{", end + 1)
+            continue
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def _closing_brace(text: str, start: int) -> int | None:
+    """Index of the ``}`` matching the ``{`` at ``start`` (strings skipped), or None if unbalanced."""
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def _repaired_object(region: str) -> dict[str, Any] | None:
+    """What ``json_repair`` recovers from the first object-like ``{`` onwards, if it is an object."""
+    match = _OBJECT_START.search(region)
+    start = match.start() if match else region.find("{")
+    if start == -1:
+        return None
+    import json_repair
+
+    try:
+        value = json_repair.loads(region[start:], skip_json_loads=True)
+    except Exception:  # the repairer is best-effort; any failure means "nothing recovered"
+        return None
+    # Trailing prose with braces makes the repairer return a list; its first item is the object found.
+    if isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, dict) else None
+
+
+def now_iso() -> str:
+    """The current UTC time in RFC 3339 with milliseconds and ``Z``, e.g. ``2025-12-28T14:00:00.000Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
