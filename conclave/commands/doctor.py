@@ -1,0 +1,138 @@
+"""``conclave doctor [--json] [--timeout S] [overrides…]``: can each configured provider be called?
+
+Per provider: key present (never its value), endpoint reachable, the panel's models known (from the API's models
+list; no tokens are spent). Takes the same Hydra overrides as a consultation, e.g.
+``providers.openai.base_url=http://localhost:11434/v1`` or ``agents=local``. Exit 0 when every provider the panel
+(agents and judge) uses is usable, 1 when one is not, 2 on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from conclave.config import Settings, check_against_plugins, settings_from_dictconfig
+from conclave.errors import ConfigError
+from conclave.plugins import Plugins, get_plugins
+from conclave.providers.probe import ProbeResult
+
+CONFIG_MODULE = "conclave.conf"
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="conclave doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to wait for each endpoint (default 10)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for a consultation")
+    args = parser.parse_args(argv)
+    settings = compose_settings(args.overrides)
+    plugins = get_plugins()
+    check_against_plugins(settings, plugins)
+    used = panel_models(settings)
+    results = asyncio.run(probe_all(settings, plugins, used, args.timeout))
+    ok = all(r.usable for r in results if r.provider in used)
+    if args.json:
+        report = {
+            "ok": ok,
+            "used": sorted(used),
+            "providers": [{**r.as_dict(), "used": r.provider in used} for r in results],
+        }
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_table(results, used, ok)
+    return 0 if ok else 1
+
+
+def compose_settings(overrides: list[str]) -> Settings:
+    """Compose ``config`` with Hydra's compose API (plugins' config paths included) and validate it.
+
+    The question is irrelevant here, so ``question=doctor`` is supplied unless an override sets one.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from conclave.cli import _hydra_error_message
+    from conclave.hydra_app import prepare_hydra
+
+    prepare_hydra()
+    if not any(o.lstrip("+~").partition("=")[0] == "question" for o in overrides):
+        overrides = [*overrides, "question=doctor"]
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError([_hydra_error_message(exc) or str(exc).splitlines()[0]]) from None
+    return settings_from_dictconfig(cfg)
+
+
+def panel_models(settings: Settings) -> dict[str, set[str]]:
+    """Provider -> the models the agents and the judge use on it."""
+    used: dict[str, set[str]] = {}
+    for agent in settings.agents.values():
+        used.setdefault(agent.provider, set()).add(agent.model)
+    used.setdefault(settings.judge.provider, set()).add(settings.judge.model)
+    return used
+
+
+async def probe_all(settings: Settings, plugins: Plugins, used: dict[str, set[str]],
+                    timeout_s: float) -> list[ProbeResult]:
+    """Probe every configured provider (and bare registered ones the panel names) concurrently."""
+    from conclave.providers.pool import ProviderPool
+
+    names = sorted(set(settings.providers) | set(used))
+    async with ProviderPool(settings, plugins) as pool:
+        return list(await asyncio.gather(
+            *(pool.probe(name, sorted(used.get(name, ())), timeout_s=timeout_s) for name in names)
+        ))
+
+
+def print_table(results: list[ProbeResult], used: dict[str, set[str]], ok: bool) -> None:
+    rows = [("", "provider", "used", "key", "endpoint", "reachable", "models")]
+    notes: dict[int, list[str]] = {}
+    for result in results:
+        in_use = result.provider in used
+        mark = "ok" if result.usable else ("FAIL" if in_use else "warn")
+        rows.append((mark, result.provider, "yes" if in_use else "no", _key_cell(result), result.endpoint or "-",
+                     _reach_cell(result), _models_cell(result)))
+        if result.problems():
+            notes[len(rows) - 1] = result.problems()
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for index, row in enumerate(rows):
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        for note in notes.get(index, []):
+            print(f"{'':{widths[0]}}    {note}")
+    failing = sorted(r.provider for r in results if r.provider in used and not r.usable)
+    if ok:
+        print("\nevery provider the panel uses is ready")
+    else:
+        print(f"\nnot usable but used by the panel: {', '.join(failing)}")
+
+
+def _key_cell(result: ProbeResult) -> str:
+    if result.key_source:
+        return result.key_source
+    if result.key_required:
+        return f"missing ({' or '.join(result.key_env)})"
+    return "not needed"
+
+
+def _reach_cell(result: ProbeResult) -> str:
+    if result.reachable is None:
+        return "not checked"
+    if not result.reachable:
+        return "no"
+    return f"yes ({result.latency_s * 1000:.0f} ms)" if result.latency_s is not None else "yes"
+
+
+def _models_cell(result: ProbeResult) -> str:
+    marks: dict[Any, str] = {True: "✓", False: "✗ unknown", None: "?"}
+    cells = [f"{model} {marks[known]}" for model, known in result.models.items()]
+    if result.models_listed is not None:
+        cells.append(f"({result.models_listed} listed)")
+    return ", ".join(cells) or "-"

@@ -1,0 +1,296 @@
+"""Shared HTTP machinery of the built-in providers: endpoint and key resolution, one POST, SSE, error mapping.
+
+Every failure leaves here as a typed :class:`~conclave.providers.base.ProviderError` whose message a user can act
+on and which never contains the API key. aiohttp is imported inside the functions that use it, so loading a
+provider plugin (which every ``conclave`` command does) stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncGenerator, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from conclave.providers.base import (
+    AuthError,
+    BadRequestError,
+    CompletionRequest,
+    ConnectionFailedError,
+    MalformedResponseError,
+    MissingKeyError,
+    ModelNotFoundError,
+    OverloadedError,
+    Provider,
+    ProviderError,
+    ProviderTimeoutError,
+    RateLimitedError,
+    ServerError,
+)
+from conclave.providers.sse import iter_sse
+
+REDACTED = "<redacted>"
+
+
+class HTTPProvider(Provider):
+    """A provider that speaks a JSON-over-HTTP API through the pool's shared aiohttp session.
+
+    Subclasses set the defaults below, build the wire body and parse the answer; this class owns headers, keys,
+    transport errors and HTTP status mapping.
+    """
+
+    #: where calls go when ``providers.<name>.base_url`` is unset
+    DEFAULT_BASE_URL: ClassVar[str] = ""
+    #: key variables used when the endpoint is the default one and ``api_key_env`` is empty
+    DEFAULT_KEY_ENV: ClassVar[tuple[str, ...]] = ()
+    #: hosted APIs that always need a key; any other host (Ollama, vLLM, a proxy, the fake server) may go without
+    KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset()
+
+    # ------------------------------------------------------------------------------------- endpoint and key
+
+    @property
+    def base_url(self) -> str:
+        return (self.settings.base_url or self.default_base_url()).rstrip("/")
+
+    def default_base_url(self) -> str:
+        return self.DEFAULT_BASE_URL
+
+    def endpoint(self) -> str | None:
+        return self.base_url
+
+    def key_env(self) -> list[str]:
+        if self.settings.api_key_env:
+            return list(self.settings.api_key_env)
+        # A configured endpoint without key variables is a local server: never hand it the vendor's key.
+        return list(self.DEFAULT_KEY_ENV) if self.settings.base_url is None else []
+
+    def requires_key(self) -> bool:
+        return bool(self.key_env()) and (urlsplit(self.base_url).hostname or "") in self.KEYED_HOSTS
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        """The header(s) carrying ``key``; subclasses name their API's header."""
+        return {"Authorization": f"Bearer {key}"}
+
+    def headers(self, model: str) -> dict[str, str]:
+        """Request headers; raises :class:`MissingKeyError` when a keyed host has no key."""
+        headers = {"Content-Type": "application/json"}
+        key = self.api_key()
+        if key is not None:
+            headers.update(self.auth_headers(key))
+        elif self.requires_key():
+            raise MissingKeyError(
+                f"{self.name}: no API key; set {self.key_variables()} (the key is read from the environment)",
+                provider=self.name,
+                model=model,
+            )
+        return headers
+
+    def redact(self, text: str) -> str:
+        """``text`` with this provider's key replaced, for provider messages we pass on."""
+        key = self.api_key()
+        return text.replace(key, REDACTED) if key else text
+
+    # ------------------------------------------------------------------------------------- transport
+
+    def _session(self) -> Any:
+        if self.session is None:
+            raise RuntimeError(f"provider {self.name!r} has no HTTP session; use it inside a ProviderPool")
+        return self.session
+
+    async def post_json(self, url: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
+        """POST ``body``; return the decoded JSON object or raise the mapped :class:`ProviderError`."""
+        import aiohttp
+
+        headers = self.headers(model)
+        try:
+            async with self._session().post(url, data=json.dumps(body), headers=headers) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise self.error_for(resp.status, raw, resp.headers, model)
+        except aiohttp.ClientError as exc:
+            raise self.transport_error(exc, model) from exc
+        return self.decode(raw, model)
+
+    async def get_json(self, url: str, *, timeout_s: float, model: str = "") -> dict[str, Any]:
+        """GET ``url`` (models lists) with its own timeout; errors mapped like :meth:`post_json`."""
+        import aiohttp
+
+        headers = self.headers(model)
+        headers.pop("Content-Type")
+        try:
+            async with self._session().get(
+                url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise self.error_for(resp.status, raw, resp.headers, model)
+        except TimeoutError as exc:
+            raise ProviderTimeoutError(
+                f"{self.name} did not answer within {timeout_s:g}s ({self.base_url})", provider=self.name
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise self.transport_error(exc, model) from exc
+        return self.decode(raw, model)
+
+    async def post_sse(self, url: str, body: Mapping[str, Any],
+                       model: str) -> AsyncGenerator[tuple[str, str], None]:
+        """POST ``body`` and yield the answer's server-sent events; close it with ``contextlib.aclosing``."""
+        import aiohttp
+
+        headers = self.headers(model)
+        headers["Accept"] = "text/event-stream"
+        try:
+            async with self._session().post(url, data=json.dumps(body), headers=headers) as resp:
+                if resp.status >= 400:
+                    raise self.error_for(resp.status, await resp.read(), resp.headers, model)
+                async for event in iter_sse(resp.content):
+                    yield event
+        except aiohttp.ClientError as exc:
+            raise self.transport_error(exc, model) from exc
+        except ValueError as exc:  # undecodable bytes or an over-long line
+            raise MalformedResponseError(
+                f"{self.name} sent an unreadable event stream for {model}: {exc}", provider=self.name, model=model
+            ) from exc
+
+    def decode(self, raw: bytes, model: str) -> dict[str, Any]:
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            raise MalformedResponseError(
+                f"{self.name} answered {model or 'the request'} with a body that is not a JSON object "
+                f"({len(raw)} bytes)",
+                provider=self.name,
+                model=model,
+            )
+        return payload
+
+    def decode_event(self, data: str, model: str) -> dict[str, Any]:
+        return self.decode(data.encode(), model)
+
+    # ------------------------------------------------------------------------------------- error mapping
+
+    def is_auth_failure(self, status: int, message: str) -> bool:
+        """Whether an HTTP error means the key was rejected (Gemini says so with a 400)."""
+        return status in (401, 403)
+
+    def error_for(self, status: int, raw: bytes, headers: Mapping[str, str], model: str) -> ProviderError:
+        """The typed error for an HTTP error answer; only the provider's own words are passed on, redacted."""
+        message = self.redact(provider_message(raw))
+        kw: dict[str, Any] = {"provider": self.name, "model": model, "status": status}
+        what = f"model {model!r}" if model else "the request"
+        if self.is_auth_failure(status, message):
+            var = self.key_source()
+            if var is None:
+                return AuthError(
+                    f"{self.name} refused a request sent without a key (HTTP {status}); set {self.key_variables()}",
+                    **kw,
+                )
+            # The provider's message is dropped on purpose: some echo part of the key back.
+            access = f" and its access to {what}" if model else ""
+            return AuthError(f"{var} was rejected by {self.name} (HTTP {status}); check the key{access}", **kw)
+        if status == 404:
+            return ModelNotFoundError(
+                f"{self.name} does not know {what} (HTTP 404 from {self.base_url}; check the model name and "
+                f"providers.{self.name}.base_url): {message}",
+                **kw,
+            )
+        if status == 408:
+            return ProviderTimeoutError(f"{self.name} timed out serving {what} (HTTP 408)", **kw)
+        if status == 429:
+            retry_after = parse_retry_after(headers)
+            hint = f"; retry after {retry_after:g}s" if retry_after is not None else ""
+            return RateLimitedError(
+                f"{self.name} rate-limited {what} (HTTP 429{hint}): {message}", retry_after_s=retry_after, **kw
+            )
+        if status in (503, 529):
+            return OverloadedError(f"{self.name} is overloaded (HTTP {status}) serving {what}: {message}", **kw)
+        if status >= 500:
+            return ServerError(f"{self.name} failed serving {what} (HTTP {status}): {message}", **kw)
+        return BadRequestError(f"{self.name} rejected the request for {what} (HTTP {status}): {message}", **kw)
+
+    def transport_error(self, exc: BaseException, model: str) -> ProviderError:
+        """A typed error for a failure below HTTP (refused, reset, dropped mid-body, read timeout)."""
+        import aiohttp
+
+        kw: dict[str, Any] = {"provider": self.name, "model": model}
+        where = urlsplit(self.base_url).netloc or self.base_url
+        if isinstance(exc, aiohttp.ServerTimeoutError):
+            return ProviderTimeoutError(f"{self.name} stopped sending data ({where}): {exc}", **kw)
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+            return ConnectionFailedError(f"cannot reach {self.name} at {where}: {reason}", **kw)
+        if isinstance(exc, aiohttp.ServerDisconnectedError):
+            return ConnectionFailedError(f"{self.name} closed the connection before answering ({where})", **kw)
+        if isinstance(exc, aiohttp.ClientPayloadError):
+            return ConnectionFailedError(f"{self.name} dropped the connection mid-answer ({where})", **kw)
+        return ConnectionFailedError(f"connection to {self.name} failed ({where}): {type(exc).__name__}: {exc}", **kw)
+
+    def malformed(self, what: str, model: str) -> MalformedResponseError:
+        return MalformedResponseError(f"{self.name} sent a malformed answer for {model}: {what}",
+                                      provider=self.name, model=model)
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def provider_message(raw: bytes, limit: int = 300) -> str:
+    """The human message inside an API error body (``error.message`` in all three APIs), else the raw text."""
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            text = error["message"]
+        elif isinstance(error, str):
+            text = error
+        elif isinstance(payload.get("message"), str):  # vLLM / llama.cpp style
+            text = payload["message"]
+    text = " ".join(text.split())
+    return (text[:limit] + "…") if len(text) > limit else (text or "(empty body)")
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date); None when absent."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def schema_name(request: CompletionRequest, default: str = "response") -> str:
+    """A name for the schema the APIs accept (``^[A-Za-z0-9_-]{1,64}$``): ``schema_name``, the title, or default."""
+    raw = request.schema_name or str((request.json_schema or {}).get("title") or "") or default
+    return (_NAME_CHARS.sub("_", raw).strip("_") or default)[:64]
+
+
+def parse_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in ``text`` when the whole text is one; None otherwise (extraction and repair come later)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

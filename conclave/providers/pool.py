@@ -1,0 +1,413 @@
+"""The engine's only door to providers: one per consultation, with retries, hedging, failover, health and cost.
+
+:meth:`ProviderPool.complete` runs the configured provider with retries; if it has not answered after the hedge
+delay (and the hedge budget allows) a backup races it, and if it fails outright the backup takes over. Every
+HTTP attempt is recorded and emitted as ``provider:attempt``; every answer from another model emits
+``consultation:provider_substituted``. ``strict_models=true`` turns a would-be substitution into an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
+
+import aiohttp
+
+from conclave import events
+from conclave.config import Settings, resolve_provider
+from conclave.providers.base import (
+    Attempt,
+    Completion,
+    CompletionRequest,
+    MalformedResponseError,
+    Outcome,
+    Provider,
+    ProviderError,
+    ProviderTimeoutError,
+    SubstitutionRefusedError,
+    Usage,
+)
+from conclave.providers.health import HealthStatus, HealthTracker
+from conclave.providers.hedging import HedgeBudget, hedge_after, race
+from conclave.providers.pricing import PriceTable
+from conclave.providers.probe import ProbeResult, probe
+from conclave.providers.retry import RetryPolicy, call_with_retries
+from conclave.providers.tiers import Tiers
+
+if TYPE_CHECKING:
+    from conclave.events import EventBus
+    from conclave.plugins import Plugins
+
+log = logging.getLogger(__name__)
+
+#: outcomes that say something about the endpoint (a 400 or 404 says something about our request)
+_HEALTH_OUTCOMES = frozenset({"ok", "auth", "rate_limited", "overloaded", "server_error", "timeout", "connection",
+                              "malformed"})
+#: failures that another model would not cure: the user must fix the key or the request
+_NO_FAILOVER = frozenset({"auth", "bad_request", "cancelled"})
+_BACKUP_PREFERENCE = {HealthStatus.HEALTHY: 0, HealthStatus.UNKNOWN: 1, HealthStatus.DEGRADED: 2}
+
+
+class _ChunkGate:
+    """Forwards streamed text from one attempt at a time, so hedged or retried attempts never interleave."""
+
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        self.sink = sink
+        self.owner: object | None = None
+
+    def emit(self, token: object, text: str) -> None:
+        if self.owner is None:
+            self.owner = token
+        if self.owner is token:
+            self.sink(text)
+
+    def release(self, token: object) -> None:
+        if self.owner is token:
+            self.owner = None
+
+
+@dataclass
+class _Call:
+    agent: str
+    round_number: int
+    gate: _ChunkGate | None
+    attempts: list[Attempt] = field(default_factory=list)
+    hedged: bool = False
+
+
+class ProviderPool:
+    """Per-consultation: one aiohttp.ClientSession, provider instances, retries, hedging, substitution, health,
+    pricing. Use as ``async with ProviderPool(settings, plugins, bus) as pool``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        plugins: Plugins,
+        bus: EventBus | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        health: HealthTracker | None = None,
+        prices: PriceTable | None = None,
+        tiers: Tiers | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.plugins = plugins
+        self.bus = bus
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.health = health or HealthTracker()
+        self.prices = prices or PriceTable.load()
+        self.tiers = tiers or Tiers.load()
+        self.budget = HedgeBudget(settings.hedging.budget)
+        self._environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._rng = rng or random.Random()
+        self._session: aiohttp.ClientSession | None = None
+        self._providers: dict[str, Provider] = {}
+        self._attempts: list[Attempt] = []
+        self._substitutions: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> ProviderPool:
+        # No total timeout on the session: each call's deadline is enforced per attempt by the pool.
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        for instance in self._providers.values():
+            instance.session = self._session
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for instance in self._providers.values():
+            await instance.close()
+            instance.session = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------------------------------- providers
+
+    def provider(self, name: str) -> Provider:
+        """The provider instance for a configured (or bare registered) provider name."""
+        instance = self._providers.get(name)
+        if instance is not None:
+            return instance
+        try:
+            api, endpoint = resolve_provider(self.settings, name, self.plugins)
+        except KeyError:
+            known = ", ".join(sorted(self.settings.providers)) or "(none)"
+            raise ProviderError(f"unknown provider {name!r}; configured: {known}", provider=name) from None
+        if api not in self.plugins.providers:
+            raise ProviderError(f"providers.{name}.api: {api!r} is not a registered provider", provider=name)
+        cls = self.plugins.providers.get(api)
+        instance = cls(name, endpoint, self._session, environ=self._environ)
+        self._providers[name] = instance
+        return instance
+
+    def _api(self, name: str) -> str:
+        endpoint = self.settings.providers.get(name)
+        return endpoint.api if endpoint is not None else name
+
+    def has_key(self, provider: str) -> bool:
+        """A key is available for ``provider`` (or its endpoint needs none)."""
+        try:
+            return self.provider(provider).has_key()
+        except ProviderError:
+            return False
+
+    def backup_for(self, provider: str, model: str) -> tuple[str, str] | None:
+        """The next usable (provider, model) from the tiers, on a different provider.
+
+        Searches ``model``'s tier, then lower tiers; within a tier HEALTHY, then UNKNOWN, then DEGRADED providers;
+        UNHEALTHY providers and providers without a key are skipped.
+        """
+        best: tuple[tuple[int, int, int], tuple[str, str]] | None = None
+        for position, (tier, (name, candidate)) in enumerate(self.tiers.candidates(model)):
+            if name == provider or (best is not None and tier > best[0][0]):
+                continue
+            if name not in self.settings.providers and name not in self.plugins.providers:
+                continue
+            rank = _BACKUP_PREFERENCE.get(self.health.status(name))
+            if rank is None or not self.has_key(name):
+                continue
+            key = (tier, rank, position)
+            if best is None or key < best[0]:
+                best = (key, (name, candidate))
+        return None if best is None else best[1]
+
+    # ------------------------------------------------------------------------------------- cost
+
+    def cost(self, provider: str, model: str, usage: Usage) -> float | None:
+        """USD for ``usage`` of ``model`` on ``provider``; None when the price is unknown."""
+        return self.prices.cost((provider, self._api(provider)), model, usage)
+
+    def estimate_cost(self, provider: str, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        return self.cost(provider, model, Usage(input_tokens, output_tokens))
+
+    # ------------------------------------------------------------------------------------- records
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """Every attempt of this consultation, in the order they finished."""
+        return list(self._attempts)
+
+    @property
+    def substitutions(self) -> list[dict[str, Any]]:
+        return [dict(s) for s in self._substitutions]
+
+    # ------------------------------------------------------------------------------------- calls
+
+    async def complete(
+        self,
+        *,
+        agent: str,
+        provider: str,
+        request: CompletionRequest,
+        round_number: int,
+        on_chunk: Callable[[str], None] | None = None,
+        allow_substitution: bool = True,
+    ) -> Completion:
+        """Answer ``request`` for ``agent`` with ``provider``, hedging and failing over as configured.
+
+        ``on_chunk`` receives streamed text for live progress (after a failed attempt the next one's text
+        follows); the returned completion is authoritative. Raises a :class:`ProviderError` when all failed.
+        """
+        if self._session is None:
+            raise RuntimeError("ProviderPool.complete() needs `async with ProviderPool(...)`")
+        call = _Call(agent, round_number, _ChunkGate(on_chunk) if on_chunk is not None else None)
+        started = time.perf_counter()
+        self.budget.note_call()
+        substitute = allow_substitution and not self.settings.strict_models
+        try:
+            completion = await self._hedged(call, provider, request, substitute)
+        except ProviderError as exc:
+            if call.hedged or exc.outcome in _NO_FAILOVER:
+                raise
+            completion = await self._failover(call, provider, request, exc, allow_substitution)
+        return replace(completion, latency_s=time.perf_counter() - started, attempts=tuple(call.attempts))
+
+    async def _hedged(self, call: _Call, provider: str, request: CompletionRequest, substitute: bool) -> Completion:
+        delay = hedge_after(self.settings.hedging, self.health.p95(provider, request.model))
+        if delay is None:
+            return await self._run(call, provider, request, hedge=False)
+        primary = asyncio.create_task(self._run(call, provider, request, hedge=False))
+        try:
+            done, _ = await asyncio.wait({primary}, timeout=delay)
+            if done:
+                return primary.result()
+            target = (self.backup_for(provider, request.model) if substitute else None) or (provider, request.model)
+            if not self.budget.try_acquire():
+                return await primary
+            call.hedged = True
+            log.debug("%s: %s/%s silent after %.2fs, hedging with %s/%s", call.agent, provider, request.model, delay,
+                      *target)
+            backup = asyncio.create_task(self._run(call, target[0], replace(request, model=target[1]), hedge=True))
+            completion, backup_won = await race(primary, backup, fatal=lambda e: _outcome(e) in _NO_FAILOVER)
+            if backup_won and target != (provider, request.model):
+                self._substituted(call, provider, request.model, target, "timeout")
+            return completion
+        finally:
+            if not primary.done():  # our caller was cancelled: take the primary down with us
+                primary.cancel()
+                await asyncio.gather(primary, return_exceptions=True)
+
+    async def _failover(self, call: _Call, provider: str, request: CompletionRequest, error: ProviderError,
+                        allow_substitution: bool) -> Completion:
+        target = self.backup_for(provider, request.model) if allow_substitution else None
+        if target is None:
+            raise error
+        if self.settings.strict_models:
+            raise SubstitutionRefusedError(
+                f"strict_models=true: agent {call.agent!r} would have been answered by {target[0]}/{target[1]} "
+                f"instead of {provider}/{request.model}, which failed: {error}",
+                provider=provider,
+                model=request.model,
+            ) from error
+        try:
+            completion = await self._run(call, target[0], replace(request, model=target[1]), hedge=False)
+        except ProviderError as backup_error:
+            error.add_note(f"the backup {target[0]}/{target[1]} failed too: {backup_error}")
+            raise error from backup_error
+        self._substituted(call, provider, request.model, target, "failure")
+        return completion
+
+    async def _run(self, call: _Call, name: str, request: CompletionRequest, *, hedge: bool) -> Completion:
+        """One provider's answer, with retries inside the call's deadline."""
+        instance = self.provider(name)
+        budget_s = request.timeout_s or instance.settings.timeout_s
+
+        async def attempt(number: int, remaining: float) -> Completion:
+            return await self._attempt(call, instance, request, number, remaining, hedge)
+
+        return await call_with_retries(
+            attempt,
+            max_attempts=instance.settings.max_attempts,
+            deadline=time.monotonic() + budget_s,
+            policy=self.retry_policy,
+            rng=self._rng,
+        )
+
+    async def _attempt(self, call: _Call, instance: Provider, request: CompletionRequest, number: int,
+                       remaining: float, hedge: bool) -> Completion:
+        started_at, t0 = time.time(), time.perf_counter()
+        token = object()
+        try:
+            async with asyncio.timeout(remaining):
+                if call.gate is None:
+                    completion = await instance.attempt(request)
+                else:
+                    completion = await self._stream(instance, request, call.gate, token)
+        except TimeoutError:
+            error = ProviderTimeoutError(
+                f"{instance.name} did not answer {request.model} within the call's deadline "
+                f"({remaining:.1f}s left of {request.timeout_s or instance.settings.timeout_s:g}s)",
+                provider=instance.name,
+                model=request.model,
+            )
+            self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=error)
+            raise error from None
+        except ProviderError as exc:
+            self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=exc)
+            raise
+        except asyncio.CancelledError:
+            self._record(call, instance.name, request.model, number, started_at, t0, hedge, cancelled=True)
+            raise
+        finally:
+            if call.gate is not None:
+                call.gate.release(token)
+        self._record(call, instance.name, request.model, number, started_at, t0, hedge, usage=completion.usage)
+        return replace(completion, provider=instance.name)
+
+    async def _stream(self, instance: Provider, request: CompletionRequest, gate: _ChunkGate,
+                      token: object) -> Completion:
+        completion: Completion | None = None
+        stream = cast(AsyncGenerator[str | Completion, None], instance.attempt_stream(request))
+        async with contextlib.aclosing(stream):
+            async for item in stream:
+                if isinstance(item, Completion):
+                    completion = item
+                else:
+                    gate.emit(token, item)
+        if completion is None:
+            raise MalformedResponseError(f"{instance.name} ended its stream without a completion",
+                                         provider=instance.name, model=request.model)
+        return completion
+
+    def _record(self, call: _Call, provider: str, model: str, number: int, started_at: float, t0: float,
+                hedge: bool, *, usage: Usage | None = None, error: ProviderError | None = None,
+                cancelled: bool = False) -> None:
+        latency = time.perf_counter() - t0
+        outcome: Outcome = "cancelled" if cancelled else ("ok" if error is None else error.outcome)
+        attempt = Attempt(
+            provider=provider,
+            model=model,
+            number=number,
+            started_at=started_at,
+            latency_s=latency,
+            outcome=outcome,
+            status=error.status if error is not None else (None if cancelled else 200),
+            error=str(error) if error is not None else None,
+            hedge=hedge,
+            usage=usage or Usage(),
+        )
+        self._attempts.append(attempt)
+        call.attempts.append(attempt)
+        if outcome in _HEALTH_OUTCOMES:
+            self.health.record(provider, model, ok=outcome == "ok", latency_s=latency)
+        if self.bus is not None:
+            self.bus.emit(
+                events.PROVIDER_ATTEMPT,
+                round_number=call.round_number,
+                agent=call.agent,
+                provider=provider,
+                model=model,
+                number=number,
+                started_at=started_at,
+                latency_s=latency,
+                outcome=outcome,
+                status=attempt.status,
+                error=attempt.error,
+                hedge=hedge,
+                input_tokens=attempt.usage.input_tokens,
+                output_tokens=attempt.usage.output_tokens,
+                cached_input_tokens=attempt.usage.cached_input_tokens,
+                cost=self.cost(provider, model, attempt.usage),
+            )
+
+    def _substituted(self, call: _Call, provider: str, model: str, target: tuple[str, str], reason: str) -> None:
+        payload = {
+            "round_number": call.round_number,
+            "agent": call.agent,
+            "original_provider": provider,
+            "original_model": model,
+            "substitute_provider": target[0],
+            "substitute_model": target[1],
+            "reason": reason,
+        }
+        self._substitutions.append(payload)
+        log.info("%s: %s/%s answered for %s/%s (%s)", call.agent, *target, provider, model, reason)
+        if self.bus is not None:
+            self.bus.emit(events.PROVIDER_SUBSTITUTED, **payload)
+
+    # ------------------------------------------------------------------------------------- active checks
+
+    async def probe(self, provider: str, models: list[str] | None = None, *, timeout_s: float = 10.0) -> ProbeResult:
+        """Actively check ``provider`` (key, reachability, ``models`` listed); feeds health like a real call."""
+        if self._session is None:
+            raise RuntimeError("ProviderPool.probe() needs `async with ProviderPool(...)`")
+        result = await probe(self.provider(provider), self._api(provider), models or [], timeout_s=timeout_s)
+        if result.reachable is not None and result.latency_s is not None:
+            # an unlisted model says nothing about the endpoint's health; unreachable or a rejected key does
+            self.health.record(provider, "", ok=result.reachable and not result.key_rejected,
+                               latency_s=result.latency_s)
+        return result
+
+
+def _outcome(exc: BaseException) -> str:
+    return exc.outcome if isinstance(exc, ProviderError) else "bug"

@@ -1,0 +1,47 @@
+"""Keep a schema's validation constraints visible where a structured-output dialect cannot enforce them.
+
+OpenAI's strict mode rejects keywords such as ``minItems`` or ``format``, so its schema variant drops them; the
+answer is still validated against the full schema. Copying the constraints into each node's ``description``
+(``… Constraints: {"minItems": 3}``) tells the model what the validator will demand, which spares re-asks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+MARKER = "Constraints: "
+
+#: validation keywords some strict-mode models reject (enums, types and structure always survive)
+CONSTRAINT_KEYWORDS = (
+    "format", "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties",
+)
+
+
+def describe_constraints(schema: Any) -> Any:
+    """A copy of ``schema`` where every node carrying constraint keywords also states them in its description."""
+    if isinstance(schema, list):
+        return [describe_constraints(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: describe_constraints(value) for key, value in schema.items()}
+    found = {key: schema[key] for key in CONSTRAINT_KEYWORDS if key in schema and not isinstance(schema[key], dict)}
+    if found:
+        text = MARKER + json.dumps(found, separators=(", ", ": "))
+        description = schema.get("description")
+        out["description"] = f"{description} {text}" if isinstance(description, str) and description else text
+    return out
+
+
+def described_constraints(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The constraints :func:`describe_constraints` wrote into ``node``'s description (empty when none)."""
+    description = node.get("description")
+    if not isinstance(description, str) or MARKER not in description:
+        return {}
+    try:
+        found = json.loads(description.rsplit(MARKER, 1)[1])
+    except ValueError:
+        return {}
+    return {k: v for k, v in found.items() if k in CONSTRAINT_KEYWORDS} if isinstance(found, dict) else {}

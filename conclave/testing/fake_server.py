@@ -1,0 +1,633 @@
+"""A fake LLM API server on 127.0.0.1 speaking the OpenAI, Anthropic and Gemini wire formats, scriptable per model.
+
+``async with FakeProviderServer() as fake`` starts it on a free port; point ``providers.<name>.base_url`` at
+``fake.base_url(api)``. Each model answers what :meth:`FakeProviderServer.script` says (replies, latencies,
+faults); an unscripted model answers an instance generated from the request's schema, or a short text. Every
+request is recorded with its auth header values replaced by ``"<redacted>"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+from conclave.testing.schema_instances import instance_for
+
+Latency = float | Callable[[random.Random], float]
+API = Literal["openai", "anthropic", "gemini"]
+REDACTED = "<redacted>"
+_AUTH_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
+_PREFIX = {"openai": "/openai/v1", "anthropic": "/anthropic", "gemini": "/gemini/v1beta"}
+
+#: what the models-list endpoints answer, besides every scripted model
+DEFAULT_MODELS: dict[str, list[str]] = {
+    "openai": ["gpt-5.5", "gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini",
+               "grok-4", "grok-3", "mistral-large-latest", "mistral-small-latest"],
+    "anthropic": ["claude-opus-4-7", "claude-sonnet-4-6", "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"],
+    "gemini": ["gemini-3-pro-preview", "gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite"],
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful answer: ``json`` (sent as structured output) or ``text``; ``latency`` in seconds or
+    ``callable(rng) -> seconds``; ``usage`` as ``(input, output, cached_input)`` tokens."""
+
+    text: str | None = None
+    json: Any = None
+    latency: Latency = 0.0
+    usage: tuple[int, int, int] | None = None
+    finish_reason: str | None = None
+    model: str | None = None  # the model id the answer claims (e.g. a dated snapshot)
+
+
+FaultKind = Literal["http", "hang", "reset", "malformed", "truncated_stream"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure the fake produces instead of an answer. Build one with the class methods."""
+
+    kind: FaultKind
+    status: int = 0
+    message: str = ""
+    retry_after: float | None = None
+    latency: Latency = 0.0
+
+    @classmethod
+    def rate_limited(cls, retry_after: float | None = 1, *, latency: Latency = 0.0) -> Fault:
+        return cls("http", 429, "Rate limit reached for requests", retry_after, latency)
+
+    @classmethod
+    def server_error(cls, status: int = 500, *, latency: Latency = 0.0) -> Fault:
+        return cls("http", status, "The server had an error while processing your request", None, latency)
+
+    @classmethod
+    def overloaded(cls, *, latency: Latency = 0.0) -> Fault:
+        """503 (OpenAI, Gemini) or 529 ``overloaded_error`` (Anthropic)."""
+        return cls("http", 0, "Overloaded", None, latency)
+
+    @classmethod
+    def http(cls, status: int, message: str, *, latency: Latency = 0.0) -> Fault:
+        """Any HTTP error in the API's own error format (400, 401, 403, 404, …)."""
+        return cls("http", status, message, None, latency)
+
+    @classmethod
+    def auth_rejected(cls, status: int = 401) -> Fault:
+        return cls.http(status, "Incorrect API key provided")
+
+    @classmethod
+    def unknown_model(cls) -> Fault:
+        return cls.http(404, "The model does not exist or you do not have access to it")
+
+    @classmethod
+    def bad_request(cls, message: str = "Invalid schema for response_format") -> Fault:
+        return cls.http(400, message)
+
+    @classmethod
+    def hang(cls) -> Fault:
+        """Never answer (until the client gives up or the server closes)."""
+        return cls("hang")
+
+    @classmethod
+    def reset(cls, *, latency: Latency = 0.0) -> Fault:
+        """Abort the TCP connection without an answer."""
+        return cls("reset", latency=latency)
+
+    @classmethod
+    def malformed(cls, *, latency: Latency = 0.0) -> Fault:
+        """HTTP 200 with a body (or stream event) that is not valid JSON."""
+        return cls("malformed", latency=latency)
+
+    @classmethod
+    def truncated_stream(cls, *, latency: Latency = 0.0) -> Fault:
+        """Start answering, then stop early: a stream without its final events, or half a JSON body."""
+        return cls("truncated_stream", latency=latency)
+
+
+ScriptItem = Reply | Fault
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the fake received it; auth header values (and a ``key`` query) are ``"<redacted>"``."""
+
+    api: str
+    model: str | None
+    path: str
+    method: str
+    headers: dict[str, str]
+    query: dict[str, str]
+    json: Any
+    ts: float
+    stream: bool = False
+    schema: Any = None  # the structured-output schema the request carried, in its API's place
+    disconnected: bool = False  # the client closed the connection before the answer was complete
+
+
+@dataclass
+class _Script:
+    items: list[ScriptItem] = field(default_factory=list)
+    function: Callable[[RecordedRequest], ScriptItem] | None = None
+    calls: int = 0
+
+    def next(self, request: RecordedRequest) -> ScriptItem:
+        if self.function is not None:
+            return self.function(request)
+        item = self.items[min(self.calls, len(self.items) - 1)]
+        self.calls += 1
+        return item
+
+
+class FakeProviderServer:
+    """The fake API server. ``keys={"openai": "sk-…"}`` makes that API reject any other key, as the real one
+    would; without it every key (and no key) is accepted."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
+                 keys: Mapping[str, str] | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.rng = random.Random(seed)
+        self.keys = dict(keys or {})
+        self.models: dict[str, list[str]] = {api: list(ids) for api, ids in DEFAULT_MODELS.items()}
+        self.requests: list[RecordedRequest] = []
+        self._scripts: dict[str, _Script] = {}
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> FakeProviderServer:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_post("/openai/v1/chat/completions", self._openai)
+        app.router.add_get("/openai/v1/models", self._models_openai)
+        app.router.add_post("/anthropic/v1/messages", self._anthropic)
+        app.router.add_get("/anthropic/v1/models", self._models_anthropic)
+        app.router.add_post("/gemini/v1beta/models/{target}", self._gemini)
+        app.router.add_get("/gemini/v1beta/models", self._models_gemini)
+        # handler_cancellation: a client that hangs up cancels its handler, which is how we see a hedge's loser go
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeProviderServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------------------------- public API
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def base_url(self, api: str) -> str:
+        """The ``providers.<name>.base_url`` for ``api`` (grok and mistral speak the openai format)."""
+        api = "openai" if api in ("grok", "mistral") else api
+        return self.url + _PREFIX[api]
+
+    def script(self, model: str, *items: Any) -> None:
+        """What ``model`` answers: one Reply/Fault (always), a list or several (one per call, the last repeats),
+        or ``callable(RecordedRequest) -> Reply | Fault``."""
+        if len(items) == 1 and callable(items[0]) and not isinstance(items[0], Reply | Fault):
+            self._scripts[model] = _Script(function=items[0])
+        else:
+            flat = list(items[0]) if len(items) == 1 and isinstance(items[0], Sequence) else list(items)
+            if not flat or not all(isinstance(item, Reply | Fault) for item in flat):
+                raise TypeError("script() takes Reply/Fault objects, a list of them, or a function")
+            self._scripts[model] = _Script(items=flat)
+        for ids in self.models.values():
+            if model not in ids:
+                ids.append(model)
+
+    def providers_config(self) -> dict[str, dict[str, Any]]:
+        """``providers`` entries for the five built-in endpoints, all pointing at this fake."""
+        keys = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+                "grok": "XAI_API_KEY", "mistral": "MISTRAL_API_KEY"}
+        return {
+            name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
+                   "api_key_env": [var]}
+            for name, var in keys.items()
+        }
+
+    def overrides(self) -> list[str]:
+        """Hydra overrides pointing every built-in provider at this fake (for ``conclave`` subprocesses)."""
+        return [f"providers.{name}.base_url={entry['base_url']}" for name, entry in self.providers_config().items()]
+
+    def settings(self, **overrides: Any) -> Any:
+        """A minimal valid :class:`~conclave.config.Settings` on this fake: agents on openai, anthropic and gemini,
+        judge on openai. ``overrides`` replace top-level keys."""
+        from conclave.config import Settings
+
+        data: dict[str, Any] = {
+            "question": "What should we do?",
+            "agents": {
+                "architect": {"persona": "p", "provider": "openai", "model": "gpt-4o"},
+                "security": {"persona": "p", "provider": "anthropic", "model": "claude-sonnet-4-5"},
+                "pragmatist": {"persona": "p", "provider": "gemini", "model": "gemini-2.5-pro"},
+            },
+            "judge": {"provider": "openai", "model": "gpt-4o"},
+            "personas": {"p": {"name": "Panelist", "focus": "the question"}},
+            "providers": self.providers_config(),
+            "mode": {"strategy": "converge"},
+        }
+        data.update(overrides)
+        return Settings.model_validate(data)
+
+    def requests_for(self, model: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.model == model]
+
+    def reset(self) -> None:
+        """Forget scripts and recorded requests."""
+        self._scripts.clear()
+        self.requests.clear()
+
+    # ------------------------------------------------------------------------------------- handlers
+
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request)
+        schema = None
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") == "json_schema":
+            schema = (fmt.get("json_schema") or {}).get("schema")
+        record = self._record(request, "openai", body.get("model"), body, bool(body.get("stream")), schema)
+        return await self._serve(request, record, _OpenAI(body))
+
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request)
+        tool = _forced_tool(body)
+        schema = tool.get("input_schema") if tool else None
+        record = self._record(request, "anthropic", body.get("model"), body, bool(body.get("stream")), schema)
+        return await self._serve(request, record, _Anthropic(body, tool))
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request)
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent"):
+            raise web.HTTPNotFound(text=json.dumps(_Gemini.error_body(404, f"unknown method {method}")),
+                                   content_type="application/json")
+        config = body.get("generationConfig") or {}
+        schema = config.get("responseJsonSchema") or config.get("responseSchema")
+        record = self._record(request, "gemini", model, body, method == "streamGenerateContent", schema)
+        return await self._serve(request, record, _Gemini(body))
+
+    async def _models_openai(self, request: web.Request) -> web.StreamResponse:
+        self._record(request, "openai", None, None, False, None)
+        if (denied := self._denied(request, "openai")) is not None:
+            return denied
+        data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+                for m in self.models["openai"]]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _models_anthropic(self, request: web.Request) -> web.StreamResponse:
+        self._record(request, "anthropic", None, None, False, None)
+        if (denied := self._denied(request, "anthropic")) is not None:
+            return denied
+        ids = self.models["anthropic"]
+        data = [{"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"} for m in ids]
+        return web.json_response({"data": data, "has_more": False, "first_id": ids[0] if ids else None,
+                                  "last_id": ids[-1] if ids else None})
+
+    async def _models_gemini(self, request: web.Request) -> web.StreamResponse:
+        self._record(request, "gemini", None, None, False, None)
+        if (denied := self._denied(request, "gemini")) is not None:
+            return denied
+        models = [{"name": f"models/{m}", "displayName": m, "supportedGenerationMethods": ["generateContent"]}
+                  for m in self.models["gemini"]]
+        return web.json_response({"models": models})
+
+    # ------------------------------------------------------------------------------------- serving
+
+    def _record(self, request: web.Request, api: str, model: Any, body: Any, stream: bool,
+                schema: Any) -> RecordedRequest:
+        headers = {k: (REDACTED if k.lower() in _AUTH_HEADERS else v) for k, v in request.headers.items()}
+        query = {k: (REDACTED if k == "key" else v) for k, v in request.query.items()}
+        record = RecordedRequest(api, str(model) if model is not None else None, request.path, request.method,
+                                 headers, query, body, time.time(), stream, schema)
+        self.requests.append(record)
+        return record
+
+    def _denied(self, request: web.Request, api: str) -> web.Response | None:
+        expected = self.keys.get(api)
+        if expected is None:
+            return None
+        given = {
+            "openai": request.headers.get("Authorization", "").removeprefix("Bearer "),
+            "anthropic": request.headers.get("x-api-key", ""),
+            "gemini": request.headers.get("x-goog-api-key") or request.query.get("key", ""),
+        }[api]
+        if given == expected:
+            return None
+        if api == "gemini":  # Gemini says "invalid key" with a 400
+            return web.json_response(_Gemini.error_body(400, "API key not valid. Please pass a valid API key."),
+                                     status=400)
+        return web.json_response(_ERRORS[api](401, "Invalid API key"), status=401)
+
+    def _choose(self, record: RecordedRequest) -> ScriptItem:
+        script = self._scripts.get(record.model or "")
+        if script is not None:
+            return script.next(record)
+        if isinstance(record.schema, Mapping):
+            return Reply(json=instance_for(record.schema))
+        return Reply(text=f"This is {record.model} answering from the fake provider server.")
+
+    def _latency(self, spec: Latency) -> float:
+        return float(spec(self.rng)) if callable(spec) else float(spec)
+
+    async def _serve(self, request: web.Request, record: RecordedRequest, api: _Format) -> web.StreamResponse:
+        try:
+            if (denied := self._denied(request, record.api)) is not None:
+                return denied
+            item = self._choose(record)
+            await asyncio.sleep(self._latency(item.latency))
+            if isinstance(item, Fault):
+                return await self._fault(request, record, item, api)
+            answer = _Answer.of(item, record, next(self._ids))
+            if record.stream:
+                return await self._stream(request, record, api.frames(answer))
+            return web.json_response(api.body(answer))
+        except asyncio.CancelledError:
+            record.disconnected = True
+            raise
+
+    async def _fault(self, request: web.Request, record: RecordedRequest, fault: Fault,
+                     api: _Format) -> web.StreamResponse:
+        if fault.kind == "hang":
+            await self._closing.wait()
+            return web.Response(status=503)
+        if fault.kind == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            record.disconnected = True
+            raise asyncio.CancelledError  # nothing can be sent on an aborted connection
+        if fault.kind == "malformed":
+            if record.stream:
+                return await self._stream(request, record, [b"data: {\"choices\": [{\"delta\": \n\n"])
+            return web.Response(body=b'{"id": "fake", "choices": [', content_type="application/json")
+        if fault.kind == "truncated_stream":
+            answer = _Answer.of(self._fallback_reply(record), record, next(self._ids))
+            if record.stream:
+                frames = api.frames(answer)
+                return await self._stream(request, record, frames[: max(1, len(frames) // 2)])
+            raw = json.dumps(api.body(answer)).encode()
+            return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
+        status = fault.status or api.overloaded_status
+        headers = {}
+        if fault.retry_after is not None:
+            headers["Retry-After"] = f"{fault.retry_after:g}"
+        return web.json_response(api.error_body(status, fault.message), status=status, headers=headers)
+
+    def _fallback_reply(self, record: RecordedRequest) -> Reply:
+        if isinstance(record.schema, Mapping):
+            return Reply(json=instance_for(record.schema))
+        return Reply(text="A partial answer that will be cut off before it is complete.")
+
+    async def _stream(self, request: web.Request, record: RecordedRequest, frames: list[bytes]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        try:
+            await response.prepare(request)
+            for frame in frames:
+                await response.write(frame)
+            await response.write_eof()
+        except ConnectionResetError:
+            record.disconnected = True
+        return response
+
+
+# ------------------------------------------------------------------------------------- wire formats
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A reply made concrete for one request: text, the object (if any), usage, ids."""
+
+    id: int
+    model: str
+    text: str
+    obj: Any
+    usage: tuple[int, int, int]
+    finish_reason: str | None
+
+    @classmethod
+    def of(cls, reply: Reply, record: RecordedRequest, number: int) -> _Answer:
+        text = reply.text if reply.json is None else json.dumps(reply.json)
+        text = text or ""
+        usage = reply.usage or (_count_tokens(record.json) + 7, max(1, len(text) // 4), 0)
+        return cls(number, reply.model or record.model or "fake-model", text, reply.json, usage, reply.finish_reason)
+
+    def pieces(self, n: int = 4) -> list[str]:
+        size = max(1, -(-len(self.text) // n))
+        return [self.text[i:i + size] for i in range(0, len(self.text), size)] or [""]
+
+
+class _Format:
+    overloaded_status = 503
+
+    def body(self, answer: _Answer) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def frames(self, answer: _Answer) -> list[bytes]:
+        raise NotImplementedError
+
+    @staticmethod
+    def error_body(status: int, message: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class _OpenAI(_Format):
+    def __init__(self, request: Mapping[str, Any]) -> None:
+        self.request = request
+
+    def body(self, answer: _Answer) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-fake{answer.id}", "object": "chat.completion", "created": int(time.time()),
+            "model": answer.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text, "refusal": None},
+                         "logprobs": None, "finish_reason": answer.finish_reason or "stop"}],
+            "usage": _openai_usage(answer.usage),
+        }
+
+    def frames(self, answer: _Answer) -> list[bytes]:
+        head = {"id": f"chatcmpl-fake{answer.id}", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": answer.model}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+        frames = [chunk({"role": "assistant", "content": ""})]
+        frames += [chunk({"content": piece}) for piece in answer.pieces()]
+        frames.append(chunk({}, answer.finish_reason or "stop"))
+        if (self.request.get("stream_options") or {}).get("include_usage"):
+            frames.append(_sse({**head, "choices": [], "usage": _openai_usage(answer.usage)}))
+        frames.append(b"data: [DONE]\n\n")
+        return frames
+
+    @staticmethod
+    def error_body(status: int, message: str) -> dict[str, Any]:
+        kinds = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+                 429: "requests"}
+        return {"error": {"message": message, "type": kinds.get(status, "server_error"), "param": None,
+                          "code": {404: "model_not_found", 401: "invalid_api_key"}.get(status)}}
+
+
+class _Anthropic(_Format):
+    overloaded_status = 529
+
+    def __init__(self, request: Mapping[str, Any], tool: Mapping[str, Any] | None) -> None:
+        self.request = request
+        self.tool = tool
+
+    def _use_tool(self, answer: _Answer) -> bool:
+        return self.tool is not None and answer.obj is not None
+
+    def body(self, answer: _Answer) -> dict[str, Any]:
+        if self._use_tool(answer):
+            assert self.tool is not None
+            block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_fake{answer.id}", "name": self.tool["name"],
+                                     "input": answer.obj}
+            stop = "tool_use"
+        else:
+            block, stop = {"type": "text", "text": answer.text}, "end_turn"
+        return {"id": f"msg_fake{answer.id}", "type": "message", "role": "assistant", "model": answer.model,
+                "content": [block], "stop_reason": answer.finish_reason or stop, "stop_sequence": None,
+                "usage": _anthropic_usage(answer.usage)}
+
+    def frames(self, answer: _Answer) -> list[bytes]:
+        message: dict[str, Any] = {
+            "id": f"msg_fake{answer.id}", "type": "message", "role": "assistant", "model": answer.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {**_anthropic_usage(answer.usage), "output_tokens": 1},
+        }
+        frames = [_sse({"type": "message_start", "message": message}, "message_start")]
+        if self._use_tool(answer):
+            assert self.tool is not None
+            start = {"type": "tool_use", "id": f"toolu_fake{answer.id}", "name": self.tool["name"], "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in answer.pieces()]
+            stop = "tool_use"
+        else:
+            start = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in answer.pieces()]
+            stop = "end_turn"
+        frames.append(_sse({"type": "content_block_start", "index": 0, "content_block": start},
+                           "content_block_start"))
+        frames.append(_sse({"type": "ping"}, "ping"))
+        frames += [_sse({"type": "content_block_delta", "index": 0, "delta": d}, "content_block_delta")
+                   for d in deltas]
+        frames.append(_sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        frames.append(_sse({"type": "message_delta",
+                            "delta": {"stop_reason": answer.finish_reason or stop, "stop_sequence": None},
+                            "usage": {"output_tokens": answer.usage[1]}}, "message_delta"))
+        frames.append(_sse({"type": "message_stop"}, "message_stop"))
+        return frames
+
+    @staticmethod
+    def error_body(status: int, message: str) -> dict[str, Any]:
+        kinds = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+        return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}
+
+
+class _Gemini(_Format):
+    def __init__(self, request: Mapping[str, Any]) -> None:
+        self.request = request
+
+    def _response(self, answer: _Answer, text: str, *, final: bool) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+        out: dict[str, Any] = {"candidates": [candidate], "modelVersion": answer.model,
+                               "responseId": f"fake{answer.id}"}
+        if final:
+            candidate["finishReason"] = answer.finish_reason or "STOP"
+            usage = {"promptTokenCount": answer.usage[0], "candidatesTokenCount": answer.usage[1],
+                     "totalTokenCount": answer.usage[0] + answer.usage[1]}
+            if answer.usage[2]:
+                usage["cachedContentTokenCount"] = answer.usage[2]
+            out["usageMetadata"] = usage
+        return out
+
+    def body(self, answer: _Answer) -> dict[str, Any]:
+        return self._response(answer, answer.text, final=True)
+
+    def frames(self, answer: _Answer) -> list[bytes]:
+        pieces = answer.pieces()
+        return [_sse(self._response(answer, piece, final=i == len(pieces) - 1), crlf=True)
+                for i, piece in enumerate(pieces)]
+
+    @staticmethod
+    def error_body(status: int, message: str) -> dict[str, Any]:
+        kinds = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                 429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+        return {"error": {"code": status, "message": message, "status": kinds.get(status, "INTERNAL")}}
+
+
+_ERRORS: dict[str, Callable[[int, str], dict[str, Any]]] = {
+    "openai": _OpenAI.error_body, "anthropic": _Anthropic.error_body, "gemini": _Gemini.error_body,
+}
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(text='{"error": {"message": "request body is not JSON"}}',
+                                 content_type="application/json") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text='{"error": {"message": "request body is not an object"}}',
+                                 content_type="application/json")
+    return body
+
+
+def _forced_tool(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping)]
+    choice = body.get("tool_choice") or {}
+    if choice.get("type") == "tool":
+        return next((t for t in tools if t.get("name") == choice.get("name")), None)
+    if choice.get("type") == "any" and tools:
+        return tools[0]
+    return None
+
+
+def _sse(payload: Any, event: str | None = None, *, crlf: bool = False) -> bytes:
+    end = "\r\n" if crlf else "\n"
+    head = f"event: {event}{end}" if event else ""
+    return f"{head}data: {json.dumps(payload)}{end}{end}".encode()
+
+
+def _openai_usage(usage: tuple[int, int, int]) -> dict[str, Any]:
+    return {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[0] + usage[1],
+            "prompt_tokens_details": {"cached_tokens": usage[2]}}
+
+
+def _anthropic_usage(usage: tuple[int, int, int]) -> dict[str, Any]:
+    # Anthropic's input_tokens excludes cache reads, which it reports apart.
+    return {"input_tokens": usage[0] - usage[2], "output_tokens": usage[1], "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": usage[2]}
+
+
+def _count_tokens(body: Any) -> int:
+    """A rough input token count (4 characters a token) for answers whose usage is not scripted."""
+    with contextlib.suppress(TypeError, ValueError):
+        return len(json.dumps(body)) // 4
+    return 0

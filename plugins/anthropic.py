@@ -1,0 +1,186 @@
+"""Built-in ``anthropic`` provider: the Messages API (``POST {base_url}/v1/messages``).
+
+The system prompt is the top-level ``system`` field. Structured output is one forced tool whose ``input_schema``
+is the artifact schema (``tool_choice: {type: tool, name}``); the tool call's ``input`` is the parsed object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from conclave.hookspecs import hookimpl
+from conclave.providers.base import (
+    Completion,
+    CompletionRequest,
+    OverloadedError,
+    ProviderError,
+    RateLimitedError,
+    ServerError,
+    Usage,
+)
+from conclave.providers.http import HTTPProvider, parse_object, schema_name
+
+API_VERSION = "2023-06-01"
+
+
+class AnthropicProvider(HTTPProvider):
+    """Anthropic Messages API."""
+
+    DEFAULT_BASE_URL = "https://api.anthropic.com"
+    DEFAULT_KEY_ENV = ("ANTHROPIC_API_KEY",)
+    KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset({"api.anthropic.com"})
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key, "anthropic-version": API_VERSION}
+
+    def headers(self, model: str) -> dict[str, str]:
+        headers = super().headers(model)
+        headers.setdefault("anthropic-version", API_VERSION)  # also when a keyless proxy is configured
+        return headers
+
+    def body(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
+        """The request body for ``request`` (what the API receives, key excluded)."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.json_schema is not None:
+            name = schema_name(request)
+            body["tools"] = [{
+                "name": name,
+                "description": "Record your answer. Call this tool exactly once with the complete answer.",
+                "input_schema": dict(request.json_schema),
+            }]
+            body["tool_choice"] = {"type": "tool", "name": name}
+        if stream:
+            body["stream"] = True
+        return body
+
+    async def attempt(self, request: CompletionRequest) -> Completion:
+        started = time.perf_counter()
+        payload = await self.post_json(f"{self.base_url}/v1/messages", self.body(request, stream=False),
+                                       request.model)
+        content = payload.get("content")
+        if not isinstance(content, list):
+            raise self.malformed("no content blocks in the answer", request.model)
+        texts: list[str] = []
+        tool_input: dict[str, Any] | None = None
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                texts.append(str(block.get("text", "")))
+            elif block.get("type") == "tool_use" and isinstance(block.get("input"), dict):
+                tool_input = block["input"]
+        return self._completion(request, texts, tool_input, payload.get("usage"), payload.get("model"),
+                                payload.get("stop_reason"), started)
+
+    async def attempt_stream(self, request: CompletionRequest) -> AsyncIterator[str | Completion]:
+        started = time.perf_counter()
+        texts: list[str] = []
+        tool_json: list[str] = []
+        usage: dict[str, Any] = {}
+        model: Any = request.model
+        stop: Any = None
+        done = False
+        events = self.post_sse(f"{self.base_url}/v1/messages", self.body(request, stream=True), request.model)
+        async with contextlib.aclosing(events):
+            async for _name, data in events:
+                event = self.decode_event(data, request.model)
+                kind = event.get("type")
+                if kind == "message_start":
+                    message = event.get("message") or {}
+                    model = message.get("model") or model
+                    usage.update(message.get("usage") or {})
+                elif kind == "content_block_delta":
+                    delta = event.get("delta") or {}
+                    if delta.get("type") == "text_delta" and delta.get("text"):
+                        texts.append(delta["text"])
+                        yield delta["text"]
+                    elif delta.get("type") == "input_json_delta" and delta.get("partial_json"):
+                        tool_json.append(delta["partial_json"])
+                        yield delta["partial_json"]
+                elif kind == "message_delta":
+                    stop = (event.get("delta") or {}).get("stop_reason") or stop
+                    usage.update(event.get("usage") or {})
+                elif kind == "message_stop":
+                    done = True
+                    break
+                elif kind == "error":
+                    raise self._stream_error(event.get("error") or {}, request.model)
+        if not done:
+            raise self.malformed("the stream ended before message_stop (truncated)", request.model)
+        tool_input = None
+        if tool_json:
+            tool_input = parse_object("".join(tool_json))
+            if tool_input is None:
+                raise self.malformed("the tool input in the stream is not a JSON object", request.model)
+        yield self._completion(request, texts, tool_input, usage, model, stop, started)
+
+    def _completion(self, request: CompletionRequest, texts: list[str], tool_input: dict[str, Any] | None,
+                    usage: Any, model: Any, stop: Any, started: float) -> Completion:
+        parsed: dict[str, Any] | None = tool_input
+        if tool_input is not None:
+            text = json.dumps(tool_input, ensure_ascii=False)
+        else:
+            text = "".join(texts)
+            parsed = parse_object(text) if request.json_schema is not None else None
+        return Completion(
+            text=text,
+            parsed=parsed,
+            usage=_usage(usage),
+            model=str(model or request.model),
+            provider=self.name,
+            finish_reason=str(stop) if stop else None,
+            latency_s=time.perf_counter() - started,
+        )
+
+    def _stream_error(self, error: dict[str, Any], model: str) -> ProviderError:
+        kind, message = error.get("type"), self.redact(str(error.get("message", "")))
+        kw: dict[str, Any] = {"provider": self.name, "model": model}
+        if kind == "overloaded_error":
+            return OverloadedError(f"{self.name} is overloaded (mid-stream) serving {model}: {message}", **kw)
+        if kind == "rate_limit_error":
+            return RateLimitedError(f"{self.name} rate-limited {model} mid-stream: {message}", **kw)
+        return ServerError(f"{self.name} failed mid-stream serving {model} ({kind}): {message}", **kw)
+
+    async def list_models(self) -> list[str] | None:
+        ids: list[str] = []
+        url = f"{self.base_url}/v1/models?limit=1000"
+        for _page in range(20):  # bounded: a misbehaving proxy must not loop us forever
+            payload = await self.get_json(url, timeout_s=10.0)
+            data = payload.get("data")
+            if not isinstance(data, list):
+                raise self.malformed("the models list has no data array", "")
+            ids += [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
+            if not payload.get("has_more") or not payload.get("last_id"):
+                break
+            url = f"{self.base_url}/v1/models?limit=1000&after_id={payload['last_id']}"
+        return ids
+
+
+def _usage(raw: Any) -> Usage:
+    """Anthropic counts cache reads and writes apart from ``input_tokens``; ours includes them."""
+    if not isinstance(raw, dict):
+        return Usage()
+    cached = int(raw.get("cache_read_input_tokens") or 0)
+    written = int(raw.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        input_tokens=int(raw.get("input_tokens") or 0) + cached + written,
+        output_tokens=int(raw.get("output_tokens") or 0),
+        cached_input_tokens=cached,
+    )
+
+
+@hookimpl
+def register_providers(register: Any) -> None:
+    register("anthropic", AnthropicProvider)

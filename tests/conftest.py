@@ -1,0 +1,1 @@
+pytest_plugins = ["conclave.testing.pytest_plugin"]
