@@ -1,0 +1,214 @@
+"""The user's context: ``context`` files, a summarised ``project`` directory and stdin, as one bounded text.
+
+A project is summarised as a file tree plus file contents, shallow files first (README and manifests before
+deep sources), within fixed bounds: at most 100 files, 100 KB per file (longer files are truncated with a
+marker), 1 MB in total. Binaries, dependency/build directories and symlinks leaving the project are skipped.
+Every file read, truncated or left out is listed in ``sources``, so the report can say what the panel saw.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from conclave.errors import ConfigError
+
+if TYPE_CHECKING:
+    from conclave.config import Settings
+
+MAX_PROJECT_FILES = 100
+MAX_FILE_BYTES = 100 * 1024
+MAX_TOTAL_BYTES = 1024 * 1024
+#: an explicitly named context file may be larger than a project file (the predecessor allowed 2 MB)
+MAX_CONTEXT_FILE_BYTES = 2 * 1024 * 1024
+#: left-out project files listed one by one; beyond this they are summarised in a single entry
+MAX_OMITTED_LISTED = 200
+
+EXCLUDED_DIRS = frozenset({
+    ".git", "node_modules", ".venv", "venv", "__pycache__", "dist", "build", "target", ".next", "coverage",
+    ".mypy_cache", ".pytest_cache", ".ruff_cache",
+})
+
+_SNIFF_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class ContextBundle:
+    """The context text sent with every prompt, and where each part came from.
+
+    ``sources`` entries: ``{path, bytes, truncated, kind, omitted}`` where ``kind`` is ``context_file``,
+    ``project_file`` or ``stdin``, ``bytes`` is the size on disk, and ``omitted`` is null or why it was left out.
+    """
+
+    text: str = ""
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "sources": [dict(s) for s in self.sources]}
+
+
+def load_context(settings: Settings, stdin_text: str | None = None) -> ContextBundle:
+    """Read ``settings.context`` files, summarise ``settings.project`` and append ``stdin_text``.
+
+    Raises ``ConfigError`` (exit 2) for a missing, unreadable or binary context file or a missing project dir.
+    """
+    sections: list[str] = []
+    sources: list[dict[str, Any]] = []
+    for name in settings.context:
+        section, source = _context_file(name)
+        sections.append(section)
+        sources.append(source)
+    if settings.project is not None:
+        section, project_sources = _project(settings.project)
+        sections.append(section)
+        sources.extend(project_sources)
+    if stdin_text:
+        data = stdin_text.encode("utf-8")
+        body, truncated = _bounded(data, MAX_TOTAL_BYTES)
+        sections.append(f"<stdin>\n{body}\n</stdin>")
+        sources.append(_source("-", len(data), truncated, "stdin"))
+    return ContextBundle("\n\n".join(sections), sources)
+
+
+def _source(path: str, size: int, truncated: bool, kind: str, omitted: str | None = None) -> dict[str, Any]:
+    return {"path": path, "bytes": size, "truncated": truncated, "kind": kind, "omitted": omitted}
+
+
+def _context_file(name: str) -> tuple[str, dict[str, Any]]:
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise ConfigError([f"context: file not found: {name}"])
+    if not path.is_file():
+        raise ConfigError([f"context: not a file: {name} (pass a directory as project=…)"])
+    data = _read(path, "context", name)
+    if _is_binary(data):
+        raise ConfigError([f"context: not a text file: {name}"])
+    body, truncated = _bounded(data, MAX_CONTEXT_FILE_BYTES)
+    return f'<file path="{name}">\n{body}\n</file>', _source(name, len(data), truncated, "context_file")
+
+
+def _read(path: Path, key: str, shown: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([f"{key}: cannot read {shown}: {exc.strerror or exc}"]) from None
+
+
+def _is_binary(data: bytes) -> bool:
+    return b"\x00" in data[:_SNIFF_BYTES]
+
+
+def _bounded(data: bytes, limit: int) -> tuple[str, bool]:
+    """``data`` as text, cut to ``limit`` bytes (at a character boundary) with a visible marker."""
+    if len(data) <= limit:
+        return data.decode("utf-8", errors="replace"), False
+    head = data[:limit].decode("utf-8", errors="ignore")  # "ignore" drops only a split trailing character
+    return f"{head}\n[… truncated by conclave: showing {limit:,} of {len(data):,} bytes]", True
+
+
+def _project(name: str) -> tuple[str, list[dict[str, Any]]]:
+    root = Path(name).expanduser()
+    if not root.exists():
+        raise ConfigError([f"project: directory not found: {name}"])
+    if not root.is_dir():
+        raise ConfigError([f"project: not a directory: {name}"])
+    real_root = root.resolve()
+    included: list[tuple[str, str]] = []  # (relative path, body)
+    sources: list[dict[str, Any]] = []
+    omitted: list[dict[str, Any]] = []
+    total = 0
+    for rel, path, reason in _candidates(root, real_root):
+        shown = f"{name.rstrip('/')}/{rel}"
+        if reason is not None:
+            omitted.append(_source(shown, _size(path), False, "project_file", reason))
+            continue
+        size = _size(path)
+        if len(included) >= MAX_PROJECT_FILES:
+            omitted.append(_source(shown, size, False, "project_file", f"over the {MAX_PROJECT_FILES}-file limit"))
+            continue
+        if total >= MAX_TOTAL_BYTES:
+            omitted.append(_source(shown, size, False, "project_file", "over the 1 MB total limit"))
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            omitted.append(_source(shown, size, False, "project_file", f"unreadable: {exc.strerror or exc}"))
+            continue
+        if _is_binary(data):
+            omitted.append(_source(shown, len(data), False, "project_file", "binary"))
+            continue
+        body, truncated = _bounded(data, min(MAX_FILE_BYTES, MAX_TOTAL_BYTES - total))
+        total += min(len(data), MAX_FILE_BYTES, MAX_TOTAL_BYTES - total)
+        included.append((rel, body))
+        sources.append(_source(shown, len(data), truncated, "project_file"))
+    sources.extend(_listed(omitted, name))
+    return _render_project(name, included, len(omitted)), sources
+
+
+def _listed(omitted: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The omitted entries, with any beyond ``MAX_OMITTED_LISTED`` folded into one summary entry."""
+    if len(omitted) <= MAX_OMITTED_LISTED:
+        return omitted
+    rest = omitted[MAX_OMITTED_LISTED:]
+    summary = _source(f"{name.rstrip('/')}/…", sum(s["bytes"] for s in rest), False, "project_file",
+                      f"{len(rest)} more files left out (limits, binaries or symlinks)")
+    return [*omitted[:MAX_OMITTED_LISTED], summary]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _candidates(root: Path, real_root: Path) -> Iterator[tuple[str, Path, str | None]]:
+    """Every project file as (relative posix path, path, reason to omit or None), shallow files first."""
+    found: list[tuple[str, Path, str | None]] = []
+    for dirpath, dirnames, filenames in os.walk(root):  # never follows directory symlinks
+        here = Path(dirpath)
+        keep = []
+        for d in sorted(dirnames):
+            if d in EXCLUDED_DIRS:
+                continue
+            if (here / d).is_symlink():
+                rel = (here / d).relative_to(root).as_posix()
+                found.append((rel, here / d, _symlink_reason(here / d, real_root, "symlinked directory")))
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for f in filenames:
+            path = here / f
+            rel = path.relative_to(root).as_posix()
+            reason = _symlink_reason(path, real_root, None) if path.is_symlink() else None
+            if reason is None and not path.is_file():
+                reason = "not a regular file"
+            found.append((rel, path, reason))
+    found.sort(key=lambda item: (item[0].count("/"), item[0]))
+    yield from found
+
+
+def _symlink_reason(path: Path, real_root: Path, inside: str | None) -> str | None:
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return "broken symlink"
+    return inside if target.is_relative_to(real_root) else "symlink outside the project"
+
+
+def _render_project(name: str, included: list[tuple[str, str]], omitted: int) -> str:
+    tree = "\n".join(f"  {rel}" for rel, _ in included)
+    note = f"\n  … {omitted} more files left out (limits, binaries or symlinks)" if omitted else ""
+    files = "\n\n".join(f'<file path="{rel}">\n{body}\n</file>' for rel, body in included)
+    header = f'<project path="{name}">\nFile tree ({len(included)} files shown):\n{tree}{note}'
+    return f"{header}\n\n{files}\n</project>" if files else f"{header}\n</project>"
+
+
+__all__ = ["EXCLUDED_DIRS", "ContextBundle", "load_context"]

@@ -1,0 +1,224 @@
+"""Built-in terminal progress: one line per round on stderr, e.g.
+
+    ▸ Round 1 · Independent   security ✓ 3.1s   architect ✓ 2.7s   pragmatist ✗ (timeout)
+
+On a terminal the current round's line is rewritten in place as answers arrive; otherwise each round's line
+is appended once the round ends, so logs stay readable. Notices (substitutions, early termination, explore
+mode, verbose mode, cost aborts) get their own lines, and a summary line closes the run. ``CONCLAVE_PROGRESS=0``
+turns the view off. Unknown event types are ignored, so new events never break it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from statistics import fmean
+from typing import Any, TextIO
+
+from conclave import events as ev
+from conclave.filtering import VERBOSE_NOTICE
+from conclave.hookspecs import hookimpl
+
+ROUND_LABELS = {
+    "independent": "Independent",
+    "synthesis": "Synthesis",
+    "cross_exam": "Cross-exam",
+    "verdict": "Verdict",
+}
+_CLEAR_LINE = "\r\x1b[K"
+
+
+def short_error(error: Any) -> str:
+    """A few words for a failed call: ``timeout``, ``rate limited``, else the error's first clause."""
+    text = str(error or "failed")
+    lowered = text.lower()
+    for needle, words in (("timeout", "timeout"), ("timed out", "timeout"), ("429", "rate limited"),
+                          ("rate limit", "rate limited"), ("invalid answer", "invalid answer")):
+        if needle in lowered:
+            return words
+    first = text.split(":", 1)[-1].strip() if ":" in text else text
+    return first if len(first) <= 40 else first[:39] + "…"
+
+
+def _pct(value: Any) -> str:
+    return f"{round(float(value) * 100)}%" if isinstance(value, int | float) else "n/a"
+
+
+class ProgressView:
+    """Renders consultation events as progress lines on ``stream`` (stderr in real use)."""
+
+    def __init__(self, stream: TextIO, *, tty: bool, verbose: bool = False) -> None:
+        self.stream = stream
+        self.tty = tty
+        self.verbose = verbose
+        self._round: tuple[int, str] | None = None
+        self._entries: list[str] = []
+        self._tail = ""  # what follows the entries, e.g. "confidence 78%"
+        self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
+            ev.CONSULTATION_STARTED: self._started,
+            ev.COST_ESTIMATED: self._cost_estimated,
+            ev.ROUND_STARTED: self._round_started,
+            ev.AGENT_COMPLETED: self._agent_completed,
+            ev.PROVIDER_SUBSTITUTED: self._substituted,
+            ev.ROUND_ARTIFACT: self._artifact,
+            ev.FILTER_APPLIED: self._filter_applied,
+            ev.ROUND_COMPLETED: self._round_completed,
+            ev.EARLY_TERMINATION: self._early_termination,
+            ev.COST_GATE_TRIGGERED: self._cost_gate,
+            ev.CONSULTATION_COMPLETED: self._completed,
+        }
+
+    def __call__(self, event: ev.Event) -> None:
+        handler = self._handlers.get(event.type)
+        if handler is not None:
+            handler(event.data or {})
+
+    # ------------------------------------------------------------------------------------------ output
+
+    def _line(self) -> str:
+        if self._round is None:
+            return ""
+        number, label = self._round
+        parts = [f"  ▸ Round {number} · {label:<11}", *self._entries]
+        if self._tail:
+            parts.append(self._tail)
+        return "   ".join(parts).rstrip()
+
+    def _redraw(self) -> None:
+        if self.tty and self._round is not None:
+            self._write(_CLEAR_LINE + self._line())
+
+    def _notice(self, text: str) -> None:
+        """A line of its own; on a terminal it goes above the round line being drawn."""
+        if self.tty and self._round is not None:
+            self._write(f"{_CLEAR_LINE}  {text}\n{self._line()}")
+        else:
+            self._write(f"  {text}\n")
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    # ------------------------------------------------------------------------------------------ handlers
+
+    def _started(self, data: Mapping[str, Any]) -> None:
+        if self.verbose or data.get("verbose"):
+            self._notice(VERBOSE_NOTICE)
+        resumed = data.get("resumed_rounds")
+        if resumed:
+            self._notice(f"↺ Resumed: {', '.join(str(r).replace('_', ' ') for r in resumed)} restored from the journal")
+
+    def _cost_estimated(self, data: Mapping[str, Any]) -> None:
+        if not self.verbose:
+            return
+        cost = data.get("estimated_cost")
+        text = f"Estimated cost ${cost:.4f}" if isinstance(cost, int | float) else "Estimated cost unknown"
+        unknown = data.get("unknown_prices") or []
+        self._notice(text + (f" (no price for: {', '.join(map(str, unknown))})" if unknown else ""))
+
+    def _round_started(self, data: Mapping[str, Any]) -> None:
+        if self._round is not None:  # a round that never reported completion: close its line first
+            self._round_completed({})
+        round_type = str(data.get("round_type", ""))
+        self._round = (int(data.get("round_number") or 0), ROUND_LABELS.get(round_type, round_type))
+        self._entries, self._tail = [], ""
+        self._redraw()
+
+    def _agent_completed(self, data: Mapping[str, Any]) -> None:
+        name = data.get("agent") or "?"
+        if data.get("ok"):
+            duration = data.get("duration_s")
+            entry = f"{name} ✓ {duration:.1f}s" if isinstance(duration, int | float) else f"{name} ✓"
+        else:
+            entry = f"{name} ✗ ({short_error(data.get('error'))})"
+        self._entries.append(entry)
+        self._redraw()
+
+    def _substituted(self, data: Mapping[str, Any]) -> None:
+        original = f"{data.get('original_provider')}/{data.get('original_model')}"
+        substitute = f"{data.get('substitute_provider')}/{data.get('substitute_model')}"
+        reason = f" ({data['reason']})" if data.get("reason") else ""
+        self._notice(f"↻ {data.get('agent')}: {original} → {substitute}{reason}")
+
+    def _artifact(self, data: Mapping[str, Any]) -> None:
+        artifact = data.get("artifact")
+        if not isinstance(artifact, Mapping):
+            return
+        if data.get("artifact_type") == "synthesis":
+            points = [p.get("confidence") for p in artifact.get("consensus_points") or [] if isinstance(p, Mapping)]
+            numbers = [float(c) for c in points if isinstance(c, int | float)]
+            self._tail = f"confidence {_pct(fmean(numbers))}" if numbers else ""
+        elif data.get("artifact_type") == "verdict":
+            self._tail = f"confidence {_pct(artifact.get('confidence'))}"
+        self._redraw()
+
+    def _filter_applied(self, data: Mapping[str, Any]) -> None:
+        if not self.verbose:
+            return
+        before, after = data.get("tokens_before"), data.get("tokens_after")
+        text = f"filter {data.get('filter')}: round-{data.get('round_number')} view of the {data.get('artifact_type')}"
+        if isinstance(before, int) and isinstance(after, int):
+            text += f" {before:,} → {after:,} tokens"
+        if data.get("error"):
+            text += f" (failed, sent unfiltered: {data['error']})"
+        self._notice(text)
+
+    def _round_completed(self, data: Mapping[str, Any]) -> None:
+        if self._round is None:
+            return
+        line = self._line()
+        self._round, self._entries, self._tail = None, [], ""
+        self._write(f"{_CLEAR_LINE}{line}\n" if self.tty else f"{line}\n")
+
+    def _early_termination(self, data: Mapping[str, Any]) -> None:
+        if data.get("notice"):
+            self._notice(str(data["notice"]))
+        if not data.get("offered"):
+            return
+        why = f"consensus {_pct(data.get('confidence'))} ≥ threshold {_pct(data.get('threshold'))}"
+        if data.get("accepted"):
+            skipped = data.get("rounds_skipped") or 0
+            self._notice(f"⏹ Early termination: {why}; skipping {skipped} round{'s' if skipped != 1 else ''}")
+        else:
+            self._notice(f"Early termination offered ({why}) and declined: continuing")
+
+    def _cost_gate(self, data: Mapping[str, Any]) -> None:
+        actual, estimate = data.get("actual_cost"), data.get("estimated_cost")
+        if isinstance(actual, int | float) and isinstance(estimate, int | float):
+            self._notice(f"✖ Cost ${actual:.4f} exceeded {data.get('abort_ratio')} × the estimate ${estimate:.4f}: "
+                         "stopping")
+        else:
+            self._notice("✖ Cost limit exceeded: stopping")
+
+    def _completed(self, data: Mapping[str, Any]) -> None:
+        from conclave.render.markdown import summary_line
+
+        if self._round is not None:
+            self._round_completed({})
+        raw = data.get("result")
+        result: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        status = str(data.get("status") or result.get("status") or "complete")
+        mark = {"complete": "✓", "completed_degraded": "⚠"}.get(status, "✖")
+        text = f"{mark} {status.replace('_', ' ')}"
+        if status in ("partial", "aborted") and result.get("abort_reason"):
+            text += f" ({result['abort_reason']})"
+        summary = summary_line(result)
+        self._write(f"  {text} · {summary}\n" if summary else f"  {text}\n")
+
+
+def progress_factory(settings: Any) -> ProgressView | None:
+    """The ``progress`` subscriber for one consultation, writing to stderr; None when CONCLAVE_PROGRESS=0."""
+    if os.environ.get("CONCLAVE_PROGRESS", "").strip() == "0":
+        return None
+    stream = sys.stderr
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return ProgressView(stream, tty=tty, verbose=bool(getattr(settings, "verbose", False)))
+
+
+@hookimpl
+def register_event_subscribers(register: Any) -> None:
+    register("progress", progress_factory)

@@ -1,0 +1,221 @@
+"""Rendering a result: the Markdown report, the JSON-LD document and the console writer."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conclave.artifacts import validate
+from conclave.render.console import print_result
+from conclave.render.jsonld import to_jsonld
+from conclave.render.markdown import render_markdown
+
+RESULTS = Path(__file__).parent / "fixtures" / "results"
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def converge() -> dict[str, Any]:
+    return load("converge_complete")
+
+
+@pytest.fixture
+def explore() -> dict[str, Any]:
+    return load("explore_complete")
+
+
+@pytest.mark.parametrize(("name", "verdict_schema", "reply_schema"), [
+    ("converge_complete", "verdict", "cross_exam_reply"),
+    ("explore_complete", "verdict_explore", "cross_exam_reply_explore"),
+])
+def test_fixture_artifacts_are_schema_valid(name: str, verdict_schema: str, reply_schema: str) -> None:
+    artifacts = load(name)["artifacts"]
+    problems = [validate("independent", a) for a in artifacts["round_1"].values()]
+    problems += [validate(reply_schema, r) for r in artifacts["round_3_replies"].values()]
+    problems += [validate("synthesis", artifacts["round_2"]), validate("cross_exam", artifacts["round_3"]),
+                 validate(verdict_schema, artifacts["round_4"])]
+    assert all(p == [] for p in problems), problems
+
+
+def test_converge_report_sections_in_order(converge: dict[str, Any]) -> None:
+    md = render_markdown(converge)
+    headings = [line for line in md.splitlines() if line.startswith("#")]
+    assert headings == [
+        "# Consultation summary", "## Verdict (confidence 84%)", "## Realized panel", "## Agent perspectives",
+        "### security (confidence 82%)", "### architect (confidence 88%)", "### pragmatist (confidence 74%)",
+        "## Concerns raised", "## Dissent",
+    ]
+    assert "> Should we move billing to event sourcing?" in md
+    assert converge["recommendation"] in md
+    assert "- Two lost-update incidents on invoice status would be prevented, not just recorded (architect)" in md
+    assert "⚠" not in md and "✖" not in md  # a complete run has no banner
+
+
+def test_converge_report_details(converge: dict[str, Any]) -> None:
+    md = render_markdown(converge)
+    assert ("| pragmatist (Agent C) | pragmatic | gemini/gemini-2.5-flash "
+            "| substituted for gemini/gemini-2.5-pro (timeout) |") in md
+    assert "**Position:** Do not rewrite billing;" in md
+    assert "- Who staffs the projection rebuild and on-call for the event store" in md
+    assert "- **pragmatist** (medium): The team has no on-call experience with an event store;" in md
+    assert md.rstrip().splitlines()[-3:] == [
+        "cost $0.0412 · 18,305 tokens · 16.4 s · saved 4,210 tokens (31%)",
+        "",
+        "context: 1 source (4,182 bytes) · secrets redacted before sending: 1 (url_password: 1)",
+    ]
+
+
+def test_explore_report_is_an_options_menu(explore: dict[str, Any]) -> None:
+    md = render_markdown(explore)
+    assert "## Options (confidence 72%)" in md and "## Verdict" not in md
+    assert "### 1. Hybrid: team seats plus usage-based API" in md
+    option = md[md.index("### 2. Committed-use credits"):md.index("### 3.")]
+    assert "- **Pros:** Finance can budget; Upfront cash" in option
+    assert "- **Cons:** Harder for small teams to start" in option
+    assert "- **Best when:** Selling to enterprises with procurement" in option
+    assert "- **Championed by:** architect" in option
+    assert "**Synergies**\n\n- Metering is a prerequisite" in md
+    assert "_All models answered as configured._" in md
+    assert "cost unknown for: grok-4 · 17,430 tokens" in md
+    assert "## Dissent" not in md
+
+
+def test_degraded_run_names_the_fallback_judge(converge: dict[str, Any]) -> None:
+    converge["status"] = "completed_degraded"
+    converge["judge"].update(actual_provider="anthropic", actual_model="claude-sonnet-4-5", fallback_used=True)
+    md = render_markdown(converge)
+    assert ("> ⚠ **Completed, degraded.** The judge model openai/gpt-4o was unavailable; "
+            "a fallback judge (anthropic/claude-sonnet-4-5) was used.") in md
+    assert "Judge: anthropic/claude-sonnet-4-5 (fallback for openai/gpt-4o)" in md
+
+
+def partial(result: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
+    out = copy.deepcopy(result)
+    out.update(status=status, completed_rounds=2, verdict=None, recommendation=None, confidence=None, dissent=[],
+               concerns=[], abort_reason=reason, token_efficiency_stats=None)
+    out["artifacts"].update(round_3_replies={}, round_3=None, round_4=None)
+    return out
+
+
+def test_partial_run_shows_the_abort_reason_and_no_verdict(converge: dict[str, Any]) -> None:
+    md = render_markdown(partial(converge, "partial", "actual cost $0.09 exceeded 1.5 × the estimate $0.05"))
+    assert ("> ⚠ **Partial result.** Stopped after 2 of 4 rounds. "
+            "Reason: actual cost $0.09 exceeded 1.5 × the estimate $0.05") in md
+    assert "## Verdict\n\n_No verdict was reached._" in md
+    assert "## Concerns raised" not in md  # round 3 never ran
+    assert "**After cross-examination:**" not in md
+    assert "saved" not in md.splitlines()[-1]
+
+
+def test_one_round_run_points_to_the_perspectives(converge: dict[str, Any]) -> None:
+    result = partial(converge, "complete", "")
+    result.update(planned_rounds=1, completed_rounds=1, abort_reason=None)
+    result["artifacts"]["round_2"] = None
+    md = render_markdown(result)
+    assert "_A one-round run asks for independent answers only: see the perspectives below._" in md
+    assert "### architect (confidence 88%)" in md
+
+
+def test_aborted_run_marks_absent_agents(converge: dict[str, Any]) -> None:
+    result = partial(converge, "aborted", "interrupted by the user")
+    agent = result["agents"][2]
+    agent.update(absent=True, error="timeout after 120 s | no answer")
+    del result["artifacts"]["round_1"]["pragmatist"]
+    md = render_markdown(result)
+    assert md.startswith("# Consultation summary")
+    assert "> ✖ **Aborted.** Stopped after 2 of 4 rounds. Reason: interrupted by the user" in md
+    assert "| pragmatist (Agent C) | pragmatic | — | absent: timeout after 120 s \\| no answer |" in md
+    assert "### pragmatist\n\n_Absent: gave no round-1 answer (timeout after 120 s | no answer)._" in md
+
+
+def test_early_termination_note(converge: dict[str, Any]) -> None:
+    result = partial(converge, "complete", "")
+    result.update(abort_reason=None, recommendation="Adopt event sourcing for invoices", confidence=0.93,
+                  verdict={"recommendation": "Adopt event sourcing for invoices", "confidence": 0.93,
+                           "evidence": ["Auditability first"], "dissent": []})
+    result["early_termination"] = {"offered": True, "accepted": True, "reason": "high_confidence_after_synthesis",
+                                   "confidence": 0.93, "threshold": 0.9, "rounds_skipped": 2,
+                                   "estimated_cost_saved": 0.0123}
+    md = render_markdown(result)
+    assert ("> Stopped early after round 2: consensus confidence 93% reached the threshold 90%; "
+            "2 rounds skipped (estimated saving $0.0123).") in md
+    assert "## Verdict (confidence 93%)" in md and "⚠" not in md
+
+    result["early_termination"]["accepted"] = False
+    assert "offered (consensus confidence 93% reached the threshold 90%) and declined" in render_markdown(result)
+
+
+def test_every_key_may_be_null(converge: dict[str, Any]) -> None:
+    nulls = dict.fromkeys(converge)
+    nulls["question"] = "Is this tolerated?"
+    md = render_markdown(nulls)
+    assert "> Is this tolerated?" in md and "_No verdict was reached._" in md
+    assert md.rstrip().endswith("cost unknown")
+    assert render_markdown({}).startswith("# Consultation summary")
+
+
+def test_jsonld_adds_context_type_and_id_and_keeps_every_key(converge: dict[str, Any]) -> None:
+    doc = to_jsonld(converge)
+    assert doc["@type"] == "conclave:Consultation"
+    assert doc["@id"] == "urn:conclave:c-20260302-091405-7f3a9c"
+    assert doc["@context"]["@vocab"] == "https://conclave.dev/ns#"
+    assert doc["@context"]["created_at"] == {"@id": "schema:dateCreated", "@type": "xsd:dateTime"}
+    assert {k: v for k, v in doc.items() if not k.startswith("@")} == converge
+    assert json.loads(json.dumps(doc)) == doc
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_console_markdown_is_plain_text_when_not_a_terminal(converge: dict[str, Any]) -> None:
+    out = io.StringIO()
+    print_result(converge, "markdown", out)
+    assert out.getvalue() == render_markdown(converge)
+
+
+def test_console_markdown_is_styled_by_rich_on_a_terminal(converge: dict[str, Any]) -> None:
+    out = _Terminal()
+    print_result(converge, "markdown", out)
+    text = out.getvalue()
+    assert "Should we move billing to event sourcing?" in text
+    assert "## Verdict" not in text  # rich rendered the heading instead of printing its markup
+    assert "\x1b[" in text
+
+
+def test_console_json_and_both(converge: dict[str, Any]) -> None:
+    out = io.StringIO()
+    print_result(converge, "json", out)
+    assert json.loads(out.getvalue()) == to_jsonld(converge)
+    both = io.StringIO()
+    print_result(converge, "both", both)
+    # The report has its own "---" footer rule, so split at the last rule: the one followed by the JSON.
+    head, sep, tail = both.getvalue().rpartition("---\n{")
+    assert sep and head == render_markdown(converge)
+    assert json.loads("{" + tail) == to_jsonld(converge)
+
+
+def test_console_rejects_an_unknown_format(converge: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"output\.format"):
+        print_result(converge, "yaml", io.StringIO())  # type: ignore[arg-type]
+
+
+def test_plain_output_does_not_import_rich() -> None:
+    code = (
+        "import io, json, sys; from conclave.render.console import print_result; "
+        f"print_result(json.load(open({str(RESULTS / 'converge_complete.json')!r})), 'both', io.StringIO()); "
+        "print('rich' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

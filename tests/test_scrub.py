@@ -1,0 +1,182 @@
+"""Secret scrubbing: each secret type is redacted and counted once; ordinary text is left alone."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conclave.scrub import ScrubReport, scrub
+
+# Fake secrets with the real shapes (random-looking, never issued).
+OPENAI_PROJECT = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab7dEf0hIj3kLm6n-Op9qRs2tUv5wXy8zAb1dEf4h"
+OPENAI_LEGACY = "sk-" + "T7qXk2Lm9Pw4Rz8Nc3Vb6Hd1Jf5Gs0Ya2Ue7Io4Kl9Mn3Bv8Cx"
+ANTHROPIC = "sk-ant-api03-" + "Zx8Cv7Bn6Mq5Wl4Ek3Rt2Yu1Io0Pa9Sd8Fg7Hj6Kl5Zx4Cv3Bn2Mq1We0Rt9Yu8Io7Pa6SdAA"
+GEMINI = "AIzaSyD4mX9kP2vQ7wR1tY6uI3oP8aS5dF0gH2j"
+XAI = "xai-" + "k3J9sL2qP8wE5rT1yU7iO4pA6sD0fG3hJ9kL2zX8cV5bN1mQ7wE4rT6yU0iO3pA9sD5fG2hJ8kL1zX7cV4b"
+MISTRAL = "Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz9Xc"
+AWS_ID = "AKIAIOSFODNN7EXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+GITHUB_CLASSIC = "ghp_" + "R4nd0mT0k3nV4lu3F0rT3st1ngPurp0s3s0n1y"
+GITHUB_FINE = "github_pat_" + "11ABCDEFG0a1b2c3d4e5f6_" + "g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v2w3x4y5z6A7B8C9D0E1F2G3H4I5J6K7L8"
+SLACK = "xoxb-" + "2468013579-1357924680123-Zq8Wx7Ec6Rv5Tb4Yn3Um2Ik"
+STRIPE = "sk_live_" + "51HqT9kLmN3pQ7rS2tU8vW4x"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+PEM = """-----BEGIN RSA PRIVATE KEY-----
+MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB
+aNu0SnUflDZ1HRCjQ5b7pQ0dG6S1i8xEDx1Vq3kzZ0b1wn9yXmE2CTXrOuf0w6xV
+-----END RSA PRIVATE KEY-----"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "kind"),
+    [
+        (f"export OPENAI_API_KEY={OPENAI_PROJECT}", "export OPENAI_API_KEY=[REDACTED_OPENAI_KEY]", "openai_key"),
+        (f"client = OpenAI(api_key='{OPENAI_LEGACY}')", "client = OpenAI(api_key='[REDACTED_OPENAI_KEY]')",
+         "openai_key"),
+        (f"ANTHROPIC_API_KEY={ANTHROPIC}", "ANTHROPIC_API_KEY=[REDACTED_ANTHROPIC_KEY]", "anthropic_key"),
+        (f"https://generativelanguage.googleapis.com/v1beta/models?key={GEMINI}",
+         "https://generativelanguage.googleapis.com/v1beta/models?key=[REDACTED_GOOGLE_API_KEY]", "google_api_key"),
+        (f'XAI_API_KEY="{XAI}"', 'XAI_API_KEY="[REDACTED_XAI_KEY]"', "xai_key"),
+        (f"MISTRAL_API_KEY={MISTRAL}", "MISTRAL_API_KEY=[REDACTED_MISTRAL_KEY]", "mistral_key"),
+        (f"aws_access_key_id = {AWS_ID}", "aws_access_key_id = [REDACTED_AWS_ACCESS_KEY_ID]", "aws_access_key_id"),
+        (f"aws_secret_access_key = {AWS_SECRET}", "aws_secret_access_key = [REDACTED_AWS_SECRET_KEY]",
+         "aws_secret_key"),
+        (f"git clone https://{GITHUB_CLASSIC}@github.com/acme/billing.git",
+         "git clone https://[REDACTED_GITHUB_TOKEN]@github.com/acme/billing.git", "github_token"),
+        (f"GH_TOKEN={GITHUB_FINE}", "GH_TOKEN=[REDACTED_GITHUB_TOKEN]", "github_token"),
+        (f"slack:\n  bot_token: {SLACK}\n", "slack:\n  bot_token: [REDACTED_SLACK_TOKEN]\n", "slack_token"),
+        (f"stripe.api_key = '{STRIPE}'", "stripe.api_key = '[REDACTED_STRIPE_KEY]'", "stripe_key"),
+        (f"deploy key:\n{PEM}\nend", "deploy key:\n[REDACTED_PRIVATE_KEY]\nend", "private_key"),
+        ("DATABASE_URL=postgres://billing:s3cr3t-P%40ss@db.internal:5432/billing",
+         "DATABASE_URL=postgres://billing:[REDACTED_URL_PASSWORD]@db.internal:5432/billing", "url_password"),
+        ("redis://default:Hx92kLq0@cache:6379/0", "redis://default:[REDACTED_URL_PASSWORD]@cache:6379/0",
+         "url_password"),
+        ("password=hunter22", "password=[REDACTED_PASSWORD]", "password"),
+        ('DB_PASSWORD: "correct horse battery staple"', 'DB_PASSWORD: "[REDACTED_PASSWORD]"', "password"),
+        ('{"client_secret": "9f8e7d6c5b4a", "user": "ops"}', '{"client_secret": "[REDACTED_SECRET]", "user": "ops"}',
+         "secret"),
+        ("api_key = 'q8w7e6r5t4y3'", "api_key = '[REDACTED_API_KEY]'", "api_key"),
+        ("SENTRY_AUTH_TOKEN=f1e2d3c4b5a697887766", "SENTRY_AUTH_TOKEN=[REDACTED_TOKEN]", "token"),
+        ("refreshToken: 0a9b8c7d6e5f4a3b", "refreshToken: [REDACTED_TOKEN]", "token"),
+        ("curl -H 'Authorization: Bearer 3q9Zx7Lm2Kp8Vw4Rt6Yu1Io5'",
+         "curl -H 'Authorization: Bearer [REDACTED_BEARER_TOKEN]'", "bearer_token"),
+        (f"Authorization: Bearer {JWT}", "Authorization: Bearer [REDACTED_JWT]", "jwt"),
+        (f"session cookie {JWT}; path=/", "session cookie [REDACTED_JWT]; path=/", "jwt"),
+    ],
+)
+def test_each_secret_type_is_redacted_once_under_its_own_type(text: str, expected: str, kind: str) -> None:
+    scrubbed, report = scrub(text)
+    assert scrubbed == expected
+    assert report.by_type == {kind: 1}
+    assert report.total == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Should we move billing to event sourcing? The team knows Postgres well and the audit trail matters.",
+        "Request 550e8400-e29b-41d4-a716-446655440000 failed; retry with idempotency key 123e4567-e89b-12d3.",
+        "Regression introduced in 3f786850e387550fdab836ed7e6dc881de23001b, fixed by commit a94a8fe5ccb19ba61c4c.",
+        "Our password policy requires 12 characters; rotate the token every 90 days and never log the api key.",
+        "Password: must be at least twelve characters long.",
+        "The bearer of this letter speaks for the board.",
+        "We use scikit-learn and a risk-assessment-framework-2024-revision for scoring.",
+        "max_tokens = 1000\ntoken_count: 512\npassword_policy: strict\ninput_tokens=4096",
+        'token = request.headers.get("X-Token")\npassword = os.environ["DB_PASSWORD"]\nif password == expected:',
+        "password: ${DB_PASSWORD}\napi_key: <your-key-here>\nsecret: null\ntoken = self.token",
+        "See https://example.com:8080/docs and user@example.com for details.",
+        "AKIA is the prefix of AWS access key ids; sk- prefixes OpenAI keys.",
+        '{"tokens_used": 12450, "tokens_saved_via_filtering": 3200, "efficiency_percentage": 20.4}',
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert scrub(text) == (text, ScrubReport())
+
+
+def test_mistral_key_needs_its_assignment_context() -> None:
+    # 32 random alphanumerics are not recognisable as a Mistral key on their own.
+    assert scrub(f"build id {MISTRAL}")[1].total == 0
+
+
+def test_already_redacted_spans_are_untouched() -> None:
+    text = "OPENAI_API_KEY=[REDACTED_OPENAI_KEY] and postgres://app:[REDACTED_URL_PASSWORD]@db/x password=[REDACTED_X]"
+    assert scrub(text) == (text, ScrubReport())
+
+
+def test_a_document_with_many_secrets_counts_each_by_type() -> None:
+    doc = "\n".join(
+        [
+            f"OPENAI_API_KEY={OPENAI_PROJECT}",
+            f"ANTHROPIC_API_KEY={ANTHROPIC}",
+            f"GEMINI_API_KEY={GEMINI}",
+            f"AWS_ACCESS_KEY_ID={AWS_ID}",
+            f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}",
+            "DB_PASSWORD=Tr0ub4dor&3",
+            "DATABASE_URL=mysql://root:rootpw42@localhost/app",
+        ]
+    )
+    scrubbed, report = scrub(doc)
+    assert report.as_dict() == {
+        "total": 7,
+        "by_type": {
+            "anthropic_key": 1, "aws_access_key_id": 1, "aws_secret_key": 1, "google_api_key": 1,
+            "openai_key": 1, "password": 1, "url_password": 1,
+        },
+    }
+    for secret in (OPENAI_PROJECT, ANTHROPIC, GEMINI, AWS_ID, AWS_SECRET, "Tr0ub4dor", "rootpw42"):
+        assert secret not in scrubbed
+    assert "mysql://root:" in scrubbed  # the user name is kept as context
+
+
+def test_report_never_contains_a_value() -> None:
+    _, report = scrub(f"key {OPENAI_PROJECT} and password=hunter22")
+    serialised = json.dumps(report.as_dict())
+    assert OPENAI_PROJECT not in serialised and "hunter22" not in serialised
+
+
+def test_merge_adds_counts_per_type() -> None:
+    merged = ScrubReport({"jwt": 1, "password": 2}).merge(ScrubReport({"password": 1, "openai_key": 1}))
+    assert merged.as_dict() == {"total": 5, "by_type": {"jwt": 1, "openai_key": 1, "password": 3}}
+
+
+_SAMPLES = [OPENAI_PROJECT, ANTHROPIC, GEMINI, XAI, AWS_ID, GITHUB_CLASSIC, SLACK, STRIPE, JWT, PEM,
+            "password=hunter22", "Bearer 3q9Zx7Lm2Kp8Vw4Rt6Yu1Io5", "https://u:pw12345@h/x", f"MISTRAL_API_KEY={MISTRAL}"]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_SAMPLES), st.text(alphabet=" abcdefgh.,:=\n", max_size=12)), max_size=12))
+def test_scrubbing_is_idempotent(parts: list[str]) -> None:
+    once, _ = scrub(" ".join(parts))
+    assert scrub(once) == (once, ScrubReport())
+
+
+def test_assignments_are_found_on_any_line_of_a_long_document() -> None:
+    lines = [f"line {i}: nothing to see here, key facts only" for i in range(2_000)]
+    lines[1_234] = '    "db_password": "Tr0ub4dor&3",'
+    lines[1_500] = "export API_KEY=q8w7e6r5t4y3 # and token: 7f3a9c01e5"
+    scrubbed, report = scrub("\n".join(lines))
+    assert report.by_type == {"password": 1, "api_key": 1, "token": 1}
+    assert scrubbed.splitlines()[1_234] == '    "db_password": "[REDACTED_PASSWORD]",'
+    assert scrubbed.splitlines()[1_500] == "export API_KEY=[REDACTED_API_KEY] # and token: [REDACTED_TOKEN]"
+
+
+def test_text_whose_lowercase_changes_length_is_still_scrubbed() -> None:
+    # "İ" lower-cases to two characters, so line positions found in the lowered text would be off by one.
+    assert scrub("İstanbul office\nAPI_KEY=q8w7e6r5t4y3")[0] == "İstanbul office\nAPI_KEY=[REDACTED_API_KEY]"
+
+
+@pytest.mark.parametrize("text", ["a." * 100_000, "ab-" * 70_000, "sk-" * 70_000, "x://" * 50_000,
+                                  "password" * 25_000, "Bearer " * 30_000])
+def test_pathological_input_is_scrubbed_in_linear_time(text: str) -> None:
+    # Unbounded quantifiers after a word boundary made 40 kB of "a.a.a." take minutes; 200 kB must take well
+    # under a second per rule.
+    started = time.perf_counter()
+    scrub(text)
+    assert time.perf_counter() - started < 5
