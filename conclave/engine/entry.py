@@ -1,15 +1,56 @@
-"""Bridge from the Hydra task to the engine."""
+"""Bridge from the Hydra task to the engine: run one consultation, print its result, return the exit code.
+
+Exit codes: 0 complete or completed_degraded, 1 partial / aborted / cost refused, 130 interrupted (the partial
+result is still printed). stdout carries the result only; messages go to stderr.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import Any
 
 from conclave.config import Settings
-from conclave.errors import ConclaveError
+from conclave.events import Subscriber
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
-def run_from_cli(settings: Settings) -> Any:
-    raise ConclaveError(
-        "configuration is valid, but the consultation engine is not part of this build yet "
-        "(tracked in the engine issue); `conclave --cfg job` shows the composed config"
+def subscribers_for(settings: Settings, plugins: Any) -> list[Subscriber]:
+    """Instantiate every registered event-subscriber factory for this consultation (``None`` opts out)."""
+    subscribers = []
+    for _, factory in plugins.event_subscribers.items():
+        subscriber = factory(settings)
+        if subscriber is not None:
+            subscribers.append(subscriber)
+    return subscribers
+
+
+def run_from_cli(settings: Settings) -> int:
+    from conclave.engine.interaction import Interaction
+    from conclave.engine.runner import Consultation
+    from conclave.plugins import get_plugins
+    from conclave.render.console import print_result
+
+    plugins = get_plugins()
+    consultation = Consultation(
+        settings,
+        plugins=plugins,
+        interaction=Interaction.from_terminal(),
+        subscribers=subscribers_for(settings, plugins),
     )
+    try:
+        result = asyncio.run(consultation.run())
+    except KeyboardInterrupt:
+        print("conclave: interrupted", file=sys.stderr)
+        if consultation.result is not None:
+            print_result(consultation.result.as_dict(), settings.output.format, sys.stdout)
+        return EXIT_INTERRUPTED
+    if consultation.refusal is not None:
+        print(f"conclave: consultation not started: {consultation.refusal}", file=sys.stderr)
+        return EXIT_FAILED
+    print_result(result.as_dict(), settings.output.format, sys.stdout)
+    if not result.ok:
+        print(f"conclave: consultation {result.status}: {result.abort_reason}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,101 @@
+"""The cost gate: whether a consultation may spend its estimate, and the "Always" threshold it can store.
+
+Under ``cost.always_allow_under`` it goes ahead; ``cost.auto_approve`` never asks; otherwise a terminal user is
+asked, and without a terminal the consultation is refused with a message that says how to approve it. An
+unknown estimate (a model without a price) counts as over the threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conclave.config import Settings
+from conclave.engine.cost import CostEstimate
+from conclave.engine.interaction import Interaction
+
+USER_SETTINGS = Path("conf") / "user" / "settings.yaml"
+
+
+@dataclass(frozen=True)
+class Consent:
+    approved: bool
+    auto_approved: bool
+    reason: str
+    new_threshold: float | None = None  # set when the user answered "always"
+
+
+def decide_consent(estimate: CostEstimate, settings: Settings, interaction: Interaction) -> Consent:
+    total, threshold = estimate.total, settings.cost.always_allow_under
+    if settings.cost.auto_approve:
+        return Consent(True, True, "cost.auto_approve=true")
+    if total is not None and total <= threshold:
+        return Consent(True, True, f"estimate ${total:.4f} is within cost.always_allow_under=${threshold:.2f}")
+    if not interaction.interactive:
+        return Consent(False, False, refusal_message(estimate, settings))
+    return _ask(estimate, interaction)
+
+
+def _ask(estimate: CostEstimate, interaction: Interaction) -> Consent:
+    total = estimate.total
+    if total is None:
+        answer = interaction.ask(
+            f"Estimated cost: unknown (no price for {', '.join(estimate.unknown_prices)}). Continue? [y]es / [n]o"
+        )
+        choice = answer.strip().lower()[:1]
+        return Consent(choice == "y", False, "approved by the user" if choice == "y" else "declined by the user")
+    answer = interaction.ask(f"Estimated cost: ${total:.4f}. Continue? [y]es / [n]o / [a]lways")
+    choice = answer.strip().lower()[:1]
+    if choice == "a":
+        threshold = round_up_to_cent(total)
+        return Consent(True, False, f"approved by the user; always allow under ${threshold:.2f}", threshold)
+    if choice == "y":
+        return Consent(True, False, "approved by the user")
+    return Consent(False, False, "declined by the user")
+
+
+def refusal_message(estimate: CostEstimate, settings: Settings) -> str:
+    total, threshold = estimate.total, settings.cost.always_allow_under
+    if total is None:
+        what = f"the cost cannot be estimated: no price is known for {', '.join(estimate.unknown_prices)}"
+        raise_to = ""
+    else:
+        what = f"the estimated cost ${total:.4f} is over cost.always_allow_under=${threshold:.2f}"
+        raise_to = f" (e.g. cost.always_allow_under={round_up_to_cent(total):.2f})"
+    return (
+        f"{what}, and there is no terminal to ask for approval. Approve with cost.auto_approve=true, or raise "
+        f"cost.always_allow_under{raise_to}."
+    )
+
+
+def round_up_to_cent(amount: float) -> float:
+    return float(Decimal(str(amount)).quantize(Decimal("0.01"), rounding=ROUND_CEILING))
+
+
+def store_always_allow(home: Path, threshold: float) -> Path:
+    """Merge ``cost.always_allow_under: threshold`` into ``$CONCLAVE_HOME/conf/user/settings.yaml`` (atomically)."""
+    path = home / USER_SETTINGS
+    data: dict[str, Any] = {}
+    if path.exists():
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            data = loaded
+    existing = data.get("cost")
+    cost: dict[str, Any] = existing if isinstance(existing, dict) else {}
+    data["cost"] = {**cost, "always_allow_under": threshold}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yaml.safe_dump(data, handle, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

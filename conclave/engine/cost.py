@@ -1,0 +1,131 @@
+"""The pre-flight cost estimate (from the real prompts) and the in-flight meter (from the pool's call log).
+
+Estimate, per planned call:
+- input = tokens of the actual system + user message (round 1 is built exactly as it will be sent; later rounds
+  are the real templates rendered with the question and context, plus the artifacts they will carry, each
+  counted at its producer's output cap — filtering only ever makes them smaller),
+- output = the call's ``max_tokens`` cap (:mod:`conclave.engine.budgets`),
+priced with ``pool.estimate_cost``. A model without a price makes the whole estimate unknown. Re-asks, retries,
+hedges and a judge fallback are not planned calls and come on top.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from conclave.engine.budgets import MAX_OUTPUT_TOKENS, MESSAGE_OVERHEAD_TOKENS
+from conclave.engine.calls import CallSpec
+from conclave.engine.cross_exam import cross_exam_spec, reply_spec
+from conclave.engine.extraction import json_instruction
+from conclave.engine.independent import independent_spec
+from conclave.engine.session import Session
+from conclave.engine.synthesis import synthesis_spec
+from conclave.engine.verdict import verdict_spec
+from conclave.providers.base import Usage
+
+if TYPE_CHECKING:
+    from conclave.providers.pool import ProviderPool
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    round_number: int
+    agent: str
+    provider: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost: float | None
+
+
+@dataclass
+class CostEstimate:
+    calls: list[PlannedCall] = field(default_factory=list)
+
+    @property
+    def unknown_prices(self) -> list[str]:
+        return sorted({f"{c.provider}/{c.model}" for c in self.calls if c.cost is None})
+
+    @property
+    def total(self) -> float | None:
+        return self.for_rounds(range(1, 5))
+
+    def for_rounds(self, rounds: Iterable[int]) -> float | None:
+        """Cost of the planned calls of ``rounds``; None when any of them has no known price."""
+        wanted = set(rounds)
+        selected = [c for c in self.calls if c.round_number in wanted]
+        if any(c.cost is None for c in selected):
+            return None
+        return round(sum(c.cost or 0.0 for c in selected), 6)
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(c.input_tokens for c in self.calls)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(c.output_tokens for c in self.calls)
+
+
+def estimate_cost(session: Session, rounds: Iterable[int]) -> CostEstimate:
+    """Every call ``rounds`` will make, sized from the prompts that will be sent."""
+    from conclave.tokens import count_tokens
+
+    agents = list(session.settings.agents)
+    wanted = set(rounds)
+    specs: list[tuple[CallSpec, int]] = []  # (spec with empty artifact slots, tokens of the artifacts it carries)
+    r1_out, r3_out = MAX_OUTPUT_TOKENS["independent"], MAX_OUTPUT_TOKENS["cross_exam_reply"]
+    judge_out = MAX_OUTPUT_TOKENS["synthesis"]
+    if 1 in wanted:
+        specs += [(independent_spec(session, name), 0) for name in agents]
+    if 2 in wanted:
+        specs.append((synthesis_spec(session, ""), r1_out * len(agents)))
+    if 3 in wanted:
+        specs += [(reply_spec(session, name, "", ""), r1_out + judge_out) for name in agents]
+        specs.append((cross_exam_spec(session, "", ""), judge_out + r3_out * len(agents)))
+    if 4 in wanted:
+        specs.append((verdict_spec(session, "", "", ""), r1_out * len(agents) + 2 * MAX_OUTPUT_TOKENS["cross_exam"]))
+    estimate = CostEstimate()
+    for spec, carried in specs:
+        text = f"{spec.system}\n{spec.user}\n{json_instruction(spec.schema_name, session.native(spec.provider))}"
+        input_tokens = count_tokens(text, spec.model) + carried + MESSAGE_OVERHEAD_TOKENS
+        price = session.pool.estimate_cost(spec.provider, spec.model, input_tokens, spec.max_tokens)
+        estimate.calls.append(
+            PlannedCall(spec.round_number, spec.agent, spec.provider, spec.model, input_tokens, spec.max_tokens, price)
+        )
+    return estimate
+
+
+@dataclass(frozen=True)
+class SpentSoFar:
+    """What the pool's attempts so far cost: known total, per provider, models without a price, tokens."""
+
+    total: float
+    by_provider: dict[str, float]
+    unknown_prices: list[str]
+    usage: Usage
+
+
+def spent(pool: ProviderPool, since: int = 0) -> SpentSoFar:
+    """Cost and tokens of ``pool.attempts[since:]`` (every HTTP attempt: retries and hedges are billed too)."""
+    by_provider: dict[str, float] = defaultdict(float)
+    unknown: set[str] = set()
+    usage = Usage()
+    for attempt in pool.attempts[since:]:
+        usage = usage + attempt.usage
+        if not attempt.usage.total_tokens:
+            continue
+        cost = pool.cost(attempt.provider, attempt.model, attempt.usage)
+        if cost is None:
+            unknown.add(f"{attempt.provider}/{attempt.model}")
+        else:
+            by_provider[attempt.provider] += cost
+    return SpentSoFar(
+        total=round(sum(by_provider.values()), 6),
+        by_provider={k: round(v, 6) for k, v in sorted(by_provider.items())},
+        unknown_prices=sorted(unknown),
+        usage=usage,
+    )

@@ -1,0 +1,154 @@
+"""Turning a model's answer into a validated artifact (DESIGN.md §5), and the words used to ask for JSON.
+
+Order: the provider's native structured output → the text as JSON → ``artifacts.extract_json`` (fenced block,
+outermost object, json-repair) → nulls for absent optionals dropped → header fields filled by us → validation
+against the full schema file. What fails validation is
+described (path + message per error) so that one re-ask can quote it back to the model.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from conclave import artifacts
+
+#: fields the engine owns; the model's values for them are never trusted
+HEADER_KEYS = ("artifact_type", "schema_version", "round_number", "created_at", "agent_id")
+
+Status = Literal["valid", "repaired", "reasked", "fallback"]
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The outcome of one answer: an artifact (None on failure), how it was obtained, and what was wrong."""
+
+    artifact: dict[str, Any] | None
+    status: Status | None
+    errors: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.artifact is not None
+
+
+@functools.cache
+def _schema(schema_name: str) -> dict[str, Any]:
+    """The schema file, read once and shared: only ever read here, never modified."""
+    return artifacts.get_schema(schema_name)
+
+
+def header_for(schema_name: str, round_number: int, agent_id: str | None) -> dict[str, Any]:
+    """The header values we set on an artifact of ``schema_name``: only keys the schema declares."""
+    props = _schema(schema_name).get("properties", {})
+    values: dict[str, Any] = {
+        "artifact_type": _const(props.get("artifact_type"), schema_name),
+        "schema_version": _const(props.get("schema_version"), "1.0"),
+        "round_number": round_number,
+        "created_at": artifacts.now_iso(),
+        "agent_id": agent_id,
+    }
+    return {k: v for k, v in values.items() if k in props and v is not None}
+
+
+def _const(prop: Any, default: Any) -> Any:
+    if isinstance(prop, Mapping):
+        if "const" in prop:
+            return prop["const"]
+        if isinstance(prop.get("enum"), list) and len(prop["enum"]) == 1:
+            return prop["enum"][0]
+    return default
+
+
+def extract(
+    text: str, parsed: Mapping[str, Any] | None, schema_name: str, header: Mapping[str, Any]
+) -> Extraction:
+    """Parse and validate one answer. ``parsed`` is the provider's native structured output, if any."""
+    status: Status = "valid"
+    obj: Any = dict(parsed) if isinstance(parsed, Mapping) else None
+    if obj is None:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            status = "repaired"
+            try:
+                obj = artifacts.extract_json(text)
+            except artifacts.ArtifactParseError as exc:
+                return Extraction(None, None, (f"(root): the answer is not a JSON object ({exc})",))
+    if not isinstance(obj, dict):
+        return Extraction(None, None, (f"(root): expected a JSON object, got {type(obj).__name__}",))
+    # Strict structured output answers an absent optional field with null; null is never a valid value here.
+    obj = artifacts.drop_null_optionals(_schema(schema_name), obj)
+    candidate = {**obj, **header}
+    errors = artifacts.validate(schema_name, candidate)
+    if errors:
+        return Extraction(None, None, tuple(describe_error(e) for e in errors))
+    return Extraction(candidate, status)
+
+
+def describe_error(error: Any) -> str:
+    path = getattr(error, "path", "") or ""
+    if not isinstance(path, str):
+        path = "/".join(str(p) for p in path)
+    return f"{path or '(root)'}: {getattr(error, 'message', str(error))}"
+
+
+@functools.cache
+def _request_schema(schema_name: str) -> str:
+    schema = _schema(schema_name)
+    inlined = _inline_refs(schema, schema)
+    inlined.pop("$id", None)
+    return json.dumps(inlined, ensure_ascii=False)
+
+
+def request_schema(schema_name: str) -> dict[str, Any]:
+    """The schema sent to providers: the schema file with every ``$ref`` inlined (no provider API resolves
+    the files' cross-file references), every constraint kept. Provider dialects (e.g. OpenAI strict mode) are
+    the provider's business; answers are validated against the schema file itself."""
+    result: dict[str, Any] = json.loads(_request_schema(schema_name))
+    return result
+
+
+def _inline_refs(node: Any, document: Mapping[str, Any]) -> Any:
+    """A copy of ``node`` with ``$ref``s (``file.schema.json#/pointer`` or ``#/pointer``) replaced by their
+    targets; ``document`` is the file ``node`` belongs to. Artifact schemas are not recursive."""
+    if isinstance(node, list):
+        return [_inline_refs(item, document) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    if "$ref" in node:
+        target_file, _, pointer = str(node["$ref"]).partition("#")
+        target_doc = _schema(target_file.removesuffix(".schema.json")) if target_file else document
+        target: Any = target_doc
+        for part in filter(None, pointer.split("/")):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        return {**_inline_refs(target, target_doc), **_inline_refs(siblings, document)}
+    return {k: _inline_refs(v, document) for k, v in node.items() if k != "$defs"}
+
+
+def json_instruction(schema_name: str, native: bool) -> str:
+    """Appended to every user message that expects an artifact. Without native structured output the schema
+    itself is included, because the model has no other way to learn it."""
+    text = (
+        "Answer with one JSON object only — no introduction, no closing remarks. Use exactly the field names "
+        "described above (snake_case)."
+    )
+    if native:
+        return text
+    schema = json.dumps(request_schema(schema_name), ensure_ascii=False, separators=(",", ":"))
+    return f"{text} The object must validate against this JSON Schema:\n```json\n{schema}\n```"
+
+
+def reask_message(errors: tuple[str, ...]) -> str:
+    """The follow-up that quotes the validator's findings (each as ``path: message``)."""
+    listed = "\n".join(f"- {e}" for e in errors[:20])
+    more = f"\n- … and {len(errors) - 20} more" if len(errors) > 20 else ""
+    return (
+        "Your previous answer could not be accepted. The validator reported:\n"
+        f"{listed}{more}\n\n"
+        "Reply again with the complete, corrected JSON object only."
+    )

@@ -1,0 +1,97 @@
+"""Applying the configured artifact filter to what rounds 3 and 4 are shown, and counting what it saved.
+
+The filter (a plugin) only drops array items and re-validates; this module decides when it runs (never with
+``verbose=true``), emits ``filter:applied`` with real token counts of the JSON shown, and totals the savings
+for ``token_efficiency_stats``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from conclave.config import Settings
+from conclave.events import FILTER_APPLIED, EventBus
+
+if TYPE_CHECKING:
+    from conclave.plugins import Plugins
+
+log = logging.getLogger(__name__)
+
+
+class ArtifactFiltering:
+    def __init__(self, settings: Settings, plugins: Plugins, bus: EventBus) -> None:
+        self.enabled = not settings.verbose
+        self._settings = settings
+        self._plugins = plugins
+        self._bus = bus
+        self.saved_tokens = 0
+        self.filtered_rounds: list[int] = []
+
+    def limits(self, round_number: int, artifact: dict[str, Any]) -> dict[str, int]:
+        """This round's limits that apply to ``artifact`` (``round4`` covers synthesis and cross-exam)."""
+        from conclave.filtering import limits_for
+
+        section = self._settings.filtering.round3 if round_number == 3 else self._settings.filtering.round4
+        return limits_for(artifact, section.model_dump())
+
+    def apply(
+        self,
+        artifact: dict[str, Any],
+        round_number: int,
+        *,
+        view: Callable[[dict[str, Any]], Any],
+        recipients: int = 1,
+    ) -> dict[str, Any]:
+        """The filtered copy of ``artifact`` for round ``round_number`` (the artifact itself when disabled).
+
+        ``view`` turns an artifact into what is actually shown (labels, no header) so token counts measure what
+        is sent; ``recipients`` is how many calls receive it (round 3 sends the synthesis to every agent).
+        """
+        if not self.enabled:
+            return artifact
+        from conclave.tokens import count_tokens
+
+        artifact_type = str(artifact.get("artifact_type", ""))
+        limits = self.limits(round_number, artifact)
+        name = self._settings.filtering.filter
+        error = None
+        try:
+            filtered: dict[str, Any] = self._plugins.filters.get(name)().filter(artifact, limits)
+        except Exception as exc:
+            # Sending the unfiltered artifact is still correct (only dearer); say so instead of failing the run.
+            log.warning("filter %r failed on the round-%d %s: %s", name, round_number, artifact_type, exc)
+            filtered, error = artifact, f"{type(exc).__name__}: {exc}"
+        before = count_tokens(canonical_json(view(artifact)))
+        after = count_tokens(canonical_json(view(filtered)))
+        self.saved_tokens += max(0, before - after) * recipients
+        if round_number not in self.filtered_rounds:
+            self.filtered_rounds.append(round_number)
+        self._bus.emit(
+            FILTER_APPLIED,
+            round_number=round_number,
+            artifact_type=artifact_type,
+            filter=name,
+            limits=limits,
+            tokens_before=before,
+            tokens_after=after,
+            recipients=recipients,
+            error=error,
+        )
+        return filtered
+
+    def stats(self, tokens_used: int) -> dict[str, Any] | None:
+        """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no round 3 ran)."""
+        if not self.filtered_rounds:
+            return None
+        from conclave.filtering import token_efficiency_stats
+
+        # Seed 000: tokens_used is every token of the consultation; without filtering it would have been
+        # tokens_used + saved, so efficiency = saved / (used + saved).
+        return token_efficiency_stats(tokens_used + self.saved_tokens, tokens_used, self.filtered_rounds)
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,39 @@
+"""What the consultation is about, made safe to send: the question and the context, scrubbed of secrets.
+
+Nothing reaches a provider before this has run. ``scrub=false`` sends both as they are, with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conclave.config import Settings
+from conclave.engine.interaction import Interaction
+
+
+@dataclass(frozen=True)
+class Inputs:
+    question: str  # as sent (scrubbed)
+    context: str  # as sent (scrubbed); goes into the system prompts
+    scrub_report: dict[str, Any]  # {total, by_type}, question and context together
+    context_sources: list[dict[str, Any]]
+
+
+def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str | None = None) -> Inputs:
+    """Load the context (raises ``ConfigError`` for a bad file) and scrub question and context."""
+    from conclave.engine.context import load_context
+
+    bundle = load_context(settings, stdin_text)
+    question, context = settings.question, bundle.text or ""
+    sources = [dict(s) for s in bundle.sources]
+    if not settings.scrub:
+        interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
+        return Inputs(question, context, {"total": 0, "by_type": {}}, sources)
+    from conclave.scrub import scrub
+
+    question, report = scrub(question)
+    if context:
+        context, context_report = scrub(context)
+        report = report.merge(context_report)
+    return Inputs(question, context, report.as_dict(), sources)

@@ -1,0 +1,73 @@
+"""The judge seat: the configured judge, and the one replacement from another provider when it fails.
+
+A judge "fails" when its provider fails after the pool's retries or its answer stays invalid after the re-ask.
+The replacement (``pool.backup_for``, else the first panel model on another provider with a key) then judges
+this round and every later one; if it fails too, the caller ends the consultation as ``partial``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from conclave.config import Settings
+from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
+from conclave.events import PROVIDER_SUBSTITUTED, EventBus
+
+if TYPE_CHECKING:
+    from conclave.providers.pool import ProviderPool
+
+
+class JudgeSeat:
+    def __init__(self, settings: Settings, native: Callable[[str], bool]) -> None:
+        self.configured = (settings.judge.provider, settings.judge.model)
+        self.provider, self.model = self.configured
+        self.fallback_used = False
+        self.actual: tuple[str, str] | None = None  # who produced the latest judge artifact
+        self.substitution: dict[str, Any] | None = None  # the fallback, as recorded in ``substitutions``
+        self._settings = settings
+        self._native = native
+
+    async def ask(self, pool: ProviderPool, spec: CallSpec, bus: EventBus) -> CallOutcome:
+        """Ask the current judge; on failure switch once to a replacement and ask it the same thing."""
+        # The seat, not the pool, replaces a failing judge: the replacement then judges every later round, and
+        # the record says so (``judge.fallback_used``).
+        spec = replace(spec, agent=JUDGE, provider=self.provider, model=self.model, allow_substitution=False)
+        outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus)
+        if not outcome.ok and not self.fallback_used:
+            replacement = self.replacement(pool)
+            if replacement is not None:
+                self.substitution = {
+                    "round_number": spec.round_number,
+                    "agent": JUDGE,
+                    "original_provider": self.provider,
+                    "original_model": self.model,
+                    "substitute_provider": replacement[0],
+                    "substitute_model": replacement[1],
+                    "reason": "failure",
+                    "judge_fallback": True,
+                    "error": outcome.error,
+                }
+                bus.emit(PROVIDER_SUBSTITUTED, **self.substitution)
+                self.fallback_used = True
+                self.provider, self.model = replacement
+                spec = replace(spec, provider=self.provider, model=self.model)
+                outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus)
+                if outcome.ok:
+                    outcome.status = "fallback"
+        if outcome.ok:
+            self.actual = (outcome.provider or self.provider, outcome.model or self.model)
+        return outcome
+
+    def replacement(self, pool: ProviderPool) -> tuple[str, str] | None:
+        """A judge on a provider other than the failing one, or None when no such provider has a key."""
+        candidates: list[tuple[str, str]] = []
+        backup = pool.backup_for(self.provider, self.model)
+        if backup is not None:
+            candidates.append(backup)
+        candidates += [(a.provider, a.model) for a in self._settings.agents.values()]
+        for provider, model in candidates:
+            if provider != self.provider and pool.has_key(provider):
+                return provider, model
+        return None

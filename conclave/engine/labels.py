@@ -1,0 +1,102 @@
+"""Fair judging: agents reach the judge under neutral labels (Agent A, B, …) in a shuffled, seeded order.
+
+Artifacts are stored with real names. :meth:`JudgeLabels.to_names` translates what the judge wrote: fields that
+name an agent get the name, and a label in free text becomes ``name (Agent B)``, so the report names agents and
+still shows which label the judge saw. :meth:`JudgeLabels.to_labels` is its exact inverse, which lets a resumed
+consultation rebuild the judge's view from stored artifacts without ever showing the judge a name.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: artifact keys whose string value (or list of strings) is an agent reference
+AGENT_FIELDS = frozenset({"agent_id", "agent", "challenger", "target_agent", "supporting_agents", "championed_by"})
+
+#: header keys the judge does not need to see (the engine fills them; they only cost tokens)
+HEADER_FIELDS = ("artifact_type", "schema_version", "round_number", "created_at")
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def new_seed() -> int:
+    return secrets.randbits(32)
+
+
+class JudgeLabels:
+    """The agent → label mapping of one consultation, derived from its seed and the panel."""
+
+    def __init__(self, agents: Iterable[str], seed: int, labels: Mapping[str, str] | None = None) -> None:
+        names = list(agents)
+        self.seed = seed
+        if labels is None:
+            order = names[:]
+            random.Random(seed).shuffle(order)
+            labels = {name: f"Agent {_LETTERS[i]}" for i, name in enumerate(order)}
+        missing = [n for n in names if n not in labels]
+        if missing:
+            raise ValueError(f"no judge label for agent(s) {', '.join(missing)}")
+        self.by_name: dict[str, str] = dict(labels)
+        self.by_label: dict[str, str] = {label: name for name, label in self.by_name.items()}
+        self._label_in_text = re.compile(
+            r"\b(" + "|".join(re.escape(label) for label in sorted(self.by_label, key=len, reverse=True)) + r")\b"
+        )
+        self._named_in_text = re.compile(
+            "|".join(
+                re.escape(f"{name} ({label})") for name, label in sorted(self.by_name.items(), key=lambda i: -len(i[0]))
+            )
+        )
+
+    def order(self) -> list[str]:
+        """Agent names in the order the judge sees them (label order: A, B, C…)."""
+        return sorted(self.by_name, key=lambda name: self.by_name[name])
+
+    def label(self, name: str) -> str:
+        return self.by_name[name]
+
+    def panel(self) -> str:
+        return ", ".join(self.by_name[name] for name in self.order())
+
+    # ------------------------------------------------------------------------------------------ translation
+
+    def to_names(self, obj: Any) -> Any:
+        """A copy of ``obj`` (what the judge or an agent wrote) with labels replaced by names."""
+        return _walk(obj, self._field_to_name, self._text_to_names)
+
+    def to_labels(self, obj: Any) -> Any:
+        """A copy of a stored ``obj`` with names replaced by labels: the inverse of :meth:`to_names`."""
+        return _walk(obj, self._field_to_label, self._text_to_labels)
+
+    def judge_view(self, artifact: Mapping[str, Any]) -> dict[str, Any]:
+        """What the judge is shown of a stored artifact: labels for names, header fields dropped."""
+        labelled = self.to_labels(artifact)
+        return {k: v for k, v in labelled.items() if k not in HEADER_FIELDS}
+
+    def _field_to_name(self, value: str) -> str:
+        match = re.fullmatch(r"\s*agent[\s_-]*([A-Za-z])\s*", value, flags=re.IGNORECASE)
+        if match:
+            return self.by_label.get(f"Agent {match.group(1).upper()}", value)
+        return value
+
+    def _field_to_label(self, value: str) -> str:
+        return self.by_name.get(value, value)
+
+    def _text_to_names(self, text: str) -> str:
+        return self._label_in_text.sub(lambda m: f"{self.by_label[m.group(1)]} ({m.group(1)})", text)
+
+    def _text_to_labels(self, text: str) -> str:
+        return self._named_in_text.sub(lambda m: m.group(0).rsplit(" (", 1)[1][:-1], text)
+
+
+def _walk(obj: Any, field: Any, text: Any, key: str | None = None) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: _walk(v, field, text, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_walk(v, field, text, key) for v in obj]
+    if isinstance(obj, str):
+        return field(obj) if key in AGENT_FIELDS else text(obj)
+    return obj

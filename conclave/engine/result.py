@@ -1,0 +1,122 @@
+"""The typed consultation result. ``ConsultationResult.as_dict()`` is the result JSON that renderers, the
+journal (``consultation:completed``) and the index read; its keys are a storage contract like the events'."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["complete", "completed_degraded", "partial", "aborted"]
+SCHEMA_VERSION = "1.0"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class AgentRecord(_Frozen):
+    name: str
+    persona: str
+    provider: str
+    model: str
+    label: str
+    actual_provider: str | None
+    actual_model: str | None
+    substituted: bool
+    absent: bool
+    error: str | None
+    raw_text: str | None = None  # the last unusable answer, kept so a failure can be audited
+
+
+class JudgeRecord(_Frozen):
+    provider: str
+    model: str
+    actual_provider: str | None
+    actual_model: str | None
+    fallback_used: bool
+
+
+class Artifacts(_Frozen):
+    round_1: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    round_2: dict[str, Any] | None = None
+    round_3_replies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    round_3: dict[str, Any] | None = None
+    round_4: dict[str, Any] | None = None
+
+
+class EarlyTerminationRecord(_Frozen):
+    offered: bool
+    accepted: bool
+    reason: str
+    confidence: float
+    threshold: float
+    rounds_skipped: int
+    estimated_cost_saved: float | None
+
+
+class CostRecord(_Frozen):
+    estimated: float | None
+    actual: float
+    unknown_prices: list[str]
+    by_provider: dict[str, float]
+
+
+class TokenRecord(_Frozen):
+    input: int
+    output: int
+    cached_input: int
+    total: int
+
+
+class TransitionRecord(_Frozen):
+    from_: str = Field(alias="from")
+    to: str
+    reason: str
+    at: str
+
+
+class ConsultationResult(_Frozen):
+    """Everything one consultation produced and how; ``status`` says how far it got and how cleanly."""
+
+    consultation_id: str
+    schema_version: str = SCHEMA_VERSION
+    question: str
+    mode: str
+    strategy: str
+    status: Status
+    created_at: str
+    completed_at: str
+    duration_s: float
+    planned_rounds: int
+    completed_rounds: int
+    agents: list[AgentRecord]
+    judge: JudgeRecord
+    artifacts: Artifacts
+    verdict: dict[str, Any] | None
+    recommendation: str | None
+    confidence: float | None
+    dissent: list[dict[str, Any]]
+    concerns: list[str]
+    early_termination: EarlyTerminationRecord | None
+    cost: CostRecord
+    tokens: TokenRecord
+    token_efficiency_stats: dict[str, Any] | None
+    substitutions: list[dict[str, Any]]
+    scrub_report: dict[str, Any]
+    context_sources: list[dict[str, Any]]
+    prompt_versions: dict[str, str]
+    judge_labels: dict[str, str]
+    shuffle_seed: int
+    absent_agents: list[str]
+    abort_reason: str | None
+    config_hash: str
+    transitions: list[TransitionRecord]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result JSON (snake_case keys; ``transitions`` items use ``from``/``to``)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("complete", "completed_degraded")

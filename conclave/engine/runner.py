@@ -1,0 +1,375 @@
+"""The consultation runner: drives the state machine through the rounds and always ends with a result.
+
+``await Consultation(settings).run()`` returns a :class:`ConsultationResult` whatever the providers do: failures
+become an honest status (``completed_degraded``, ``partial``, ``aborted``). Cancellation (Ctrl-C) saves the
+partial result in ``.result`` and re-raises. A ``recorder`` (the journal) sees every event as a critical
+subscriber and is flushed at each round boundary, before the next round spends anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from conclave import __version__, artifacts
+from conclave.config import Settings
+from conclave.engine.assemble import Provenance, assemble_result
+from conclave.engine.consent import decide_consent, store_always_allow
+from conclave.engine.cost import CostEstimate, estimate_cost, spent
+from conclave.engine.cross_exam import run_cross_exam_judge, run_replies
+from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
+from conclave.engine.independent import run_independent
+from conclave.engine.inputs import prepare_inputs
+from conclave.engine.interaction import Interaction
+from conclave.engine.labels import JudgeLabels, new_seed
+from conclave.engine.result import ConsultationResult
+from conclave.engine.resume import restore_rounds, resumed_rounds
+from conclave.engine.session import Session
+from conclave.engine.state import ConsultState, StateMachine, Transition
+from conclave.engine.synthesis import run_synthesis
+from conclave.engine.termination import decide_early_termination
+from conclave.engine.verdict import derive_verdict, run_verdict
+from conclave.errors import ConfigError
+from conclave.events import (
+    CONSULTATION_COMPLETED,
+    CONSULTATION_STARTED,
+    COST_ESTIMATED,
+    COST_GATE_TRIGGERED,
+    EARLY_TERMINATION,
+    ROUND_COMPLETED,
+    ROUND_STARTED,
+    STATE_TRANSITION,
+    USER_CONSENT,
+    EventBus,
+    Subscriber,
+)
+from conclave.providers.base import ProviderError
+
+log = logging.getLogger(__name__)
+
+S = ConsultState
+ROUND_TYPES = {1: "independent", 2: "synthesis", 3: "cross_exam", 4: "verdict"}
+
+
+class Recorder(Protocol):
+    """A durable sink for events (the journal): receives each event, and ``flush()`` makes them durable."""
+
+    def __call__(self, event: Any) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class _Stop(Exception):
+    """Internal: the consultation has reached a terminal state; unwind to result assembly."""
+
+
+class Consultation:
+    """One consultation. Construct, then ``await run()``; ``result`` and ``refusal`` are set when it ends.
+
+    ``resume_from`` carries stored artifacts of completed rounds (``round_1`` {agent: artifact}, ``round_2``,
+    ``round_3_replies``, ``round_3``) plus ``labels`` and ``shuffle_seed``; those rounds are restored, not re-run.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        plugins: Any = None,
+        interaction: Interaction | None = None,
+        subscribers: Iterable[Subscriber] = (),
+        recorder: Recorder | None = None,
+        resume_from: Mapping[str, Any] | None = None,
+        consultation_id: str | None = None,
+        first_seq: int = 0,
+        environ: Mapping[str, str] | None = None,
+        stdin_text: str | None = None,
+    ) -> None:
+        if plugins is None:
+            from conclave.plugins import get_plugins
+
+            plugins = get_plugins()
+        self.settings = settings
+        self.plugins = plugins
+        self.interaction = interaction or Interaction.non_interactive()
+        self.resume_from = dict(resume_from or {})
+        self.id = consultation_id or new_consultation_id()
+        self.bus = EventBus(self.id, first_seq=first_seq)
+        self.recorder = recorder
+        if recorder is not None:
+            self.bus.subscribe(recorder, critical=True)
+        for subscriber in subscribers:
+            self.bus.subscribe(subscriber)
+        self.machine = StateMachine(self._on_transition)
+        self.result: ConsultationResult | None = None
+        self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
+        self._environ = environ
+        self._stdin_text = stdin_text
+        self._estimate: CostEstimate | None = None
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> ConsultationResult:
+        from conclave.providers.pool import ProviderPool
+
+        started, created_at = time.monotonic(), artifacts.now_iso()
+        strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
+        inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text)
+        seed = int(self.resume_from.get("shuffle_seed") or new_seed())
+        labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))
+        async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ) as pool:
+            self._check_keys(pool)
+            session = Session(
+                settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
+                labels=labels, question=inputs.question, context_text=inputs.context,
+            )
+            snapshot = config_snapshot(self.settings, inputs.question)
+            provenance = Provenance(
+                consultation_id=self.id,
+                created_at=created_at,
+                started_monotonic=started,
+                scrub_report=inputs.scrub_report,
+                context_sources=inputs.context_sources,
+                prompt_versions=strategy.prompt_versions(),
+                config_hash=config_hash(snapshot),
+            )
+            self._emit_started(session, snapshot, provenance)
+            try:
+                await self._flow(session)
+            except _Stop:
+                pass
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                # Ctrl-C: asyncio cancels us (or, inside a blocking prompt, KeyboardInterrupt arrives directly).
+                session.record.abort_reason = session.record.abort_reason or "interrupted by the user"
+                self.machine.abort("interrupted")
+                self._finish(session, provenance)
+                raise
+            except Exception as exc:
+                # A bug, or the journal failing (a critical subscriber): stop spending, keep what exists.
+                log.exception("consultation %s stopped by an unexpected error", self.id)
+                session.record.abort_reason = f"internal error: {_describe(exc)}"
+                self.machine.abort("internal error")
+            return self._finish(session, provenance)
+
+    def _finish(self, session: Session, provenance: Provenance) -> ConsultationResult:
+        result = assemble_result(session, self.machine, provenance, self._estimate)
+        self.result = result
+        try:
+            self.bus.emit(CONSULTATION_COMPLETED, status=result.status, result=result.as_dict())
+            self._flush()
+        except Exception:
+            log.exception("could not record the end of consultation %s", self.id)
+        return result
+
+    # ------------------------------------------------------------------------------------------ the flow
+
+    async def _flow(self, session: Session) -> None:
+        planned = self.settings.planned_rounds
+        record = session.record
+        self._go(S.ESTIMATING, "estimating cost from the prompts")
+        restored = restore_rounds(session, self.resume_from)
+        pending = [n for n in range(1, planned + 1) if n not in restored]
+        self._estimate_and_consent(session, pending)
+
+        self._go(S.INDEPENDENT, "restored round 1" if 1 in restored else "cost approved")
+        if 1 not in restored:
+            await self._round(session, 1, run_independent)
+        present = len(record.round_1)
+        record.completed_rounds = 1 if present else 0
+        if present < 2:
+            self._stop(record, f"only {present} of {len(self.settings.agents)} agents gave a valid round-1 answer; "
+                       "a debate needs at least 2")
+        if planned == 1:
+            self._go(S.COMPLETE, "rounds=1")
+            return
+        self._check_budget(session, "round 1")
+
+        self._go(S.SYNTHESIS, "restored round 2" if 2 in restored else "round 1 complete")
+        if 2 not in restored and not await self._round(session, 2, run_synthesis):
+            self._stop(record, record.abort_reason)
+        record.completed_rounds = 2
+        self._check_budget(session, "round 2")
+        if planned >= 3 and 3 not in restored and self._terminate_early(session):
+            derive_verdict(session)
+            self._go(S.COMPLETE, "early termination accepted")
+            return
+        if planned == 2:
+            derive_verdict(session)
+            self._go(S.COMPLETE, "rounds=2" if not self.settings.quick else "quick=true")
+            return
+
+        self._go(S.CROSS_EXAM, "restored round 3" if 3 in restored else "round 2 complete")
+        if 3 not in restored and not await self._round(session, 3, self._cross_exam):
+            self._stop(record, record.abort_reason)
+        record.completed_rounds = 3
+        self._check_budget(session, "round 3")
+        if planned == 3:
+            derive_verdict(session)
+            self._go(S.COMPLETE, "rounds=3")
+            return
+
+        self._go(S.VERDICT, "round 3 complete")
+        if not await self._round(session, 4, run_verdict):
+            self._stop(record, record.abort_reason)
+        record.completed_rounds = 4
+        self._go(S.COMPLETE, "verdict rendered")
+
+    async def _cross_exam(self, session: Session) -> bool:
+        await run_replies(session)
+        self._check_budget(session, "round 3 replies")
+        return await run_cross_exam_judge(session)
+
+    async def _round(self, session: Session, number: int, body: Callable[[Session], Awaitable[Any]]) -> Any:
+        """Run one round between ``round:started`` and ``round:completed``, then flush the recorder."""
+        since, t0 = len(session.pool.attempts), time.monotonic()
+        self.bus.emit(ROUND_STARTED, round_number=number, round_type=ROUND_TYPES[number])
+        try:
+            return await body(session)
+        finally:
+            used = spent(session.pool, since)
+            self.bus.emit(
+                ROUND_COMPLETED,
+                round_number=number,
+                round_type=ROUND_TYPES[number],
+                duration_s=round(time.monotonic() - t0, 3),
+                input_tokens=used.usage.input_tokens,
+                output_tokens=used.usage.output_tokens,
+                cost=used.total,
+            )
+            self._flush()
+
+    # ------------------------------------------------------------------------------------------ gates
+
+    def _estimate_and_consent(self, session: Session, rounds: list[int]) -> None:
+        estimate = self._estimate = estimate_cost(session, rounds)
+        self.bus.emit(
+            COST_ESTIMATED,
+            estimated_cost=estimate.total,
+            input_tokens=estimate.input_tokens,
+            output_tokens=estimate.output_tokens,
+            unknown_prices=estimate.unknown_prices,
+            rounds=rounds,
+        )
+        self._go(S.AWAITING_CONSENT, "estimate ready")
+        consent = decide_consent(estimate, self.settings, self.interaction)
+        stored = None
+        if consent.new_threshold is not None:
+            home = self.settings.home
+            stored = str(store_always_allow(home, consent.new_threshold))
+        self.bus.emit(
+            USER_CONSENT,
+            approved=consent.approved,
+            auto_approved=consent.auto_approved,
+            reason=consent.reason,
+            always_allow_under=consent.new_threshold,
+            stored_in=stored,
+        )
+        self._flush()
+        if not consent.approved:
+            self.refusal = consent.reason
+            self._stop(session.record, f"cost not approved: {consent.reason}")
+
+    def _check_budget(self, session: Session, phase: str) -> None:
+        """Abort before spending more when the actual cost passed ``abort_ratio`` × the estimate.
+
+        Without a known estimate (the user approved an unknown price) there is nothing to compare against.
+        """
+        estimate = self._estimate.total if self._estimate else None
+        if not estimate:
+            return
+        actual, ratio = spent(session.pool).total, self.settings.cost.abort_ratio
+        if actual <= ratio * estimate:
+            return
+        self.bus.emit(COST_GATE_TRIGGERED, estimated_cost=estimate, actual_cost=actual, abort_ratio=ratio, phase=phase)
+        self._stop(
+            session.record,
+            f"cost_exceeded: actual ${actual:.4f} is over {ratio:g} × the estimate ${estimate:.4f} after {phase}",
+        )
+
+    def _terminate_early(self, session: Session) -> bool:
+        record = session.record
+        assert record.round_2 is not None
+        estimate = self._estimate
+        decision = decide_early_termination(
+            strategy=session.strategy,
+            settings=self.settings,
+            round_1=record.round_1,
+            synthesis=record.round_2,
+            interaction=self.interaction,
+            cost_saved=estimate.for_rounds(range(3, self.settings.planned_rounds + 1)) if estimate else None,
+        )
+        record.early_termination = decision
+        self.bus.emit(EARLY_TERMINATION, **decision)
+        return bool(decision["accepted"])
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _go(self, to: ConsultState, reason: str) -> None:
+        self.machine.transition(to, reason)
+
+    def _stop(self, record: Any, reason: str | None) -> None:
+        record.abort_reason = reason or record.abort_reason or "stopped"
+        self.machine.abort(record.abort_reason)
+        raise _Stop
+
+    def _on_transition(self, transition: Transition) -> None:
+        data = transition.as_dict()
+        self.bus.emit(STATE_TRANSITION, **{"from": data["from"], "to": data["to"], "reason": data["reason"]})
+
+    def _flush(self) -> None:
+        if self.recorder is not None:
+            self.recorder.flush()
+
+    def _check_keys(self, pool: Any) -> None:
+        """Refuse to start when an agent's or the judge's provider has no API key (before anything is spent)."""
+        problems = []
+        users = [(f"agents.{n}.provider", a.provider) for n, a in self.settings.agents.items()]
+        users.append(("judge.provider", self.settings.judge.provider))
+        for key, provider in users:
+            if pool.has_key(provider):
+                continue
+            try:
+                problems.append(f"{key}: provider {provider!r} has no API key; set "
+                                f"{pool.provider(provider).key_variables()}")
+            except ProviderError as exc:
+                problems.append(f"{key}: {exc}")
+        if problems:
+            raise ConfigError(problems)
+
+    def _emit_started(self, session: Session, snapshot: dict[str, Any], provenance: Provenance) -> None:
+        settings = self.settings
+        self.bus.emit(
+            CONSULTATION_STARTED,
+            question=session.question,
+            mode=settings.mode.strategy,
+            strategy=settings.mode.strategy,
+            agents=[
+                {"name": n, "persona": a.persona, "provider": a.provider, "model": a.model}
+                for n, a in settings.agents.items()
+            ],
+            judge={"provider": settings.judge.provider, "model": settings.judge.model},
+            planned_rounds=settings.planned_rounds,
+            config=snapshot,
+            config_hash=provenance.config_hash,
+            prompt_versions=provenance.prompt_versions,
+            conclave_version=__version__,
+            scrub_report=provenance.scrub_report,
+            judge_labels=dict(session.labels.by_name),
+            shuffle_seed=session.labels.seed,
+            context_sources=provenance.context_sources,
+            verbose=settings.verbose,
+            resumed_rounds=resumed_rounds(self.resume_from),
+        )
+
+
+async def run_consultation(settings: Settings, **options: Any) -> ConsultationResult:
+    """Convenience: ``Consultation(settings, **options).run()``."""
+    return await Consultation(settings, **options).run()
+
+
+def _describe(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,80 @@
+"""Built-in debate strategies: converge ("No, because…") and explore ("Yes, and…").
+
+Each strategy's words live in ``prompts/<strategy>/*.md``; see :mod:`conclave.engine.strategy` for the
+template contract a third-party strategy follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conclave.engine.strategy import Strategy, consensus_confidence
+from conclave.hookspecs import hookimpl
+
+
+class ConvergeStrategy(Strategy):
+    """Drive toward one defensible recommendation; may stop after round 2 on a strong consensus."""
+
+    name = "converge"
+    prompt_package = "conclave_plugins"
+    prompt_dir = "prompts/converge"
+    allows_early_termination = True
+    reply_schema = "cross_exam_reply"
+    verdict_schema = "verdict"
+
+
+class ExploreStrategy(Strategy):
+    """Widen the option space and end with a menu of options; always runs every planned round."""
+
+    name = "explore"
+    prompt_package = "conclave_plugins"
+    prompt_dir = "prompts/explore"
+    allows_early_termination = False
+    all_rounds_notice = "Explore mode: all rounds will execute"
+    reply_schema = "cross_exam_reply_explore"
+    verdict_schema = "verdict_explore"
+
+    def verdict_from_synthesis(self, synthesis: Mapping[str, Any]) -> dict[str, Any]:
+        """A menu built from the synthesis alone: each consensus theme (strongest first), then each agent's
+        distinct viewpoint from the tensions, as options. Every string comes from the synthesis."""
+        points = sorted(synthesis.get("consensus_points", []), key=lambda p: -float(p.get("confidence", 0)))
+        options: list[dict[str, Any]] = [
+            {
+                "option": p["point"],
+                "description": f"Shared theme of round 2 (confidence {float(p.get('confidence', 0)):.0%}).",
+                "pros": [],
+                "cons": [],
+                "championed_by": list(p.get("supporting_agents", [])),
+            }
+            for p in points
+        ]
+        for tension in synthesis.get("tensions", []):
+            topic = tension.get("topic", "")
+            for view in tension.get("viewpoints", []):
+                options.append(
+                    {
+                        "option": view.get("viewpoint", ""),
+                        "description": f"One side of the round-2 tension on {topic}." if topic else "",
+                        "pros": [],
+                        "cons": [],
+                        "championed_by": [view["agent"]] if view.get("agent") else [],
+                    }
+                )
+        options = [o for o in options if o["option"]]
+        confidence = consensus_confidence(synthesis)
+        return {
+            "recommendations": options,
+            "synergies": [],
+            "confidence": round(confidence, 4),
+            "summary": (
+                f"{len(options)} option(s) taken from the round-2 synthesis; no verdict round ran, so the options "
+                "have not been compared."
+            ),
+        }
+
+
+@hookimpl
+def register_strategies(register: Any) -> None:
+    register("converge", ConvergeStrategy)
+    register("explore", ExploreStrategy)

@@ -1,0 +1,198 @@
+"""What the engine does when models misbehave or providers fail: re-ask, absent agents, judge fallback,
+partial and aborted results, and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+
+import pytest
+from test_engine_support import (
+    AGENT_MODELS,
+    JUDGE_MODEL,
+    independent,
+    requests_with,
+    run_consultation,
+    script_panel,
+    texts,
+)
+
+from conclave.api import compose_settings
+from conclave.engine.runner import Consultation
+from conclave.errors import ConfigError
+from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
+from conclave.testing.schema_instances import instance_for
+
+ONE_ATTEMPT = [f"providers.{p}.max_attempts=1" for p in ("openai", "anthropic", "gemini")]
+
+
+def _first_then_valid(first: Reply) -> Any:
+    """A script answering ``first`` once, then a valid instance of whatever schema is asked."""
+    calls = itertools.count()
+
+    def reply(request: RecordedRequest) -> Reply:
+        return first if next(calls) == 0 else Reply(json=instance_for(request.schema))
+
+    return reply
+
+
+def _user_turns(request: RecordedRequest) -> list[str]:
+    return [m["content"] for m in request.json["messages"] if m["role"] == "user"]
+
+
+async def test_malformed_output_is_reasked_once_and_recovers(fake_provider_server: FakeProviderServer,
+                                                             conclave_env: Any) -> None:
+    fake = fake_provider_server
+    fake.script(AGENT_MODELS["architect"], _first_then_valid(Reply(text="I think yes {but not as JSON")))
+    run = await run_consultation(fake, "rounds=1")
+    assert run.result.status == "complete"
+    first, second = fake.requests_for(AGENT_MODELS["architect"])
+    reask = _user_turns(second)
+    assert len(reask) == 2 and reask[0] == _user_turns(first)[0]
+    assert "(root)" in reask[1] and "not a JSON object" in reask[1]
+    assert second.json["messages"][-2] == {"role": "assistant", "content": "I think yes {but not as JSON"}
+    statuses = {e["agent"]: e["status"] for e in run.of("consultation:round_artifact")}
+    assert statuses["architect"] == "reasked" and statuses["security"] == "valid"
+
+
+async def test_schema_invalid_output_is_reasked_quoting_the_error_path(fake_provider_server: FakeProviderServer,
+                                                                       conclave_env: Any) -> None:
+    fake = fake_provider_server
+    bad = independent("too sure", confidence=3.5)
+    fake.script(AGENT_MODELS["architect"], _first_then_valid(Reply(json=bad)))
+    run = await run_consultation(fake, "rounds=1")
+    assert run.result.artifacts.round_1["architect"]["confidence"] <= 1
+    second = fake.requests_for(AGENT_MODELS["architect"])[1]
+    assert "$.confidence: 3.5 is greater than the maximum of 1" in _user_turns(second)[1]
+
+
+async def test_an_agent_failing_round_1_is_absent_and_the_judge_is_told(fake_provider_server: FakeProviderServer,
+                                                                        conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["security"], Reply(text="I would rather write prose."))  # invalid, twice
+    run = await run_consultation(fake, "rounds=2")
+    result = run.result
+    assert result.status == "completed_degraded" and result.absent_agents == ["security"]
+    security = next(a for a in result.agents if a.name == "security")
+    assert security.absent and security.raw_text == "I would rather write prose."
+    assert security.error is not None and "round 1: invalid answer after one re-ask" in security.error
+    assert "security" not in result.artifacts.round_1
+    (synthesis_request,) = requests_with(fake, "synthesis", JUDGE_MODEL)
+    label = result.judge_labels["security"]
+    assert f"Absent: {label} gave no valid answer in round 1" in texts(synthesis_request)
+    failed = [e for e in run.of("agent:completed") if not e["ok"]]
+    assert failed[0]["agent"] == "security" and failed[0]["raw_text"] == "I would rather write prose."
+
+
+async def test_a_failing_judge_is_replaced_by_one_on_another_provider(fake_provider_server: FakeProviderServer,
+                                                                      conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(JUDGE_MODEL, Fault.server_error(500))
+    run = await run_consultation(fake, *ONE_ATTEMPT)
+    result = run.result
+    assert result.status == "completed_degraded" and result.completed_rounds == 4
+    assert result.judge.fallback_used and result.judge.provider == "openai"
+    assert result.judge.actual_provider != "openai"
+    replacement = result.judge.actual_model
+    assert len(fake.requests_for(JUDGE_MODEL)) == 1  # the failed judge is not asked again in later rounds
+    assert [schema for schema in ("synthesis", "cross_exam", "verdict") if requests_with(fake, schema, replacement)]\
+        == ["synthesis", "cross_exam", "verdict"]
+    (fallback,) = [s for s in result.substitutions if s.get("judge_fallback")]
+    assert fallback["round_number"] == 2 and fallback["substitute_model"] == replacement
+    assert run.of("consultation:round_artifact")[3]["status"] == "fallback"
+
+
+async def test_when_the_replacement_judge_fails_too_the_result_is_partial(fake_provider_server: FakeProviderServer,
+                                                                          conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(JUDGE_MODEL, Fault.server_error(500))
+    probe = compose_settings("q", [*fake.overrides(), "judge.model=gpt-4.1"])
+    from conclave.plugins import get_plugins
+    from conclave.providers.pool import ProviderPool
+
+    async with ProviderPool(probe, get_plugins()) as pool:
+        backup = pool.backup_for("openai", JUDGE_MODEL)
+    assert backup is not None
+    fake.script(backup[1], Fault.server_error(503))
+    run = await run_consultation(fake, *ONE_ATTEMPT)
+    result = run.result
+    assert result.status == "partial" and result.completed_rounds == 1
+    assert run.states()[-2:] == ["SYNTHESIS", "ABORTED"]
+    assert set(result.artifacts.round_1) == set(AGENT_MODELS) and result.artifacts.round_2 is None
+    assert result.abort_reason is not None and result.abort_reason.startswith("the judge failed in round 2")
+    assert result.verdict is None and result.recommendation is None
+
+
+async def test_when_every_provider_rejects_the_consultation_aborts_with_nothing_spent(conclave_env: Any) -> None:
+    async with FakeProviderServer(keys={"openai": "x", "anthropic": "x", "gemini": "x"}) as fake:
+        run = await run_consultation(fake)
+    result = run.result
+    assert result.status == "aborted" and result.completed_rounds == 0
+    assert run.states()[-2:] == ["INDEPENDENT", "ABORTED"]
+    assert result.absent_agents == sorted(AGENT_MODELS, key=list(AGENT_MODELS).index)
+    assert "only 0 of 3 agents" in (result.abort_reason or "")
+    assert all(r.model in AGENT_MODELS.values() for r in fake.requests)  # no judge was ever asked
+    assert all("AuthError" in (a.error or "") for a in result.agents)
+
+
+async def test_one_valid_answer_cannot_be_debated_and_is_kept_as_partial(fake_provider_server: FakeProviderServer,
+                                                                        conclave_env: Any) -> None:
+    fake = fake_provider_server
+    fake.script(AGENT_MODELS["security"], Fault.auth_rejected())
+    fake.script(AGENT_MODELS["pragmatist"], Fault.auth_rejected())
+    run = await run_consultation(fake)
+    assert run.result.status == "partial" and list(run.result.artifacts.round_1) == ["architect"]
+    assert not fake.requests_for(JUDGE_MODEL)
+
+
+async def test_cancelling_stops_in_flight_calls_and_keeps_a_partial_result(fake_provider_server: FakeProviderServer,
+                                                                           conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    judge_asked = asyncio.Event()
+
+    def hang(request: RecordedRequest) -> Fault:
+        judge_asked.set()
+        return Fault.hang()
+
+    fake.script(JUDGE_MODEL, hang)
+    settings = compose_settings("q", [*fake.overrides(), "cost.auto_approve=true", f"judge.model={JUDGE_MODEL}",
+                                      "hedging.enabled=false"])
+    events: list[Any] = []
+    consultation = Consultation(settings, subscribers=[events.append])
+    task = asyncio.create_task(consultation.run())
+    await asyncio.wait_for(judge_asked.wait(), timeout=30)
+    task.cancel()
+    try:
+        await task
+        raise AssertionError("the cancellation must propagate")
+    except asyncio.CancelledError:
+        pass
+    result = consultation.result
+    assert result is not None and result.status == "partial" and result.abort_reason == "interrupted by the user"
+    assert set(result.artifacts.round_1) == set(AGENT_MODELS)
+    assert events[-1].type == "consultation:completed"
+    for _ in range(100):  # the server notices the closed connection shortly after
+        if fake.requests_for(JUDGE_MODEL)[0].disconnected:
+            break
+        await asyncio.sleep(0.01)
+    assert fake.requests_for(JUDGE_MODEL)[0].disconnected
+    assert json.dumps(result.as_dict())
+
+
+async def test_a_missing_api_key_stops_before_anything_is_sent(fake_provider_server: FakeProviderServer,
+                                                               conclave_env: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    # the real endpoint needs a key (a local one, like the fake, may not)
+    with pytest.raises(ConfigError) as caught:
+        await run_consultation(fake_provider_server, "providers.anthropic.base_url=https://api.anthropic.com")
+    assert caught.value.problems == [
+        "agents.security.provider: provider 'anthropic' has no API key; set ANTHROPIC_API_KEY"
+    ]
+    assert fake_provider_server.requests == []

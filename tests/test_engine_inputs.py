@@ -1,0 +1,137 @@
+"""What leaves the machine: secrets are scrubbed from question and context, interpolations are never resolved,
+the context rides in the system prompt; plus the CLI end to end as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_engine_support import AGENT_MODELS, run_consultation, texts
+
+from conclave.testing.fake_server import FakeProviderServer
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+ANTHROPIC_KEY = "sk-ant-api03-" + "x7Yq" * 20
+
+
+def _everything_sent(fake: FakeProviderServer) -> str:
+    return "\n".join(json.dumps(r.json) + json.dumps(r.headers) for r in fake.requests)
+
+
+async def test_planted_secrets_never_reach_a_provider(fake_provider_server: FakeProviderServer, conclave_env: Any,
+                                                      tmp_path: Path) -> None:
+    fake = fake_provider_server
+    notes = tmp_path / "deploy.env"
+    notes.write_text(f"ANTHROPIC_API_KEY={ANTHROPIC_KEY}\nregion=eu-west-1\n")
+    run = await run_consultation(fake, f"context=[{notes}]",
+                                 question=f"Is it safe that our CI prints {AWS_KEY} in its logs?")
+    sent = _everything_sent(fake)
+    assert fake.requests and AWS_KEY not in sent and ANTHROPIC_KEY not in sent
+    assert "region=eu-west-1" in sent  # the rest of the context is sent
+    assert run.result.scrub_report["total"] >= 2
+    assert AWS_KEY not in run.result.question
+    assert run.of("consultation:started")[0]["scrub_report"] == run.result.scrub_report
+    assert AWS_KEY not in json.dumps([e.as_dict() for e in run.events])
+
+
+async def test_scrub_false_sends_the_text_as_is_with_a_warning(fake_provider_server: FakeProviderServer,
+                                                               conclave_env: Any,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    run = await run_consultation(fake_provider_server, "scrub=false", "rounds=1",
+                                 question=f"Why does {AWS_KEY} show up?")
+    assert AWS_KEY in _everything_sent(fake_provider_server)
+    assert "scrub=false" in capsys.readouterr().err
+    assert run.result.scrub_report == {"total": 0, "by_type": {}}
+
+
+async def test_context_rides_in_the_system_prompt_and_the_question_in_the_user_turn(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path
+) -> None:
+    notes = tmp_path / "adr.md"
+    notes.write_text("ADR-7: billing writes go through one service.")
+    run = await run_consultation(fake_provider_server, f"context=[{notes}]", "rounds=1", question="Keep ADR-7?")
+    (request,) = fake_provider_server.requests_for(AGENT_MODELS["architect"])
+    system, user = request.json["messages"][0], request.json["messages"][1]
+    assert system["role"] == "system" and "ADR-7: billing writes" in system["content"]
+    assert user["role"] == "user" and "Keep ADR-7?" in user["content"] and "billing writes" not in user["content"]
+    assert run.result.context_sources[0]["path"] == str(notes)
+
+
+async def test_an_interpolation_in_the_question_arrives_verbatim(fake_provider_server: FakeProviderServer,
+                                                                 conclave_env: Any) -> None:
+    question = "Should ${oc.env:HOME} and ${oc.env:OPENAI_API_KEY} be logged?"
+    run = await run_consultation(fake_provider_server, "rounds=1", question=question)
+    assert run.result.question == question
+    shown = texts(fake_provider_server.requests_for(AGENT_MODELS["architect"])[0])
+    assert question in shown and os.environ["OPENAI_API_KEY"] not in _everything_sent(fake_provider_server)
+
+
+async def _conclave(fake: FakeProviderServer, home: Path, *args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", *args, *fake.overrides(),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(home), env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.slow
+async def test_cli_runs_a_consultation_and_prints_the_result(fake_provider_server: FakeProviderServer,
+                                                             conclave_env: Path) -> None:
+    question = "Is ${oc.env:HOME} a safe place for state?"
+    code, out, err = await _conclave(fake_provider_server, conclave_env, question, "rounds=2",
+                                     "cost.auto_approve=true", "output.format=json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "complete" and result["question"] == question and result["completed_rounds"] == 2
+    shown = texts(fake_provider_server.requests_for(AGENT_MODELS["architect"])[0])
+    assert question in shown and str(conclave_env) not in shown
+
+
+@pytest.mark.slow
+async def test_cli_refuses_an_unapproved_cost_without_a_terminal(fake_provider_server: FakeProviderServer,
+                                                                 conclave_env: Path) -> None:
+    code, out, err = await _conclave(fake_provider_server, conclave_env, "Move billing?",
+                                     "cost.always_allow_under=0.001")
+    assert code == 1 and out == "" and fake_provider_server.requests == []
+    assert "cost.auto_approve=true" in err and "cost.always_allow_under" in err
+
+
+@pytest.mark.slow
+async def test_cli_interrupt_prints_the_partial_result_and_exits_130(fake_provider_server: FakeProviderServer,
+                                                                     conclave_env: Path) -> None:
+    import signal
+
+    from conclave.testing.fake_server import Fault, RecordedRequest
+
+    fake = fake_provider_server
+    judge_asked = asyncio.Event()
+
+    def hang(request: RecordedRequest) -> Fault:
+        judge_asked.set()
+        return Fault.hang()
+
+    fake.script("gpt-4.1", hang)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(conclave_env), CONCLAVE_PROGRESS="0")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", "Move billing?", "judge.model=gpt-4.1", "cost.auto_approve=true",
+        "hedging.enabled=false", "output.format=json", *fake.overrides(),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(conclave_env), env=env,
+    )
+    await asyncio.wait_for(judge_asked.wait(), timeout=60)
+    process.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 130, err.decode()
+    result = json.loads(out)
+    assert result["status"] == "partial" and result["abort_reason"] == "interrupted by the user"
+    assert set(result["artifacts"]["round_1"]) == set(AGENT_MODELS)
