@@ -19,6 +19,12 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUBCOMMANDS = {
     "plugins": "conclave.commands.plugins",
     "schemas": "conclave.commands.schemas",
+    "doctor": "conclave.commands.doctor",
+    "logs": "conclave.commands.logs",
+    "stats": "conclave.commands.stats",
+    "browse": "conclave.commands.browse",
+    "index": "conclave.commands.index",
+    "resume": "conclave.commands.resume",
 }
 
 # A Hydra override: key=value, +key=value, ++key=value, ~key[=value], group@pkg=option.
@@ -98,7 +104,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("conclave: the question is empty", file=sys.stderr)
             return EXIT_USAGE
         rest.append("question=" + hydra_quote(question))
-    return run_hydra(rest)
+    return run_hydra(_with_zero_config_panel(rest))
+
+
+_INSPECTION_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "-sc", "--shell-completion")
+
+
+def _with_zero_config_panel(args: list[str]) -> list[str]:
+    """Pick the panel from the keys present when the user picked none (see :mod:`conclave.panel`).
+
+    ``--cfg job`` shows the same choice a run would make; the notice about the offline panel is printed only
+    for a real run.
+    """
+    from conclave.config import default_home
+    from conclave.panel import LOCAL_PANEL, LOCAL_PANEL_NOTICE, panel_override
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    override = panel_override(overrides, os.environ, default_home())
+    if override is None:
+        return args
+    if override == f"agents={LOCAL_PANEL}" and not any(a in _INSPECTION_FLAGS for a in args):
+        print(LOCAL_PANEL_NOTICE, file=sys.stderr)
+    flags_end = next((i for i, a in enumerate(args) if not a.startswith("-") and "=" in a), len(args))
+    # overrides must follow every flag (argparse), and the panel choice must precede the user's own overrides
+    return [*args[:flags_end], override, *args[flags_end:]]
 
 
 def _run_subcommand(name: str, argv: list[str]) -> int:

@@ -103,7 +103,7 @@ class OutputSettings(StrictModel):
     format: Literal["markdown", "json", "both"] = "markdown"
 
 
-def _default_home() -> Path:
+def default_home() -> Path:
     """``$CONCLAVE_HOME``, else ``~/.conclave``: journal, index and user settings live here."""
     return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
 
@@ -129,7 +129,7 @@ class Settings(StrictModel):
     cost: CostSettings = Field(default_factory=CostSettings)
     hedging: HedgingSettings = Field(default_factory=HedgingSettings)
     output: OutputSettings = Field(default_factory=OutputSettings)
-    home: Path = Field(default_factory=lambda: _default_home())
+    home: Path = Field(default_factory=lambda: default_home())
 
     @field_validator("agents")
     @classmethod
@@ -141,9 +141,9 @@ class Settings(StrictModel):
 
     @field_validator("home", mode="before")
     @classmethod
-    def _default_home(cls, value: Any) -> Any:
+    def default_home(cls, value: Any) -> Any:
         if value in (None, ""):
-            return _default_home()
+            return default_home()
         return Path(str(value)).expanduser()
 
     @model_validator(mode="after")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,9 @@ CONFIG_MODULE = "pkg://conclave.conf"
 
 def user_config_dir() -> Path:
     """``$CONCLAVE_HOME/conf``: the user's own panels, modes and settings (``user/settings.yaml``)."""
-    return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser() / "conf"
+    from conclave.config import default_home
+
+    return default_home() / "conf"
 
 
 class ConclavePluginSearchPath(SearchPathPlugin):

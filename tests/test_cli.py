@@ -86,7 +86,8 @@ def test_help_is_ours_and_lists_groups(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert proc.stdout.startswith("conclave — put a question to a panel of LLMs")
     assert "mode: converge, explore" in proc.stdout
-    assert "agents: default, local" in proc.stdout
+    agents_line = next(line for line in proc.stdout.splitlines() if line.startswith("agents: "))
+    assert {"default", "local", "openai_only", "mixed_anthropic_openai"} <= set(agents_line[8:].split(", "))
     assert "early_termination.threshold" in proc.stdout
 
 
@@ -97,7 +98,7 @@ def test_info_searchpath_shows_packaged_config(tmp_path: Path) -> None:
 
 
 def test_package_flag_prints_one_node(tmp_path: Path) -> None:
-    proc = run_conclave("--cfg", "job", "-p", "judge", home=tmp_path)
+    proc = run_conclave("--cfg", "job", "-p", "judge", "agents=default", home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout) == {"provider": "openai", "model": "gpt-4o"}
 
@@ -151,7 +152,7 @@ def test_empty_question_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_missing_question_names_the_fix(tmp_path: Path) -> None:
-    proc = run_conclave("mode=explore", home=tmp_path)
+    proc = run_conclave("mode=explore", "agents=default", home=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         'conclave: question: missing — pass the question as the first argument, e.g. conclave "Should we …?"'
@@ -167,3 +168,29 @@ def test_a_panel_file_brings_its_own_judge(tmp_path: Path) -> None:
     # and the command line still overrides the panel's judge
     proc = run_conclave("--cfg", "job", "agents=local", "judge.model=other", home=tmp_path)
     assert yaml.safe_load(proc.stdout)["judge"]["model"] == "other"
+
+
+def test_zero_config_panel_follows_the_keys_present(tmp_path: Path) -> None:
+    def panel(env: dict[str, str], *extra: str) -> dict:
+        proc = run_conclave("--cfg", "job", *extra, home=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return yaml.safe_load(proc.stdout)
+
+    no_keys = panel({})
+    assert {a["provider"] for a in no_keys["agents"].values()} == {"local"}
+    only_openai = panel({"OPENAI_API_KEY": "sk-test"})
+    assert {a["provider"] for a in only_openai["agents"].values()} == {"openai"}
+    assert only_openai["judge"]["provider"] == "openai"
+    every_key = panel({"OPENAI_API_KEY": "a", "ANTHROPIC_API_KEY": "b", "GEMINI_API_KEY": "c"})
+    assert {a["provider"] for a in every_key["agents"].values()} == {"openai", "anthropic", "gemini"}
+    # a panel named on the command line always wins
+    assert {a["provider"] for a in panel({}, "agents=default")["agents"].values()} == {"openai", "anthropic", "gemini"}
+
+
+def test_offline_panel_notice_is_printed_once_for_a_run(tmp_path: Path) -> None:
+    from conclave.panel import LOCAL_PANEL_NOTICE
+
+    proc = run_conclave("Q?", "rounds=9", home=tmp_path)  # invalid, so nothing runs; the notice comes first
+    assert proc.stderr.splitlines() == [LOCAL_PANEL_NOTICE, "conclave: rounds: input should be less than or equal to 4 (got 9)"]
+    inspect = run_conclave("--cfg", "job", home=tmp_path)
+    assert LOCAL_PANEL_NOTICE not in inspect.stderr

