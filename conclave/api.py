@@ -69,10 +69,17 @@ async def consult_async(
 
     plugins = plugins if plugins is not None else get_plugins()
     settings = compose_settings(question, overrides, plugins)
-    consultation = Consultation(
-        settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=subscribers
-    )
-    return await consultation.run()
+    from conclave.store.recorder import Recorder
+
+    recorder = Recorder(settings.home)  # library runs are journaled and indexed like CLI runs
+    try:
+        consultation = Consultation(
+            settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=subscribers,
+            recorder=recorder,
+        )
+        return await consultation.run()
+    finally:
+        recorder.close()
 
 
 def consult(

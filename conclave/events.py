@@ -32,6 +32,8 @@ round:completed                        round_number, round_type, duration_s, inp
 early_termination:decided              offered, accepted, confidence, threshold, reason, rounds_skipped,
                                        estimated_cost_saved
 cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio, phase
+consultation:resumed                   restored_rounds [n], spent {cost, input_tokens, output_tokens}, from_seq
+                                       (written by ``conclave resume`` before the engine continues)
 consultation:completed                 status (complete|completed_degraded|partial|aborted), result (the full
                                        result JSON, see conclave.engine.result)
 =====================================  ===========================================================================
@@ -60,6 +62,7 @@ FILTER_APPLIED = "filter:applied"
 ROUND_COMPLETED = "round:completed"
 EARLY_TERMINATION = "early_termination:decided"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
+CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"
 
 

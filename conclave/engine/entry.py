@@ -26,18 +26,28 @@ def subscribers_for(settings: Settings, plugins: Any) -> list[Subscriber]:
     return subscribers
 
 
-def run_from_cli(settings: Settings) -> int:
+def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "started", **resume: Any) -> int:
+    """Run one consultation, journaled, print its result and return the exit code.
+
+    ``recorder`` defaults to a :class:`~conclave.store.recorder.Recorder` on ``settings.home`` (closed here);
+    ``resume`` carries ``resume_from``, ``consultation_id`` and ``first_seq`` for ``conclave resume``.
+    """
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
+    from conclave.store.recorder import Recorder
 
     plugins = get_plugins()
+    owned = recorder is None
+    recorder = Recorder(settings.home) if owned else recorder
     consultation = Consultation(
         settings,
         plugins=plugins,
         interaction=Interaction.from_terminal(),
         subscribers=subscribers_for(settings, plugins),
+        recorder=recorder,
+        **resume,
     )
     try:
         result = asyncio.run(consultation.run())
@@ -46,8 +56,11 @@ def run_from_cli(settings: Settings) -> int:
         if consultation.result is not None:
             print_result(consultation.result.as_dict(), settings.output.format, sys.stdout)
         return EXIT_INTERRUPTED
+    finally:
+        if owned:
+            recorder.close()
     if consultation.refusal is not None:
-        print(f"conclave: consultation not started: {consultation.refusal}", file=sys.stderr)
+        print(f"conclave: consultation not {verb}: {consultation.refusal}", file=sys.stderr)
         return EXIT_FAILED
     print_result(result.as_dict(), settings.output.format, sys.stdout)
     if not result.ok:

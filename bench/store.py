@@ -1,0 +1,149 @@
+"""Benchmark the store at scale: journal appends, ``index rebuild``, ``logs verify`` and ``stats --json``.
+
+    python bench/store.py [--consultations 100000] [--home DIR] [--realistic-sample 2000]
+
+Synthetic consultations (``conclave.store.synthetic``: ~44 events each, deterministic) are journaled with the
+production :class:`~conclave.store.journal.JournalWriter`. The first ``--realistic-sample`` are made durable the
+way a live run is (fsync + head at every round start and end); the rest fsync once per consultation so a 100k
+corpus can be built in reasonable time. Then the index is rebuilt from the journals, every journal is verified,
+and the stats queries are timed at that size. Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from conclave import events as ev
+from conclave.store.heads import HeadsLog
+from conclave.store.index import connect, rebuild
+from conclave.store.journal import JournalWriter
+from conclave.store.paths import StoreLayout
+from conclave.store.redact import Redactor
+from conclave.store.stats import compute_stats, period_from_args
+from conclave.store.synthetic import synthetic_events
+from conclave.store.verify import verify_store
+
+SPACING_S = 120.0  # 100k consultations then span ~139 days, so --week and --month select real subsets
+
+
+def journal(layout: StoreLayout, count: int, realistic: int) -> dict[str, float]:
+    heads = HeadsLog(layout.heads_path)
+    redactor = Redactor.from_env()
+    start_ts = time.time() - count * SPACING_S
+    append_s = flush_s = generate_s = 0.0
+    records = flushes = 0
+    realistic_s = 0.0
+    for n in range(count):
+        t0 = time.perf_counter()
+        events = synthetic_events(n, start_ts=start_ts, spacing_s=SPACING_S)
+        t1 = time.perf_counter()
+        generate_s += t1 - t0
+        writer = JournalWriter(layout.journal_path(events[0].consultation_id), events[0].consultation_id, heads,
+                               redactor)
+        for event in events:
+            ta = time.perf_counter()
+            writer.append(event.type, event.ts, event.data)
+            tb = time.perf_counter()
+            append_s += tb - ta
+            # a live run is made durable when each round starts and ends (recorder + runner)
+            if n < realistic and event.type in (ev.ROUND_STARTED, ev.ROUND_COMPLETED, ev.USER_CONSENT):
+                writer.flush()
+                flushes += 1
+                flush_s += time.perf_counter() - tb
+        tc = time.perf_counter()
+        writer.close()
+        flushes += 1
+        flush_s += time.perf_counter() - tc
+        records += len(events)
+        if n < realistic:
+            realistic_s += time.perf_counter() - t1
+    return {"records": records, "append_s": append_s, "flush_s": flush_s, "flushes": flushes,
+            "generate_s": generate_s, "realistic_s": realistic_s}
+
+
+def time_stats(layout: StoreLayout) -> dict[str, float]:
+    db = connect(layout.index_path)
+    timings = {}
+    try:
+        for label, period in (("all time", {}), ("--month", {"month": ""}), ("--week", {"week": True})):
+            runs = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                compute_stats(db, period_from_args(**period))
+                runs.append(time.perf_counter() - t0)
+            timings[label] = statistics.median(runs)
+    finally:
+        db.close()
+    env = {**os.environ, "CONCLAVE_HOME": str(layout.home)}
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "conclave", "stats", "--json"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        runs.append(time.perf_counter() - t0)
+    timings["cli"] = statistics.median(runs)
+    return timings
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--consultations", type=int, default=100_000)
+    parser.add_argument("--realistic-sample", type=int, default=2_000)
+    parser.add_argument("--home", type=Path, help="where to build the store (default: a temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
+    args = parser.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="conclave-bench-"))
+    layout = StoreLayout(home)
+    n = args.consultations
+    sample = min(args.realistic_sample, n)
+    try:
+        print(f"store bench: {n:,} synthetic consultations in {home}", file=sys.stderr)
+        j = journal(layout, n, sample)
+        print(f"journaled {j['records']:,} records", file=sys.stderr)
+        rebuilt = rebuild(layout)
+        print(f"rebuilt in {rebuilt.seconds:.1f} s", file=sys.stderr)
+        t0 = time.perf_counter()
+        report = verify_store(layout)
+        verify_s = time.perf_counter() - t0
+        assert report.ok, report.problems[:3]
+        stats = time_stats(layout)
+        size_mb = sum(p.stat().st_size for p in layout.journal_dir.iterdir()) / 1e6
+        index_mb = layout.index_path.stat().st_size / 1e6
+
+        rows = [
+            ("consultations", f"{n:,}", f"{j['records']:,} records, {j['records'] / n:.1f} per consultation"),
+            ("journal size", f"{size_mb:,.0f} MB", f"index {index_mb:,.0f} MB"),
+            ("journal append (buffered)", f"{j['records'] / j['append_s']:,.0f} records/s",
+             f"{j['append_s'] / j['records'] * 1e6:.1f} µs per record (canonical JSON, sha256, redaction check)"),
+            ("flush (fsync + head)", f"{j['flush_s'] / j['flushes'] * 1e3:.2f} ms each", f"{j['flushes']:,} flushes"),
+            (f"live-like journaling ({sample:,})", f"{sample / j['realistic_s']:,.0f} consultations/s",
+             "fsync at consent and at every round start and end"),
+            ("index rebuild", f"{rebuilt.consultations / rebuilt.seconds:,.0f} consultations/s",
+             f"{rebuilt.seconds:.1f} s, {rebuilt.records / rebuilt.seconds:,.0f} records/s (goal ≥ 5,000/s)"),
+            ("logs verify", f"{report.journals / verify_s:,.0f} consultations/s",
+             f"{verify_s:.1f} s, {report.records / verify_s:,.0f} records/s"),
+            ("stats query, all time", f"{stats['all time'] * 1e3:.0f} ms", "compute_stats (goal < 100 ms)"),
+            ("stats query, --month", f"{stats['--month'] * 1e3:.0f} ms", "rolling 30 days"),
+            ("stats query, --week", f"{stats['--week'] * 1e3:.0f} ms", "last 7 days"),
+            ("conclave stats --json", f"{stats['cli'] * 1e3:.0f} ms", "whole command, process start included"),
+        ]
+        width = max(len(r[0]) for r in rows)
+        value_width = max(len(r[1]) for r in rows)
+        for name, value, note in rows:
+            print(f"{name:<{width}}  {value:>{value_width}}  {note}")
+    finally:
+        if not args.keep and args.home is None:
+            shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""``conclave browse [--port N] [--no-open]``: explore the consultation index in Datasette on 127.0.0.1.
+
+Runs ``datasette serve`` with conclave's shipped metadata (titles, column help, facets, canned queries);
+``--port 0`` picks a free port. The URL goes to stderr; Ctrl-C stops the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from importlib import resources
+from pathlib import Path
+
+from conclave.errors import ConclaveError
+from conclave.store.paths import StoreLayout, default_home
+
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT_S = 30.0
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="conclave browse", description=__doc__)
+    parser.add_argument("--port", type=int, default=8001, help="port to listen on (default 8001; 0 = a free port)")
+    parser.add_argument("--no-open", action="store_true", help="do not open a web browser")
+    args = parser.parse_args(argv)
+
+    from conclave.store.index import connect
+
+    layout = StoreLayout(default_home())
+    connect(layout.index_path).close()  # create and migrate it, so a fresh home browses an empty index
+    port = args.port or free_port()
+    # Stopped with SIGTERM, still stop Datasette: exit through the ``finally`` below instead of dying at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with resources.as_file(resources.files("conclave.store") / "datasette_metadata.yaml") as metadata:
+        server = subprocess.Popen(serve_command(layout.index_path, metadata, port))
+        try:
+            url = f"http://{HOST}:{port}/{layout.index_path.stem}"
+            wait_until_up(f"http://{HOST}:{port}/-/versions.json", server)
+            print(f"conclave browse: Datasette is serving {layout.index_path} at {url} (Ctrl-C stops it)",
+                  file=sys.stderr)
+            if not args.no_open:
+                import webbrowser
+
+                webbrowser.open(url)
+            return server.wait()
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            _stop(server)
+
+
+def serve_command(index_path: Path, metadata: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "datasette", "serve", str(index_path), "--metadata", str(metadata),
+            "--host", HOST, "--port", str(port)]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Poll ``url`` until it answers; fail if the server exits or does not come up in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise ConclaveError(f"datasette exited with code {server.returncode} before serving")
+        with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError), urllib.request.urlopen(
+            url, timeout=1
+        ):
+            return
+        time.sleep(0.1)
+    raise ConclaveError(f"datasette did not answer on {url} within {timeout_s:.0f} s")
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

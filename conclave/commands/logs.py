@@ -1,0 +1,143 @@
+"""``conclave logs path | list | show ID | verify [ID ...]``: where the records are, what they hold, and whether
+they are intact (``verify`` exits 1 naming the first edited, inserted, dropped or truncated record)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from conclave.errors import UsageError
+from conclave.store.paths import StoreLayout, default_home
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="conclave logs", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    path = sub.add_parser("path", help="print the index path (open it with Datasette or sqlite3)")
+    path.add_argument("--journal", action="store_true", help="print the journal directory instead")
+    listing = sub.add_parser("list", help="recent consultations, newest first")
+    listing.add_argument("-n", "--count", type=int, default=20, help="how many (default 20)")
+    listing.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="one consultation's journal, as a timeline")
+    show.add_argument("id", help="consultation id (a unique prefix is enough)")
+    show.add_argument("--json", action="store_true", help="print the raw journal records")
+    verify = sub.add_parser("verify", help="check every journal's hash chain against the recorded heads")
+    verify.add_argument("ids", nargs="*", help="only these consultations")
+    args = parser.parse_args(argv)
+    layout = StoreLayout(default_home())
+    if args.command == "path":
+        print(layout.journal_dir if args.journal else layout.index_path)
+        return 0
+    if args.command == "list":
+        return _list(layout, args.count, args.json)
+    if args.command == "show":
+        return _show(layout, resolve_id(layout, args.id), args.json)
+    return _verify(layout, [resolve_id(layout, i) for i in args.ids] or None)
+
+
+def resolve_id(layout: StoreLayout, prefix: str) -> str:
+    """The consultation whose id is ``prefix`` or starts with it; a usage error when none or several match."""
+    ids = layout.journal_ids()
+    if prefix in ids:
+        return prefix
+    matches = [i for i in ids if i.startswith(prefix)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no consultation {prefix!r} in {layout.journal_dir}")
+    raise UsageError(f"{prefix!r} is ambiguous: " + ", ".join(matches[:5]) + (" …" if len(matches) > 5 else ""))
+
+
+def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
+    from conclave.store.index import connect
+
+    db = connect(layout.index_path)
+    try:
+        rows = [dict(r) for r in db.query(
+            "select id, started_at, status, mode, total_cost, total_tokens, confidence, question "
+            "from consultations order by started_at desc limit ?", [count])]
+    finally:
+        db.close()
+    if as_json:
+        json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    for r in rows:
+        cost = "-" if r["total_cost"] is None else f"${r['total_cost']:.4f}"
+        conf = "-" if r["confidence"] is None else f"{r['confidence']:.0%}"
+        question = (r["question"] or "").replace("\n", " ")
+        question = question[:60] + ("…" if len(question) > 60 else "")
+        print(f"{r['id']}  {(r['started_at'] or '')[:19]}  {r['status'] or '-':<18} {r['mode'] or '-':<9} "
+              f"{cost:>9} {conf:>5}  {question}")
+    return 0
+
+
+def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
+    from conclave.store.journal import read_journal
+
+    journal = read_journal(layout.journal_path(cid))
+    records = journal.records
+    if as_json:
+        json.dump(records, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    start = records[0]["ts"] if records else 0.0
+    for record in records:
+        summary = describe(record["type"], record.get("data") or {})
+        print(f"{record['seq']:>4}  +{record['ts'] - start:8.2f}s  {record['type']:<34} {summary}")
+    if journal.torn_at is not None:
+        print("      (the last write was cut short by a crash; `conclave resume` continues from here)")
+    final = next((r for r in reversed(records) if r["type"] == "consultation:completed"), None)
+    if final is not None:
+        result = final["data"].get("result") or {}
+        cost = (result.get("cost") or {}).get("actual")
+        print(f"\n{final['data'].get('status')} · confidence {result.get('confidence')} · cost ${cost}")
+        print(f"recommendation: {result.get('recommendation')}")
+    return 0
+
+
+def describe(type_: str, d: dict[str, Any]) -> str:
+    """One line of the interesting payload of a record, for ``logs show``."""
+    if type_ == "consultation:started":
+        return f"{d.get('mode')} · {len(d.get('agents') or [])} agents · {d.get('question')!r}"
+    if type_ == "state:transition":
+        return f"{d.get('from')} → {d.get('to')} ({d.get('reason')})"
+    if type_ in ("round:started", "round:completed"):
+        extra = f" · {d.get('duration_s')} s · ${d.get('cost')}" if type_ == "round:completed" else ""
+        return f"round {d.get('round_number')} {d.get('round_type')}{extra}"
+    if type_ == "provider:attempt":
+        hedge = " hedge" if d.get("hedge") else ""
+        return (f"r{d.get('round_number')} {d.get('agent')} {d.get('provider')}/{d.get('model')} #{d.get('number')}"
+                f"{hedge} {d.get('outcome')} {_seconds(d.get('latency_s'))} · {d.get('input_tokens')}→"
+                f"{d.get('output_tokens')} tok · ${d.get('cost')}")
+    if type_ == "consultation:round_artifact":
+        return f"r{d.get('round_number')} {d.get('artifact_type')} ({d.get('agent') or 'judge'}) {d.get('status')}"
+    if type_ == "agent:completed":
+        return f"r{d.get('round_number')} {d.get('agent')} {'ok' if d.get('ok') else 'failed: ' + str(d.get('error'))}"
+    if type_ == "consultation:completed":
+        return f"status {d.get('status')}"
+    keys = ("estimated_cost", "approved", "filter", "accepted", "phase", "reason", "from_round")
+    return " · ".join(f"{k} {d[k]}" for k in keys if k in d)
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.2f} s" if isinstance(value, int | float) else "- s"
+
+
+def _verify(layout: StoreLayout, ids: list[str] | None) -> int:
+    from conclave.store.verify import verify_store
+
+    report = verify_store(layout, ids)
+    for problem in report.problems:
+        print(f"FAIL {problem}")
+    for cid in report.torn:
+        print(f"note {cid}: the last write was cut short by a crash (never durable); `conclave resume` repairs it",
+              file=sys.stderr)
+    if report.ok:
+        print(f"OK: {report.journals} journal(s), {report.records} record(s) verified")
+        return 0
+    print(f"{len(report.problems)} of {report.journals + sum(p.kind == 'missing' for p in report.problems)} "
+          "journal(s) failed verification", file=sys.stderr)
+    return 1

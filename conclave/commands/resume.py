@@ -1,0 +1,60 @@
+"""``conclave resume [ID]``: continue a consultation that was killed or interrupted (default: the latest one).
+
+Completed rounds are restored from the journal, neither re-run nor re-billed; the recorded configuration is
+reused as is. Exit codes as for a consultation: 0 complete, 1 partial/aborted, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from conclave.errors import UsageError
+from conclave.store.paths import StoreLayout, default_home
+
+if TYPE_CHECKING:
+    from conclave.store.resume import ResumePoint
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="conclave resume", description=__doc__)
+    parser.add_argument("id", nargs="?", help="consultation id or unique prefix (default: the latest interrupted)")
+    args = parser.parse_args(argv)
+
+    from conclave.commands.logs import resolve_id
+    from conclave.store.resume import latest_interrupted, load_resume_point
+
+    layout = StoreLayout(default_home())
+    cid = resolve_id(layout, args.id) if args.id else latest_interrupted(layout)
+    if cid is None:
+        raise UsageError(f"no interrupted consultation to resume in {layout.journal_dir}")
+    point = load_resume_point(layout, cid)
+    rounds = ", ".join(map(str, point.restored_rounds)) or "none"
+    print(f"conclave: resuming {cid} (restored rounds: {rounds})", file=sys.stderr)
+    return _continue(layout, point)
+
+
+def _continue(layout: StoreLayout, point: ResumePoint) -> int:
+    from conclave.config import check_against_plugins
+    from conclave.engine.entry import run_from_cli
+    from conclave.plugins import get_plugins
+    from conclave.store.indexer import RESUMED
+    from conclave.store.recorder import Recorder
+
+    check_against_plugins(point.settings, get_plugins())
+    recorder = Recorder(layout.home)
+    try:
+        recorder.record(point.consultation_id, RESUMED, {
+            "restored_rounds": point.restored_rounds, "spent": point.resume_from["spent"],
+            "from_seq": point.next_seq,
+        })
+        recorder.flush()
+        return run_from_cli(
+            point.settings, recorder=recorder, verb="resumed", resume_from=point.resume_from,
+            consultation_id=point.consultation_id, first_seq=point.next_seq + 1,
+        )
+    finally:
+        recorder.close()

@@ -1,0 +1,51 @@
+"""Where the store keeps things under the data home: one journal file per consultation, the heads log, the index."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from conclave.errors import UsageError
+
+# Consultation ids become file names: keep them to a safe alphabet so an id can never escape the journal dir.
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def default_home() -> Path:
+    """``$CONCLAVE_HOME``, else ``~/.conclave`` (the same rule as ``Settings.home``)."""
+    return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
+
+
+def check_consultation_id(consultation_id: str) -> str:
+    if not _ID.match(consultation_id):
+        raise UsageError(f"invalid consultation id {consultation_id!r} (letters, digits, '_', '.', '-')")
+    return consultation_id
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    home: Path
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.home / "journal"
+
+    @property
+    def heads_path(self) -> Path:
+        """Append-only ``consultation_id seq hash`` lines, written after each fsync of a journal."""
+        return self.journal_dir / "HEADS"
+
+    @property
+    def index_path(self) -> Path:
+        return self.home / "index.db"
+
+    def journal_path(self, consultation_id: str) -> Path:
+        return self.journal_dir / f"{check_consultation_id(consultation_id)}.jsonl"
+
+    def journal_ids(self) -> list[str]:
+        """Ids of every journal file, sorted (the order ``index rebuild`` replays them in)."""
+        if not self.journal_dir.is_dir():
+            return []
+        return sorted(p.name[: -len(".jsonl")] for p in self.journal_dir.iterdir() if p.name.endswith(".jsonl"))

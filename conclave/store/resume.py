@@ -1,0 +1,141 @@
+"""Reconstruct what ``conclave resume`` hands the engine from a consultation's journal.
+
+The recorded config (``consultation:started``) is revalidated into :class:`~conclave.config.Settings`; rounds
+that reached ``round:completed`` give back their artifacts (the last run of each round wins); the cost already
+spent is summed over every recorded provider attempt, finished rounds or not, because all of it was billed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conclave import events as ev
+from conclave.config import Settings, settings_from_container
+from conclave.errors import ConclaveError, UsageError
+from conclave.store.heads import HeadsLog
+from conclave.store.journal import JournalError, is_being_written, last_record, read_journal
+from conclave.store.paths import StoreLayout
+from conclave.store.verify import check_journal
+
+#: final statuses a consultation can be resumed from (a killed run has no final record at all)
+RESUMABLE_STATUSES = frozenset({"partial", "aborted"})
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    consultation_id: str
+    settings: Settings
+    resume_from: dict[str, Any]
+    next_seq: int  # the journal position the continued run starts at
+    restored_rounds: list[int]
+
+
+def load_resume_point(layout: StoreLayout, consultation_id: str) -> ResumePoint:
+    """Everything needed to continue ``consultation_id``; raises a one-line error when it cannot be resumed."""
+    path = layout.journal_path(consultation_id)
+    if not path.exists():
+        raise UsageError(f"no journal for consultation {consultation_id} in {layout.journal_dir}")
+    if is_being_written(path):
+        raise UsageError(f"consultation {consultation_id} is still running in another process")
+    journal = read_journal(path)
+    problem = check_journal(consultation_id, journal, HeadsLog(layout.heads_path).load(consultation_id).get(
+        consultation_id, []))
+    if problem is not None:
+        raise JournalError(f"cannot resume: the journal fails verification: {problem}")
+    records = journal.records
+    started = next((r for r in records if r["type"] == ev.CONSULTATION_STARTED), None)
+    if started is None:
+        raise ConclaveError(f"cannot resume {consultation_id}: its journal has no consultation:started record")
+    final = _final_status(records)
+    if final is not None and final not in RESUMABLE_STATUSES:
+        raise UsageError(f"consultation {consultation_id} already ended ({final}); nothing to resume")
+    settings = settings_from_container(started["data"]["config"])
+    rounds = completed_round_artifacts(records)
+    resume_from = _resume_dict(consultation_id, started["data"], rounds, records)
+    restored = [n for n, key in ((1, "round_1"), (2, "round_2"), (3, "round_3")) if resume_from.get(key)]
+    return ResumePoint(consultation_id, settings, resume_from, len(records), restored)
+
+
+def _final_status(records: list[dict[str, Any]]) -> str | None:
+    """The status of the last run's final record; None when the last run never finished (it was killed)."""
+    status = None
+    for record in records:
+        if record["type"] == ev.CONSULTATION_COMPLETED:
+            status = record["data"].get("status")
+        elif record["type"] == ev.CONSULTATION_STARTED:
+            status = None
+    return status
+
+
+def completed_round_artifacts(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Round number → the artifact payloads of its last run that reached ``round:completed``."""
+    running: dict[int, list[dict[str, Any]]] = {}
+    done: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        data = record["data"]
+        if record["type"] == ev.ROUND_STARTED:
+            running[data["round_number"]] = []
+        elif record["type"] == ev.ROUND_ARTIFACT and data.get("round_number") in running:
+            running[data["round_number"]].append(data)
+        elif record["type"] == ev.ROUND_COMPLETED and data.get("round_number") in running:
+            done[data["round_number"]] = running.pop(data["round_number"])
+    return done
+
+
+def _resume_dict(
+    cid: str, started: dict[str, Any], rounds: dict[int, list[dict[str, Any]]], records: list[dict[str, Any]]
+) -> dict[str, Any]:
+    def by_agent(n: int) -> dict[str, Any]:
+        return {a["agent"]: a["artifact"] for a in rounds.get(n, []) if a.get("agent")}
+
+    def judge(n: int) -> dict[str, Any] | None:
+        return next((a["artifact"] for a in reversed(rounds.get(n, [])) if not a.get("agent")), None)
+
+    # Each round builds on the ones before: never hand over a later round without its predecessors.
+    round_1 = by_agent(1)
+    round_2 = judge(2) if round_1 else None
+    round_3 = judge(3) if round_2 else None
+    return {
+        "consultation_id": cid,
+        "round_1": round_1,
+        "round_2": round_2,
+        "round_3_replies": by_agent(3) if round_3 else {},
+        "round_3": round_3,
+        "labels": started.get("judge_labels") or {},
+        "shuffle_seed": started.get("shuffle_seed"),
+        "spent": spent(records),
+    }
+
+
+def spent(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Cost and tokens of every provider attempt recorded so far (an unknown price counts as 0)."""
+    total = {"cost": 0.0, "input_tokens": 0, "output_tokens": 0}
+    for record in records:
+        if record["type"] == ev.PROVIDER_ATTEMPT:
+            data = record["data"]
+            total["cost"] += data.get("cost") or 0.0
+            total["input_tokens"] += data.get("input_tokens") or 0
+            total["output_tokens"] += data.get("output_tokens") or 0
+    total["cost"] = round(total["cost"], 10)
+    return total
+
+
+def latest_interrupted(layout: StoreLayout) -> str | None:
+    """The most recently written journal whose consultation did not finish (or ended partial/aborted) and that
+    no process is still writing; None when there is none. Reads only the last record of each journal."""
+    if not layout.journal_dir.is_dir():
+        return None
+    paths = sorted(layout.journal_dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for path in paths:
+        last = last_record(path)
+        if last is None:
+            continue
+        if last.get("type") == ev.CONSULTATION_COMPLETED and last.get("data", {}).get("status") not in (
+            RESUMABLE_STATUSES
+        ):
+            continue
+        if is_being_written(path):
+            continue
+        return path.name[: -len(".jsonl")]
+    return None

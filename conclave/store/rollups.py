@@ -1,0 +1,148 @@
+"""Daily rollups: per UTC day (of a consultation's start), sums over consultations by mode and status and over
+calls by provider. Every batch recomputes the days it touched, so ``conclave stats`` adds up a few hundred rows
+instead of every consultation and call, and the rows do not depend on how records were batched.
+
+Each figure is defined once, as an aggregate over the raw rows; the rollup stores it per day and a period is
+whole days of the rollup plus, for a rolling window that starts mid-day, the raw rows of that first day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import Any
+
+CONFIDENCE_BUCKETS = (("<0.50", 0.0, 0.5), ("0.50-0.70", 0.5, 0.7), ("0.70-0.85", 0.7, 0.85), (">=0.85", 0.85, 1.01))
+
+#: figure -> aggregate over ``consultations`` rows (grouped by mode and status)
+CONSULTATION_FIGURES: dict[str, str] = {
+    "consultations": "count(*)",
+    "cost": "total(total_cost)",
+    "costed": "count(total_cost)",
+    "timed": "count(duration_s)",
+    "input_tokens": "coalesce(sum(input_tokens), 0)",
+    "output_tokens": "coalesce(sum(output_tokens), 0)",
+    "confidence_sum": "total(confidence)",
+    "confidence_known": "count(confidence)",
+    **{f"confidence_{i}": f"coalesce(sum(confidence >= {lo} and confidence < {hi}), 0)"
+       for i, (_name, lo, hi) in enumerate(CONFIDENCE_BUCKETS)},
+    "et_offered": "coalesce(sum(early_termination_offered), 0)",
+    "et_accepted": "coalesce(sum(early_terminated), 0)",
+    "cost_saved": "total(case when early_terminated then cost_saved end)",
+    "filter_before": "coalesce(sum(filter_tokens_before), 0)",
+    "filter_saved": "coalesce(sum(filter_tokens_saved), 0)",
+    "substitutions": "coalesce(sum(substitutions), 0)",
+    "agent_seats": "coalesce(sum(agent_count), 0)",
+    "substituted_consultations": "coalesce(sum(substitutions > 0), 0)",
+}
+#: figure -> aggregate over ``calls`` rows ``k`` (grouped by provider)
+PROVIDER_FIGURES: dict[str, str] = {
+    "calls": "count(*)",
+    "failed_calls": "coalesce(sum(k.outcome not in ('ok', 'cancelled')), 0)",
+    "input_tokens": "coalesce(sum(k.input_tokens), 0)",
+    "output_tokens": "coalesce(sum(k.output_tokens), 0)",
+    "cost": "total(k.cost)",
+    "latency_s": "total(k.latency_s)",
+}
+FLOAT_FIGURES = {"cost", "confidence_sum", "cost_saved", "latency_s"}
+
+_CONSULTATION_RAW = "select mode, status, {figures} from consultations{where} group by mode, status"
+_PROVIDER_RAW = ("select k.provider, {figures} from consultations c join calls k on k.consultation_id = c.id"
+                 "{where} group by k.provider")
+
+
+def _figures(figures: dict[str, str]) -> str:
+    return ", ".join(f"{expr} as {name}" for name, expr in figures.items())
+
+
+def _sums(figures: dict[str, str]) -> str:
+    return ", ".join(f"{'total' if name in FLOAT_FIGURES else 'sum'}({name}) as {name}" for name in figures)
+
+
+_DAY = " where {column} >= :day and {column} < date(:day, '+1 day')"
+_TOUCHED_DAYS = """
+select distinct substr(started_at, 1, 10) from consultations
+where id in (select value from json_each(?)) and started_at is not null
+"""
+_REFRESH = (
+    "delete from consultation_daily where day = :day",
+    "delete from provider_daily where day = :day",
+    "insert into consultation_daily (day, mode, status, {names}) select :day, mode, status, {figures} "
+    "from consultations{where} group by mode, status".format(
+        names=", ".join(CONSULTATION_FIGURES), figures=_figures(CONSULTATION_FIGURES),
+        where=_DAY.format(column="started_at")),
+    "insert into provider_daily (day, provider, {names}) "
+    "select :day, k.provider, {figures} from consultations c join calls k on k.consultation_id = c.id{where} "
+    "group by k.provider".format(
+        names=", ".join(PROVIDER_FIGURES), figures=_figures(PROVIDER_FIGURES),
+        where=_DAY.format(column="c.started_at")),
+)
+
+
+def refresh_days(conn: Any, consultation_ids: list[str]) -> None:
+    """Recompute both rollups for every day on which one of ``consultation_ids`` started."""
+    import json
+
+    days = [{"day": day} for (day,) in conn.execute(_TOUCHED_DAYS, [json.dumps(consultation_ids)])]
+    for sql in _REFRESH:
+        conn.executemany(sql, days)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A period as the rollups see it: an optional partial first day, then whole days."""
+
+    raw_since: str | None  # ISO start of the partial first day's raw rows (None: the period starts at midnight)
+    raw_until: str | None
+    first_day: str | None  # whole days from (inclusive) ...
+    end_day: str | None  # ... to (exclusive)
+
+    @classmethod
+    def of(cls, since: str | None, until: str | None) -> Span:
+        if since is None:
+            return cls(None, None, None, until[:10] if until else None)
+        day = since[:10]
+        if since[11:23] == "00:00:00.000":
+            return cls(None, None, day, until[:10] if until else None)
+        next_day = (date.fromisoformat(day) + timedelta(days=1)).isoformat()
+        return cls(since, next_day, next_day, until[:10] if until else None)
+
+
+def _day_where(span: Span) -> tuple[str, list[str]]:
+    clauses, params = [], []
+    if span.first_day is not None:
+        clauses.append("day >= ?")
+        params.append(span.first_day)
+    if span.end_day is not None:
+        clauses.append("day < ?")
+        params.append(span.end_day)
+    return (" where " + " and ".join(clauses)) if clauses else "", params
+
+
+def consultation_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
+    """Figures per (mode, status) over the span."""
+    where, params = _day_where(span)
+    sql = f"select mode, status, {_sums(CONSULTATION_FIGURES)} from consultation_daily{where} group by mode, status"
+    if span.raw_since is not None:
+        raw = _CONSULTATION_RAW.format(figures=_figures(CONSULTATION_FIGURES),
+                                       where=" where started_at >= ? and started_at < ?")
+        sql = (f"select mode, status, {_sums(CONSULTATION_FIGURES)} from ({sql} union all {raw}) "
+               "group by mode, status")
+        params = [*params, span.raw_since, span.raw_until or ""]
+    cursor = conn.execute(sql, params)
+    columns = [c[0] for c in cursor.description]
+    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def provider_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
+    """Figures per provider over the span."""
+    where, params = _day_where(span)
+    sql = f"select provider, {_sums(PROVIDER_FIGURES)} from provider_daily{where} group by provider"
+    if span.raw_since is not None:
+        raw = _PROVIDER_RAW.format(figures=_figures(PROVIDER_FIGURES),
+                                   where=" where c.started_at >= ? and c.started_at < ?")
+        sql = f"select provider, {_sums(PROVIDER_FIGURES)} from ({sql} union all {raw}) group by provider"
+        params = [*params, span.raw_since, span.raw_until or ""]
+    cursor = conn.execute(sql, params)
+    columns = [c[0] for c in cursor.description]
+    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]

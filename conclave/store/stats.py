@@ -1,0 +1,217 @@
+"""``conclave stats``: usage, cost, quality and savings figures over a period, computed from the index.
+
+Sums come from the daily rollups (:mod:`conclave.store.rollups`), medians from walking a sorted index to its
+middle: the cost stays in milliseconds at 100k consultations and does not grow with the number of calls.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from conclave.errors import UsageError
+from conclave.store.indexer import iso
+from conclave.store.rollups import (
+    CONFIDENCE_BUCKETS,
+    CONSULTATION_FIGURES,
+    Span,
+    consultation_totals,
+    provider_totals,
+)
+
+
+@dataclass(frozen=True)
+class Period:
+    label: str
+    since: str | None = None  # ISO, inclusive
+    until: str | None = None  # ISO, exclusive
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "since": self.since, "until": self.until}
+
+
+def period_from_args(*, week: bool = False, month: str | None = None, all_time: bool = False,
+                     now: datetime | None = None) -> Period:
+    """``--week`` = last 7 days, ``--month`` = last 30 days, ``--month YYYY-MM`` = that month; default all time."""
+    now = now or datetime.now(UTC)
+    if week:
+        return Period("last 7 days", iso((now - timedelta(days=7)).timestamp()))
+    if month == "":
+        return Period("last 30 days", iso((now - timedelta(days=30)).timestamp()))
+    if month is not None:
+        match = re.fullmatch(r"(\d{4})-(\d{2})", month)
+        if not match or not 1 <= int(match.group(2)) <= 12:
+            raise UsageError(f"--month: expected YYYY-MM, got {month!r}")
+        year, mon = int(match.group(1)), int(match.group(2))
+        start = datetime(year, mon, 1, tzinfo=UTC)
+        end = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=UTC)
+        return Period(month, iso(start.timestamp()), iso(end.timestamp()))
+    del all_time  # the default; accepted so the flag reads naturally on the command line
+    return Period("all time")
+
+
+def compute_stats(db: Any, period: Period) -> dict[str, Any]:
+    """All figures for ``period`` as a JSON-ready dict (``conclave stats --json`` prints it as is)."""
+    conn = db.conn
+    span = Span.of(period.since, period.until)
+    groups = consultation_totals(conn, span)
+    modes: dict[str, dict[str, Any]] = {}
+    by_status: dict[str, int] = {}
+    for group in groups:
+        into = modes.setdefault(group["mode"], dict.fromkeys(CONSULTATION_FIGURES, 0))
+        for key in CONSULTATION_FIGURES:
+            into[key] += group[key]
+        status = group["status"] or "unknown"
+        by_status[status] = by_status.get(status, 0) + group["consultations"]
+
+    def total(key: str) -> Any:
+        return sum(group[key] for group in groups)
+
+    count, cost, timed = total("consultations"), total("cost"), total("timed")
+    quantile = _Quantiles(conn, period)
+    input_tokens, output_tokens = total("input_tokens"), total("output_tokens")
+    filter_saved = total("filter_saved")
+    return {
+        "period": period.as_dict(),
+        "consultations": count,
+        "by_status": dict(sorted(by_status.items())),
+        "cost": {"total": round(cost, 6), "median": quantile("total_cost", 0.5, total("costed")),
+                 "mean": _ratio(cost, count, 6)},
+        "tokens": {"input": input_tokens, "output": output_tokens, "total": input_tokens + output_tokens},
+        "duration_s": {"median": quantile("duration_s", 0.5, timed),
+                       "p95": quantile("duration_s", 0.95, timed)},
+        "confidence": {
+            "mean": _ratio(total("confidence_sum"), total("confidence_known"), 3),
+            "distribution": {name: total(f"confidence_{i}") for i, (name, _lo, _hi) in enumerate(CONFIDENCE_BUCKETS)}
+            | {"unknown": count - total("confidence_known")},
+        },
+        "early_termination": {
+            "offered": total("et_offered"), "accepted": total("et_accepted"),
+            "rate": _ratio(total("et_accepted"), count), "cost_saved": round(total("cost_saved"), 6),
+        },
+        "filtering": {
+            "tokens_before": total("filter_before"), "tokens_saved": filter_saved,
+            # As the token-efficiency story defines it: saved / (used + saved).
+            "efficiency_pct": _pct(filter_saved, input_tokens + output_tokens + filter_saved),
+        },
+        "substitutions": {
+            "count": total("substitutions"), "rate": _ratio(total("substitutions"), total("agent_seats")),
+            "consultations": total("substituted_consultations"),
+        },
+        "providers": [
+            {"provider": p["provider"], "calls": p["calls"], "failed_calls": p["failed_calls"],
+             "failure_rate": _ratio(p["failed_calls"], p["calls"]), "input_tokens": p["input_tokens"],
+             "output_tokens": p["output_tokens"], "cost": round(p["cost"], 6),
+             "avg_latency_s": _ratio(p["latency_s"], p["calls"], 3)}
+            for p in sorted(provider_totals(conn, span), key=lambda p: (-p["cost"], str(p["provider"])))
+        ],
+        "modes": [
+            {"mode": mode, "consultations": m["consultations"], "cost": round(m["cost"], 6),
+             "median_cost": quantile("total_cost", 0.5, m["costed"], mode),
+             "avg_confidence": _ratio(m["confidence_sum"], m["confidence_known"], 3),
+             "early_termination_rate": _ratio(m["et_accepted"], m["consultations"])}
+            for mode, m in sorted(modes.items(), key=lambda item: str(item[0]))
+        ],
+    }
+
+
+class _Quantiles:
+    """Quantiles of cost and duration. For all time, walk the index sorted on the column to the right offset;
+    for a period, read its values once from the started_at index and sort them here (walking the whole sorted
+    index past every other period's values would cost more)."""
+
+    def __init__(self, conn: Any, period: Period) -> None:
+        self.conn = conn
+        self.values: dict[tuple[str, str | None], list[float]] | None = None
+        if period.since is None and period.until is None:
+            return
+        clauses, params = [], []
+        for op, bound in ((">=", period.since), ("<", period.until)):
+            if bound is not None:
+                clauses.append(f"started_at {op} ?")
+                params.append(bound)
+        self.values = {}
+        rows = conn.execute("select mode, total_cost, duration_s from consultations indexed by "
+                            f"consultations_by_start where {' and '.join(clauses)}", params)
+        for mode, cost, duration in rows:
+            for column, value in (("total_cost", cost), ("duration_s", duration)):
+                if value is not None:
+                    self.values.setdefault((column, None), []).append(value)
+                    self.values.setdefault((column, mode), []).append(value)
+        for values in self.values.values():
+            values.sort()
+
+    def __call__(self, column: str, q: float, known: int, mode: str | None = None) -> float | None:
+        """The ``q`` quantile of ``column`` (of one mode's consultations, if given), interpolated linearly."""
+        if not known:
+            return None
+        position = q * (known - 1)
+        offset = int(position)
+        if self.values is not None:
+            ordered = self.values.get((column, mode), [])
+            pair = ordered[offset : offset + 2]
+        else:
+            where, params = f"{column} is not null", []
+            if mode is not None:
+                where, params = f"{where} and mode = ?", [mode]
+            pair = [row[0] for row in self.conn.execute(
+                f"select {column} from consultations where {where} order by {column} limit 2 offset ?",
+                [*params, offset])]
+        if not pair:
+            return None
+        low, high = pair[0], pair[-1]
+        return round(low + (high - low) * (position - offset), 6)
+
+
+def _ratio(part: float, whole: float, digits: int = 4) -> float | None:
+    return round(part / whole, digits) if whole else None
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
+def render_text(stats: dict[str, Any]) -> str:
+    """The human-readable report (stdout of ``conclave stats``)."""
+    lines = [f"conclave stats · {stats['period']['label']}", ""]
+    count = stats["consultations"]
+    if not count:
+        return "\n".join([*lines, "no consultations in this period"]) + "\n"
+    cost, tokens, duration = stats["cost"], stats["tokens"], stats["duration_s"]
+    statuses = ", ".join(f"{k} {v}" for k, v in stats["by_status"].items())
+    lines += [
+        f"consultations      {count:,} ({statuses})",
+        f"cost               ${cost['total']:,.4f} total · ${_num(cost['median'])} median · ${_num(cost['mean'])} mean",
+        f"tokens             {tokens['total']:,} ({tokens['input']:,} in · {tokens['output']:,} out)",
+        f"duration           {_num(duration['median'], 1)} s median · {_num(duration['p95'], 1)} s p95",
+    ]
+    conf = stats["confidence"]
+    dist = " · ".join(f"{k} {v}" for k, v in conf["distribution"].items())
+    lines.append(f"confidence         {_num(conf['mean'], 2)} mean · {dist}")
+    et = stats["early_termination"]
+    lines.append(f"early termination  {et['accepted']} of {count} ({_pct_text(et['rate'])}) · "
+                 f"offered {et['offered']} · saved ${et['cost_saved']:,.4f}")
+    flt = stats["filtering"]
+    lines.append(f"filtering          saved {flt['tokens_saved']:,} tokens ({_num(flt['efficiency_pct'], 1)}%)")
+    sub = stats["substitutions"]
+    lines.append(f"substitutions      {sub['count']} ({_pct_text(sub['rate'])} of agent seats)")
+    lines += ["", "provider     calls   failed   tokens in  tokens out        cost  avg latency"]
+    for p in stats["providers"]:
+        lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "
+                     f"{p['output_tokens']:>11,} {p['cost']:>11,.4f} {p['avg_latency_s']:>10.2f} s")
+    lines += ["", "mode         consultations        cost   median  confidence  early-term"]
+    for m in stats["modes"]:
+        lines.append(f"{m['mode'] or '-':<12} {m['consultations']:>13,} {m['cost']:>11,.4f} "
+                     f"{_num(m['median_cost']):>8} {_num(m['avg_confidence'], 2):>11} "
+                     f"{_pct_text(m['early_termination_rate']):>11}")
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct_text(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{100 * ratio:.1f}%"

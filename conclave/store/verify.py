@@ -1,0 +1,177 @@
+"""``logs verify``: walk each journal's hash chain and compare it with the heads log; name the first bad record.
+
+Classification (first problem wins, in file order):
+edited    a record's content no longer matches its hash, or it was re-hashed so the next link breaks,
+          or it differs from a recorded head;
+inserted  a line that is not part of the chain (the chain continues as if it were absent);
+dropped   the chain skips one or more sequence numbers;
+truncated the journal ends before a head that was recorded durable;
+missing   the heads log knows a consultation whose journal file is gone.
+A torn last line (a crash mid-write) is not a problem: it was never durable and ``resume`` cuts it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from conclave.store.chain import GENESIS, record_hash
+from conclave.store.heads import HeadsLog
+from conclave.store.journal import JournalFile, JournalLine, read_journal
+from conclave.store.paths import StoreLayout
+
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "consultation_id": str, "data": dict, "prev": str, "seq": int, "ts": (int, float), "type": str, "hash": str,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    consultation_id: str
+    kind: str  # edited | inserted | dropped | truncated | missing
+    seq: int | None
+    line: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = []
+        if self.seq is not None:
+            where.append(f"seq {self.seq}")
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        at = f" ({', '.join(where)})" if where else ""
+        return f"{self.consultation_id}: {self.kind}{at}: {self.detail}"
+
+
+def _well_formed(record: dict[str, Any] | None) -> bool:
+    return record is not None and all(
+        isinstance(record.get(key), kind) and not isinstance(record.get(key), bool) for key, kind in _FIELDS.items()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """What the chain needs of one line."""
+
+    seq: int
+    prev: str
+    hash: str
+    consultation_id: str
+    intact: bool  # its content matches its hash
+
+
+_CID_PREFIX = b'{"consultation_id":"'
+_HASH_KEY = b',"hash":"'
+_BODY_TAIL = re.compile(rb',"prev":"([0-9a-f]{64})","seq":(\d+),"ts":[^,"]*,"type":"(?:[^"\\]|\\.)*"\}$')
+
+
+def _link(line: JournalLine) -> _Link | None:
+    """The chain fields of a line; None when it is not a journal record."""
+    raw = line.raw
+    # Fast path, no JSON parse: a line exactly as JournalWriter wrote it is its canonical body with the hash
+    # appended as the last key, so hashing the bytes in front of the hash checks it.
+    if raw.startswith(_CID_PREFIX) and raw.endswith(b'"}') and raw[-75:-66] == _HASH_KEY:
+        body = raw[:-75] + b"}"
+        digest = raw[-66:-2].decode("ascii", "replace")
+        match = _BODY_TAIL.search(body)
+        cid_end = body.find(b'","data":{', len(_CID_PREFIX))
+        if match and cid_end > 0 and hashlib.sha256(body).hexdigest() == digest:
+            cid = body[len(_CID_PREFIX) : cid_end].decode("utf-8", "replace")
+            return _Link(int(match[2]), match[1].decode(), digest, cid, True)
+    # Anything else (reformatted, edited, foreign): parse it and hash its canonical form.
+    record = line.record
+    if record is None or not _well_formed(record):
+        return None
+    return _Link(record["seq"], record["prev"], record["hash"], record["consultation_id"],
+                 record_hash(record) == record["hash"])
+
+
+def check_journal(consultation_id: str, journal: JournalFile, heads: list[tuple[int, str]]) -> Problem | None:
+    """The first problem in one journal, or None when its chain and every recorded head agree."""
+    lines = journal.lines
+    links = [_link(line) for line in lines]
+    last, before_last = GENESIS, GENESIS
+    for i, (line, link) in enumerate(zip(lines, links, strict=True)):
+        expected = i  # a record's seq is its position in the chain
+        if link is None:
+            return Problem(consultation_id, "edited", None, line.number, "not a valid journal record")
+        if not link.intact:
+            return Problem(consultation_id, "edited", link.seq, line.number, "content does not match its hash")
+        if link.prev != last:
+            return _broken_link(consultation_id, lines, links, i, last, before_last)
+        if link.seq != expected or link.consultation_id != consultation_id:
+            # The chain links up, so it was forged consistently from here on: say what the numbering shows.
+            kind = "dropped" if link.seq > expected else "inserted"
+            detail = (f"record of consultation {link.consultation_id!r}" if link.seq == expected
+                      else f"sequence jumps from {expected - 1} to {link.seq}")
+            return Problem(consultation_id, kind, expected, line.number, detail)
+        before_last, last = last, link.hash
+    hashes = [link.hash for link in links if link is not None]
+    for head_seq, head_hash in sorted(heads):
+        if head_seq >= len(hashes):
+            return Problem(consultation_id, "truncated", len(hashes), None,
+                           f"journal ends after {len(hashes)} records but seq {head_seq} was recorded durable")
+        if hashes[head_seq] != head_hash:
+            return Problem(consultation_id, "edited", head_seq, lines[head_seq].number,
+                           "differs from its recorded head (the chain was rewritten at or before this record)")
+    return None
+
+
+def _broken_link(
+    cid: str, lines: list[JournalLine], links: list[_Link | None], i: int, last: str, before_last: str
+) -> Problem:
+    link = links[i]
+    assert link is not None
+    following = links[i + 1] if i + 1 < len(links) else None
+    if following is not None and following.prev == last:
+        return Problem(cid, "inserted", link.seq, lines[i].number, "not part of the chain")
+    if i > 0 and link.prev == before_last:
+        previous = links[i - 1]
+        return Problem(cid, "inserted", previous.seq if previous else None, lines[i - 1].number,
+                       "not part of the chain")
+    if link.seq > i:
+        missing = f"{i}" if link.seq == i + 1 else f"{i}..{link.seq - 1}"
+        return Problem(cid, "dropped", i, lines[i].number, f"record(s) {missing} missing before this line")
+    if i == 0:
+        return Problem(cid, "edited", link.seq, lines[i].number, "first record does not start the chain")
+    return Problem(cid, "edited", i - 1, lines[i - 1].number,
+                   "re-hashed after an edit: the next record's link no longer matches")
+
+
+@dataclass
+class VerifyReport:
+    journals: int = 0
+    records: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    torn: list[str] = field(default_factory=list)  # consultations whose last write was cut short by a crash
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None) -> VerifyReport:
+    """Verify the given journals (default: every journal, and every consultation the heads log knows)."""
+    all_heads = HeadsLog(layout.heads_path).load()
+    ids = consultation_ids if consultation_ids is not None else sorted(set(layout.journal_ids()) | set(all_heads))
+    report = VerifyReport()
+    for cid in ids:
+        path = layout.journal_path(cid)
+        heads = all_heads.get(cid, [])
+        try:
+            journal = read_journal(path)
+        except FileNotFoundError:
+            detail = f"journal file {path.name} is missing" + (
+                f" (heads log records seq {max(s for s, _ in heads)})" if heads else "")
+            report.problems.append(Problem(cid, "missing", None, None, detail))
+            continue
+        report.journals += 1
+        report.records += len(journal.lines)
+        if journal.torn_at is not None:
+            report.torn.append(cid)
+        problem = check_journal(cid, journal, heads)
+        if problem is not None:
+            report.problems.append(problem)
+    return report

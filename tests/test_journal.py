@@ -1,0 +1,171 @@
+"""The journal: hash-chained JSONL, buffered appends made durable at flush, head kept apart, secrets redacted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conclave import events as ev
+from conclave.store.chain import GENESIS, canonical_json
+from conclave.store.heads import HeadsLog
+from conclave.store.journal import JournalError, JournalWriter, last_record, read_journal
+from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
+from conclave.store.redact import KEY_ENV_VARS, Redactor
+from conclave.store.synthetic import synthetic_events
+from conclave.store.verify import verify_store
+
+
+def writer(home: Path, cid: str = "c-test", redactor: Redactor | None = None) -> JournalWriter:
+    layout = StoreLayout(home)
+    return JournalWriter(layout.journal_path(cid), cid, HeadsLog(layout.heads_path), redactor or Redactor([]))
+
+
+def test_records_are_hash_chained_over_canonical_json(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    for i in range(3):
+        w.append("state:transition", 1000.0 + i, {"from": "A", "to": "B", "i": i})
+    w.close()
+    lines = (tmp_path / "journal" / "c-test.jsonl").read_text().splitlines()
+    prev = GENESIS
+    for seq, line in enumerate(lines):
+        record = json.loads(line)
+        body = {k: v for k, v in record.items() if k != "hash"}
+        assert set(body) == {"consultation_id", "data", "prev", "seq", "ts", "type"}
+        assert record["hash"] == hashlib.sha256(canonical_json(body).encode()).hexdigest()
+        assert (record["seq"], record["prev"]) == (seq, prev)
+        prev = record["hash"]
+
+
+def test_appends_are_buffered_and_flush_fsyncs_then_records_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    w = writer(tmp_path)
+    path = tmp_path / "journal" / "c-test.jsonl"
+    w.append("round:started", 1.0, {"round_number": 1})
+    last = w.append("round:completed", 2.0, {"round_number": 1})
+    assert path.stat().st_size == 0 and not synced  # still in the buffer: appends are cheap
+    assert w.flush() is True
+    assert len(read_journal(path).records) == 2
+    assert synced  # journal (and heads) fsynced
+    assert HeadsLog(tmp_path / "journal" / "HEADS").load() == {"c-test": [(1, last["hash"])]}
+    assert w.flush() is False  # nothing new, no extra fsync or head
+    w.close()
+
+
+def test_recorder_makes_each_round_durable_before_the_next_round_starts(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path, index=False)
+    events = synthetic_events(1)
+    path = StoreLayout(tmp_path).journal_path(events[0].consultation_id)
+    for i, event in enumerate(events):
+        recorder(event)
+        if event.type == ev.ROUND_STARTED:
+            on_disk = read_journal(path).records
+            # everything before the new round, and its own round:started, is on disk before its first call
+            assert [r["type"] for r in on_disk] == [e.type for e in events[: i + 1]]
+    recorder.close()
+
+
+def test_continuing_a_journal_extends_its_chain_and_cuts_a_torn_last_line(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.append("a", 1.0, {})
+    w.append("b", 2.0, {})
+    w.close()
+    path = tmp_path / "journal" / "c-test.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"consultation_id":"c-test","data":{"half')  # a crash in the middle of a write
+    assert read_journal(path).torn_at is not None
+    w = writer(tmp_path)
+    record = w.append("c", 3.0, {})
+    w.close()
+    journal = read_journal(path)
+    assert journal.torn_at is None
+    assert [r["type"] for r in journal.records] == ["a", "b", "c"]
+    assert record["seq"] == 2 and record["prev"] == journal.records[1]["hash"]
+    assert verify_store(StoreLayout(tmp_path)).ok
+
+
+def test_refuses_to_continue_a_journal_that_fails_verification(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.append("a", 1.0, {"n": 1})
+    w.append("b", 2.0, {})
+    w.close()
+    path = tmp_path / "journal" / "c-test.jsonl"
+    path.write_text(path.read_text().replace('"n":1', '"n":2'))
+    with pytest.raises(JournalError, match="edited"):
+        writer(tmp_path)
+
+
+def test_a_journal_has_one_writer_at_a_time(tmp_path: Path) -> None:
+    first = writer(tmp_path)
+    with pytest.raises(JournalError, match="another process"):
+        writer(tmp_path)
+    first.close()
+    writer(tmp_path).close()  # the lock goes with its writer
+
+
+def test_last_record_reads_backwards_past_a_torn_line_and_across_blocks(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.append("small", 1.0, {})
+    w.append("big", 2.0, {"text": "x" * 200_000})
+    w.close()
+    path = tmp_path / "journal" / "c-test.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"torn')
+    last = last_record(path, block=4096)
+    assert last is not None and last["type"] == "big" and len(last["data"]["text"]) == 200_000
+
+
+KEYS = {
+    "OPENAI_API_KEY": "sk-proj-AAAAAAAAAAAAAAAAAAAAAAAA",
+    "ANTHROPIC_API_KEY": 'sk-ant-quote"and\\backslash',
+    "GEMINI_API_KEY": "AIzaSyGEMINIKEY0000000000",
+    "GOOGLE_API_KEY": "AIzaSyGOOGLEKEY0000000000",
+    "XAI_API_KEY": "xai-SECRET-1111111111",
+    "MISTRAL_API_KEY": "mistral-SECRET-22222222",
+}
+
+
+def test_api_key_values_never_reach_the_journal_or_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert set(KEYS) == set(KEY_ENV_VARS)
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    recorder = Recorder(tmp_path)
+    events = synthetic_events(3)
+    leaky = {
+        "question": f"is {KEYS['OPENAI_API_KEY']} safe?",
+        "nested": [{"raw_text": "header x-api-key: " + KEYS["ANTHROPIC_API_KEY"]}],
+        KEYS["XAI_API_KEY"]: "a key used as a key",
+        "all": " ".join(KEYS.values()),
+    }
+    first = events[0]
+    recorder.record(first.consultation_id, first.type, {**first.data, "question": leaky["question"]}, first.ts)
+    recorder.record(first.consultation_id, "custom:leak", leaky, first.ts + 1)
+    for event in events[1:]:
+        recorder(event)
+    recorder.close()
+    raw = (tmp_path / "journal" / f"{first.consultation_id}.jsonl").read_text()
+    index = (tmp_path / "index.db").read_bytes()
+    for value in KEYS.values():
+        assert value not in raw and json.dumps(value)[1:-1] not in raw
+        assert value.encode() not in index
+    assert raw.count("[REDACTED]") >= len(KEYS) + 3
+    assert verify_store(StoreLayout(tmp_path)).ok  # redaction happens before hashing
+
+
+def test_values_too_short_to_be_keys_are_left_alone() -> None:
+    redactor = Redactor.from_env({"OPENAI_API_KEY": "abc", "XAI_API_KEY": ""})
+    assert redactor.secrets == []
+    assert redactor.scrub({"q": "abc"}) == {"q": "abc"}

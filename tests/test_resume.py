@@ -1,0 +1,267 @@
+"""``conclave resume``: a consultation killed at any point continues from the journal without re-running or
+re-billing completed rounds, with its recorded configuration, and ends with the same result shape."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import clean_env
+
+from conclave import events as ev
+from conclave.config import Settings
+from conclave.errors import UsageError
+from conclave.store.heads import HeadsLog
+from conclave.store.index import connect
+from conclave.store.journal import JournalError, JournalWriter, read_journal
+from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
+from conclave.store.redact import Redactor
+from conclave.store.resume import latest_interrupted, load_resume_point
+from conclave.store.synthetic import consultation_id, synthetic_events
+from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
+from conclave.testing.schema_instances import instance_for
+
+CONFIG: dict[str, Any] = {
+    "question": "Should we shard the database?",
+    "agents": {
+        "security": {"persona": "security", "provider": "openai", "model": "gpt-4o"},
+        "architect": {"persona": "architecture", "provider": "anthropic", "model": "claude-sonnet-4-5"},
+        "pragmatist": {"persona": "pragmatic", "provider": "gemini", "model": "gemini-2.5-pro"},
+    },
+    "judge": {"provider": "openai", "model": "gpt-4o"},
+    "personas": {p: {"name": p.title(), "focus": f"{p} matters"} for p in ("security", "architecture", "pragmatic")},
+    "providers": {p: {"api": p} for p in ("openai", "anthropic", "gemini")},
+    "mode": {"strategy": "converge"},
+    "home": None,
+}
+
+
+def record(home: Path, events: list[ev.Event]) -> None:
+    recorder = Recorder(home, index=False)
+    for event in events:
+        recorder(event)
+    recorder.close()
+
+
+def cut(events: list[ev.Event], round_number: int, attempts: int) -> list[ev.Event]:
+    """The events up to ``attempts`` provider calls into round ``round_number`` (a kill mid-round)."""
+    start = next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED and e.data["round_number"] == round_number)
+    calls = [i for i, e in enumerate(events) if i > start and e.type == ev.PROVIDER_ATTEMPT]
+    return events[: calls[attempts - 1] + 1]
+
+
+def test_resume_point_restores_completed_rounds_only(tmp_path: Path) -> None:
+    events = synthetic_events(15, config=CONFIG)  # a multiple of 3: explore mode, never stops after round 2
+    killed = cut(events, 3, attempts=2)
+    record(tmp_path, killed)
+    point = load_resume_point(StoreLayout(tmp_path), consultation_id(15))
+
+    artifacts = [e.data for e in events if e.type == ev.ROUND_ARTIFACT]
+    started = events[0].data
+    assert point.restored_rounds == [1, 2]
+    assert point.resume_from["round_1"] == {a["agent"]: a["artifact"] for a in artifacts if a["round_number"] == 1}
+    assert point.resume_from["round_2"] == next(a["artifact"] for a in artifacts if a["round_number"] == 2)
+    assert point.resume_from["round_3"] is None and point.resume_from["round_3_replies"] == {}
+    assert point.resume_from["labels"] == started["judge_labels"]
+    assert point.resume_from["shuffle_seed"] == started["shuffle_seed"]
+    assert point.resume_from["consultation_id"] == consultation_id(15)
+    # everything billed so far counts, the two round-3 calls in flight included
+    billed = [e.data for e in killed if e.type == ev.PROVIDER_ATTEMPT]
+    assert point.resume_from["spent"]["cost"] == pytest.approx(sum(a["cost"] for a in billed))
+    assert point.resume_from["spent"]["input_tokens"] == sum(a["input_tokens"] for a in billed)
+    assert point.settings == Settings.model_validate(CONFIG)
+    assert point.next_seq == len(killed)
+
+
+def test_the_last_completed_run_of_a_round_wins(tmp_path: Path) -> None:
+    events = synthetic_events(6, config=CONFIG)
+    r2_end = next(i for i, e in enumerate(events) if e.type == ev.ROUND_COMPLETED and e.data["round_number"] == 2)
+    r2_start = next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED and e.data["round_number"] == 2)
+    rerun = [ev.Event(e.type, e.consultation_id, 0, e.ts + 50, _changed(e)) for e in events[r2_start:r2_end + 1]]
+    record(tmp_path, [*events[: r2_end + 1], *rerun])
+    point = load_resume_point(StoreLayout(tmp_path), consultation_id(6))
+    assert point.resume_from["round_2"]["rerun"] is True
+
+
+def _changed(event: ev.Event) -> dict[str, Any]:
+    if event.type != ev.ROUND_ARTIFACT:
+        return event.data
+    return {**event.data, "artifact": {**event.data["artifact"], "rerun": True}}
+
+
+def test_a_round_killed_before_it_completed_is_not_restored(tmp_path: Path) -> None:
+    events = synthetic_events(7, config=CONFIG)
+    record(tmp_path, cut(events, 1, attempts=3))  # all three answers billed, but round 1 never completed
+    point = load_resume_point(StoreLayout(tmp_path), consultation_id(7))
+    assert point.restored_rounds == [] and point.resume_from["round_1"] == {}
+
+
+def test_a_finished_consultation_cannot_be_resumed_but_an_aborted_one_can(tmp_path: Path) -> None:
+    done = synthetic_events(8, config=CONFIG)
+    record(tmp_path, done)
+    with pytest.raises(UsageError, match="already ended"):
+        load_resume_point(StoreLayout(tmp_path), consultation_id(8))
+    aborted = [*cut(synthetic_events(9, config=CONFIG), 2, attempts=1)]
+    aborted.append(ev.Event(ev.CONSULTATION_COMPLETED, consultation_id(9), 0, aborted[-1].ts + 1,
+                                  {"status": "aborted", "result": {}}))
+    record(tmp_path, aborted)
+    assert load_resume_point(StoreLayout(tmp_path), consultation_id(9)).restored_rounds == [1]
+
+
+def test_a_tampered_journal_is_not_resumed(tmp_path: Path) -> None:
+    record(tmp_path, cut(synthetic_events(10, config=CONFIG), 2, attempts=1))
+    path = StoreLayout(tmp_path).journal_path(consultation_id(10))
+    path.write_text(path.read_text().replace('"round_number":1', '"round_number":7', 1))
+    with pytest.raises(JournalError, match="fails verification"):
+        load_resume_point(StoreLayout(tmp_path), consultation_id(10))
+
+
+def test_latest_interrupted_skips_finished_and_running_consultations(tmp_path: Path) -> None:
+    layout = StoreLayout(tmp_path)
+    record(tmp_path, cut(synthetic_events(11, config=CONFIG), 2, attempts=1))
+    record(tmp_path, synthetic_events(12, config=CONFIG))  # finished later
+    os.utime(layout.journal_path(consultation_id(12)), (2e9, 2e9))
+    assert latest_interrupted(layout) == consultation_id(11)
+    running = JournalWriter(layout.journal_path("c-running"), "c-running", HeadsLog(layout.heads_path),
+                            Redactor([]))
+    running.append(ev.CONSULTATION_STARTED, 1.0, {})
+    running.flush()
+    os.utime(layout.journal_path("c-running"), (3e9, 3e9))
+    assert latest_interrupted(layout) == consultation_id(11)  # still being written by "another process"
+    with pytest.raises(UsageError, match="still running"):
+        load_resume_point(layout, "c-running")
+    running.close()
+    assert latest_interrupted(layout) == "c-running"
+
+
+# --------------------------------------------------------------------------------- killed for real (SIGKILL)
+
+CLI = [sys.executable, "-m", "conclave"]
+LATENCY_S = 0.5
+ROUND_TITLE = re.compile(r"^Round (\d)")
+
+
+def round_of(request: Any) -> int | None:
+    """Which round a provider request belongs to, from the title of the artifact schema it carries."""
+    match = ROUND_TITLE.match(str((request.schema or {}).get("title", "")))
+    return int(match.group(1)) if match else None
+
+
+def slow_replies(fake: FakeProviderServer) -> None:
+    for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-2.5-pro"):
+        fake.script(model, lambda request: Reply(json=instance_for(request.schema), latency=LATENCY_S))
+
+
+async def conclave(home: Path, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *CLI, *args, env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def journal_records(home: Path) -> list[dict[str, Any]]:
+    paths = list(StoreLayout(home).journal_dir.glob("*.jsonl"))
+    assert len(paths) == 1, f"expected the consultation's journal under {home}, found {len(paths)} journal(s)"
+    return read_journal(paths[0]).records
+
+
+async def kill_during_round(home: Path, fake: FakeProviderServer, round_number: int) -> None:
+    """Start a consultation, SIGKILL it once round ``round_number`` has started and its calls are in flight."""
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    journal_dir = StoreLayout(home).journal_dir
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        paths = list(journal_dir.glob("*.jsonl")) if journal_dir.is_dir() else []
+        if paths and any(r["type"] == ev.ROUND_STARTED and r["data"]["round_number"] == round_number
+                         for r in read_journal(paths[0]).records):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        process.kill()
+        pytest.fail(f"round {round_number} never started")
+    await asyncio.sleep(LATENCY_S / 2)  # inside the round: its provider calls are in flight
+    process.send_signal(signal.SIGKILL)
+    assert await process.wait() == -signal.SIGKILL
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_result_keys(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The keys of the final result of the same consultation run without interruption."""
+    home = tmp_path_factory.mktemp("uninterrupted")
+
+    async def run() -> tuple[int, str, str]:
+        async with FakeProviderServer() as fake:
+            return await conclave(home, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true")
+
+    code, _, err = asyncio.run(run())
+    assert code == 0, err
+    final = journal_records(home)[-1]
+    assert final["type"] == ev.CONSULTATION_COMPLETED
+    return set(final["data"]["result"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed_in", [1, 2, 3])
+async def test_a_consultation_killed_mid_round_resumes_without_rerunning_completed_rounds(
+    tmp_path: Path, killed_in: int, uninterrupted_result_keys: set[str]
+) -> None:
+    expected_keys = uninterrupted_result_keys
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        slow_replies(fake)
+        await kill_during_round(home, fake, killed_in)
+        before = journal_records(home)
+        assert not any(r["type"] == ev.CONSULTATION_COMPLETED for r in before)
+        asked_before = len(fake.requests)
+        assert Counter(round_of(r) for r in fake.requests)[killed_in] > 0
+
+        code, out, err = await conclave(home, "resume")
+        assert code == 0, err
+        asked_after = Counter(round_of(r) for r in fake.requests[asked_before:])
+
+    # completed rounds were neither re-run nor re-billed; the interrupted one ran again, and the rest after it
+    assert all(asked_after[n] == 0 for n in range(1, killed_in)), asked_after
+    assert all(asked_after[n] > 0 for n in range(killed_in, 5)), asked_after
+    records = journal_records(home)
+    final = records[-1]
+    assert final["type"] == ev.CONSULTATION_COMPLETED and final["data"]["status"] == "complete"
+    result = final["data"]["result"]
+    assert set(result) == expected_keys
+    assert result["completed_rounds"] == 4 and result["verdict"] is not None
+    assert all(result["artifacts"][f"round_{n}"] for n in (1, 2, 3, 4))
+    # the recorded configuration was reused as is
+    configs = [r["data"]["config"] for r in records if r["type"] == ev.CONSULTATION_STARTED]
+    assert len(configs) == 2 and configs[0] == configs[1]
+    resumed = next(r for r in records if r["type"] == "consultation:resumed")
+    assert resumed["data"]["restored_rounds"] == list(range(1, killed_in))
+
+    code, out, err = await conclave(home, "logs", "verify")
+    assert code == 0 and out.startswith("OK: 1 journal(s)"), out + err
+    db = connect(StoreLayout(home).index_path)
+    status, total_cost = db.conn.execute("select status, total_cost from consultations").fetchone()
+    db.close()
+    attempts = [r["data"] for r in records if r["type"] == ev.PROVIDER_ATTEMPT]
+    assert status == "complete"
+    assert total_cost == pytest.approx(sum(a["cost"] or 0 for a in attempts))
+
+
+async def test_resume_without_an_interrupted_consultation_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = await conclave(tmp_path, "resume")
+    assert code == 2 and "no interrupted consultation" in err
