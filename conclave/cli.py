@@ -38,7 +38,8 @@ def hydra_quote(text: str) -> str:
     interpolations are escaped (a question must never expand ``${oc.env:SECRET}``), quotes are escaped, and
     backslashes that precede a quote or the closing quote are doubled.
     """
-    text = text.replace("${", "\\${")
+    # n backslashes before "${" must stay literal: 2n backslashes, then the escaped "\${"
+    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
     text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
     text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
     return '"' + text + '"'
@@ -48,13 +49,24 @@ def _is_override(arg: str) -> bool:
     return bool(_OVERRIDE.match(arg))
 
 
-def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[list[str], str | None]:
-    """Take the positional question (or ``-`` for stdin, or the argument after ``--``) out of ``args``.
+_VALUE_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
+                "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
+_INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
-    Flags and overrides stay in order; the question becomes a quoted ``question=`` override appended last
-    (argparse rejects overrides placed after a flag's arguments, so order matters).
+
+def _read_stdin(given: str | None) -> str:
+    return (given if given is not None else sys.stdin.read()).strip()
+
+
+def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[list[str], list[str], str | None]:
+    """Split ``args`` into Hydra flags (with their values), overrides, and the positional question.
+
+    The question is the first argument that is neither a flag nor an override, or ``-`` (stdin), or the argument
+    after ``--``. Flags come back first because Hydra's argparse rejects a flag placed after an override, so
+    ``conclave "Q" mode=explore --cfg job`` works as the user meant.
     """
-    rest: list[str] = []
+    flags: list[str] = []
+    overrides: list[str] = []
     question: str | None = None
     i = 0
     while i < len(args):
@@ -64,30 +76,26 @@ def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[lis
             i += 2
             continue
         if question is None and (arg == "-" or not (arg.startswith("-") or _is_override(arg))):
-            if arg == "-":
-                question = stdin_text if stdin_text is not None else sys.stdin.read()
-                question = question.strip()
-            else:
-                question = arg
+            question = _read_stdin(stdin_text) if arg == "-" else arg
             i += 1
             continue
-        rest.append(arg)
-        # flags that take a value: keep the value with its flag so it is not mistaken for the question
-        if arg in ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
-                   "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion") and i + 1 < len(args):
-            if arg in ("-c", "--cfg", "-i", "--info") and (args[i + 1].startswith("-") or _is_override(args[i + 1])):
-                i += 1
-                continue
-            if arg in ("-i", "--info") and args[i + 1] not in (
-                "all", "config", "defaults", "defaults-tree", "plugins", "searchpath"
-            ):
-                i += 1
-                continue
-            rest.append(args[i + 1])
-            i += 2
+        if not arg.startswith("-"):
+            overrides.append(arg)
+            i += 1
             continue
+        flags.append(arg)
         i += 1
-    return rest, question
+        # a flag's value stays with its flag, so it is not mistaken for the question or an override
+        if arg in _VALUE_FLAGS and i < len(args):
+            value = args[i]
+            optional_value = arg in ("-c", "--cfg", "-i", "--info")
+            if optional_value and (value.startswith("-") or _is_override(value)):
+                continue
+            if arg in ("-i", "--info") and value not in _INFO_TOPICS:
+                continue
+            flags.append(value)
+            i += 1
+    return flags, overrides, question
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,38 +104,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in SUBCOMMANDS:
         return _run_subcommand(args[0], args[1:])
     try:
-        rest, question = _split_question(args)
+        flags, overrides, question = _split_question(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     if question is not None:
         if not question.strip():
             print("conclave: the question is empty", file=sys.stderr)
             return EXIT_USAGE
-        rest.append("question=" + hydra_quote(question))
-    return run_hydra(_with_zero_config_panel(rest))
+        overrides.append("question=" + hydra_quote(question))
+    return run_hydra([*flags, *_with_zero_config_panel(overrides)])
 
 
-_INSPECTION_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "-sc", "--shell-completion")
-
-
-def _with_zero_config_panel(args: list[str]) -> list[str]:
+def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     """Pick the panel from the keys present when the user picked none (see :mod:`conclave.panel`).
 
-    ``--cfg job`` shows the same choice a run would make; the notice about the offline panel is printed only
-    for a real run.
+    ``--cfg job`` shows the same choice a run would make. The notice about the offline panel is printed by the
+    Hydra task once the configuration has validated, so a config error stays one line.
     """
+    from conclave import hydra_app
     from conclave.config import default_home
-    from conclave.panel import LOCAL_PANEL, LOCAL_PANEL_NOTICE, panel_override
+    from conclave.panel import LOCAL_PANEL, panel_override
 
-    overrides = [a for a in args if "=" in a and not a.startswith("-")]
     override = panel_override(overrides, os.environ, default_home())
     if override is None:
-        return args
-    if override == f"agents={LOCAL_PANEL}" and not any(a in _INSPECTION_FLAGS for a in args):
-        print(LOCAL_PANEL_NOTICE, file=sys.stderr)
-    flags_end = next((i for i, a in enumerate(args) if not a.startswith("-") and "=" in a), len(args))
-    # overrides must follow every flag (argparse), and the panel choice must precede the user's own overrides
-    return [*args[:flags_end], override, *args[flags_end:]]
+        return overrides
+    hydra_app.offline_notice_pending = override == f"agents={LOCAL_PANEL}"
+    return [override, *overrides]  # first, so the user's own agents.* overrides still apply on top
 
 
 def _run_subcommand(name: str, argv: list[str]) -> int:
@@ -178,8 +180,15 @@ def run_hydra(overrides: list[str]) -> int:
 
 def _hydra_error_message(exc: BaseException) -> str | None:
     """One line for Hydra's composition and override errors, or None when ``exc`` is not one of them."""
+    import yaml
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        where = f' in "{mark.name}", line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"invalid YAML{where}: {problem}"
 
     if isinstance(exc, MissingConfigException):
         text = str(exc)
@@ -191,7 +200,8 @@ def _hydra_error_message(exc: BaseException) -> str | None:
             return f"{group}: {value!r} is not one of: {allowed}"
         return text.splitlines()[0]
     if isinstance(exc, OverrideParseException):
-        return f"cannot parse override: {str(exc).splitlines()[0]}"
+        return (f"cannot parse override: {str(exc).splitlines()[0]} "
+                "(if this argument is your question, put -- before it)")
     if isinstance(exc, ConfigCompositionException):
         text = str(exc)
         match = re.search(r"Could not override '([^']+)'", text) or re.search(
@@ -208,6 +218,9 @@ def _hydra_error_message(exc: BaseException) -> str | None:
             detail = str(cause).splitlines()[0] if cause is not None else text.splitlines()[0]
             return f"{key}: {detail}"
         first = text.splitlines()[0]
+        if first.startswith(("Ambiguous value for argument", "Sweep parameters")):
+            return (f"{first}: a comma makes a list or a sweep — quote the value (key='a,b'), sweep with -m, "
+                    "or, if this argument is your question, put -- before it")
         if cause is not None:
             first += f" ({str(cause).splitlines()[0]})"
         return first

@@ -55,6 +55,7 @@ def hydra_entry(cfg: DictConfig) -> Any:
     try:
         settings = settings_from_dictconfig(cfg)
         check_against_plugins(settings, get_plugins())
+        _print_offline_notice_once()
         from conclave.engine.entry import run_from_cli
 
         code = run_from_cli(settings)
@@ -68,6 +69,20 @@ def hydra_entry(cfg: DictConfig) -> Any:
 
 
 _worst_exit = 0
+
+#: set by the CLI when it chose the offline panel for lack of keys; the notice waits for a valid config
+offline_notice_pending = False
+
+
+def _print_offline_notice_once() -> None:
+    global offline_notice_pending
+    if offline_notice_pending:
+        import sys
+
+        from conclave.panel import LOCAL_PANEL_NOTICE
+
+        print(LOCAL_PANEL_NOTICE, file=sys.stderr)
+        offline_notice_pending = False
 
 
 def record_exit(code: int) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_helpers import run_conclave
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conclave.cli import _split_question, hydra_quote
 
@@ -22,6 +24,7 @@ AWKWARD_QUESTIONS = [
     "ends with a backslash \\",
     "C:\\path\\to\\",
     "use ${oc.env:HOME} and ${oc.env:OPENAI_API_KEY}",
+    "shell-escaped \\${oc.env:HOME} and \\\\${oc.env:HOME}",
     "nested ${a.${b}} and $HOME and `cmd` ; | &",
     "42",
     "true",
@@ -60,9 +63,43 @@ def test_question_after_double_dash_may_look_like_a_subcommand(tmp_path: Path) -
 
 
 def test_split_question_keeps_flag_values_with_their_flags() -> None:
-    rest, question = _split_question(["-cd", "/tmp/x", "-p", "agents", "--cfg", "job", "Q?", "mode=explore"])
+    flags, overrides, question = _split_question(
+        ["-cd", "/tmp/x", "Q?", "mode=explore", "-p", "agents", "--cfg", "job", "rounds=2"]
+    )
     assert question == "Q?"
-    assert rest == ["-cd", "/tmp/x", "-p", "agents", "--cfg", "job", "mode=explore"]
+    assert flags == ["-cd", "/tmp/x", "-p", "agents", "--cfg", "job"]
+    assert overrides == ["mode=explore", "rounds=2"]
+
+
+def test_flags_may_follow_the_question_and_overrides(tmp_path: Path) -> None:
+    proc = run_conclave("Q?", "mode=explore", "--cfg", "job", "agents=default", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    composed = yaml.safe_load(proc.stdout)
+    assert composed["mode"]["strategy"] == "explore" and composed["question"] == "Q?"
+
+
+_ESCAPE_ALPHABET = "\\$${}\"',=[]#: ab\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=_ESCAPE_ALPHABET, max_size=24))
+def test_hydra_quote_round_trips_any_text_without_interpolating(text: str) -> None:
+    """Whatever the user types — backslashes before ${, quotes, trailing backslashes — the question Hydra and
+    OmegaConf hand back is exactly that text, never an interpolation's value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    value = OverridesParser.create().parse_override("question=" + hydra_quote(text)).value()
+    assert OmegaConf.to_container(OmegaConf.create({"question": value}), resolve=True)["question"] == text
+
+
+def test_escaped_interpolation_in_question_cannot_leak_a_variable(tmp_path: Path) -> None:
+    question = 'echo "\\${oc.env:DB_PASSWORD}" and \\\\${oc.env:DB_PASSWORD}'
+    proc = run_conclave(question, "--cfg", "job", "--resolve", "agents=default", home=tmp_path,
+                        env={"DB_PASSWORD": "hunter2-prod-Secret"})
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2" not in proc.stdout
+    assert yaml.safe_load(proc.stdout)["question"] == question
 
 
 def test_hydra_quote_escapes_interpolation_and_quotes() -> None:
@@ -187,10 +224,12 @@ def test_zero_config_panel_follows_the_keys_present(tmp_path: Path) -> None:
     assert {a["provider"] for a in panel({}, "agents=default")["agents"].values()} == {"openai", "anthropic", "gemini"}
 
 
-def test_offline_panel_notice_is_printed_once_for_a_run(tmp_path: Path) -> None:
+def test_offline_panel_notice_is_printed_once_for_a_valid_run(tmp_path: Path) -> None:
     from conclave.panel import LOCAL_PANEL_NOTICE
 
-    proc = run_conclave("Q?", "rounds=9", home=tmp_path)  # invalid, so nothing runs; the notice comes first
-    assert proc.stderr.splitlines() == [LOCAL_PANEL_NOTICE, "conclave: rounds: input should be less than or equal to 4 (got 9)"]
+    invalid = run_conclave("Q?", "rounds=9", home=tmp_path)  # a config error stays one line, notice or not
+    assert invalid.stderr.splitlines() == ["conclave: rounds: input should be less than or equal to 4 (got 9)"]
+    valid = run_conclave("Q?", "rounds=1", f"providers.local.model_path={tmp_path / 'missing.gguf'}", home=tmp_path)
+    assert valid.stderr.count(LOCAL_PANEL_NOTICE) == 1, valid.stderr
     inspect = run_conclave("--cfg", "job", home=tmp_path)
     assert LOCAL_PANEL_NOTICE not in inspect.stderr

@@ -31,6 +31,7 @@ CASES = [
     (["agents.security.persona=wizard"], "agents.security.persona: unknown persona 'wizard'; allowed: accessibility, architecture,"),
     (["agents=nobody"], "agents: 'nobody' is not one of: anthropic_only, default, gemini_only, grok_only, local,"),
     (["rounds=[1"], "cannot parse override:"),
+    (["judge.model=a,b"], "Ambiguous value for argument 'judge.model=a,b': a comma makes a list or a sweep"),
 ]
 
 
