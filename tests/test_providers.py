@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import socket
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +33,7 @@ from conclave.providers.base import (
     ServerError,
 )
 from conclave.providers.pool import ProviderPool
-from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
+from conclave.testing.fake_server import FakeProviderServer, Fault, Reply, key_digest
 from conclave.testing.pytest_plugin import FAKE_KEYS
 
 SCHEMA: dict[str, Any] = {
@@ -41,6 +44,8 @@ SCHEMA: dict[str, Any] = {
 }
 ANSWER = {"position": "adopt event sourcing for billing", "confidence": 0.8}
 MODELS = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-pro"}
+KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+AUTH_HEADERS = {"authorization", "x-api-key", "x-goog-api-key", "api-key"}
 
 
 @pytest.fixture
@@ -322,12 +327,148 @@ async def test_unreachable_endpoint_is_a_connection_error(conclave_env, plugins)
 # ------------------------------------------------------------------------------------- keys and endpoints
 
 
-async def test_local_endpoint_without_a_key_gets_no_authorization_header(fake_provider_server, conclave_env, plugins,
-                                                                        monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY")
-    completion = await _complete(fake_provider_server, plugins, "openai", _request("llama3.2", schema=False))
+def _default_send_key(fake: FakeProviderServer) -> dict[str, dict[str, Any]]:
+    """The fake's providers as a user would configure a custom base_url: no ``send_key``, so its default applies."""
+    providers = fake.providers_config()
+    for entry in providers.values():
+        del entry["send_key"]
+    return providers
+
+
+def _auth_headers(sent: Any) -> set[str]:
+    return {name.lower() for name in sent.headers} & AUTH_HEADERS
+
+
+@pytest.mark.parametrize("key_set", [False, True], ids=["no-key", "key-set"])
+async def test_local_endpoint_gets_no_authorization_header(fake_provider_server, conclave_env, plugins, monkeypatch,
+                                                           key_set):
+    if not key_set:
+        monkeypatch.delenv("OPENAI_API_KEY")
+    completion = await _complete(fake_provider_server, plugins, "openai", _request("llama3.2", schema=False),
+                                 providers=_default_send_key(fake_provider_server))
     assert completion.text
-    assert "Authorization" not in fake_provider_server.requests_for("llama3.2")[0].headers
+    sent = fake_provider_server.requests_for("llama3.2")[0]
+    assert "Authorization" not in sent.headers and sent.auth_sha256 == {}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+async def test_custom_base_url_never_receives_the_vendor_key_by_default(conclave_env, plugins, provider):
+    # the fake accepts only the real key: a key sent to it would be accepted, so only the headers tell
+    model = MODELS[provider]
+    async with FakeProviderServer() as fake:
+        providers = _default_send_key(fake)
+        async with ProviderPool(fake.settings(providers=providers, hedging={"enabled": False}), plugins) as pool:
+            instance = pool.provider(provider)
+            assert instance.settings.send_key == "official"
+            assert (instance.requires_key(), instance.has_key(), pool.has_key(provider)) == (False, True, True)
+            assert instance.api_key() is None and instance.key_source() is None
+            completion = await pool.complete(agent="a", provider=provider, request=_request(model), round_number=1,
+                                             allow_substitution=False)
+            streamed = await pool.complete(agent="a", provider=provider, request=_request(model), round_number=1,
+                                           allow_substitution=False, on_chunk=lambda _text: None)
+            assert await instance.list_models()
+    assert completion.parsed == streamed.parsed is not None
+    assert len(fake.requests) == 3
+    for sent in fake.requests:
+        assert _auth_headers(sent) == set() and sent.auth_sha256 == {} and "key" not in sent.query
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+async def test_send_key_always_sends_the_key_to_a_custom_base_url(conclave_env, plugins, provider):
+    key = FAKE_KEYS[KEY_VARS[provider]]
+    async with FakeProviderServer(keys={provider: key}) as fake:  # anything but this key is refused
+        providers = _default_send_key(fake)
+        providers[provider]["send_key"] = "always"
+        completion = await _complete(fake, plugins, provider, _request(MODELS[provider]), providers=providers)
+    assert completion.parsed is not None
+    (sent,) = fake.requests
+    assert sent.carries(key)
+    assert list(sent.auth_sha256.values()) == [key_digest(key)]
+    assert key not in repr(fake.requests)  # only its digest is recorded
+
+
+async def test_send_key_always_needs_the_key_before_any_request(conclave_env, plugins, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    async with FakeProviderServer() as fake:
+        providers = _default_send_key(fake)
+        providers["openai"]["send_key"] = "always"
+        async with ProviderPool(fake.settings(providers=providers), plugins) as pool:
+            assert not pool.has_key("openai")
+            with pytest.raises(MissingKeyError, match="set OPENAI_API_KEY"):
+                await pool.complete(agent="a", provider="openai", request=_request("gpt-4o"), round_number=1)
+    assert fake.requests == []
+
+
+async def test_a_custom_endpoint_that_wants_a_key_says_how_to_send_it(conclave_env, plugins):
+    key = FAKE_KEYS["OPENAI_API_KEY"]
+    async with FakeProviderServer(keys={"openai": key}) as fake:
+        with pytest.raises(AuthError) as caught:
+            await _complete(fake, plugins, "openai", _request("gpt-4o"), providers=_default_send_key(fake))
+    assert "providers.openai.send_key=always" in str(caught.value) and "OPENAI_API_KEY" in str(caught.value)
+    assert key not in str(caught.value)
+    assert fake.requests[0].auth_sha256 == {}
+
+
+@pytest.mark.parametrize(("base_url", "send_key", "sent"), [
+    (None, "official", True),
+    ("https://api.openai.com/v1", "official", True),
+    ("https://api.x.ai/v1", "official", True),
+    ("https://API.OPENAI.COM/v1", "official", True),  # host names are case-insensitive
+    ("https://api.openai.com/v1", "never", False),
+    ("http://api.openai.com/v1", "official", False),  # the official host, but the key would travel in the clear
+    ("https://api.openai.com@127.0.0.1/v1", "official", False),  # userinfo, not the host
+    ("https://api.openai.com.example.net/v1", "official", False),
+    ("https://openai-proxy.example.net/v1", "official", False),
+    ("https://openai-proxy.example.net/v1", "always", True),
+    ("http://localhost:11434/v1", "never", False),
+])
+def test_send_key_decides_which_hosts_get_the_key(plugins, base_url, send_key, sent):
+    key = "sk-proj-Qm3v9XzT1pLr8sWk4YhN2bJc7DfGa5Ue6Ri0Ot"
+    cls = plugins.providers.get("openai")
+    settings = ProviderSettings(api="openai", base_url=base_url, api_key_env=["OPENAI_API_KEY"], send_key=send_key)
+    instance = cls("openai", settings, None, environ={"OPENAI_API_KEY": key})
+    headers = instance.headers("gpt-4o")
+    assert (headers.get("Authorization") == f"Bearer {key}") is sent
+    assert ("Authorization" in headers) is sent
+    assert instance.requires_key() is sent and instance.has_key()
+    assert (instance.key_source() == "OPENAI_API_KEY") is sent
+    keyless = cls("openai", settings, None, environ={})
+    assert keyless.has_key() is not sent  # a host that would get the key needs one
+    assert instance.redact(f"echo {key}") == "echo <redacted>"  # redaction covers withheld keys too
+
+
+@pytest.mark.parametrize("send_key", ["official", "always"])
+def test_the_shipped_provider_config_sends_keys_only_to_official_hosts(fake_provider_server, send_key):
+    from conclave.api import compose_settings
+
+    url = fake_provider_server.base_url("openai")
+    overrides = ["agents=openai_only", f"providers.openai.base_url={url}"]
+    if send_key == "always":
+        overrides.append("providers.openai.send_key=always")
+    settings = compose_settings("Q?", overrides)
+    assert {name: p.send_key for name, p in settings.providers.items()} == {
+        "openai": send_key, "anthropic": "official", "gemini": "official", "grok": "official", "mistral": "official",
+        "local": "official"}
+
+
+@pytest.mark.slow
+async def test_cli_does_not_send_the_vendor_key_to_a_custom_base_url(fake_provider_server, conclave_env):
+    # the reported reproduction: a real-looking key, the shipped config, and only base_url pointed elsewhere
+    key = "sk-proj-REALSECRET-" + "k" * 40
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(conclave_env), CONCLAVE_PROGRESS="0", OPENAI_API_KEY=key)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", "Q?", "agents=openai_only",
+        f"providers.openai.base_url={fake_provider_server.base_url('openai')}", "rounds=1", "cost.auto_approve=true",
+        "output.format=json", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(conclave_env), env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, err.decode()
+    assert fake_provider_server.requests
+    for sent in fake_provider_server.requests:
+        assert _auth_headers(sent) == set() and sent.auth_sha256 == {} and not sent.carries(key)
+    assert key not in out.decode() + err.decode()
 
 
 async def test_official_endpoint_without_a_key_fails_before_any_request(conclave_env, plugins, monkeypatch):
@@ -372,3 +513,63 @@ async def test_the_key_never_appears_in_logs_errors_attempts_or_recorded_headers
     texts += [caplog.text, repr(fake.requests)]
     for text in texts:
         assert key not in text
+
+
+# ------------------------------------------------------------------------------------- keys in error messages
+
+REAL_LOOKING_KEYS = {
+    "OPENAI_API_KEY": "sk-proj-Qm3v9XzT1pLr8sWk4YhN2bJc7DfGa5Ue6Ri0OtVb",
+    "ANTHROPIC_API_KEY": "sk-ant-api03-Zq8Lm2Xv7Nc4Bt1Rk9Hs6Wd3Fp0Gj5Ye",
+    "GEMINI_API_KEY": "AIzaSyD4k9Lm2Qv7Xn1Rt8Bw5Hc3Js6Fp0Gz",
+}
+PADDINGS = range(250, 311)  # puts the key before, across and after the 300-character cut
+
+
+def _fragments(key: str, size: int = 8) -> list[str]:
+    return [key[i:i + size] for i in range(len(key) - size + 1)]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("status", [400, 429, 500])
+async def test_a_key_across_the_message_cut_leaves_no_fragment(conclave_env, plugins, monkeypatch, provider, status):
+    key = REAL_LOOKING_KEYS[KEY_VARS[provider]]
+    monkeypatch.setenv(KEY_VARS[provider], key)
+    model = MODELS[provider]
+    errors: list[str] = []
+    async with FakeProviderServer() as fake:
+        fake.script(model, [Fault.http(status, "x" * n + key) for n in PADDINGS])
+        settings = fake.settings(providers=_single_attempt(fake), hedging={"enabled": False})
+        async with ProviderPool(settings, plugins) as pool:
+            for _ in PADDINGS:
+                with pytest.raises(ProviderError) as caught:
+                    await pool.complete(agent="a", provider=provider, request=_request(model), round_number=1,
+                                        allow_substitution=False)
+                assert caught.value.status == status
+                errors.append(str(caught.value))
+            errors += [a.error or "" for a in pool.attempts]
+    assert len(errors) == 2 * len(PADDINGS)
+    assert any("<redacted>" in e for e in errors) and any("…" in e for e in errors)
+    for text in errors:
+        for fragment in _fragments(key):
+            assert fragment not in text
+
+
+def test_transport_and_in_band_errors_are_redacted(plugins):
+    import aiohttp
+
+    key = REAL_LOOKING_KEYS["OPENAI_API_KEY"]
+    cls = plugins.providers.get("openai")
+    other = REAL_LOOKING_KEYS["ANTHROPIC_API_KEY"]
+    instance = cls("openai", ProviderSettings(api="openai", api_key_env=["OPENAI_API_KEY"]), None,
+                   environ={"OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": other})
+    texts = [
+        str(instance.transport_error(aiohttp.ClientError(f"proxy said {key}"), "gpt-4o")),
+        str(instance.malformed(f"error event: bad key {key[:20]}", "gpt-4o")),  # an echoed prefix
+        instance.redact(f"{key}{key[:12]} and {key[:30]}"),
+        instance.redact(f"a proxy mixed up its keys: {other[:40]}"),  # another provider's key, cut short
+    ]
+    for text in texts:
+        assert "<redacted>" in text
+        for fragment in [*_fragments(key), *_fragments(other)]:
+            assert fragment not in text
+    assert instance.redact("sk-proj short prefixes stay") == "sk-proj short prefixes stay"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import AsyncIterator
@@ -23,7 +24,7 @@ from conclave.providers.base import (
 )
 from conclave.providers.health import HealthStatus, HealthThresholds, HealthTracker
 from conclave.providers.hedging import NO_HISTORY_HEDGE_AFTER_S, HedgeBudget, hedge_after
-from conclave.providers.http import parse_retry_after, provider_message, schema_name
+from conclave.providers.http import parse_retry_after, provider_message, redact_secrets, schema_name
 from conclave.providers.pricing import ModelPrice, PriceTable
 from conclave.providers.probe import model_known
 from conclave.providers.retry import RetryPolicy, call_with_retries
@@ -227,6 +228,29 @@ def test_provider_message_extracts_the_apis_error_text():
     assert provider_message(b'{"type": "error", "error": {"type": "x", "message": "too long"}}') == "too long"
     assert provider_message(b'{"object": "error", "message": "vllm says no"}') == "vllm says no"
     assert provider_message(b"<html>Bad Gateway</html>") == "<html>Bad Gateway</html>"
+
+
+@pytest.mark.parametrize("padding", range(250, 311))
+def test_provider_message_redacts_before_it_cuts(padding):
+    key = "sk-proj-Qm3v9XzT1pLr8sWk4YhN2bJc7DfGa5Ue6Ri0OtVb"
+    other = "AIzaSyD4k9Lm2Qv7Xn1Rt8Bw5Hc3Js6Fp0Gz"
+    for raw in (json.dumps({"error": {"message": "x" * padding + key}}).encode(),
+                ("y" * padding + other + " " + key).encode()):
+        text = provider_message(raw, secrets=[key, other])
+        assert len(text) <= 301
+        for secret in (key, other):
+            assert all(secret[i:i + 8] not in text for i in range(len(secret) - 7))
+    # without the secrets it is plain truncation, which is what used to leak a key's first characters
+    assert key[:8] in provider_message(("x" * 290 + key).encode())
+
+
+def test_redact_secrets_takes_whole_keys_and_their_leading_fragments():
+    key = "sk-ant-api03-Zq8Lm2Xv7Nc4Bt1Rk9Hs6Wd3Fp0Gj5Ye"
+    assert redact_secrets(f"a {key} b", [key]) == "a <redacted> b"
+    assert redact_secrets(f"echoed {key[:16]}… and {key[:8]}", [key]) == "echoed <redacted>… and <redacted>"
+    assert redact_secrets(f"{key[:7]} is every Anthropic key's prefix", [key]) == "sk-ant- is every Anthropic key's prefix"
+    assert redact_secrets("nothing here", ["", key]) == "nothing here"
+    assert redact_secrets("short abc key", ["abc"]) == "short <redacted> key"
 
 
 def test_schema_names_are_safe_for_every_api():

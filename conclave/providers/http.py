@@ -1,8 +1,9 @@
 """Shared HTTP machinery of the built-in providers: endpoint and key resolution, one POST, SSE, error mapping.
 
 Every failure leaves here as a typed :class:`~conclave.providers.base.ProviderError` whose message a user can act
-on and which never contains the API key. aiohttp is imported inside the functions that use it, so loading a
-provider plugin (which every ``conclave`` command does) stays cheap.
+on and which never contains an API key, whole or in part: provider text is redacted before it is shortened. A key
+goes only to the vendor's own hosts unless ``providers.<name>.send_key`` says otherwise. aiohttp is imported inside
+the functions that use it, so loading a provider plugin (which every ``conclave`` command does) stays cheap.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -31,8 +32,13 @@ from conclave.providers.base import (
     ServerError,
 )
 from conclave.providers.sse import iter_sse
+from conclave.store.redact import KEY_ENV_VARS, MIN_SECRET_LENGTH
 
 REDACTED = "<redacted>"
+#: a run of at least this many leading characters of a key is redacted as if it were the whole key
+MIN_KEY_FRAGMENT = 8
+#: how many characters of a provider's own error message an error passes on
+MESSAGE_LIMIT = 300
 
 
 class HTTPProvider(Provider):
@@ -46,7 +52,7 @@ class HTTPProvider(Provider):
     DEFAULT_BASE_URL: ClassVar[str] = ""
     #: key variables used when the endpoint is the default one and ``api_key_env`` is empty
     DEFAULT_KEY_ENV: ClassVar[tuple[str, ...]] = ()
-    #: hosted APIs that always need a key; any other host (Ollama, vLLM, a proxy, the fake server) may go without
+    #: the vendor's own hosts (https only): they need a key, and with ``send_key: official`` only they receive it
     KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset()
 
     # ------------------------------------------------------------------------------------- endpoint and key
@@ -67,15 +73,43 @@ class HTTPProvider(Provider):
         # A configured endpoint without key variables is a local server: never hand it the vendor's key.
         return list(self.DEFAULT_KEY_ENV) if self.settings.base_url is None else []
 
+    def is_official(self) -> bool:
+        """Whether calls go to one of the vendor's own hosts, over https."""
+        parts = urlsplit(self.base_url)
+        return parts.scheme == "https" and (parts.hostname or "") in self.KEYED_HOSTS
+
+    def sends_key(self) -> bool:
+        """Whether this endpoint may receive the key (``providers.<name>.send_key``; ``official`` by default)."""
+        mode = self.settings.send_key
+        if mode == "always":
+            return True
+        return mode == "official" and self.is_official()
+
+    def api_key(self) -> str | None:
+        """The key this endpoint is sent; None when none is set or ``send_key`` withholds it from this host."""
+        return super().api_key() if self.sends_key() else None
+
+    def key_source(self) -> str | None:
+        return super().key_source() if self.sends_key() else None
+
     def requires_key(self) -> bool:
-        return bool(self.key_env()) and (urlsplit(self.base_url).hostname or "") in self.KEYED_HOSTS
+        """Calls fail without a key: the vendor's own host, or any host the user chose to send the key to."""
+        return bool(self.key_env()) and self.sends_key()
+
+    def secrets(self) -> list[str]:
+        """Every key value to keep out of messages: this provider's (sent or not), and the other built-in
+        providers' keys that are set (long enough to be real keys)."""
+        own = dict.fromkeys([*self.settings.api_key_env, *self.key_env(), *self.DEFAULT_KEY_ENV])
+        values = [value for name in own if (value := self._environ.get(name))]
+        others = (self._environ.get(name) or "" for name in KEY_ENV_VARS if name not in own)
+        return values + [value for value in others if len(value) >= MIN_SECRET_LENGTH]
 
     def auth_headers(self, key: str) -> dict[str, str]:
         """The header(s) carrying ``key``; subclasses name their API's header."""
         return {"Authorization": f"Bearer {key}"}
 
     def headers(self, model: str) -> dict[str, str]:
-        """Request headers; raises :class:`MissingKeyError` when a keyed host has no key."""
+        """Request headers; raises :class:`MissingKeyError` when an endpoint that needs a key has none."""
         headers = {"Content-Type": "application/json"}
         key = self.api_key()
         if key is not None:
@@ -88,10 +122,19 @@ class HTTPProvider(Provider):
             )
         return headers
 
+    def withheld_key_hint(self) -> str:
+        """What to do when an endpoint refuses a keyless request."""
+        if self.sends_key() or super().api_key() is None:
+            return f"set {self.key_variables()}"
+        if self.settings.send_key == "never":
+            return f"providers.{self.name}.send_key=never keeps the key in {self.key_variables()} from being sent"
+        host = urlsplit(self.base_url).hostname or self.base_url
+        return (f"the key in {self.key_variables()} is only sent to {self.name}'s own host, not {host}; "
+                f"set providers.{self.name}.send_key=always if this endpoint needs it")
+
     def redact(self, text: str) -> str:
-        """``text`` with this provider's key replaced, for provider messages we pass on."""
-        key = self.api_key()
-        return text.replace(key, REDACTED) if key else text
+        """``text`` with this provider's keys (and any run of 8+ of their leading characters) replaced."""
+        return redact_secrets(text, self.secrets())
 
     # ------------------------------------------------------------------------------------- transport
 
@@ -152,7 +195,8 @@ class HTTPProvider(Provider):
             raise self.transport_error(exc, model) from exc
         except ValueError as exc:  # undecodable bytes or an over-long line
             raise MalformedResponseError(
-                f"{self.name} sent an unreadable event stream for {model}: {exc}", provider=self.name, model=model
+                f"{self.name} sent an unreadable event stream for {model}: {self.redact(str(exc))}",
+                provider=self.name, model=model,
             ) from exc
 
     def decode(self, raw: bytes, model: str) -> dict[str, Any]:
@@ -180,14 +224,14 @@ class HTTPProvider(Provider):
 
     def error_for(self, status: int, raw: bytes, headers: Mapping[str, str], model: str) -> ProviderError:
         """The typed error for an HTTP error answer; only the provider's own words are passed on, redacted."""
-        message = self.redact(provider_message(raw))
+        message = provider_message(raw, secrets=self.secrets())
         kw: dict[str, Any] = {"provider": self.name, "model": model, "status": status}
         what = f"model {model!r}" if model else "the request"
         if self.is_auth_failure(status, message):
             var = self.key_source()
             if var is None:
                 return AuthError(
-                    f"{self.name} refused a request sent without a key (HTTP {status}); set {self.key_variables()}",
+                    f"{self.name} refused a request sent without a key (HTTP {status}); {self.withheld_key_hint()}",
                     **kw,
                 )
             # The provider's message is dropped on purpose: some echo part of the key back.
@@ -220,26 +264,33 @@ class HTTPProvider(Provider):
         kw: dict[str, Any] = {"provider": self.name, "model": model}
         where = urlsplit(self.base_url).netloc or self.base_url
         if isinstance(exc, aiohttp.ServerTimeoutError):
-            return ProviderTimeoutError(f"{self.name} stopped sending data ({where}): {exc}", **kw)
+            return ProviderTimeoutError(f"{self.name} stopped sending data ({where}): {self.redact(str(exc))}", **kw)
         if isinstance(exc, aiohttp.ClientConnectorError):
             reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
-            return ConnectionFailedError(f"cannot reach {self.name} at {where}: {reason}", **kw)
+            return ConnectionFailedError(f"cannot reach {self.name} at {where}: {self.redact(reason)}", **kw)
         if isinstance(exc, aiohttp.ServerDisconnectedError):
             return ConnectionFailedError(f"{self.name} closed the connection before answering ({where})", **kw)
         if isinstance(exc, aiohttp.ClientPayloadError):
             return ConnectionFailedError(f"{self.name} dropped the connection mid-answer ({where})", **kw)
-        return ConnectionFailedError(f"connection to {self.name} failed ({where}): {type(exc).__name__}: {exc}", **kw)
+        return ConnectionFailedError(
+            f"connection to {self.name} failed ({where}): {type(exc).__name__}: {self.redact(str(exc))}", **kw
+        )
 
     def malformed(self, what: str, model: str) -> MalformedResponseError:
-        return MalformedResponseError(f"{self.name} sent a malformed answer for {model}: {what}",
+        """A malformed-answer error; ``what`` may quote the provider (an in-band error event), so it is redacted."""
+        return MalformedResponseError(f"{self.name} sent a malformed answer for {model}: {self.redact(what)}",
                                       provider=self.name, model=model)
 
 
 # ------------------------------------------------------------------------------------- helpers
 
 
-def provider_message(raw: bytes, limit: int = 300) -> str:
-    """The human message inside an API error body (``error.message`` in all three APIs), else the raw text."""
+def provider_message(raw: bytes, limit: int = MESSAGE_LIMIT, *, secrets: Iterable[str] = ()) -> str:
+    """The human message inside an API error body (``error.message`` in all three APIs), else the raw text.
+
+    ``secrets`` are redacted before the text is cut to ``limit`` characters, so a key straddling the cut cannot
+    leave its first characters behind.
+    """
     text = raw.decode("utf-8", "replace").strip()
     try:
         payload = json.loads(text)
@@ -253,8 +304,36 @@ def provider_message(raw: bytes, limit: int = 300) -> str:
             text = error
         elif isinstance(payload.get("message"), str):  # vLLM / llama.cpp style
             text = payload["message"]
-    text = " ".join(text.split())
+    text = redact_secrets(" ".join(text.split()), secrets)
     return (text[:limit] + "…") if len(text) > limit else (text or "(empty body)")
+
+
+def redact_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each secret replaced by ``<redacted>``, and any run of its first 8+ characters as well (a key
+    an API echoed in part, or cut short by someone else)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+        if len(secret) > MIN_KEY_FRAGMENT:
+            text = _redact_key_prefixes(text, secret)
+    return text
+
+
+def _redact_key_prefixes(text: str, secret: str) -> str:
+    head = secret[:MIN_KEY_FRAGMENT]
+    found = text.find(head)
+    if found < 0:
+        return text
+    parts: list[str] = []
+    start = 0
+    while found >= 0:
+        end, matched = found + len(head), len(head)
+        while end < len(text) and matched < len(secret) and text[end] == secret[matched]:
+            end, matched = end + 1, matched + 1
+        parts += [text[start:found], REDACTED]
+        start = end
+        found = text.find(head, end)
+    parts.append(text[start:])
+    return "".join(parts)
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

@@ -3,13 +3,17 @@
 ``async with FakeProviderServer() as fake`` starts it on a free port; point ``providers.<name>.base_url`` at
 ``fake.base_url(api)``. Each model answers what :meth:`FakeProviderServer.script` says (replies, latencies,
 faults); an unscripted model answers an instance generated from the request's schema, or a short text. Every
-request is recorded with its auth header values replaced by ``"<redacted>"``.
+request is recorded with its auth header values replaced by ``"<redacted>"``; which key arrived is kept only as a
+SHA-256 digest (``RecordedRequest.auth_sha256``, compare with :func:`key_digest` or ``RecordedRequest.carries``).
+The fake stands in for the vendors' own hosts, so the config it hands out opts in to sending keys to it
+(``send_key: always``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import random
@@ -119,7 +123,8 @@ ScriptItem = Reply | Fault
 
 @dataclass
 class RecordedRequest:
-    """One request as the fake received it; auth header values (and a ``key`` query) are ``"<redacted>"``."""
+    """One request as the fake received it; auth header values (and a ``key`` query) are ``"<redacted>"``, and only
+    their digests are kept (``auth_sha256``)."""
 
     api: str
     model: str | None
@@ -132,6 +137,12 @@ class RecordedRequest:
     stream: bool = False
     schema: Any = None  # the structured-output schema the request carried, in its API's place
     disconnected: bool = False  # the client closed the connection before the answer was complete
+    #: header (lower case) or ``?key`` -> SHA-256 hex of the credential it carried ("Bearer " stripped)
+    auth_sha256: dict[str, str] = field(default_factory=dict)
+
+    def carries(self, key: str) -> bool:
+        """Whether this request carried ``key`` in any auth header (or a ``key`` query parameter)."""
+        return key_digest(key) in self.auth_sha256.values()
 
 
 @dataclass
@@ -220,19 +231,23 @@ class FakeProviderServer:
             if model not in ids:
                 ids.append(model)
 
-    def providers_config(self) -> dict[str, dict[str, Any]]:
-        """``providers`` entries for the five built-in endpoints, all pointing at this fake."""
+    def providers_config(self, *, send_key: str = "always") -> dict[str, dict[str, Any]]:
+        """``providers`` entries for the five built-in endpoints, all pointing at this fake. The fake plays the
+        vendors' hosts, so by default it is sent their keys; ``send_key="official"`` is what a real custom
+        ``base_url`` gets (no key at all)."""
         keys = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
                 "grok": "XAI_API_KEY", "mistral": "MISTRAL_API_KEY"}
         return {
             name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
-                   "api_key_env": [var]}
+                   "api_key_env": [var], "send_key": send_key}
             for name, var in keys.items()
         }
 
-    def overrides(self) -> list[str]:
+    def overrides(self, *, send_key: str = "always") -> list[str]:
         """Hydra overrides pointing every built-in provider at this fake (for ``conclave`` subprocesses)."""
-        return [f"providers.{name}.base_url={entry['base_url']}" for name, entry in self.providers_config().items()]
+        return [override for name, entry in self.providers_config(send_key=send_key).items()
+                for override in (f"providers.{name}.base_url={entry['base_url']}",
+                                 f"providers.{name}.send_key={entry['send_key']}")]
 
     def settings(self, **overrides: Any) -> Any:
         """A minimal valid :class:`~conclave.config.Settings` on this fake: agents on openai, anthropic and gemini,
@@ -322,8 +337,12 @@ class FakeProviderServer:
                 schema: Any) -> RecordedRequest:
         headers = {k: (REDACTED if k.lower() in _AUTH_HEADERS else v) for k, v in request.headers.items()}
         query = {k: (REDACTED if k == "key" else v) for k, v in request.query.items()}
+        digests = {k.lower(): key_digest(_credential(k, v)) for k, v in request.headers.items()
+                   if k.lower() in _AUTH_HEADERS}
+        if "key" in request.query:
+            digests["?key"] = key_digest(request.query["key"])
         record = RecordedRequest(api, str(model) if model is not None else None, request.path, request.method,
-                                 headers, query, body, time.time(), stream, schema)
+                                 headers, query, body, time.time(), stream, schema, auth_sha256=digests)
         self.requests.append(record)
         return record
 
@@ -585,6 +604,15 @@ _ERRORS: dict[str, Callable[[int, str], dict[str, Any]]] = {
 
 
 # ------------------------------------------------------------------------------------- helpers
+
+
+def key_digest(key: str) -> str:
+    """The SHA-256 hex digest the fake records for a credential (tests compare, the key itself is never kept)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _credential(header: str, value: str) -> str:
+    return value.removeprefix("Bearer ") if header.lower() == "authorization" else value
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
