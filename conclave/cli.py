@@ -41,7 +41,7 @@ def hydra_quote(text: str) -> str:
     # n backslashes before "${" must stay literal: 2n backslashes, then the escaped "\${"
     text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
     text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
-    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    text = re.sub(r"(\\+)\Z", lambda m: m.group(1) * 2, text)
     return '"' + text + '"'
 
 

@@ -43,14 +43,27 @@ class Persona(StrictModel):
 
 
 class ProviderSettings(StrictModel):
-    """An endpoint: ``api`` names the registered implementation, keys come from ``api_key_env``."""
+    """An endpoint: ``api`` names the registered implementation, keys come from ``api_key_env``.
+
+    ``send_key`` says where the key may go: ``official`` only to the vendor's own host over https (a custom ``base_url``
+    such as Ollama or a proxy gets no key), ``always`` also to a custom ``base_url``, ``never`` nowhere.
+    """
 
     api: Name
     base_url: Annotated[str, Field(pattern=r"^(https?://|local:|file:)")] | None = None
     api_key_env: list[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]] = Field(default_factory=list)
+    send_key: Literal["official", "always", "never"] = "official"
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     model_path: str | None = None
+
+    @field_validator("model_path")
+    @classmethod
+    def _model_file_exists(cls, value: str | None) -> str | None:
+        # checked here, before anything runs: a typo in a path is a configuration error, not an aborted consultation
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError(f"no such model file: {value}")
+        return value
 
     @field_validator("api_key_env", mode="before")
     @classmethod

@@ -229,7 +229,21 @@ def test_offline_panel_notice_is_printed_once_for_a_valid_run(tmp_path: Path) ->
 
     invalid = run_conclave("Q?", "rounds=9", home=tmp_path)  # a config error stays one line, notice or not
     assert invalid.stderr.splitlines() == ["conclave: rounds: input should be less than or equal to 4 (got 9)"]
-    valid = run_conclave("Q?", "rounds=1", f"providers.local.model_path={tmp_path / 'missing.gguf'}", home=tmp_path)
+    # a valid config whose model file is not a GGUF: the run starts (notice once), then fails fast at load
+    not_a_model = tmp_path / "not-a-model.gguf"
+    not_a_model.write_text("this is not a GGUF file")
+    valid = run_conclave("Q?", "rounds=1", f"providers.local.model_path={not_a_model}", home=tmp_path)
+    assert valid.returncode == 1
     assert valid.stderr.count(LOCAL_PANEL_NOTICE) == 1, valid.stderr
     inspect = run_conclave("--cfg", "job", home=tmp_path)
     assert LOCAL_PANEL_NOTICE not in inspect.stderr
+
+
+@pytest.mark.parametrize("text", ["\\\n", "a\\\n", "\\\\\n", "${x}\\\n"])
+def test_backslash_before_a_final_newline_round_trips(text: str) -> None:
+    """Regression: Python's ``$`` matches before a trailing newline, which once doubled this backslash."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    value = OverridesParser.create().parse_override("question=" + hydra_quote(text)).value()
+    assert OmegaConf.to_container(OmegaConf.create({"question": value}), resolve=True)["question"] == text

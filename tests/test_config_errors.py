@@ -31,6 +31,7 @@ CASES = [
     (["agents.security.persona=wizard"], "agents.security.persona: unknown persona 'wizard'; allowed: accessibility, architecture,"),
     (["agents=nobody"], "agents: 'nobody' is not one of: anthropic_only, default, gemini_only, grok_only, local,"),
     (["rounds=[1"], "cannot parse override:"),
+    (["providers.local.model_path=/nonexistent/model.gguf"], "providers.local.model_path: no such model file: /nonexistent/model.gguf"),
     (["judge.model=a,b"], "Ambiguous value for argument 'judge.model=a,b': a comma makes a list or a sweep"),
 ]
 
