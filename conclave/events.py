@@ -28,11 +28,18 @@ consultation:round_artifact            round_number, artifact_type, schema (sche
                                        (valid|repaired|reasked|fallback)
 filter:applied                         round_number (3|4), artifact_type, filter, limits {field: n},
                                        tokens_before, tokens_after
-round:completed                        round_number, round_type, duration_s, input_tokens, output_tokens, cost
+round:completed                        round_number, round_type, duration_s, input_tokens, output_tokens, cost,
+                                       ok (false: the round ran to its end but failed in a way that stops the
+                                       consultation; ``conclave resume`` restores only ok rounds). Written only
+                                       when the round ran to its end, never for a cancelled one
+round:interrupted                      round_number, round_type, duration_s, input_tokens, output_tokens, cost,
+                                       reason (cancelled|stopped|error), detail: the round did not run to its end
+                                       (Ctrl-C, the cost gate inside it, an unexpected error); never restored
 early_termination:decided              offered, accepted, confidence, threshold, reason, rounds_skipped,
                                        estimated_cost_saved
 cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio, phase
-consultation:resumed                   restored_rounds [n], spent {cost, input_tokens, output_tokens}, from_seq
+consultation:resumed                   restored_rounds [n], spent {cost, input_tokens, output_tokens,
+                                       cached_input_tokens, by_provider {provider: cost}, unknown_prices}, from_seq
                                        (written by ``conclave resume`` before the engine continues)
 consultation:completed                 status (complete|completed_degraded|partial|aborted), result (the full
                                        result JSON, see conclave.engine.result)
@@ -60,6 +67,7 @@ AGENT_COMPLETED = "agent:completed"
 ROUND_ARTIFACT = "consultation:round_artifact"
 FILTER_APPLIED = "filter:applied"
 ROUND_COMPLETED = "round:completed"
+ROUND_INTERRUPTED = "round:interrupted"
 EARLY_TERMINATION = "early_termination:decided"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"

@@ -1,11 +1,22 @@
-"""The cost gate before round 1 (estimate from the real prompts, consent, Always) and the abort in flight."""
+"""The cost gate before round 1 (estimate from the real prompts, consent, Always) and the abort in flight, which
+on a resumed consultation counts what its earlier runs spent."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
-from test_engine_support import AGENT_MODELS, JUDGE_MODEL, QUESTION, answering, run_consultation, script_panel
+from test_engine_support import (
+    AGENT_MODELS,
+    JUDGE_MODEL,
+    QUESTION,
+    answering,
+    by_schema,
+    requests_with,
+    run_consultation,
+    script_panel,
+)
 
 from conclave.api import compose_settings
 from conclave.engine.budgets import MAX_OUTPUT_TOKENS
@@ -119,3 +130,70 @@ async def test_actual_cost_far_over_the_estimate_aborts_before_the_next_round(
     assert result.abort_reason is not None and result.abort_reason.startswith("cost_exceeded")
     assert not fake.requests_for(JUDGE_MODEL) and set(result.artifacts.round_1) == set(AGENT_MODELS)
     assert result.cost.actual == gate["actual_cost"]
+
+
+async def _round_1(fake: FakeProviderServer) -> dict[str, Any]:
+    """A resume point after round 1 (what ``conclave resume`` restores), from a real one-round run."""
+    script_panel(fake)
+    first = (await run_consultation(fake, "rounds=1")).result
+    fake.reset()
+    script_panel(fake)
+    return {"round_1": first.artifacts.round_1, "shuffle_seed": first.shuffle_seed}
+
+
+async def test_what_earlier_runs_spent_counts_against_the_abort_ratio(fake_provider_server: FakeProviderServer,
+                                                                      conclave_env: Any) -> None:
+    """Resumed after round 1: the continuation alone stays under the limit, but with what the first run was
+    billed it goes over after round 2 and stops before round 3 spends anything."""
+    fake = fake_provider_server
+    resume_from = await _round_1(fake)
+    alone = await run_consultation(fake, resume_from=resume_from)
+    assert alone.result.status == "complete" and not alone.of("cost:gate_triggered")
+    budget, ratio = alone.result.cost.estimated, 1.5
+    assert budget is not None
+    (round_2,) = [e["cost"] for e in alone.of("round:completed") if e["round_number"] == 2]
+    assert round_2 > 0
+    earlier = ratio * budget - round_2 / 2  # under the limit by itself; round 2 takes it over
+
+    fake.reset()
+    script_panel(fake)
+    run = await run_consultation(fake, resume_from={**resume_from, "spent": {"cost": earlier}})
+    result = run.result
+    (gate,) = run.of("cost:gate_triggered")
+    assert gate["phase"] == "round 2" and gate["estimated_cost"] == budget and gate["abort_ratio"] == ratio
+    assert gate["actual_cost"] == pytest.approx(earlier + round_2, abs=1e-6)
+    assert result.status == "partial" and result.abort_reason is not None
+    assert result.abort_reason.startswith("cost_exceeded") and result.cost.actual == gate["actual_cost"]
+    assert requests_with(fake, "synthesis") and not requests_with(fake, "cross_exam_reply")
+
+
+async def test_a_resume_whose_earlier_runs_already_overspent_stops_before_calling_anyone(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    fake = fake_provider_server
+    resume_from = await _round_1(fake)
+    run = await run_consultation(fake, resume_from={**resume_from, "spent": {"cost": 100.0}})
+    (gate,) = run.of("cost:gate_triggered")
+    assert gate["phase"] == "the earlier runs" and gate["actual_cost"] == 100.0
+    assert run.result.status == "partial" and (run.result.abort_reason or "").startswith("cost_exceeded")
+    assert fake.requests == [] and run.result.cost.actual == 100.0
+
+
+async def test_the_gate_between_the_round_3_replies_and_the_judge_leaves_round_3_unfinished(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """Stopped inside round 3, the round is journaled as interrupted (so a resume runs it again), not completed."""
+    fake = fake_provider_server
+    expensive_reply = Reply(json={"critique": "c", "defense": "d", "revised_position": "r"}, usage=(2_000_000, 400_000, 0))
+    fake.script(AGENT_MODELS["architect"], by_schema(cross_exam_reply=expensive_reply))
+    for name in ("security", "pragmatist"):
+        fake.script(AGENT_MODELS[name], by_schema())
+    fake.script(JUDGE_MODEL, by_schema())
+    run = await run_consultation(fake)
+    (gate,) = run.of("cost:gate_triggered")
+    assert gate["phase"] == "round 3 replies" and run.result.status == "partial"
+    assert [e["round_number"] for e in run.of("round:completed")] == [1, 2]
+    (interrupted,) = run.of("round:interrupted")
+    assert interrupted["round_number"] == 3 and interrupted["reason"] == "stopped"
+    assert interrupted["detail"].startswith("cost_exceeded") and interrupted["cost"] > 0
+    assert not requests_with(fake, "cross_exam")

@@ -1,14 +1,33 @@
 """Resuming from stored round artifacts: restored rounds make no provider calls, and the judge still sees
-labels only, with the same mapping as the first run."""
+labels only, with the same mapping as the first run. How a round's end is journaled (what resume trusts), and
+the cost a resumed run reports (every run's billed calls)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
-from test_engine_support import AGENT_MODELS, JUDGE_MODEL, requests_with, run_consultation, script_panel, texts
+import pytest
+from test_engine_support import (
+    AGENT_MODELS,
+    BASE_OVERRIDES,
+    JUDGE_MODEL,
+    QUESTION,
+    requests_with,
+    run_consultation,
+    script_panel,
+    texts,
+)
 
 from conclave import artifacts
-from conclave.testing.fake_server import FakeProviderServer
+from conclave.api import compose_settings
+from conclave.engine.runner import Consultation
+from conclave.events import ROUND_ARTIFACT, ROUND_COMPLETED, ROUND_INTERRUPTED, Event
+from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
+from conclave.store.resume import load_resume_point
+from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest
 
 JUDGED = {
     "consensus_points": [{"point": "Agent B and Agent C want an outbox", "supporting_agents": ["Agent B", "Agent C"],
@@ -68,3 +87,105 @@ async def test_resume_keeps_round_1_absences(fake_provider_server: FakeProviderS
     assert run.result.absent_agents == ["pragmatist"] and run.result.status == "completed_degraded"
     label = run.result.judge_labels["pragmatist"]
     assert f"Absent: {label}" in texts(requests_with(fake, "synthesis")[0])
+
+
+# ------------------------------------------------------------------ how a round ends, as resume will read it
+
+
+async def test_a_round_cancelled_mid_flight_is_journaled_as_interrupted_and_not_restored(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path
+) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    asked: set[str] = set()
+
+    def hang(request: RecordedRequest) -> Fault:
+        asked.add(request.model or "")
+        return Fault.hang()
+
+    for name in ("security", "pragmatist"):  # two of three agents never answer round 1
+        fake.script(AGENT_MODELS[name], hang)
+    settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES, "hedging.enabled=false"])
+    events: list[Event] = []
+    recorder = Recorder(tmp_path, index=False)
+    consultation = Consultation(settings, subscribers=[events.append], recorder=recorder)
+    task = asyncio.create_task(consultation.run())
+    for _ in range(3000):
+        if len(asked) == 2 and any(e.type == ROUND_ARTIFACT for e in events):
+            break
+        await asyncio.sleep(0.01)
+    assert len(asked) == 2 and [e.data["agent"] for e in events if e.type == ROUND_ARTIFACT] == ["architect"]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    recorder.close()
+
+    ends = [(e.type, e.data["round_number"]) for e in events if e.type in (ROUND_COMPLETED, ROUND_INTERRUPTED)]
+    assert ends == [(ROUND_INTERRUPTED, 1)]
+    (interrupted,) = [e.data for e in events if e.type == ROUND_INTERRUPTED]
+    assert interrupted["reason"] == "cancelled" and interrupted["detail"] == "interrupted by the user"
+    assert interrupted["cost"] > 0  # the architect's answer was billed
+    assert consultation.result is not None and consultation.result.status == "partial"
+    point = load_resume_point(StoreLayout(tmp_path), consultation.id)
+    assert point.restored_rounds == [] and point.resume_from["round_1"] == {}
+    assert point.resume_from["spent"]["cost"] == pytest.approx(interrupted["cost"], abs=1e-6)
+
+
+async def test_round_completed_says_whether_the_round_can_be_built_on(fake_provider_server: FakeProviderServer,
+                                                                      conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    ok = await run_consultation(fake)
+    assert [(e["round_number"], e["ok"]) for e in ok.of(ROUND_COMPLETED)] == [(1, True), (2, True), (3, True),
+                                                                               (4, True)]
+    fake.reset()
+    script_panel(fake)
+    for name in ("security", "pragmatist"):
+        fake.script(AGENT_MODELS[name], Fault.auth_rejected())
+    failed = await run_consultation(fake)
+    assert failed.result.status == "partial"
+    assert [(e["round_number"], e["ok"]) for e in failed.of(ROUND_COMPLETED)] == [(1, False)]
+    assert not failed.of(ROUND_INTERRUPTED)
+
+
+# ------------------------------------------------------------------ cost across runs
+
+
+async def test_the_result_counts_what_earlier_runs_spent(fake_provider_server: FakeProviderServer,
+                                                         conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    first = (await run_consultation(fake, "rounds=1")).result
+    earlier = {"cost": 0.25, "input_tokens": 1000, "output_tokens": 300, "cached_input_tokens": 50,
+               "by_provider": {"openai": 0.2, "mistral": 0.05}, "unknown_prices": ["mistral/house-model"]}
+    resume_from = {"round_1": first.artifacts.round_1, "shuffle_seed": first.shuffle_seed}
+
+    fake.reset()
+    script_panel(fake)
+    alone = await run_consultation(fake, resume_from=resume_from)  # the same continuation, nothing spent before
+    fake.reset()
+    script_panel(fake)
+    resumed = await run_consultation(fake, resume_from={**resume_from, "spent": earlier})
+
+    own, result = alone.result, resumed.result
+    assert result.status == "complete" and own.status == "complete"
+    attempts = resumed.of("provider:attempt")
+    assert result.cost.actual == pytest.approx(0.25 + sum(a["cost"] for a in attempts), abs=1e-6)
+    assert result.cost.actual == pytest.approx(own.cost.actual + 0.25, abs=1e-6)
+    assert result.cost.by_provider == pytest.approx(
+        {**own.cost.by_provider, "openai": own.cost.by_provider["openai"] + 0.2, "mistral": 0.05}, abs=1e-6)
+    assert result.cost.unknown_prices == ["mistral/house-model"]
+    assert (result.tokens.input, result.tokens.output, result.tokens.cached_input) == (
+        own.tokens.input + 1000, own.tokens.output + 300, own.tokens.cached_input + 50)
+    assert result.tokens.total == own.tokens.total + 1300
+    # the estimate it is held against covers every planned round, the restored round 1 included
+    (estimated,) = resumed.of("consultation:cost_estimated")
+    assert estimated["rounds"] == [2, 3, 4]
+    assert result.cost.estimated is not None and estimated["estimated_cost"] is not None
+    assert result.cost.estimated > estimated["estimated_cost"]
+    # only the aggregate known (an older caller): it still counts in the total
+    fake.reset()
+    script_panel(fake)
+    bare = await run_consultation(fake, resume_from={**resume_from, "spent": {"cost": 0.25}})
+    assert bare.result.cost.actual == pytest.approx(own.cost.actual + 0.25, abs=1e-6)
+    assert bare.result.cost.by_provider == own.cost.by_provider

@@ -26,7 +26,7 @@ from conclave.store.recorder import Recorder
 from conclave.store.redact import Redactor
 from conclave.store.resume import latest_interrupted, load_resume_point
 from conclave.store.synthetic import consultation_id, synthetic_events
-from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
 
@@ -103,6 +103,77 @@ def test_a_round_killed_before_it_completed_is_not_restored(tmp_path: Path) -> N
     record(tmp_path, cut(events, 1, attempts=3))  # all three answers billed, but round 1 never completed
     point = load_resume_point(StoreLayout(tmp_path), consultation_id(7))
     assert point.restored_rounds == [] and point.resume_from["round_1"] == {}
+
+
+def _ended(events: list[ev.Event], status: str, completed_rounds: int) -> list[ev.Event]:
+    """``events`` followed by the final record of a run stopped with ``completed_rounds`` counted."""
+    last = events[-1]
+    return [*events, ev.Event(ev.CONSULTATION_COMPLETED, last.consultation_id, 0, last.ts + 1,
+                              {"status": status, "result": {"completed_rounds": completed_rounds}})]
+
+
+def _round_end(events: list[ev.Event], round_number: int) -> int:
+    return next(i for i, e in enumerate(events) if e.type == ev.ROUND_COMPLETED and e.data["round_number"] == round_number)
+
+
+def test_an_interrupted_round_is_not_restored(tmp_path: Path) -> None:
+    events = synthetic_events(16, config=CONFIG)
+    end = _round_end(events, 2)
+    interrupted = ev.Event(ev.ROUND_INTERRUPTED, events[end].consultation_id, 0, events[end].ts,
+                           {**events[end].data, "reason": "cancelled", "detail": "interrupted by the user"})
+    record(tmp_path, _ended([*events[:end], interrupted], "partial", 1))
+    point = load_resume_point(StoreLayout(tmp_path), consultation_id(16))
+    assert point.restored_rounds == [1] and point.resume_from["round_2"] is None
+
+
+def test_a_round_that_failed_is_run_again(tmp_path: Path) -> None:
+    events = synthetic_events(17, config=CONFIG)
+    end = _round_end(events, 2)
+    failed = ev.Event(ev.ROUND_COMPLETED, events[end].consultation_id, 0, events[end].ts,
+                      {**events[end].data, "ok": False})
+    record(tmp_path, _ended([*events[:end], failed], "partial", 1))
+    assert load_resume_point(StoreLayout(tmp_path), consultation_id(17)).restored_rounds == [1]
+
+
+def test_a_round_cancelled_under_the_old_journal_format_is_not_restored(tmp_path: Path) -> None:
+    """Before ``round:interrupted`` existed, Ctrl-C journaled the cancelled round as ``round:completed``, then
+    ended the run partial without counting it: such a round must be run again, not restored half-done."""
+    events = synthetic_events(18, config=CONFIG)
+    start = next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED and e.data["round_number"] == 1)
+    first_artifact = next(i for i, e in enumerate(events) if i > start and e.type == ev.ROUND_ARTIFACT)
+    end = _round_end(events, 1)
+    old_style = [*events[: first_artifact + 1], events[end]]  # one answer in, then "completed" by the finally
+    record(tmp_path, _ended(old_style, "partial", 0))
+    point = load_resume_point(StoreLayout(tmp_path), consultation_id(18))
+    assert point.restored_rounds == [] and point.resume_from["round_1"] == {}
+    # the same, cancelled in round 2 with round 1 genuinely done: round 1 is kept, round 2 is not
+    events = synthetic_events(19, config=CONFIG)
+    end = _round_end(events, 2)
+    record(tmp_path, _ended(events[: end + 1], "partial", 1))
+    assert load_resume_point(StoreLayout(tmp_path), consultation_id(19)).restored_rounds == [1]
+
+
+def test_a_round_1_with_fewer_than_two_answers_is_not_restored(tmp_path: Path) -> None:
+    events = synthetic_events(20, config=CONFIG)
+    start = next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED and e.data["round_number"] == 1)
+    first_artifact = next(i for i, e in enumerate(events) if i > start and e.type == ev.ROUND_ARTIFACT)
+    end = _round_end(events, 1)
+    # an old journal whose round 1 ended with one valid answer (the engine stops on that: nothing to restore)
+    record(tmp_path, _ended([*events[: first_artifact + 1], events[end]], "partial", 1))
+    assert load_resume_point(StoreLayout(tmp_path), consultation_id(20)).restored_rounds == []
+
+
+def test_spent_splits_the_cost_by_provider(tmp_path: Path) -> None:
+    events = synthetic_events(21, config=CONFIG)
+    killed = cut(events, 3, attempts=2)
+    record(tmp_path, killed)
+    spent = load_resume_point(StoreLayout(tmp_path), consultation_id(21)).resume_from["spent"]
+    billed = [e.data for e in killed if e.type == ev.PROVIDER_ATTEMPT]
+    by_provider = {p: sum(a["cost"] for a in billed if a["provider"] == p) for p in {a["provider"] for a in billed}}
+    assert spent["by_provider"] == pytest.approx(by_provider)
+    assert sum(spent["by_provider"].values()) == pytest.approx(spent["cost"])
+    assert spent["output_tokens"] == sum(a["output_tokens"] for a in billed)
+    assert spent["cached_input_tokens"] == 0 and spent["unknown_prices"] == []
 
 
 def test_a_finished_consultation_cannot_be_resumed_but_an_aborted_one_can(tmp_path: Path) -> None:
@@ -260,6 +331,95 @@ async def test_a_consultation_killed_mid_round_resumes_without_rerunning_complet
     attempts = [r["data"] for r in records if r["type"] == ev.PROVIDER_ATTEMPT]
     assert status == "complete"
     assert total_cost == pytest.approx(sum(a["cost"] or 0 for a in attempts))
+    assert_cost_covers_every_run(records, result, first_run_billed=killed_in > 1)
+
+
+def assert_cost_covers_every_run(records: list[dict[str, Any]], result: dict[str, Any], *,
+                                 first_run_billed: bool) -> None:
+    """The final result's cost and tokens are those of every attempt the journal records, all runs included."""
+    attempts = [r["data"] for r in records if r["type"] == ev.PROVIDER_ATTEMPT]
+    resumed_at = next(i for i, r in enumerate(records) if r["type"] == ev.CONSULTATION_RESUMED)
+    first_run = [r["data"] for r in records[:resumed_at] if r["type"] == ev.PROVIDER_ATTEMPT]
+    assert (sum(a["cost"] or 0 for a in first_run) > 0) is first_run_billed
+    precision = 2e-6  # the result reports dollars rounded to 6 decimals, per run and in total
+    assert result["cost"]["actual"] == pytest.approx(sum(a["cost"] or 0 for a in attempts), abs=precision)
+    providers = {a["provider"] for a in attempts if a["input_tokens"] or a["output_tokens"]}
+    assert result["cost"]["by_provider"] == pytest.approx(
+        {p: sum(a["cost"] or 0 for a in attempts if a["provider"] == p) for p in providers}, abs=precision)
+    assert result["tokens"]["input"] == sum(a["input_tokens"] for a in attempts)
+    assert result["tokens"]["output"] == sum(a["output_tokens"] for a in attempts)
+
+
+# --------------------------------------------------------------------------------- interrupted for real (SIGINT)
+
+FAST_AGENT_MODEL = "gpt-4o"  # the architect (and the judge): answers round 1 at once
+HANGING_AGENT_MODELS = ("claude-sonnet-4-5", "gemini-2.5-pro")  # security and pragmatist: never answer round 1
+
+
+async def interrupt_during_round_1(home: Path, fake: FakeProviderServer) -> tuple[int, str]:
+    """Start a consultation and send it SIGINT (Ctrl-C) once one agent answered round 1 and two still hang."""
+    fake.script(FAST_AGENT_MODEL, lambda request: Reply(json=instance_for(request.schema)))
+    for model in HANGING_AGENT_MODELS:
+        fake.script(model, Fault.hang())
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        if sorted(r.model or "" for r in fake.requests if round_of(r) == 1) == sorted(
+                (FAST_AGENT_MODEL, *HANGING_AGENT_MODELS)):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        process.kill()
+        pytest.fail("round 1 never asked all three agents")
+    await asyncio.sleep(0.5)  # the fast answer is in; the other two hang (well under the 2 s hedging floor)
+    process.send_signal(signal.SIGINT)
+    _, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, err.decode()
+
+
+@pytest.mark.slow
+async def test_a_consultation_interrupted_by_ctrl_c_mid_round_1_resumes_by_rerunning_round_1(
+    tmp_path: Path, uninterrupted_result_keys: set[str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        code, err = await interrupt_during_round_1(home, fake)
+        assert code == 130, err
+        before = journal_records(home)
+        # the cancelled round is journaled as interrupted, never as completed
+        round_ends = [r for r in before if r["type"] in (ev.ROUND_COMPLETED, ev.ROUND_INTERRUPTED)]
+        assert [(r["type"], r["data"]["round_number"]) for r in round_ends] == [(ev.ROUND_INTERRUPTED, 1)]
+        assert round_ends[0]["data"]["reason"] == "cancelled"
+        assert [r["data"]["agent"] for r in before if r["type"] == ev.ROUND_ARTIFACT] == ["architect"]
+        assert before[-1]["type"] == ev.CONSULTATION_COMPLETED and before[-1]["data"]["status"] == "partial"
+        assert load_resume_point(StoreLayout(home), before[0]["consultation_id"]).restored_rounds == []
+
+        asked_before = len(fake.requests)
+        slow_replies(fake)  # the providers answer again
+        code, out, err = await conclave(home, "resume")
+        assert code == 0, err
+        again = fake.requests[asked_before:]
+
+    # round 1 ran again, for every agent, and the debate went on to the end
+    assert sorted(r.model or "" for r in again if round_of(r) == 1) == sorted((FAST_AGENT_MODEL, *HANGING_AGENT_MODELS))
+    assert all(Counter(round_of(r) for r in again)[n] > 0 for n in (2, 3, 4))
+    records = journal_records(home)
+    resumed = next(r for r in records if r["type"] == ev.CONSULTATION_RESUMED)
+    assert resumed["data"]["restored_rounds"] == []
+    final = records[-1]
+    assert final["type"] == ev.CONSULTATION_COMPLETED and final["data"]["status"] == "complete"
+    result = final["data"]["result"]
+    assert set(result) == uninterrupted_result_keys
+    assert result["completed_rounds"] == 4 and set(result["artifacts"]["round_1"]) == set(CONFIG["agents"])
+    assert_cost_covers_every_run(records, result, first_run_billed=True)
+    code, out, err = await conclave(home, "logs", "verify")
+    assert code == 0 and out.startswith("OK: 1 journal(s)"), out + err
 
 
 async def test_resume_without_an_interrupted_consultation_is_a_usage_error(tmp_path: Path) -> None:

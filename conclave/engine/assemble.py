@@ -3,6 +3,11 @@
 Status: ``complete``; ``completed_degraded`` when it completed but the judge fallback was used, an agent was
 absent or missed round 3, or any call was answered by a substitute; ``partial`` when it stopped with at least
 one round-1 artifact; ``aborted`` when it stopped with none.
+
+Cost and tokens (``cost.actual``, ``cost.by_provider``, ``cost.unknown_prices``, ``tokens``) cover every billed
+call of the consultation across all its runs: a resumed run adds what its earlier runs spent (``prior``, from the
+journal) to its own calls. ``cost.estimated`` is the estimate the actual cost is held against: every planned
+round's calls, restored rounds included, so both figures describe the whole consultation.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave import artifacts
-from conclave.engine.cost import CostEstimate, spent
+from conclave.engine.cost import CostEstimate, SpentSoFar, spent
 from conclave.engine.result import (
     AgentRecord,
     Artifacts,
@@ -55,14 +60,19 @@ def consultation_status(session: Session, machine: StateMachine, substitutions: 
 
 
 def assemble_result(
-    session: Session, machine: StateMachine, provenance: Provenance, estimate: CostEstimate | None
+    session: Session,
+    machine: StateMachine,
+    provenance: Provenance,
+    estimate: CostEstimate | None,
+    prior: SpentSoFar | None = None,
 ) -> ConsultationResult:
+    """The result; ``prior`` is what earlier runs of a resumed consultation were billed (None: a first run)."""
     record, settings, labels = session.record, session.settings, session.labels
     substitutions = [dict(s) for s in getattr(session.pool, "substitutions", [])]
     if session.judge.substitution is not None:
         substitutions.append(dict(session.judge.substitution))
     substituted_agents = {s.get("agent") for s in substitutions}
-    money = spent(session.pool)
+    money = spent(session.pool) + (prior or SpentSoFar.nothing())
     verdict = record.verdict
     order = list(settings.agents)
     agents = [

@@ -7,14 +7,18 @@ Estimate, per planned call:
 - output = the call's ``max_tokens`` cap (:mod:`conclave.engine.budgets`),
 priced with ``pool.estimate_cost``. A model without a price makes the whole estimate unknown. Re-asks, retries,
 hedges and a judge fallback are not planned calls and come on top.
+
+The meter (:func:`spent`) reads this process's call log; a resumed consultation adds what its earlier runs were
+billed (:meth:`SpentSoFar.from_journal`, from ``resume_from["spent"]``), so the actual cost and the in-flight abort
+cover every billed call of the consultation, whichever run made it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conclave.engine.budgets import MAX_OUTPUT_TOKENS, MESSAGE_OVERHEAD_TOKENS
 from conclave.engine.calls import CallSpec
@@ -60,6 +64,11 @@ class CostEstimate:
         if any(c.cost is None for c in selected):
             return None
         return round(sum(c.cost or 0.0 for c in selected), 6)
+
+    def only(self, rounds: Iterable[int]) -> CostEstimate:
+        """The planned calls of ``rounds`` alone."""
+        wanted = set(rounds)
+        return CostEstimate([c for c in self.calls if c.round_number in wanted])
 
     @property
     def input_tokens(self) -> int:
@@ -107,6 +116,44 @@ class SpentSoFar:
     by_provider: dict[str, float]
     unknown_prices: list[str]
     usage: Usage
+
+    @classmethod
+    def nothing(cls) -> SpentSoFar:
+        return cls(total=0.0, by_provider={}, unknown_prices=[], usage=Usage())
+
+    @classmethod
+    def from_journal(cls, data: Mapping[str, Any] | None) -> SpentSoFar:
+        """What earlier runs of a resumed consultation were billed: ``resume_from["spent"]``, as summed from the
+        journal by :func:`conclave.store.resume.spent` (``cost``, ``input_tokens``, ``output_tokens`` and, when
+        present, ``cached_input_tokens``, ``by_provider``, ``unknown_prices``). Missing or empty: nothing.
+
+        Without ``by_provider`` the cost still counts in ``total``; it just cannot be attributed to a provider.
+        """
+        if not data:
+            return cls.nothing()
+        by_provider = {str(k): float(v) for k, v in (data.get("by_provider") or {}).items() if v is not None}
+        return cls(
+            total=round(float(data.get("cost") or 0.0), 6),
+            by_provider={k: round(v, 6) for k, v in sorted(by_provider.items())},
+            unknown_prices=sorted({str(m) for m in data.get("unknown_prices") or []}),
+            usage=Usage(
+                int(data.get("input_tokens") or 0),
+                int(data.get("output_tokens") or 0),
+                int(data.get("cached_input_tokens") or 0),
+            ),
+        )
+
+    def __add__(self, other: SpentSoFar) -> SpentSoFar:
+        by_provider: dict[str, float] = defaultdict(float)
+        for part in (self.by_provider, other.by_provider):
+            for provider, cost in part.items():
+                by_provider[provider] += cost
+        return SpentSoFar(
+            total=round(self.total + other.total, 6),
+            by_provider={k: round(v, 6) for k, v in sorted(by_provider.items())},
+            unknown_prices=sorted(set(self.unknown_prices) | set(other.unknown_prices)),
+            usage=self.usage + other.usage,
+        )
 
 
 def spent(pool: ProviderPool, since: int = 0) -> SpentSoFar:

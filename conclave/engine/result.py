@@ -56,6 +56,11 @@ class EarlyTerminationRecord(_Frozen):
 
 
 class CostRecord(_Frozen):
+    """Dollars. ``actual`` (and ``by_provider``, ``unknown_prices``) cover every billed provider attempt of the
+    consultation across all its runs: after ``conclave resume``, what the interrupted runs spent is included.
+    ``estimated`` is the pre-flight estimate of every planned round (restored rounds included), the figure the
+    in-flight ``cost.abort_ratio`` check holds ``actual`` against; null when a price is unknown."""
+
     estimated: float | None
     actual: float
     unknown_prices: list[str]
@@ -63,6 +68,8 @@ class CostRecord(_Frozen):
 
 
 class TokenRecord(_Frozen):
+    """Tokens of every billed provider attempt across all runs of the consultation, like ``CostRecord.actual``."""
+
     input: int
     output: int
     cached_input: int

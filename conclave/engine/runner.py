@@ -4,6 +4,22 @@
 become an honest status (``completed_degraded``, ``partial``, ``aborted``). Cancellation (Ctrl-C) saves the
 partial result in ``.result`` and re-raises. A ``recorder`` (the journal) sees every event as a critical
 subscriber and is flushed at each round boundary, before the next round spends anything.
+
+Each round run is journaled between ``round:started`` and exactly one end record, which ``conclave resume``
+trusts (:func:`conclave.store.resume.completed_round_artifacts`):
+
+- ``round:completed`` — the round ran to its end. ``ok`` is true when it produced what the next round needs,
+  false when it failed in a way that stops the consultation (fewer than 2 valid round-1 answers, no usable judge
+  artifact). Only an ok round is ever restored; a failed one is re-run by a resume.
+- ``round:interrupted`` — it did not run to its end: ``reason`` ``cancelled`` (Ctrl-C / task cancellation),
+  ``stopped`` (the in-flight cost gate between the round-3 replies and the judge) or ``error`` (an unexpected
+  exception). Never restored: a resume runs the round again from the start.
+
+A SIGKILL leaves neither record; a resume re-runs that round too.
+
+A resumed run (``resume_from``) counts what its earlier runs were billed (``resume_from["spent"]``) in the
+result's cost and tokens and in the in-flight ``cost.abort_ratio`` check, which then holds the whole
+consultation's spend against the estimate of every planned round (restored ones included).
 """
 
 from __future__ import annotations
@@ -18,7 +34,7 @@ from conclave import __version__, artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
 from conclave.engine.consent import decide_consent, store_always_allow
-from conclave.engine.cost import CostEstimate, estimate_cost, spent
+from conclave.engine.cost import CostEstimate, SpentSoFar, estimate_cost, spent
 from conclave.engine.cross_exam import run_cross_exam_judge, run_replies
 from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
 from conclave.engine.independent import run_independent
@@ -40,6 +56,7 @@ from conclave.events import (
     COST_GATE_TRIGGERED,
     EARLY_TERMINATION,
     ROUND_COMPLETED,
+    ROUND_INTERRUPTED,
     ROUND_STARTED,
     STATE_TRANSITION,
     USER_CONSENT,
@@ -52,6 +69,7 @@ log = logging.getLogger(__name__)
 
 S = ConsultState
 ROUND_TYPES = {1: "independent", 2: "synthesis", 3: "cross_exam", 4: "verdict"}
+MIN_DEBATERS = 2  # valid round-1 answers a debate needs
 
 
 class Recorder(Protocol):
@@ -71,6 +89,8 @@ class Consultation:
 
     ``resume_from`` carries stored artifacts of completed rounds (``round_1`` {agent: artifact}, ``round_2``,
     ``round_3_replies``, ``round_3``) plus ``labels`` and ``shuffle_seed``; those rounds are restored, not re-run.
+    Its ``spent`` (what earlier runs were billed, see :meth:`SpentSoFar.from_journal`) counts in the result's
+    cost and tokens and in the abort-ratio check.
     """
 
     def __init__(
@@ -107,7 +127,9 @@ class Consultation:
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
         self._stdin_text = stdin_text
-        self._estimate: CostEstimate | None = None
+        self._estimate: CostEstimate | None = None  # the rounds this run will play: consent, early termination
+        self._budget: CostEstimate | None = None  # every planned round: the result's estimate and the abort check
+        self._prior = SpentSoFar.from_journal(self.resume_from.get("spent"))  # billed by earlier runs
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -154,7 +176,7 @@ class Consultation:
             return self._finish(session, provenance)
 
     def _finish(self, session: Session, provenance: Provenance) -> ConsultationResult:
-        result = assemble_result(session, self.machine, provenance, self._estimate)
+        result = assemble_result(session, self.machine, provenance, self._budget, self._prior)
         self.result = result
         try:
             self.bus.emit(CONSULTATION_COMPLETED, status=result.status, result=result.as_dict())
@@ -172,15 +194,17 @@ class Consultation:
         restored = restore_rounds(session, self.resume_from)
         pending = [n for n in range(1, planned + 1) if n not in restored]
         self._estimate_and_consent(session, pending)
+        if self._prior.total:
+            self._check_budget(session, "the earlier runs")  # they may have spent the budget already
 
         self._go(S.INDEPENDENT, "restored round 1" if 1 in restored else "cost approved")
         if 1 not in restored:
-            await self._round(session, 1, run_independent)
+            await self._round(session, 1, run_independent, succeeded=lambda _: len(record.round_1) >= MIN_DEBATERS)
         present = len(record.round_1)
         record.completed_rounds = 1 if present else 0
-        if present < 2:
+        if present < MIN_DEBATERS:
             self._stop(record, f"only {present} of {len(self.settings.agents)} agents gave a valid round-1 answer; "
-                       "a debate needs at least 2")
+                       f"a debate needs at least {MIN_DEBATERS}")
         if planned == 1:
             self._go(S.COMPLETE, "rounds=1")
             return
@@ -221,29 +245,66 @@ class Consultation:
         self._check_budget(session, "round 3 replies")
         return await run_cross_exam_judge(session)
 
-    async def _round(self, session: Session, number: int, body: Callable[[Session], Awaitable[Any]]) -> Any:
-        """Run one round between ``round:started`` and ``round:completed``, then flush the recorder."""
+    async def _round(
+        self,
+        session: Session,
+        number: int,
+        body: Callable[[Session], Awaitable[Any]],
+        *,
+        succeeded: Callable[[Any], bool] = bool,
+    ) -> Any:
+        """Run one round between ``round:started`` and its end record, then flush the recorder.
+
+        ``round:completed`` only when ``body`` returned (``ok`` = ``succeeded(its return value)``); when it raised
+        — Ctrl-C, the cost gate, a bug — ``round:interrupted``, and the exception goes on. See the module doc.
+        """
         since, t0 = len(session.pool.attempts), time.monotonic()
         self.bus.emit(ROUND_STARTED, round_number=number, round_type=ROUND_TYPES[number])
         try:
-            return await body(session)
-        finally:
-            used = spent(session.pool, since)
-            self.bus.emit(
-                ROUND_COMPLETED,
-                round_number=number,
-                round_type=ROUND_TYPES[number],
-                duration_s=round(time.monotonic() - t0, 3),
-                input_tokens=used.usage.input_tokens,
-                output_tokens=used.usage.output_tokens,
-                cost=used.total,
-            )
+            outcome = await body(session)
+        except BaseException as exc:
+            self._round_interrupted(session, number, since, t0, exc)
+            raise
+        self.bus.emit(ROUND_COMPLETED, **self._round_totals(session, number, since, t0), ok=bool(succeeded(outcome)))
+        self._flush()
+        return outcome
+
+    def _round_totals(self, session: Session, number: int, since: int, t0: float) -> dict[str, Any]:
+        used = spent(session.pool, since)
+        return {
+            "round_number": number,
+            "round_type": ROUND_TYPES[number],
+            "duration_s": round(time.monotonic() - t0, 3),
+            "input_tokens": used.usage.input_tokens,
+            "output_tokens": used.usage.output_tokens,
+            "cost": used.total,
+        }
+
+    def _round_interrupted(self, session: Session, number: int, since: int, t0: float, exc: BaseException) -> None:
+        """Record that round ``number`` did not run to its end (best effort: ``exc`` is what the caller sees)."""
+        if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+            reason, detail = "cancelled", "interrupted by the user"
+        elif isinstance(exc, _Stop):
+            reason, detail = "stopped", session.record.abort_reason or "stopped"
+        else:
+            reason, detail = "error", _describe(exc)
+        try:
+            self.bus.emit(ROUND_INTERRUPTED, **self._round_totals(session, number, since, t0), reason=reason,
+                          detail=detail)
             self._flush()
+        except Exception:
+            log.exception("could not record that round %d of consultation %s was interrupted", number, self.id)
 
     # ------------------------------------------------------------------------------------------ gates
 
     def _estimate_and_consent(self, session: Session, rounds: list[int]) -> None:
-        estimate = self._estimate = estimate_cost(session, rounds)
+        """Estimate ``rounds`` (the ones this run plays) and ask for consent to spend that.
+
+        The abort-ratio budget (``self._budget``) is the estimate of every planned round: on a resumed run the
+        restored rounds' calls were billed by an earlier run, and that spend counts against it too.
+        """
+        self._budget = estimate_cost(session, range(1, self.settings.planned_rounds + 1))
+        estimate = self._estimate = self._budget.only(rounds)
         self.bus.emit(
             COST_ESTIMATED,
             estimated_cost=estimate.total,
@@ -274,12 +335,14 @@ class Consultation:
     def _check_budget(self, session: Session, phase: str) -> None:
         """Abort before spending more when the actual cost passed ``abort_ratio`` × the estimate.
 
-        Without a known estimate (the user approved an unknown price) there is nothing to compare against.
+        Actual: every billed call of the consultation, earlier runs' included; estimate: every planned round's
+        calls (on a first run, exactly what the user approved). Without a known estimate (the user approved an
+        unknown price) there is nothing to compare against.
         """
-        estimate = self._estimate.total if self._estimate else None
+        estimate = self._budget.total if self._budget else None
         if not estimate:
             return
-        actual, ratio = spent(session.pool).total, self.settings.cost.abort_ratio
+        actual, ratio = (spent(session.pool) + self._prior).total, self.settings.cost.abort_ratio
         if actual <= ratio * estimate:
             return
         self.bus.emit(COST_GATE_TRIGGERED, estimated_cost=estimate, actual_cost=actual, abort_ratio=ratio, phase=phase)

@@ -1,12 +1,15 @@
 """Reconstruct what ``conclave resume`` hands the engine from a consultation's journal.
 
 The recorded config (``consultation:started``) is revalidated into :class:`~conclave.config.Settings`; rounds
-that reached ``round:completed`` give back their artifacts (the last run of each round wins); the cost already
-spent is summed over every recorded provider attempt, finished rounds or not, because all of it was billed.
+that ran to their end successfully give back their artifacts (the last run of each round wins, see
+:func:`completed_round_artifacts`); a round that was cancelled, stopped or failed is run again. The cost already
+spent is summed over every recorded provider attempt, finished rounds or not, because all of it was billed; the
+engine adds it to the resumed run's cost (result and abort-ratio check).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +23,8 @@ from conclave.store.verify import check_journal
 
 #: final statuses a consultation can be resumed from (a killed run has no final record at all)
 RESUMABLE_STATUSES = frozenset({"partial", "aborted"})
+#: valid round-1 answers a debate needs (the engine stops on fewer, so such a round 1 is never worth restoring)
+MIN_DEBATERS = 2
 
 
 @dataclass(frozen=True)
@@ -69,17 +74,49 @@ def _final_status(records: list[dict[str, Any]]) -> str | None:
 
 
 def completed_round_artifacts(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """Round number → the artifact payloads of its last run that reached ``round:completed``."""
+    """Round number → the artifact payloads of its last run, when that run completed the round successfully.
+
+    A round run counts only when it reached ``round:completed`` (not ``ok: false``, a failure that stopped the
+    consultation) and the consultation was not cancelled inside it:
+
+    - ``round:interrupted`` (Ctrl-C, the cost gate inside the round, an error) and a run killed before either
+      end record leave the round unfinished;
+    - journals written before ``round:interrupted`` existed recorded a cancelled round as ``round:completed``
+      too. The engine counts a round in the result's ``completed_rounds`` only once it returned, so a round
+      completed in a run whose ``consultation:completed`` (partial/aborted) counts fewer rounds was cancelled
+      inside it and is dropped;
+    - a round that starts again supersedes its earlier completion and those of the rounds after it, which were
+      built on it.
+    """
     running: dict[int, list[dict[str, Any]]] = {}
     done: dict[int, list[dict[str, Any]]] = {}
+    this_run: set[int] = set()  # rounds completed by the current run (since its consultation:started)
     for record in records:
-        data = record["data"]
-        if record["type"] == ev.ROUND_STARTED:
-            running[data["round_number"]] = []
-        elif record["type"] == ev.ROUND_ARTIFACT and data.get("round_number") in running:
-            running[data["round_number"]].append(data)
-        elif record["type"] == ev.ROUND_COMPLETED and data.get("round_number") in running:
-            done[data["round_number"]] = running.pop(data["round_number"])
+        type_, data = record["type"], record["data"]
+        number = data.get("round_number")
+        if type_ == ev.CONSULTATION_STARTED:
+            running.clear()  # a round left running by an earlier run never ends
+            this_run.clear()
+        elif type_ == ev.ROUND_STARTED:
+            running[number] = []
+            for later in [n for n in done if n >= number]:
+                del done[later]
+                this_run.discard(later)
+        elif type_ == ev.ROUND_ARTIFACT and number in running:
+            running[number].append(data)
+        elif type_ == ev.ROUND_INTERRUPTED:
+            running.pop(number, None)
+        elif type_ == ev.ROUND_COMPLETED and number in running:
+            artifacts = running.pop(number)
+            if data.get("ok", True) is not False:
+                done[number] = artifacts
+                this_run.add(number)
+        elif type_ == ev.CONSULTATION_COMPLETED:
+            counted = (data.get("result") or {}).get("completed_rounds")
+            if data.get("status") in RESUMABLE_STATUSES and isinstance(counted, int):
+                for cancelled in [n for n in this_run if n > counted]:
+                    done.pop(cancelled, None)
+            this_run.clear()
     return done
 
 
@@ -94,6 +131,8 @@ def _resume_dict(
 
     # Each round builds on the ones before: never hand over a later round without its predecessors.
     round_1 = by_agent(1)
+    if len(round_1) < MIN_DEBATERS:
+        round_1 = {}  # the engine would stop on it at once: run round 1 again instead
     round_2 = judge(2) if round_1 else None
     round_3 = judge(3) if round_2 else None
     return {
@@ -109,15 +148,33 @@ def _resume_dict(
 
 
 def spent(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Cost and tokens of every provider attempt recorded so far (an unknown price counts as 0)."""
-    total = {"cost": 0.0, "input_tokens": 0, "output_tokens": 0}
+    """Cost and tokens of every provider attempt recorded so far, as the engine meters its own calls.
+
+    ``cost``, ``input_tokens``, ``output_tokens``, ``cached_input_tokens``; ``by_provider`` {provider: cost};
+    ``unknown_prices`` ["provider/model"] for attempts that used tokens at no known price (they count as 0).
+    """
+    total: dict[str, Any] = {"cost": 0.0, "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}
+    by_provider: dict[str, float] = defaultdict(float)
+    unknown: set[str] = set()
     for record in records:
-        if record["type"] == ev.PROVIDER_ATTEMPT:
-            data = record["data"]
-            total["cost"] += data.get("cost") or 0.0
-            total["input_tokens"] += data.get("input_tokens") or 0
-            total["output_tokens"] += data.get("output_tokens") or 0
+        if record["type"] != ev.PROVIDER_ATTEMPT:
+            continue
+        data = record["data"]
+        tokens_in, tokens_out = data.get("input_tokens") or 0, data.get("output_tokens") or 0
+        total["input_tokens"] += tokens_in
+        total["output_tokens"] += tokens_out
+        total["cached_input_tokens"] += data.get("cached_input_tokens") or 0
+        cost = data.get("cost")
+        if cost is None:
+            if tokens_in or tokens_out:
+                unknown.add(f"{data.get('provider')}/{data.get('model')}")
+            continue
+        total["cost"] += cost
+        if cost or tokens_in or tokens_out:
+            by_provider[str(data.get("provider"))] += cost
     total["cost"] = round(total["cost"], 10)
+    total["by_provider"] = {provider: round(cost, 10) for provider, cost in sorted(by_provider.items())}
+    total["unknown_prices"] = sorted(unknown)
     return total
 
 
