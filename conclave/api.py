@@ -35,7 +35,7 @@ def compose_settings(question: str, overrides: Sequence[str] = (), plugins: Any 
 
     plugins = plugins if plugins is not None else get_plugins()
     prepare_hydra()
-    from conclave.config import default_home
+    from conclave.home import default_home
     from conclave.panel import panel_override
 
     panel = panel_override(list(overrides), os.environ, default_home())

@@ -122,7 +122,7 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     Hydra task once the configuration has validated, so a config error stays one line.
     """
     from conclave import hydra_app
-    from conclave.config import default_home
+    from conclave.home import default_home
     from conclave.panel import LOCAL_PANEL, panel_override
 
     override = panel_override(overrides, os.environ, default_home())

@@ -7,7 +7,6 @@ allowed; the CLI prints them and exits 2.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conclave.errors import ConfigError
+from conclave.home import default_home
 
 NonNegInt = Annotated[int, Field(ge=0)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
@@ -116,11 +116,6 @@ class OutputSettings(StrictModel):
     format: Literal["markdown", "json", "both"] = "markdown"
 
 
-def default_home() -> Path:
-    """``$CONCLAVE_HOME``, else ``~/.conclave``: journal, index and user settings live here."""
-    return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
-
-
 class Settings(StrictModel):
     """The whole validated configuration of one consultation."""
 
@@ -154,7 +149,7 @@ class Settings(StrictModel):
 
     @field_validator("home", mode="before")
     @classmethod
-    def default_home(cls, value: Any) -> Any:
+    def _home_or_default(cls, value: Any) -> Any:
         if value in (None, ""):
             return default_home()
         return Path(str(value)).expanduser()

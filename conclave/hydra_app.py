@@ -17,7 +17,7 @@ CONFIG_MODULE = "pkg://conclave.conf"
 
 def user_config_dir() -> Path:
     """``$CONCLAVE_HOME/conf``: the user's own panels, modes and settings (``user/settings.yaml``)."""
-    from conclave.config import default_home
+    from conclave.home import default_home
 
     return default_home() / "conf"
 

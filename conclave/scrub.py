@@ -40,11 +40,14 @@ class ScrubReport:
 
 @dataclass(frozen=True)
 class _Rule:
-    """One secret pattern. The named group ``secret`` (or the whole match) is what gets replaced."""
+    """One secret pattern. The named group ``secret`` (or the whole match) is what gets replaced.
+
+    ``accept(value, match)`` can still refuse a match (a reference, prose, a setting about secrets).
+    """
 
     kind: str | Callable[[re.Match[str]], str]
     pattern: re.Pattern[str]
-    accept: Callable[[str], bool] = lambda value: True
+    accept: Callable[[str, re.Match[str]], bool] = lambda value, match: True
     #: a cheap pattern, searched in the lower-cased text, that every line the rule can match contains
     guard: re.Pattern[str] | None = None
 
@@ -77,33 +80,115 @@ def _quoted_value(value: str) -> bool:
     return bool(value) and not _QUOTED_REFERENCE.match(value)
 
 
-_SECRET_WORD = r"(?:pass(?:word|wd|phrase)|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key)"
-# A key that *ends* in a secret word (DB_PASSWORD, accessToken, "client_secret"), so that max_tokens,
-# token_count or password_policy never match. The prefix is bounded: an unbounded one rescans a long run of
-# word characters from every word boundary in it (minutes on a minified file).
-_KEY = rf"""(?P<q>["']?)(?P<key>\b[A-Za-z0-9_.-]{{0,48}}?{_SECRET_WORD})(?P=q)"""
+# Assignments (``NAME=value``, ``name: value``, ``"name": "value"``). A name bears a secret when one of its word
+# parts (split at "_", ".", "-" and camelCase) names one; how sure the name is decides how secret-like the value
+# must look:
+#   strong - the last part is password/passwd/passphrase/pass, secret, token, or api/access/private/secret key
+#            (DB_PASSWORD, DB_PASS, client_secret, refreshToken, API_KEY, SECRET_KEY): any literal value.
+#   suffix - the last part is another "key" (not the first part: SIGNING_KEY, signingKey, but not KEY_COUNT,
+#            keyboard or monkey), credential(s)/creds or private: cache, sort and primary keys and credential file
+#            paths share these names, so the value must look generated (see _generated_value), >= 8 characters.
+#   inner  - a secret word elsewhere in the name (SECRET_KEY_BASE, PRIVATE_KEY_ID, password_policy, TOKEN_LIMIT,
+#            max_tokens): settings *about* secrets look like this, so a generated value of >= 16 characters.
+# The name is bounded, must start where an identifier starts and is taken whole ("{1,128}+" never backtracks):
+# an unbounded one rescans a long run of word characters from every position in it (minutes on a minified file).
+_SECRET_STEM = r"(?:pass|secret|token|key|cred|private)"
+_NAME = "A-Za-z0-9_.-"
+_KEY = (rf"""(?P<q>["']?)(?P<key>(?<![{_NAME}])(?=[{_NAME}]{{0,120}}?{_SECRET_STEM})[{_NAME}]{{1,128}}+)"""
+        r"(?P=q)")
+
+_STRONG_LAST = re.compile(r"\w*(?:password|passwd|passphrase|secret|token|apikey|accesskey|privatekey|secretkey)|pass")
+_STRONG_BEFORE_KEY = frozenset({"api", "access", "private", "secret"})
+_SUFFIX_LAST = re.compile(r"\w*credentials?|creds|private")
+_SECRET_PART = re.compile(r"\w*(?:password|passwd|passphrase|secret|token|apikey|credential)s?|pass|creds|private")
+_PASS_PART = re.compile(r"\w*(?:password|passwd|passphrase)s?|pass")
+
+
+def _name_parts(key: str) -> list[str]:
+    """``"signingKey"`` -> ``["signing", "key"]``; ``"DB_PASS"`` -> ``["db", "pass"]``."""
+    split = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+    return [part for part in re.split(r"[_.-]+", split.lower()) if part]
+
+
+def _is_secret_part(parts: list[str], index: int) -> bool:
+    part = parts[index]
+    return bool(_SECRET_PART.fullmatch(part) or _STRONG_LAST.fullmatch(part)) or (index > 0 and part in ("key", "keys"))
+
+
+def _name_strength(key: str) -> str | None:
+    """``"strong"``, ``"suffix"``, ``"inner"`` (see above) or None when the name does not bear a secret."""
+    parts = _name_parts(key)
+    if not parts:
+        return None
+    last = parts[-1]
+    if _STRONG_LAST.fullmatch(last) or (last == "key" and len(parts) > 1 and parts[-2] in _STRONG_BEFORE_KEY):
+        return "strong"
+    if _SUFFIX_LAST.fullmatch(last) or (last == "key" and len(parts) > 1):
+        return "suffix"
+    return "inner" if any(_is_secret_part(parts, i) for i in range(len(parts))) else None
 
 
 def _assignment_kind(match: re.Match[str]) -> str:
-    key = match.group("key").lower()
-    if "pass" in key:
+    parts = _name_parts(match.group("key"))
+    if any(_PASS_PART.fullmatch(part) for part in parts):
         return "password"
-    if re.search(r"api[_-]?key$|apikey$", key):
+    index = max(i for i in range(len(parts)) if _is_secret_part(parts, i))
+    part = parts[index]
+    if part.endswith("apikey") or (part == "key" and parts[index - 1] == "api"):
         return "api_key"
-    if key.endswith("token"):
-        return "token"
-    return "secret"
+    return "token" if part.endswith(("token", "tokens")) else "secret"
 
 
-def _rule(kind: str | Callable[[re.Match[str]], str], pattern: str, accept: Callable[[str], bool] | None = None,
+# Values that are plainly not generated secrets: numbers, versions, sizes and times ("4096", "1.2.0", "15:30").
+_NUMBERISH = re.compile(r"[\d.,:_+-]+")
+# A URL without user info or query: credentials in URLs have their own rule, and a query may hold a token=.
+_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s@?#]*")
+# A file path with an extension (GOOGLE_APPLICATION_CREDENTIALS=/etc/gcp/sa.json): base64 and hex have no ".".
+_FILE_PATH = re.compile(r"[\w.~-]*/[\w./-]*\.[A-Za-z][A-Za-z0-9]{0,4}")
+
+
+def _generated_value(value: str, min_length: int) -> bool:
+    """A value shaped like a generated secret: long enough, no spaces, letters with digits (or long and mixed-case),
+    and not a reference, template, number, plain URL or file path. Names, algorithms and prose have no such shape."""
+    if len(value) < min_length or any(c.isspace() for c in value):
+        return False
+    if _REFERENCE.search(value) or _QUOTED_REFERENCE.match(value):
+        return False
+    if "{" in value or _NUMBERISH.fullmatch(value) or _PLAIN_URL.fullmatch(value) or _FILE_PATH.fullmatch(value):
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_letter = any(c.isalpha() for c in value)
+    mixed_case = any(c.islower() for c in value) and any(c.isupper() for c in value)
+    return (has_digit and has_letter) or (len(value) >= 20 and mixed_case)
+
+
+_MIN_GENERATED = {"suffix": 8, "inner": 16}
+
+
+def _assignment_accepts(strong: Callable[[str], bool]) -> Callable[[str, re.Match[str]], bool]:
+    """The value check for one assignment form: ``strong`` for strong names, a generated shape otherwise."""
+
+    def accept(value: str, match: re.Match[str]) -> bool:
+        strength = _name_strength(match.group("key"))
+        if strength is None:
+            return False
+        return strong(value) if strength == "strong" else _generated_value(value, _MIN_GENERATED[strength])
+
+    return accept
+
+
+def _rule(kind: str | Callable[[re.Match[str]], str], pattern: str,
+          accept: Callable[[str, re.Match[str]], bool] | None = None,
           guard: re.Pattern[str] | None = None) -> _Rule:
     compiled = re.compile(pattern)
     return _Rule(kind, compiled, accept, guard) if accept else _Rule(kind, compiled, guard=guard)
 
 
-# The assignment rules scan for a key at every word boundary, which costs ~0.2 s per MB each; they only run on
-# the lines this guard finds (a secret word's ending right before ":" or "="), a ~10 ms scan.
-_ASSIGNMENT_GUARD = re.compile(r"""(?:word|wd|phrase|secret|token|key)["']?[ \t]*[:=]""")
+# The assignment rules try a name at every identifier start, which costs ~0.2 s per MB each; they only run on
+# the lines this guard finds (a secret word in a name right before ":" or "=") in the lower-cased text. The
+# possessive "{0,128}+" never gives characters back: a name cannot end inside a run of name characters, and
+# backtracking through each run made long runs of "pass_pass_…" ten times slower.
+_ASSIGNMENT_GUARD = re.compile(rf"""{_SECRET_STEM}[a-z0-9_.-]{{0,128}}+["']?[ \t]*[:=]""")
 
 
 _RULES: tuple[_Rule, ...] = (
@@ -134,13 +219,13 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         _assignment_kind,
         rf"""(?i:{_KEY})[ \t]*[:=][ \t]*(?P<oq>["'])(?P<secret>(?:(?!(?P=oq))[^\\\n]|\\.)*)(?P=oq)""",
-        _quoted_value,
+        _assignment_accepts(_quoted_value),
         _ASSIGNMENT_GUARD,
     ),
-    _rule(_assignment_kind, rf"""(?i:{_KEY})[ \t]*=(?!=)[ \t]*(?P<secret>[^\s"',;&]+)""", _plain_value,
-          _ASSIGNMENT_GUARD),
-    _rule(_assignment_kind, rf"""(?i:{_KEY})[ \t]*:[ \t]*(?P<secret>[^\s"',;&]+)""", _colon_value,
-          _ASSIGNMENT_GUARD),
+    _rule(_assignment_kind, rf"""(?i:{_KEY})[ \t]*=(?!=)[ \t]*(?P<secret>[^\s"',;&]+)""",
+          _assignment_accepts(_plain_value), _ASSIGNMENT_GUARD),
+    _rule(_assignment_kind, rf"""(?i:{_KEY})[ \t]*:[ \t]*(?P<secret>[^\s"',;&]+)""",
+          _assignment_accepts(_colon_value), _ASSIGNMENT_GUARD),
 )
 
 
@@ -173,19 +258,22 @@ def _guarded_lines(rule: _Rule, text: str) -> list[tuple[int, int]] | None:
     if len(lowered) != len(text):  # a few characters lower-case to two; positions would not line up
         return None
     spans: list[tuple[int, int]] = []
-    for match in rule.guard.finditer(lowered):
-        start = text.rfind("\n", 0, match.start()) + 1
-        if spans and start < spans[-1][1]:
-            continue  # another hit on a line already taken
+    pos = 0
+    # The next search starts after the line just taken: every scan (and the rfind back to the line start) covers
+    # new text only, so a long line with many hits costs one pass, not one pass back per hit.
+    while (match := rule.guard.search(lowered, pos)) is not None:
+        start = text.rfind("\n", pos, match.start()) + 1
         end = text.find("\n", match.end())
-        spans.append((start, len(text) if end == -1 else end))
+        end = len(text) if end == -1 else end
+        spans.append((start, end))
+        pos = end
     return spans
 
 
 def _redact(match: re.Match[str], rule: _Rule, counts: dict[str, int]) -> str:
     group = "secret" if "secret" in match.re.groupindex else 0
     value = match.group(group)
-    if value.startswith(PLACEHOLDER_PREFIX) or not rule.accept(value):
+    if value.startswith(PLACEHOLDER_PREFIX) or not rule.accept(value, match):
         return match.group(0)
     kind = rule.kind_of(match)
     counts[kind] = counts.get(kind, 0) + 1

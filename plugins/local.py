@@ -342,7 +342,7 @@ class LocalProvider(Provider):
 
     def home(self) -> Path:
         """Where the packaged model is assembled: ``$CONCLAVE_HOME/models``, as for the rest of conclave's data."""
-        return Path(self._environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
+        return Path(self._environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()  # injected env
 
     def _load(self, model: str) -> LocalRuntime:
         """The shared runtime for the configured GGUF; runs on the worker, so first-use assembly happens once."""

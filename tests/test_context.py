@@ -15,9 +15,11 @@ from conclave.engine.context import (
     MAX_PROJECT_FILES,
     MAX_TOTAL_BYTES,
     ContextBundle,
+    is_secret_file,
     load_context,
 )
 from conclave.errors import ConfigError
+from conclave.scrub import scrub
 
 
 def make_settings(context: list[str] | None = None, project: str | None = None) -> Settings:
@@ -166,7 +168,7 @@ def test_omitted_entries_beyond_the_listing_cap_are_summarised(chdir_tmp: Path) 
     bundle = load_context(make_settings(project="p"))
     assert len(bundle.sources) == MAX_PROJECT_FILES + MAX_OMITTED_LISTED + 1
     assert bundle.sources[-1] == {"path": "p/…", "bytes": 250, "truncated": False, "kind": "project_file",
-                                  "omitted": "50 more files left out (limits, binaries or symlinks)"}
+                                  "omitted": "50 more files left out (limits, binaries, symlinks or secret files)"}
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
@@ -186,6 +188,104 @@ def test_symlinks_leaving_the_project_are_skipped(chdir_tmp: Path) -> None:
     assert sources["p/creds.txt"]["omitted"] == "symlink outside the project"
     assert sources["p/shared"]["omitted"] == "symlink outside the project"
     assert sources["p/alias.py"]["omitted"] is None
+
+
+SECRET_FILES = {
+    ".env": "DB_PASSWORD=ENV_FILE_CONTENT\n",
+    ".env.local": "ENV_LOCAL_CONTENT=1\n",
+    ".env.production": "ENV_PRODUCTION_CONTENT=1\n",
+    "certs/server.pem": "PEM_CONTENT",
+    "certs/server.key": "KEY_CONTENT",
+    "certs/client.p12": "P12_CONTENT",
+    "certs/client.pfx": "PFX_CONTENT",
+    "android/release.jks": "JKS_CONTENT",
+    "android/release.keystore": "KEYSTORE_CONTENT",
+    "deploy/id_rsa": "ID_RSA_CONTENT",
+    "deploy/id_rsa.pub": "ID_RSA_PUB_CONTENT",
+    "deploy/id_ed25519": "ID_ED25519_CONTENT",
+    "deploy/id_ecdsa": "ID_ECDSA_CONTENT",
+    ".npmrc": "//registry.npmjs.org/:_authToken=NPMRC_CONTENT",
+    ".pypirc": "[pypi]\npassword = PYPIRC_CONTENT",
+    ".netrc": "machine api.example.com password NETRC_CONTENT",
+    ".git-credentials": "https://ci:GIT_CREDENTIALS_CONTENT@github.com",
+    "gcp/credentials.json": '{"CREDENTIALS_JSON_CONTENT": 1}',
+    "gcp/service-account-prod.json": '{"SERVICE_ACCOUNT_CONTENT": 1}',
+    "infra/terraform.tfstate": "TFSTATE_CONTENT",
+    "infra/terraform.tfstate.backup": "TFSTATE_BACKUP_CONTENT",
+    "infra/prod.tfvars": "TFVARS_CONTENT",
+    "config/secrets.yml": "SECRETS_YML_CONTENT",
+    "config/secrets.yaml": "SECRETS_YAML_CONTENT",
+    "web/.htpasswd": "HTPASSWD_CONTENT",
+    "config/.ENV": "UPPERCASE_ENV_CONTENT",  # matched case-insensitively
+}
+#: templates documenting the variables, and ordinary files whose names merely resemble secret files
+NOT_SECRET_FILES = {
+    ".env.example": "DB_PASSWORD=\n",
+    ".env.sample": "API_KEY=\n",
+    ".env.template": "TOKEN=\n",
+    "src/env.py": "import os\n",
+    "src/keyboard.py": "LAYOUT = 'qwerty'\n",
+    "src/monkey.key.md": "# notes on key handling\n",
+    "src/credentials.py": "def load(): ...\n",
+    "infra/main.tf": 'resource "null_resource" "x" {}\n',
+    "docs/secrets.md": "# How we manage secrets\n",
+}
+
+
+def test_secret_files_in_a_project_are_left_out_and_listed(chdir_tmp: Path) -> None:
+    root = chdir_tmp / "p"
+    for rel, text in {**SECRET_FILES, **NOT_SECRET_FILES}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    bundle = load_context(make_settings(project="p"))
+    sources = by_path(bundle)
+    for rel, text in SECRET_FILES.items():
+        assert text not in bundle.text, rel
+        assert f"  {rel}\n" not in bundle.text, rel  # not in the file tree either
+        assert sources[f"p/{rel}"] == {"path": f"p/{rel}", "bytes": len(text.encode()), "truncated": False,
+                                       "kind": "project_file", "omitted": "secret file"}
+    for rel, text in NOT_SECRET_FILES.items():
+        assert sources[f"p/{rel}"]["omitted"] is None, rel
+        assert f'<file path="{rel}">\n{text}\n</file>' in bundle.text
+    assert f"… {len(SECRET_FILES)} more files left out" in bundle.text
+
+
+@pytest.mark.parametrize(
+    ("filename", "secret"),
+    [
+        (".env", True), (".env.staging", True), (".ENV.LOCAL", True), ("id_rsa", True), ("id_ed25519.bak", True),
+        ("server.PEM", True), ("service-account.json", True), ("secrets.yaml", True), ("dev.tfvars", True),
+        (".env.example", False), (".env.sample", False), (".env.template", False), (".envrc.md", False),
+        ("environment.py", False), ("key.py", False), ("keys.json", False), ("credentials.yaml", False),
+        ("service-account.md", False), ("my_secrets.yml", False), ("tfstate.md", False), ("pem.txt", False),
+    ],
+)
+def test_secret_files_are_recognised_by_name(filename: str, secret: bool) -> None:
+    assert is_secret_file(filename) is secret
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+def test_a_symlink_named_like_a_secret_file_is_left_out_too(chdir_tmp: Path) -> None:
+    (chdir_tmp / "p").mkdir()
+    (chdir_tmp / "p" / "settings.txt").write_text("LINKED_CONTENT")
+    (chdir_tmp / "p" / ".env").symlink_to(chdir_tmp / "p" / "settings.txt")
+    bundle = load_context(make_settings(project="p"))
+    assert by_path(bundle)["p/.env"]["omitted"] == "secret file"
+    assert by_path(bundle)["p/settings.txt"]["omitted"] is None
+
+
+def test_an_explicitly_named_secret_file_is_sent_and_scrubbed(chdir_tmp: Path) -> None:
+    # The user asked for this file by name, so it is included; the scrubber (run on all context) redacts values.
+    (chdir_tmp / ".env").write_text("DB_PASSWORD=Tr0ub4dor-3x\nSTRIPE_SECRET_KEY=sk_live_51HqT9kLmN3pQ7rS2tU8vW4x\n"
+                                    "LOG_LEVEL=debug\n")
+    bundle = load_context(make_settings(context=[".env"]))
+    assert bundle.sources == [{"path": ".env", "bytes": 92, "truncated": False, "kind": "context_file",
+                               "omitted": None}]
+    assert "LOG_LEVEL=debug" in bundle.text
+    scrubbed, report = scrub(bundle.text)
+    assert "Tr0ub4dor" not in scrubbed and "sk_live_" not in scrubbed
+    assert "DB_PASSWORD=[REDACTED_PASSWORD]" in scrubbed and "LOG_LEVEL=debug" in scrubbed
+    assert report.by_type == {"password": 1, "stripe_key": 1}
 
 
 def test_stdin_is_appended_after_files(chdir_tmp: Path) -> None:

@@ -16,8 +16,6 @@ from conclave.store.paths import StoreLayout, default_home
 if TYPE_CHECKING:
     from conclave.store.resume import ResumePoint
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
-
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="conclave resume", description=__doc__)

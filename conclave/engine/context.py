@@ -2,12 +2,17 @@
 
 A project is summarised as a file tree plus file contents, shallow files first (README and manifests before
 deep sources), within fixed bounds: at most 100 files, 100 KB per file (longer files are truncated with a
-marker), 1 MB in total. Binaries, dependency/build directories and symlinks leaving the project are skipped.
-Every file read, truncated or left out is listed in ``sources``, so the report can say what the panel saw.
+marker), 1 MB in total. Binaries, dependency/build directories, symlinks leaving the project and secret files
+(``.env``, private keys, credential stores, Terraform state: see :func:`is_secret_file`) are skipped. Every file
+read, truncated or left out is listed in ``sources``, so the report can say what the panel saw.
+
+A file named in ``context`` is sent even if it looks like a secret file: the user asked for it. Like everything
+else it goes through the scrubber first (unless ``scrub=false``), which redacts the values it recognises.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +36,16 @@ EXCLUDED_DIRS = frozenset({
     ".git", "node_modules", ".venv", "venv", "__pycache__", "dist", "build", "target", ".next", "coverage",
     ".mypy_cache", ".pytest_cache", ".ruff_cache",
 })
+
+#: project files left out by name because they typically hold credentials (matched case-insensitively)
+SECRET_FILE_PATTERNS = (
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "id_rsa*", "id_ed25519*",
+    "id_ecdsa*", ".npmrc", ".pypirc", ".netrc", ".git-credentials", ".htpasswd", "credentials.json",
+    "service-account*.json", "*.tfstate", "*.tfstate.backup", "*.tfvars", "secrets.y*ml",
+)
+#: committed templates that document the variables without their values
+SECRET_FILE_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template"})
+SECRET_FILE_REASON = "secret file"
 
 _SNIFF_BYTES = 8192
 
@@ -113,6 +128,14 @@ def _bounded(data: bytes, limit: int) -> tuple[str, bool]:
     return f"{head}\n[… truncated by conclave: showing {limit:,} of {len(data):,} bytes]", True
 
 
+def is_secret_file(filename: str) -> bool:
+    """Whether a project file is left out by name (``.env``, ``id_rsa``, ``prod.tfvars``…), not by content."""
+    lowered = filename.lower()
+    if lowered in SECRET_FILE_TEMPLATES:
+        return False
+    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_FILE_PATTERNS)
+
+
 def _project(name: str) -> tuple[str, list[dict[str, Any]]]:
     root = Path(name).expanduser()
     if not root.exists():
@@ -158,7 +181,7 @@ def _listed(omitted: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         return omitted
     rest = omitted[MAX_OMITTED_LISTED:]
     summary = _source(f"{name.rstrip('/')}/…", sum(s["bytes"] for s in rest), False, "project_file",
-                      f"{len(rest)} more files left out (limits, binaries or symlinks)")
+                      f"{len(rest)} more files left out (limits, binaries, symlinks or secret files)")
     return [*omitted[:MAX_OMITTED_LISTED], summary]
 
 
@@ -187,6 +210,9 @@ def _candidates(root: Path, real_root: Path) -> Iterator[tuple[str, Path, str | 
         for f in filenames:
             path = here / f
             rel = path.relative_to(root).as_posix()
+            if is_secret_file(f):
+                found.append((rel, path, SECRET_FILE_REASON))  # by name: never read, whatever it links to
+                continue
             reason = _symlink_reason(path, real_root, None) if path.is_symlink() else None
             if reason is None and not path.is_file():
                 reason = "not a regular file"
@@ -205,10 +231,10 @@ def _symlink_reason(path: Path, real_root: Path, inside: str | None) -> str | No
 
 def _render_project(name: str, included: list[tuple[str, str]], omitted: int) -> str:
     tree = "\n".join(f"  {rel}" for rel, _ in included)
-    note = f"\n  … {omitted} more files left out (limits, binaries or symlinks)" if omitted else ""
+    note = f"\n  … {omitted} more files left out (limits, binaries, symlinks or secret files)" if omitted else ""
     files = "\n\n".join(f'<file path="{rel}">\n{body}\n</file>' for rel, body in included)
     header = f'<project path="{name}">\nFile tree ({len(included)} files shown):\n{tree}{note}'
     return f"{header}\n\n{files}\n</project>" if files else f"{header}\n</project>"
 
 
-__all__ = ["EXCLUDED_DIRS", "ContextBundle", "load_context"]
+__all__ = ["EXCLUDED_DIRS", "SECRET_FILE_PATTERNS", "ContextBundle", "is_secret_file", "load_context"]

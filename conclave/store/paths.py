@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from conclave.errors import UsageError
+from conclave.home import default_home as default_home  # re-exported: the one rule for the data home
 
 # Consultation ids become file names: keep them to a safe alphabet so an id can never escape the journal dir.
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-def default_home() -> Path:
-    """``$CONCLAVE_HOME``, else ``~/.conclave`` (the same rule as ``Settings.home``)."""
-    return Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
 
 
 def check_consultation_id(consultation_id: str) -> str:
