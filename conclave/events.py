@@ -7,7 +7,8 @@ rename or drop one. All payloads are JSON-serialisable, snake_case, and never co
 type                                   data
 =====================================  ===========================================================================
 consultation:started                   question, mode, strategy, agents [{name, persona, provider, model}],
-                                       judge {provider, model}, planned_rounds, config (the validated settings as
+                                       judge {provider, model}, planned_rounds, plan
+                                       [round type names, in order], config (the validated settings as
                                        JSON, secrets-free), config_hash (sha256 of canonical config JSON),
                                        prompt_versions {round_1..round_4: id}, conclave_version, scrub_report
                                        {total, by_type {type: count}}, judge_labels {agent: "Agent A"}, shuffle_seed
@@ -15,7 +16,8 @@ state:transition                       from, to, reason
 consultation:cost_estimated            estimated_cost (float | null when a model's price is unknown),
                                        input_tokens, output_tokens, unknown_prices [model]
 consultation:user_consent              approved, auto_approved, reason
-round:started                          round_number, round_type (independent|synthesis|cross_exam|verdict)
+round:started                          round_number, round_type (the name of the round's last round type:
+                                       independent|synthesis|cross_exam|verdict, or a strategy's own)
 provider:attempt                       round_number, agent (agent name, or "judge"), provider, model, number,
                                        started_at (epoch s), latency_s, outcome, status, error, hedge,
                                        input_tokens, output_tokens, cached_input_tokens, cost (null = unknown)
@@ -23,9 +25,10 @@ consultation:provider_substituted      round_number, agent, original_provider, o
                                        substitute_provider, substitute_model, reason (timeout|failure)
 agent:completed                        round_number, agent, ok, duration_s, input_tokens, output_tokens, cost,
                                        error (null when ok)
-consultation:round_artifact            round_number, artifact_type, schema (schema name), agent (null for the
-                                       judge's artifacts), artifact (the validated JSON), raw_text, status
-                                       (valid|repaired|reasked|fallback)
+consultation:round_artifact            round_number, round_type (the round type that produced it), artifact_type,
+                                       schema (schema name), agent (null for the judge's artifacts), artifact (the
+                                       validated JSON), raw_text, status (valid|repaired|reasked|fallback|restored:
+                                       an answer an interrupted earlier run paid for, recorded again)
 filter:applied                         round_number (3|4), artifact_type, filter, limits {field: n},
                                        tokens_before, tokens_after
 round:completed                        round_number, round_type, duration_s, input_tokens, output_tokens, cost,
@@ -35,6 +38,8 @@ round:completed                        round_number, round_type, duration_s, inp
 round:interrupted                      round_number, round_type, duration_s, input_tokens, output_tokens, cost,
                                        reason (cancelled|stopped|error), detail: the round did not run to its end
                                        (Ctrl-C, the cost gate inside it, an unexpected error); never restored
+plan:changed                           action (insert|end), after_step (steps played when it changed), round_types
+                                       [name] (inserted, or dropped by end), reason, plan [name] (the plan now)
 early_termination:decided              offered, accepted, confidence, threshold, reason, rounds_skipped,
                                        estimated_cost_saved
 cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio, phase
@@ -69,6 +74,7 @@ FILTER_APPLIED = "filter:applied"
 ROUND_COMPLETED = "round:completed"
 ROUND_INTERRUPTED = "round:interrupted"
 EARLY_TERMINATION = "early_termination:decided"
+PLAN_CHANGED = "plan:changed"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"

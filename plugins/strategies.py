@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy, consensus_confidence
 from conclave.hookspecs import hookimpl
 
@@ -19,9 +20,8 @@ class ConvergeStrategy(Strategy):
     name = "converge"
     prompt_package = "conclave_plugins"
     prompt_dir = "prompts/converge"
+    plan = (INDEPENDENT, SYNTHESIS, CROSS_EXAM_REPLIES, CROSS_EXAM, VERDICT)
     allows_early_termination = True
-    reply_schema = "cross_exam_reply"
-    verdict_schema = "verdict"
 
 
 class ExploreStrategy(Strategy):
@@ -30,10 +30,15 @@ class ExploreStrategy(Strategy):
     name = "explore"
     prompt_package = "conclave_plugins"
     prompt_dir = "prompts/explore"
+    plan = (
+        INDEPENDENT,
+        SYNTHESIS,
+        CROSS_EXAM_REPLIES.with_schema("cross_exam_reply_explore"),  # "Yes, and…": build on each other
+        CROSS_EXAM,
+        VERDICT.with_schema("verdict_explore"),  # a menu of options, not one recommendation
+    )
     allows_early_termination = False
     all_rounds_notice = "Explore mode: all rounds will execute"
-    reply_schema = "cross_exam_reply_explore"
-    verdict_schema = "verdict_explore"
 
     def verdict_from_synthesis(self, synthesis: Mapping[str, Any]) -> dict[str, Any]:
         """A menu built from the synthesis alone: each consensus theme (strongest first), then each agent's
@@ -55,13 +60,18 @@ class ExploreStrategy(Strategy):
                 options.append(
                     {
                         "option": view.get("viewpoint", ""),
-                        "description": f"One side of the round-2 tension on {topic}." if topic else "",
+                        "description": f"One side of the round-2 tension on {topic}." if topic
+                        else "One side of a round-2 tension.",
                         "pros": [],
                         "cons": [],
                         "championed_by": [view["agent"]] if view.get("agent") else [],
                     }
                 )
-        options = [o for o in options if o["option"]]
+        options = [o for o in options if o["option"]] or [{
+            "option": "No option emerged from the synthesis.",
+            "description": "The round-2 synthesis recorded no consensus theme and no viewpoint to choose from.",
+            "pros": [], "cons": [], "championed_by": [],
+        }]
         confidence = consensus_confidence(synthesis)
         return {
             "recommendations": options,

@@ -19,10 +19,12 @@ from test_engine_support import (
 )
 
 from conclave.api import compose_settings
-from conclave.engine.budgets import MAX_OUTPUT_TOKENS
 from conclave.engine.interaction import Interaction
+from conclave.engine.rounds import STANDARD_PLAN
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.tokens import count_tokens
+
+MAX_OUTPUT_TOKENS = {t.schema: t.max_tokens for t in STANDARD_PLAN}  # each round type's declared budget
 
 NO_AUTO = (f"judge.model={JUDGE_MODEL}",)  # the engine tests' base overrides, minus cost.auto_approve
 

@@ -196,3 +196,79 @@ async def test_a_missing_api_key_stops_before_anything_is_sent(fake_provider_ser
         "agents.security.provider: provider 'anthropic' has no API key; set ANTHROPIC_API_KEY"
     ]
     assert fake_provider_server.requests == []
+
+
+async def test_strict_models_never_seats_a_replacement_judge(fake_provider_server: FakeProviderServer,
+                                                            conclave_env: Any) -> None:
+    """strict_models=true: a dead judge ends the consultation partial; no other model reads the answers."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(JUDGE_MODEL, Fault.server_error(500))
+    run = await run_consultation(fake, *ONE_ATTEMPT, "strict_models=true")
+    result = run.result
+    assert result.status == "partial" and not result.judge.fallback_used
+    assert result.abort_reason is not None and "strict_models=true: no replacement judge was asked" in result.abort_reason
+    judge_calls = [r for r in fake.requests if r.model not in AGENT_MODELS.values()]
+    assert [r.model for r in judge_calls] == [JUDGE_MODEL]  # only the configured judge was ever asked
+    assert not run.of("consultation:provider_substituted")
+
+
+async def test_a_judge_fallback_is_kept_when_the_consultation_is_resumed(fake_provider_server: FakeProviderServer,
+                                                                        conclave_env: Any) -> None:
+    """The replacement judge that took over in an earlier run judges the resumed rounds too."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(JUDGE_MODEL, Fault.server_error(500))
+    first = await run_consultation(fake, *ONE_ATTEMPT, "rounds=2")
+    (fallback,) = [s for s in first.result.substitutions if s.get("judge_fallback")]
+    fake.reset()
+    script_panel(fake)
+    fake.script(JUDGE_MODEL, Fault.server_error(500))
+    resume_from = {"round_1": first.result.artifacts.round_1, "round_2": first.result.artifacts.round_2,
+                   "shuffle_seed": first.result.shuffle_seed, "labels": first.result.judge_labels,
+                   "judge_fallback": fallback}
+    run = await run_consultation(fake, *ONE_ATTEMPT, resume_from=resume_from)
+    assert run.result.status == "completed_degraded" and run.result.completed_rounds == 4
+    assert not fake.requests_for(JUDGE_MODEL)  # the dead judge is not tried again
+    assert requests_with(fake, "verdict", fallback["substitute_model"])
+
+
+async def test_agents_named_like_labels_keep_their_own_replies(fake_provider_server: FakeProviderServer,
+                                                              conclave_env: Any) -> None:
+    """Agents called agent_a, agent_b, agent_c: each one's answers stay its own, whatever label it got."""
+    fake = fake_provider_server
+    models = {"agent_a": "claude-sonnet-4-5", "agent_b": "gpt-4o", "agent_c": "gemini-2.5-pro"}
+    providers = {"claude-sonnet-4-5": "anthropic", "gpt-4o": "openai", "gemini-2.5-pro": "gemini"}
+    panel = []
+    for name, model in models.items():
+        panel += [f"+agents.{name}.provider={providers[model]}", f"+agents.{name}.model={model}",
+                  f"+agents.{name}.persona=architecture"]
+
+        def answer(request: RecordedRequest, model: str = model) -> Reply:
+            body = instance_for(request.schema)
+            for field in ("position", "revised_position"):
+                if field in body:
+                    body[field] = f"said by {model}"
+            return Reply(json=body)
+
+        fake.script(model, answer)
+    fake.script(JUDGE_MODEL, lambda r: Reply(json=instance_for(r.schema)))
+    run = await run_consultation(fake, "~agents", *panel)
+    result = run.result
+    assert result.status == "complete", result.abort_reason
+    assert {n: a["position"] for n, a in result.artifacts.round_1.items()} == \
+        {n: f"said by {m}" for n, m in models.items()}
+    assert {n: a["agent_id"] for n, a in result.artifacts.round_1.items()} == {n: n for n in models}
+    assert {n: r["revised_position"] for n, r in result.artifacts.round_3_replies.items()} == \
+        {n: f"said by {m}" for n, m in models.items()}
+
+
+async def test_explore_ending_before_its_verdict_round_on_an_empty_synthesis_still_completes(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    fake = fake_provider_server
+    script_panel(fake, synthesis={"consensus_points": [], "tensions": [], "priority_order": []})
+    run = await run_consultation(fake, "mode=explore", "quick=true")
+    result = run.result
+    assert result.status == "complete", result.abort_reason
+    assert result.verdict is not None and result.verdict["recommendations"][0]["option"]

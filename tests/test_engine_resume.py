@@ -131,6 +131,54 @@ async def test_a_round_cancelled_mid_flight_is_journaled_as_interrupted_and_not_
     assert point.resume_from["spent"]["cost"] == pytest.approx(interrupted["cost"], abs=1e-6)
 
 
+async def test_resume_does_not_ask_again_an_agent_that_answered_inside_the_interrupted_round(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path
+) -> None:
+    """Interrupted in round 1 after the architect answered: the resumed run reuses that (paid) answer and asks
+    only the two agents that had not answered; the journal still holds all three answers for round 1."""
+    fake = fake_provider_server
+    script_panel(fake)
+    asked: set[str] = set()
+
+    def hang(request: RecordedRequest) -> Fault:
+        asked.add(request.model or "")
+        return Fault.hang()
+
+    for name in ("security", "pragmatist"):
+        fake.script(AGENT_MODELS[name], hang)
+    settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES, "hedging.enabled=false"])
+    events: list[Event] = []
+    recorder = Recorder(tmp_path, index=False)
+    consultation = Consultation(settings, subscribers=[events.append], recorder=recorder)
+    task = asyncio.create_task(consultation.run())
+    for _ in range(3000):
+        if len(asked) == 2 and any(e.type == ROUND_ARTIFACT for e in events):
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    recorder.close()
+    architect_answer = next(e.data["artifact"] for e in events if e.type == ROUND_ARTIFACT)
+
+    fake.reset()
+    script_panel(fake)
+    point = load_resume_point(StoreLayout(tmp_path), consultation.id)
+    assert point.resume_from["interrupted"]["round_number"] == 1
+    recorder = Recorder(tmp_path, index=False)
+    resumed: list[Event] = []
+    again = Consultation(point.settings, subscribers=[resumed.append], recorder=recorder,
+                         resume_from=point.resume_from, consultation_id=consultation.id, first_seq=point.next_seq)
+    result = await again.run()
+    recorder.close()
+    assert result.status == "complete"
+    assert not requests_with(fake, "independent", AGENT_MODELS["architect"])  # not paid for twice
+    assert requests_with(fake, "independent", AGENT_MODELS["security"])
+    assert result.artifacts.round_1["architect"] == architect_answer
+    round_1 = [e.data for e in resumed if e.type == ROUND_ARTIFACT and e.data["round_number"] == 1]
+    assert {a["agent"]: a["status"] for a in round_1}["architect"] == "restored" and len(round_1) == 3
+
+
 async def test_round_completed_says_whether_the_round_can_be_built_on(fake_provider_server: FakeProviderServer,
                                                                       conclave_env: Any) -> None:
     fake = fake_provider_server

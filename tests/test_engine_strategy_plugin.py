@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_engine_support import AGENT_MODELS, requests_with, texts
+from test_engine_support import AGENT_MODELS, BASE_OVERRIDES, QUESTION, requests_with, script_panel, texts
 
 import conclave
 from conclave.engine.strategy import TEMPLATE_KEYS
@@ -35,8 +35,9 @@ class DevilsAdvocate(Strategy):
         model_config = {"extra": "forbid"}
         tone: str = "polite"
 
-    def independent(self, *, question: str) -> str:
-        return super().independent(question=question) + f"\\nTone: {self.options.tone}."
+    def user_message(self, round_type, values):
+        message = super().user_message(round_type, values)
+        return message + f"\\nTone: {self.options.tone}." if round_type.name == "independent" else message
 
 
 @conclave.hookimpl
@@ -79,3 +80,56 @@ async def test_a_plugin_strategy_runs_as_a_mode(plugin: Any, fake_provider_serve
 def test_a_plugin_strategys_options_are_validated(plugin: Any, conclave_env: Any) -> None:
     with pytest.raises(ConfigError, match=r"mode\.options\.volume"):
         conclave.api.compose_settings("q", ["mode.strategy=devils_advocate", "+mode.options.volume=11"], plugin)
+
+
+EXAMPLE_PLUGIN = Path(__file__).parent / "plugins" / "conclave_example_plugin"
+
+
+@pytest.fixture
+def example_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The out-of-tree example plugin, loaded through the plugin manager like an installed one."""
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN))
+    from conclave_example_plugin import plugin as example
+
+    yield load_plugins([("example", example)])
+    for name in [m for m in sys.modules if m.startswith("conclave_example_plugin")]:
+        sys.modules.pop(name, None)
+
+
+async def test_a_plugin_round_type_is_played_where_its_strategy_plans_it(
+    example_plugin: Any, fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """The example plugin's ``gauntlet`` plays a round type of its own (``rebuttal``) between the synthesis and
+    cross-examination, and feeds the rebuttals to a verdict template of its own."""
+    fake = fake_provider_server
+    script_panel(fake)
+    events: list[Any] = []
+    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet"]
+    result = await conclave.consult_async(QUESTION, overrides, plugins=example_plugin, subscribers=[events.append])
+    assert result.status == "complete" and result.completed_rounds == 5
+    started = [(e.data["round_number"], e.data["round_type"]) for e in events if e.type == "round:started"]
+    assert started == [(1, "independent"), (2, "synthesis"), (3, "rebuttal"), (4, "cross_exam"), (5, "verdict")]
+    assert [t.to for t in result.transitions] == [
+        "ESTIMATING", "AWAITING_CONSENT", "INDEPENDENT", "SYNTHESIS", "REBUTTAL", "CROSS_EXAM", "VERDICT", "COMPLETE"]
+    assert result.prompt_versions["rebuttal"].startswith("gauntlet/rebuttal@v1#sha256:")
+
+    rebuttals = [r for r in fake.requests if "Rebut the synthesis" in texts(r)]
+    assert sorted(r.model for r in rebuttals) == sorted(AGENT_MODELS.values())  # every agent, once
+    architect = next(texts(r) for r in rebuttals if r.model == AGENT_MODELS["architect"])
+    assert f"position of architect via {AGENT_MODELS['architect']}" in architect  # its own round-1 answer
+    (verdict,) = requests_with(fake, "verdict")
+    shown = texts(verdict)
+    assert "Rebuttals of the synthesis, by agent:" in shown and '"Agent A": {' in shown
+    recorded = [e.data for e in events if e.type == "consultation:round_artifact" and e.data["round_number"] == 3]
+    assert {a["agent"] for a in recorded} == set(AGENT_MODELS) and {a["round_type"] for a in recorded} == {"rebuttal"}
+
+
+async def test_rounds_cut_a_plugin_plan_by_stage(example_plugin: Any, fake_provider_server: FakeProviderServer,
+                                                 conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet", "rounds=2"]
+    result = await conclave.consult_async(QUESTION, overrides, plugins=example_plugin)
+    assert result.status == "complete" and result.completed_rounds == 2
+    assert not [r for r in fake.requests if "Rebut the synthesis" in texts(r)]
+    assert result.verdict is not None  # derived from the synthesis

@@ -102,7 +102,7 @@ def assemble_result(
         created_at=provenance.created_at,
         completed_at=artifacts.now_iso(),
         duration_s=round(time.monotonic() - provenance.started_monotonic, 3),
-        planned_rounds=settings.planned_rounds,
+        planned_rounds=session.planned_rounds,
         completed_rounds=record.completed_rounds,
         agents=agents,
         judge=JudgeRecord(

@@ -7,8 +7,9 @@ re-ask both come back as a failed :class:`CallOutcome` that keeps every raw text
 from __future__ import annotations
 
 import json
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from conclave.engine.extraction import (
@@ -95,8 +96,11 @@ async def ask_for_artifact(
         if not result.ok:
             outcome.errors = result.errors
             answer = completion.text or json.dumps(completion.parsed or {}, ensure_ascii=False)
+            # The re-ask goes to whoever gave the invalid answer: after a substitution, the backup, not the
+            # provider that had already failed.
+            reask_spec = replace(spec, provider=outcome.provider, model=outcome.model) if outcome.substituted else spec
             retry = CompletionRequest(
-                model=request.model,
+                model=reask_spec.model,
                 system=request.system,
                 messages=(
                     *request.messages,
@@ -108,7 +112,7 @@ async def ask_for_artifact(
                 max_tokens=request.max_tokens,
             )
             outcome.reasked = True
-            completion = await _complete(pool, spec, retry, outcome)
+            completion = await _complete(pool, reask_spec, retry, outcome)
             result = extract(completion.text, completion.parsed, spec.schema_name, header)
             if result.ok:
                 result = Extraction(result.artifact, "reasked")
@@ -158,6 +162,17 @@ async def _complete(pool: ProviderPool, spec: CallSpec, request: CompletionReque
 def _requested_model(spec: CallSpec, completion: Completion) -> str:
     # Providers report dated or prefixed ids ("gpt-4o-2024-08-06", "models/gemini-2.5-pro"); when that is the
     # model we asked for, the configured id is what the record (and pricing) should name.
-    if completion.provider == spec.provider and (not completion.model or spec.model in completion.model):
+    if completion.provider == spec.provider and (not completion.model or same_model(spec.model, completion.model)):
         return spec.model
     return completion.model
+
+
+#: what a provider may add to a model id it was asked for: a date ("-2024-08-06", "-20250929") or "-latest"
+_MODEL_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)")
+
+
+def same_model(asked: str, reported: str) -> bool:
+    """Whether ``reported`` names the model ``asked`` (a dated or prefixed form of it), not merely contains it:
+    ``gpt-4o-2024-08-06`` and ``models/gpt-4o`` are ``gpt-4o``, ``gpt-4o-mini`` is not."""
+    bare = reported.rsplit("/", 1)[-1] if "/" in reported and "/" not in asked else reported
+    return bare == asked or (bare.startswith(asked) and bool(_MODEL_SUFFIX.fullmatch(bare[len(asked):])))

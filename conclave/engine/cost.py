@@ -1,10 +1,10 @@
 """The pre-flight cost estimate (from the real prompts) and the in-flight meter (from the pool's call log).
 
 Estimate, per planned call:
-- input = tokens of the actual system + user message (round 1 is built exactly as it will be sent; later rounds
-  are the real templates rendered with the question and context, plus the artifacts they will carry, each
-  counted at its producer's output cap — filtering only ever makes them smaller),
-- output = the call's ``max_tokens`` cap (:mod:`conclave.engine.budgets`),
+- input = tokens of the actual system + user message (a round without artifact inputs is built exactly as it will
+  be sent; later rounds are the real templates rendered with the question and context, plus the artifacts they
+  will carry, each counted at its producer's output cap — filtering only ever makes them smaller),
+- output = the call's ``max_tokens`` cap (declared by its round type, :mod:`conclave.engine.rounds`),
 priced with ``pool.estimate_cost``. A model without a price makes the whole estimate unknown. Re-asks, retries,
 hedges and a judge fallback are not planned calls and come on top.
 
@@ -20,14 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conclave.engine.budgets import MAX_OUTPUT_TOKENS, MESSAGE_OVERHEAD_TOKENS
 from conclave.engine.calls import CallSpec
-from conclave.engine.cross_exam import cross_exam_spec, reply_spec
 from conclave.engine.extraction import json_instruction
-from conclave.engine.independent import independent_spec
+from conclave.engine.play import call_spec
+from conclave.engine.rounds import catalogue_of
 from conclave.engine.session import Session
-from conclave.engine.synthesis import synthesis_spec
-from conclave.engine.verdict import verdict_spec
 from conclave.providers.base import Usage
 
 if TYPE_CHECKING:
@@ -55,7 +52,7 @@ class CostEstimate:
 
     @property
     def total(self) -> float | None:
-        return self.for_rounds(range(1, 5))
+        return self.for_rounds({c.round_number for c in self.calls})
 
     def for_rounds(self, rounds: Iterable[int]) -> float | None:
         """Cost of the planned calls of ``rounds``; None when any of them has no known price."""
@@ -79,24 +76,35 @@ class CostEstimate:
         return sum(c.output_tokens for c in self.calls)
 
 
+#: tokens a chat API adds around the system and user messages of one call (role markers, separators)
+MESSAGE_OVERHEAD_TOKENS = 16
+
+
 def estimate_cost(session: Session, rounds: Iterable[int]) -> CostEstimate:
-    """Every call ``rounds`` will make, sized from the prompts that will be sent."""
+    """Every call the plan's rounds ``rounds`` will make, sized from the prompts that will be sent.
+
+    Every agent is counted on the agents' seat (who will be present is not known before round 1)."""
     from conclave.tokens import count_tokens
 
     agents = list(session.settings.agents)
     wanted = set(rounds)
+    catalogue = catalogue_of(session.plan)
     specs: list[tuple[CallSpec, int]] = []  # (spec with empty artifact slots, tokens of the artifacts it carries)
-    r1_out, r3_out = MAX_OUTPUT_TOKENS["independent"], MAX_OUTPUT_TOKENS["cross_exam_reply"]
-    judge_out = MAX_OUTPUT_TOKENS["synthesis"]
-    if 1 in wanted:
-        specs += [(independent_spec(session, name), 0) for name in agents]
-    if 2 in wanted:
-        specs.append((synthesis_spec(session, ""), r1_out * len(agents)))
-    if 3 in wanted:
-        specs += [(reply_spec(session, name, "", ""), r1_out + judge_out) for name in agents]
-        specs.append((cross_exam_spec(session, "", ""), judge_out + r3_out * len(agents)))
-    if 4 in wanted:
-        specs.append((verdict_spec(session, "", "", ""), r1_out * len(agents) + 2 * MAX_OUTPUT_TOKENS["cross_exam"]))
+    for step in session.plan.steps():
+        if step.number not in wanted:
+            continue
+        round_type = step.type
+        empty = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice(),
+                 **dict.fromkeys(round_type.inputs, "")}
+        carried = round_type.carried_tokens(catalogue, len(agents))
+        if round_type.seat == "judge":
+            specs.append((call_spec(session, round_type, step.number, empty), carried))
+        else:
+            specs += [
+                (call_spec(session, round_type, step.number, {**empty, "label": session.labels.label(name)}, name),
+                 carried)
+                for name in agents
+            ]
     estimate = CostEstimate()
     for spec, carried in specs:
         text = f"{spec.system}\n{spec.user}\n{json_instruction(spec.schema_name, session.native(spec.provider))}"

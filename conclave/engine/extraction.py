@@ -42,12 +42,16 @@ def _schema(schema_name: str) -> dict[str, Any]:
 
 
 def header_for(schema_name: str, round_number: int, agent_id: str | None) -> dict[str, Any]:
-    """The header values we set on an artifact of ``schema_name``: only keys the schema declares."""
+    """The header values we set on an artifact of ``schema_name``: only keys the schema declares.
+
+    A schema that pins ``round_number`` names the debate stage its artifacts belong to (a verdict is a round-4
+    artifact even when a longer plan plays it as round 5); the journal's events carry the consultation's own
+    round number."""
     props = _schema(schema_name).get("properties", {})
     values: dict[str, Any] = {
         "artifact_type": _const(props.get("artifact_type"), schema_name),
         "schema_version": _const(props.get("schema_version"), "1.0"),
-        "round_number": round_number,
+        "round_number": _const(props.get("round_number"), round_number),
         "created_at": artifacts.now_iso(),
         "agent_id": agent_id,
     }

@@ -30,22 +30,23 @@ class ArtifactFiltering:
         self.saved_tokens = 0
         self.filtered_rounds: list[int] = []
 
-    def limits(self, round_number: int, artifact: dict[str, Any]) -> dict[str, int]:
-        """This round's limits that apply to ``artifact`` (``round4`` covers synthesis and cross-exam)."""
-        from conclave.filtering import limits_for
+    def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
+        """The limits of ``filtering.<section>`` that apply to ``artifact``."""
+        from conclave.artifact_filter import limits_for
 
-        section = self._settings.filtering.round3 if round_number == 3 else self._settings.filtering.round4
-        return limits_for(artifact, section.model_dump())
+        return limits_for(artifact, getattr(self._settings.filtering, section).model_dump())
 
     def apply(
         self,
         artifact: dict[str, Any],
+        section: str,
         round_number: int,
         *,
         view: Callable[[dict[str, Any]], Any],
         recipients: int = 1,
     ) -> dict[str, Any]:
-        """The filtered copy of ``artifact`` for round ``round_number`` (the artifact itself when disabled).
+        """The copy of ``artifact`` filtered with the ``filtering.<section>`` limits for round ``round_number``
+        (the artifact itself when filtering is disabled).
 
         ``view`` turns an artifact into what is actually shown (labels, no header) so token counts measure what
         is sent; ``recipients`` is how many calls receive it (round 3 sends the synthesis to every agent).
@@ -55,7 +56,7 @@ class ArtifactFiltering:
         from conclave.tokens import count_tokens
 
         artifact_type = str(artifact.get("artifact_type", ""))
-        limits = self.limits(round_number, artifact)
+        limits = self.limits(section, artifact)
         name = self._settings.filtering.filter
         error = None
         try:
@@ -86,9 +87,9 @@ class ArtifactFiltering:
         """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no round 3 ran)."""
         if not self.filtered_rounds:
             return None
-        from conclave.filtering import token_efficiency_stats
+        from conclave.artifact_filter import token_efficiency_stats
 
-        # Seed 000: tokens_used is every token of the consultation; without filtering it would have been
+        # tokens_used is every token of the consultation; without filtering it would have been
         # tokens_used + saved, so efficiency = saved / (used + saved).
         return token_efficiency_stats(tokens_used + self.saved_tokens, tokens_used, self.filtered_rounds)
 

@@ -2,7 +2,8 @@
 
 A judge "fails" when its provider fails after the pool's retries or its answer stays invalid after the re-ask.
 The replacement (``pool.backup_for``, else the first panel model on another provider with a key) then judges
-this round and every later one; if it fails too, the caller ends the consultation as ``partial``.
+this round and every later one; if it fails too, the caller ends the consultation as ``partial``. With
+``strict_models=true`` no replacement is asked: the consultation ends ``partial`` saying so.
 """
 
 from __future__ import annotations
@@ -29,13 +30,23 @@ class JudgeSeat:
         self._settings = settings
         self._native = native
 
+    def restore(self, substitution: dict[str, Any] | None) -> None:
+        """Continue with the replacement an earlier run of this consultation switched to (``conclave resume``)."""
+        if not substitution or self._settings.strict_models:
+            return
+        self.substitution, self.fallback_used = dict(substitution), True
+        self.provider, self.model = substitution["substitute_provider"], substitution["substitute_model"]
+
     async def ask(self, pool: ProviderPool, spec: CallSpec, bus: EventBus) -> CallOutcome:
         """Ask the current judge; on failure switch once to a replacement and ask it the same thing."""
         # The seat, not the pool, replaces a failing judge: the replacement then judges every later round, and
         # the record says so (``judge.fallback_used``).
         spec = replace(spec, agent=JUDGE, provider=self.provider, model=self.model, allow_substitution=False)
         outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus)
-        if not outcome.ok and not self.fallback_used:
+        if not outcome.ok and self._settings.strict_models:
+            # strict: no other model may take the seat (it would read every answer and be billed)
+            outcome.error = f"{outcome.error}; strict_models=true: no replacement judge was asked"
+        elif not outcome.ok and not self.fallback_used:
             replacement = self.replacement(pool)
             if replacement is not None:
                 self.substitution = {

@@ -20,6 +20,9 @@ AGENT_FIELDS = frozenset({"agent_id", "agent", "challenger", "target_agent", "su
 #: header keys the judge does not need to see (the engine fills them; they only cost tokens)
 HEADER_FIELDS = ("artifact_type", "schema_version", "round_number", "created_at")
 
+#: top-level artifact keys the engine fills in (never translated)
+ENGINE_FIELDS = (*HEADER_FIELDS, "agent_id")
+
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -64,8 +67,14 @@ class JudgeLabels:
     # ------------------------------------------------------------------------------------------ translation
 
     def to_names(self, obj: Any) -> Any:
-        """A copy of ``obj`` (what the judge or an agent wrote) with labels replaced by names."""
-        return _walk(obj, self._field_to_name, self._text_to_names)
+        """A copy of ``obj`` (what the judge or an agent wrote) with labels replaced by names.
+
+        The header fields of an artifact (``agent_id`` included) are the engine's, never the model's: they are
+        kept as they are (an agent whose name looks like a label, ``agent_a``, keeps its own ``agent_id``)."""
+        translated = _walk(obj, self._field_to_name, self._text_to_names)
+        if isinstance(obj, Mapping) and isinstance(translated, dict):
+            translated.update({k: obj[k] for k in ENGINE_FIELDS if k in obj})
+        return translated
 
     def to_labels(self, obj: Any) -> Any:
         """A copy of a stored ``obj`` with names replaced by labels: the inverse of :meth:`to_names`."""

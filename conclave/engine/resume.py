@@ -1,8 +1,15 @@
 """Restoring completed rounds into a new run (``conclave resume``): no provider is called for them.
 
-``resume_from`` carries what the journal stored: ``round_1`` {agent: artifact}, ``round_2``, ``round_3`` and
-``round_3_replies`` (names, not labels), plus ``labels`` and ``shuffle_seed`` so the judge keeps seeing the
-same neutral labels. A round is restored only when every round before it is.
+``resume_from`` carries what the journal stored, by round record: ``rounds`` {number: [payload]} where each
+payload is a ``consultation:round_artifact``'s data (``agent`` — null for the judge —, ``artifact`` with real
+names, and ``round_type`` in journals that record it), for every round that ran to its end; ``interrupted``
+{``round_number``, ``artifacts``: [payload]} for the round an earlier run did not finish, whose agents' answers
+are reused instead of paid for again; plus ``labels`` and ``shuffle_seed`` so the judge keeps seeing the same
+neutral labels. The older form (``round_1`` {agent: artifact}, ``round_2``, ``round_3_replies``, ``round_3``) is
+read as the standard plan's rounds 1–3.
+
+Rounds are restored in plan order, each only when every round before it is and it holds what the debate needs
+(enough agents' answers, the judge's artifact).
 """
 
 from __future__ import annotations
@@ -10,30 +17,75 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conclave.engine.session import Session
+from conclave.engine.rounds import VERDICT_ROUND, Step
+from conclave.engine.session import RoundOutput, Session
+
+
+def round_runs(source: Mapping[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """Round number -> the artifact payloads of its completed run (either form of ``resume_from``)."""
+    if source.get("rounds"):
+        return {int(n): list(payloads) for n, payloads in source["rounds"].items() if payloads}
+    runs: dict[int, list[dict[str, Any]]] = {}
+    if source.get("round_1"):
+        runs[1] = [{"agent": a, "artifact": x, "round_type": "independent"} for a, x in source["round_1"].items()]
+    if source.get("round_2"):
+        runs[2] = [{"agent": None, "artifact": source["round_2"], "round_type": "synthesis"}]
+    if source.get("round_3"):
+        replies = source.get("round_3_replies") or {}
+        runs[3] = [{"agent": a, "artifact": x, "round_type": "cross_exam_replies"} for a, x in replies.items()]
+        runs[3].append({"agent": None, "artifact": source["round_3"], "round_type": "cross_exam"})
+    return runs
 
 
 def restore_rounds(session: Session, source: Mapping[str, Any]) -> set[int]:
     """Load the completed rounds of ``source`` into ``session.record``; return their numbers."""
-    record, restored = session.record, set[int]()
-    if not source.get("round_1"):
-        return restored
-    record.round_1 = {name: dict(a) for name, a in source["round_1"].items() if name in session.agents}
-    for name, state in session.agents.items():
-        state.absent = name not in record.round_1
-    restored.add(1)
-    if not source.get("round_2"):
-        return restored
-    record.round_2 = dict(source["round_2"])
-    restored.add(2)
-    if not source.get("round_3"):
-        return restored
-    record.round_3 = dict(source["round_3"])
-    record.round_3_replies = {name: dict(r) for name, r in (source.get("round_3_replies") or {}).items()}
-    record.missing_replies = [name for name in session.present() if name not in record.round_3_replies]
-    restored.add(3)
+    runs, restored = round_runs(source), set[int]()
+    for group in session.plan.rounds():
+        number = group[0].number
+        if number not in runs or not all(_restore(session, step, runs[number]) for step in group):
+            break
+        restored.add(number)
+        session.record.completed_rounds = number
     return restored
 
 
+def interrupted_answers(source: Mapping[str, Any], step: Step) -> dict[str, dict[str, Any]]:
+    """Agents' answers to ``step`` that an interrupted earlier run recorded (already paid for)."""
+    interrupted = source.get("interrupted") or {}
+    if step.type.seat != "agents" or interrupted.get("round_number") != step.number:
+        return {}
+    return {
+        p["agent"]: dict(p["artifact"])
+        for p in interrupted.get("artifacts") or []
+        if p.get("agent") and p.get("round_type", step.type.name) == step.type.name
+    }
+
+
 def resumed_rounds(source: Mapping[str, Any]) -> list[str]:
-    return [key for key in ("round_1", "round_2", "round_3") if source.get(key)]
+    return [f"round_{n}" for n in sorted(round_runs(source))]
+
+
+def _restore(session: Session, step: Step, payloads: list[dict[str, Any]]) -> bool:
+    round_type, record = step.type, session.record
+    mine = [p for p in payloads if p.get("round_type", round_type.name) == round_type.name]
+    if round_type.seat == "judge":
+        judge = next((p["artifact"] for p in reversed(mine) if not p.get("agent")), None)
+        if judge is None:
+            return False
+        record.outputs[round_type.name] = RoundOutput(step.number, judge=dict(judge))
+        if round_type.name == VERDICT_ROUND:
+            record.verdict = dict(judge)
+        return True
+    first = session.plan.types[0].name == round_type.name
+    players = list(session.agents) if first else session.present()
+    answers = {p["agent"]: dict(p["artifact"]) for p in mine if p.get("agent") in players}
+    if len(answers) < round_type.min_answers:
+        return False
+    output = record.outputs[round_type.name] = RoundOutput(step.number, by_agent=answers)
+    output.missing = [name for name in players if name not in answers]
+    if first:
+        for name, state in session.agents.items():
+            state.absent = name not in answers
+    else:
+        session.note_missing(step.number, output.missing)
+    return True

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from conclave import __version__, artifacts
@@ -35,19 +35,17 @@ from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
 from conclave.engine.consent import decide_consent, store_always_allow
 from conclave.engine.cost import CostEstimate, SpentSoFar, estimate_cost, spent
-from conclave.engine.cross_exam import run_cross_exam_judge, run_replies
 from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
-from conclave.engine.independent import run_independent
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
 from conclave.engine.labels import JudgeLabels, new_seed
+from conclave.engine.play import derive_verdict, play
 from conclave.engine.result import ConsultationResult
-from conclave.engine.resume import restore_rounds, resumed_rounds
+from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_rounds
+from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine, Transition
-from conclave.engine.synthesis import run_synthesis
 from conclave.engine.termination import decide_early_termination
-from conclave.engine.verdict import derive_verdict, run_verdict
 from conclave.errors import ConfigError
 from conclave.events import (
     CONSULTATION_COMPLETED,
@@ -55,6 +53,7 @@ from conclave.events import (
     COST_ESTIMATED,
     COST_GATE_TRIGGERED,
     EARLY_TERMINATION,
+    PLAN_CHANGED,
     ROUND_COMPLETED,
     ROUND_INTERRUPTED,
     ROUND_STARTED,
@@ -68,8 +67,6 @@ from conclave.providers.base import ProviderError
 log = logging.getLogger(__name__)
 
 S = ConsultState
-ROUND_TYPES = {1: "independent", 2: "synthesis", 3: "cross_exam", 4: "verdict"}
-MIN_DEBATERS = 2  # valid round-1 answers a debate needs
 
 
 class Recorder(Protocol):
@@ -78,6 +75,12 @@ class Recorder(Protocol):
     def __call__(self, event: Any) -> None: ...
 
     def flush(self) -> None: ...
+
+
+class Controller(Protocol):
+    """Runs after every round; may change what is still to come through the session's plan."""
+
+    def __call__(self, session: Session, steps: list[Step], restored: set[int]) -> None: ...
 
 
 class _Stop(Exception):
@@ -123,6 +126,9 @@ class Consultation:
         for subscriber in subscribers:
             self.bus.subscribe(subscriber)
         self.machine = StateMachine(self._on_transition)
+        #: called after every round with (session, its steps, restored round numbers); a controller may end or
+        #: extend the plan through ``session.plan.end_here`` / ``session.plan.insert_next``
+        self.controllers: list[Controller] = [self._early_termination]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
@@ -139,7 +145,8 @@ class Consultation:
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
         inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text)
-        seed = int(self.resume_from.get("shuffle_seed") or new_seed())
+        stored_seed = self.resume_from.get("shuffle_seed")
+        seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other
         labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))
         async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ) as pool:
             self._check_keys(pool)
@@ -147,6 +154,9 @@ class Consultation:
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
             )
+            self.machine.follow(session.plan.states())
+            session.judge.restore(self.resume_from.get("judge_fallback"))
+            session.plan.on_change = lambda change: self._on_plan_change(session, change)
             snapshot = config_snapshot(self.settings, inputs.question)
             provenance = Provenance(
                 consultation_id=self.id,
@@ -188,99 +198,86 @@ class Consultation:
     # ------------------------------------------------------------------------------------------ the flow
 
     async def _flow(self, session: Session) -> None:
-        planned = self.settings.planned_rounds
-        record = session.record
+        """Play the plan round by round; controllers may end or extend it after each round."""
+        plan, record = session.plan, session.record
         self._go(S.ESTIMATING, "estimating cost from the prompts")
         restored = restore_rounds(session, self.resume_from)
-        pending = [n for n in range(1, planned + 1) if n not in restored]
-        self._estimate_and_consent(session, pending)
+        self._estimate_and_consent(session, [n for n in plan.numbers() if n not in restored])
         if self._prior.total:
             self._check_budget(session, "the earlier runs")  # they may have spent the budget already
+        previous: int | None = None
+        while (steps := plan.next_round()) is not None:
+            number = steps[0].number
+            if previous is not None:
+                self._check_budget(session, f"round {previous}")  # before spending on the next round
+            if number in restored:
+                reason = f"restored round {number}"
+            else:
+                reason = "cost approved" if previous is None else f"round {previous} complete"
+            self._go(steps[0].type.state, reason)
+            if number not in restored:
+                failure = await self._round(session, steps)
+                if failure is not None:
+                    if steps[-1].type.seat == "agents" and record.by_agent(steps[-1].type.name):
+                        record.completed_rounds = number  # answers were recorded, too few to debate
+                    self._stop(record, failure)
+            record.completed_rounds = previous = number
+            for controller in self.controllers:
+                controller(session, steps, restored)
+        self._go(S.COMPLETE, self._complete(session))
 
-        self._go(S.INDEPENDENT, "restored round 1" if 1 in restored else "cost approved")
-        if 1 not in restored:
-            await self._round(session, 1, run_independent, succeeded=lambda _: len(record.round_1) >= MIN_DEBATERS)
-        present = len(record.round_1)
-        record.completed_rounds = 1 if present else 0
-        if present < MIN_DEBATERS:
-            self._stop(record, f"only {present} of {len(self.settings.agents)} agents gave a valid round-1 answer; "
-                       f"a debate needs at least {MIN_DEBATERS}")
-        if planned == 1:
-            self._go(S.COMPLETE, "rounds=1")
-            return
-        self._check_budget(session, "round 1")
-
-        self._go(S.SYNTHESIS, "restored round 2" if 2 in restored else "round 1 complete")
-        if 2 not in restored and not await self._round(session, 2, run_synthesis):
-            self._stop(record, record.abort_reason)
-        record.completed_rounds = 2
-        self._check_budget(session, "round 2")
-        if planned >= 3 and 3 not in restored and self._terminate_early(session):
+    def _complete(self, session: Session) -> str:
+        """Derive the verdict when no verdict round ran; the reason the consultation is complete."""
+        record, settings = session.record, self.settings
+        early = record.early_termination or {}
+        if record.verdict is None and record.round_2 is not None:
             derive_verdict(session)
-            self._go(S.COMPLETE, "early termination accepted")
-            return
-        if planned == 2:
-            derive_verdict(session)
-            self._go(S.COMPLETE, "rounds=2" if not self.settings.quick else "quick=true")
-            return
+        if early.get("accepted"):
+            return "early termination accepted"
+        if record.round_4 is not None:
+            return "verdict rendered"
+        return "quick=true" if settings.quick and settings.planned_rounds == 2 else f"rounds={settings.planned_rounds}"
 
-        self._go(S.CROSS_EXAM, "restored round 3" if 3 in restored else "round 2 complete")
-        if 3 not in restored and not await self._round(session, 3, self._cross_exam):
-            self._stop(record, record.abort_reason)
-        record.completed_rounds = 3
-        self._check_budget(session, "round 3")
-        if planned == 3:
-            derive_verdict(session)
-            self._go(S.COMPLETE, "rounds=3")
-            return
+    async def _round(self, session: Session, steps: list[Step]) -> str | None:
+        """Play one round (its steps in order) between ``round:started`` and its end record, then flush.
 
-        self._go(S.VERDICT, "round 3 complete")
-        if not await self._round(session, 4, run_verdict):
-            self._stop(record, record.abort_reason)
-        record.completed_rounds = 4
-        self._go(S.COMPLETE, "verdict rendered")
-
-    async def _cross_exam(self, session: Session) -> bool:
-        await run_replies(session)
-        self._check_budget(session, "round 3 replies")
-        return await run_cross_exam_judge(session)
-
-    async def _round(
-        self,
-        session: Session,
-        number: int,
-        body: Callable[[Session], Awaitable[Any]],
-        *,
-        succeeded: Callable[[Any], bool] = bool,
-    ) -> Any:
-        """Run one round between ``round:started`` and its end record, then flush the recorder.
-
-        ``round:completed`` only when ``body`` returned (``ok`` = ``succeeded(its return value)``); when it raised
-        — Ctrl-C, the cost gate, a bug — ``round:interrupted``, and the exception goes on. See the module doc.
+        None when it produced what the next round needs; else why the consultation stops, and the round ends
+        ``round:completed`` with ``ok: false``. When a step raises — Ctrl-C, the cost gate between steps, a bug —
+        ``round:interrupted``, and the exception goes on. See the module doc.
         """
+        number, name = steps[0].number, steps[-1].type.name
         since, t0 = len(session.pool.attempts), time.monotonic()
-        self.bus.emit(ROUND_STARTED, round_number=number, round_type=ROUND_TYPES[number])
+        self.bus.emit(ROUND_STARTED, round_number=number, round_type=name)
+        failure = None
         try:
-            outcome = await body(session)
+            for i, step in enumerate(steps):
+                if i:
+                    done = steps[i - 1].type
+                    self._check_budget(session, f"round {number} {done.short or done.name}")
+                failure = await play(session, step, interrupted_answers(self.resume_from, step))
+                if failure is not None:
+                    break
         except BaseException as exc:
-            self._round_interrupted(session, number, since, t0, exc)
+            self._round_interrupted(session, number, name, since, t0, exc)
             raise
-        self.bus.emit(ROUND_COMPLETED, **self._round_totals(session, number, since, t0), ok=bool(succeeded(outcome)))
+        self.bus.emit(ROUND_COMPLETED, **self._round_totals(number, name, session, since, t0), ok=failure is None)
         self._flush()
-        return outcome
+        return failure
 
-    def _round_totals(self, session: Session, number: int, since: int, t0: float) -> dict[str, Any]:
+    def _round_totals(self, number: int, name: str, session: Session, since: int, t0: float) -> dict[str, Any]:
         used = spent(session.pool, since)
         return {
             "round_number": number,
-            "round_type": ROUND_TYPES[number],
+            "round_type": name,
             "duration_s": round(time.monotonic() - t0, 3),
             "input_tokens": used.usage.input_tokens,
             "output_tokens": used.usage.output_tokens,
             "cost": used.total,
         }
 
-    def _round_interrupted(self, session: Session, number: int, since: int, t0: float, exc: BaseException) -> None:
+    def _round_interrupted(
+        self, session: Session, number: int, name: str, since: int, t0: float, exc: BaseException
+    ) -> None:
         """Record that round ``number`` did not run to its end (best effort: ``exc`` is what the caller sees)."""
         if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
             reason, detail = "cancelled", "interrupted by the user"
@@ -289,7 +286,7 @@ class Consultation:
         else:
             reason, detail = "error", _describe(exc)
         try:
-            self.bus.emit(ROUND_INTERRUPTED, **self._round_totals(session, number, since, t0), reason=reason,
+            self.bus.emit(ROUND_INTERRUPTED, **self._round_totals(number, name, session, since, t0), reason=reason,
                           detail=detail)
             self._flush()
         except Exception:
@@ -303,7 +300,7 @@ class Consultation:
         The abort-ratio budget (``self._budget``) is the estimate of every planned round: on a resumed run the
         restored rounds' calls were billed by an earlier run, and that spend counts against it too.
         """
-        self._budget = estimate_cost(session, range(1, self.settings.planned_rounds + 1))
+        self._budget = estimate_cost(session, session.plan.numbers())
         estimate = self._estimate = self._budget.only(rounds)
         self.bus.emit(
             COST_ESTIMATED,
@@ -351,7 +348,15 @@ class Consultation:
             f"cost_exceeded: actual ${actual:.4f} is over {ratio:g} × the estimate ${estimate:.4f} after {phase}",
         )
 
-    def _terminate_early(self, session: Session) -> bool:
+    def _early_termination(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After the synthesis, with more rounds to come (none of them restored): offer to stop on a strong
+        consensus; accepted, the plan ends here and the verdict is derived from the synthesis."""
+        plan = session.plan
+        if steps[-1].type.name != SYNTHESIS.name or plan.finished:
+            return
+        remaining = [n for n in plan.numbers() if n > steps[-1].number]
+        if any(n in restored for n in remaining):
+            return
         record = session.record
         assert record.round_2 is not None
         estimate = self._estimate
@@ -361,21 +366,27 @@ class Consultation:
             round_1=record.round_1,
             synthesis=record.round_2,
             interaction=self.interaction,
-            cost_saved=estimate.for_rounds(range(3, self.settings.planned_rounds + 1)) if estimate else None,
+            cost_saved=estimate.for_rounds(remaining) if estimate else None,
         )
         record.early_termination = decision
         self.bus.emit(EARLY_TERMINATION, **decision)
-        return bool(decision["accepted"])
+        if decision["accepted"]:
+            plan.end_here("early termination accepted")
 
     # ------------------------------------------------------------------------------------------ helpers
 
-    def _go(self, to: ConsultState, reason: str) -> None:
+    def _go(self, to: str, reason: str) -> None:
         self.machine.transition(to, reason)
 
     def _stop(self, record: Any, reason: str | None) -> None:
         record.abort_reason = reason or record.abort_reason or "stopped"
         self.machine.abort(record.abort_reason)
         raise _Stop
+
+    def _on_plan_change(self, session: Session, change: PlanChange) -> None:
+        self.machine.follow(session.plan.states())
+        self.bus.emit(PLAN_CHANGED, action=change.action, after_step=change.after, round_types=change.round_types,
+                      reason=change.reason, plan=[t.name for t in session.plan])
 
     def _on_transition(self, transition: Transition) -> None:
         data = transition.as_dict()
@@ -413,7 +424,8 @@ class Consultation:
                 for n, a in settings.agents.items()
             ],
             judge={"provider": settings.judge.provider, "model": settings.judge.model},
-            planned_rounds=settings.planned_rounds,
+            planned_rounds=session.planned_rounds,
+            plan=[t.name for t in session.plan],
             config=snapshot,
             config_hash=provenance.config_hash,
             prompt_versions=provenance.prompt_versions,

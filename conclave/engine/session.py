@@ -15,6 +15,7 @@ from conclave.engine.calls import CallOutcome
 from conclave.engine.filtering import ArtifactFiltering
 from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
+from conclave.engine.rounds import Plan
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, EventBus
 
@@ -48,19 +49,61 @@ class AgentState:
 
 
 @dataclass
-class Record:
-    """Everything the consultation has produced so far (names, not labels)."""
+class RoundOutput:
+    """What one round type produced the last time it was played: each agent's artifact, or the judge's."""
 
-    round_1: dict[str, dict[str, Any]] = field(default_factory=dict)
-    round_2: dict[str, Any] | None = None
-    round_3_replies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    round_3: dict[str, Any] | None = None
-    round_4: dict[str, Any] | None = None
+    number: int
+    by_agent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    judge: dict[str, Any] | None = None
+    missing: list[str] = field(default_factory=list)  # agents asked who gave no valid answer
+
+
+@dataclass
+class Record:
+    """Everything the consultation has produced so far (names, not labels), by round type.
+
+    ``outputs`` keeps the latest run of each round type; the ``round_*`` properties read the standard
+    round types under the names the result and the report use.
+    """
+
+    outputs: dict[str, RoundOutput] = field(default_factory=dict)
     verdict: dict[str, Any] | None = None
     completed_rounds: int = 0
     early_termination: dict[str, Any] | None = None
     abort_reason: str | None = None
-    missing_replies: list[str] = field(default_factory=list)  # present agents with no round-3 reply
+    #: present agents who gave no answer in the latest agents' round after the first (the judge is told)
+    missing_replies: list[str] = field(default_factory=list)
+
+    def output(self, round_type: str) -> RoundOutput | None:
+        return self.outputs.get(round_type)
+
+    def by_agent(self, round_type: str) -> dict[str, dict[str, Any]]:
+        out = self.outputs.get(round_type)
+        return out.by_agent if out is not None else {}
+
+    def judged(self, round_type: str) -> dict[str, Any] | None:
+        out = self.outputs.get(round_type)
+        return out.judge if out is not None else None
+
+    @property
+    def round_1(self) -> dict[str, dict[str, Any]]:
+        return self.by_agent("independent")
+
+    @property
+    def round_2(self) -> dict[str, Any] | None:
+        return self.judged("synthesis")
+
+    @property
+    def round_3_replies(self) -> dict[str, dict[str, Any]]:
+        return self.by_agent("cross_exam_replies")
+
+    @property
+    def round_3(self) -> dict[str, Any] | None:
+        return self.judged("cross_exam")
+
+    @property
+    def round_4(self) -> dict[str, Any] | None:
+        return self.judged("verdict")
 
 
 class Session:
@@ -85,6 +128,9 @@ class Session:
         self.question = question
         self.context_text = context_text
         self.record = Record()
+        self.plan = Plan(strategy.plan)
+        self.plan.cut_to_stage(settings.planned_rounds)
+        self.planned_rounds = len(self.plan.rounds())  # before any controller changes the plan
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}
         self.judge = JudgeSeat(settings, self.native)
         self.filtering = ArtifactFiltering(settings, plugins, bus)
@@ -100,19 +146,27 @@ class Session:
     # --------------------------------------------------------------------------------- who takes part
 
     def present(self) -> list[str]:
-        """Agents with a valid round-1 artifact, in the judge's (shuffled) order."""
-        return [name for name in self.labels.order() if name in self.record.round_1]
+        """Agents with a valid answer in the first round, in the judge's (shuffled) order."""
+        first = self.record.by_agent(self.plan.types[0].name)
+        return [name for name in self.labels.order() if name in first]
 
-    def absent_notice(self, round_number: int) -> str:
+    def absent_notice(self) -> str:
         """One sentence for the judge: who is missing from the debate (by label), or that nobody is."""
-        absent = [self.labels.label(n) for n in self.labels.order() if n not in self.record.round_1]
-        silent = [self.labels.label(n) for n in self.record.missing_replies] if round_number >= 3 else []
+        first = self.record.by_agent(self.plan.types[0].name)
+        absent = [self.labels.label(n) for n in self.labels.order() if n not in first]
+        silent = [self.labels.label(n) for n in self.record.missing_replies]
         parts = []
         if absent:
             parts.append(f"Absent: {', '.join(absent)} gave no valid answer in round 1 and take no part in the debate.")
         if silent:
-            parts.append(f"{', '.join(silent)} did not reply in round 3.")
+            parts.append(f"{', '.join(silent)} did not reply in round {self._silent_round}.")
         return " ".join(parts) or "Every panel member is present."
+
+    _silent_round = 0  # the round number of ``record.missing_replies``
+
+    def note_missing(self, number: int, missing: list[str]) -> None:
+        """Remember who did not answer agents' round ``number`` (after the first): the judge is told."""
+        self.record.missing_replies, self._silent_round = missing, number
 
     # --------------------------------------------------------------------------------- what is shown
 
@@ -120,26 +174,22 @@ class Session:
         """The labelled JSON of one stored artifact as the judge or an agent is shown it."""
         return prompt_json(self.labels.judge_view(artifact) if artifact is not None else None)
 
-    def shown_independents(self) -> str:
-        return prompt_json([self.labels.judge_view(self.record.round_1[name]) for name in self.present()])
-
-    def shown_replies(self) -> str:
-        return prompt_json(
-            {
-                self.labels.label(name): self.labels.judge_view(self.record.round_3_replies[name])
-                for name in self.labels.order()
-                if name in self.record.round_3_replies
-            }
-        )
-
     # --------------------------------------------------------------------------------- events
 
     def emit_artifact(
-        self, round_number: int, schema: str, agent: str | None, artifact: dict[str, Any], raw_text: str, status: str
+        self,
+        round_number: int,
+        schema: str,
+        agent: str | None,
+        artifact: dict[str, Any],
+        raw_text: str,
+        status: str,
+        round_type: str | None = None,
     ) -> None:
         self.bus.emit(
             ROUND_ARTIFACT,
             round_number=round_number,
+            round_type=round_type,
             artifact_type=artifact.get("artifact_type", schema),
             schema=schema,
             agent=agent,

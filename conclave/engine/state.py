@@ -1,5 +1,10 @@
 """The consultation state machine: the allowed transitions, and a record of every transition taken.
 
+The states of the rounds come from the plan (:class:`conclave.engine.rounds.Plan`): the consultation moves
+IDLE → ESTIMATING → AWAITING_CONSENT → the state of each round in plan order → COMPLETE. Any round may be the
+last (``rounds=N``, early termination), ABORTED is reachable from every non-terminal state, and when a
+controller changes the plan the machine follows it (:meth:`StateMachine.follow`).
+
 Each transition is recorded (from, to, reason, at) and handed to a listener (the runner emits it as a
 ``state:transition`` event). A transition the table does not allow raises :class:`InvalidTransitionError`.
 """
@@ -7,10 +12,12 @@ Each transition is recorded (from, to, reason, at) and handed to a listener (the
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from conclave.errors import ConclaveError
 
 
 class ConsultState(enum.StrEnum):
@@ -27,58 +34,76 @@ class ConsultState(enum.StrEnum):
 
 S = ConsultState
 
-#: state -> states it may move to. COMPLETE after INDEPENDENT/SYNTHESIS/CROSS_EXAM serves ``rounds=1..3`` and
-#: early termination; ABORTED is reachable from every non-terminal state.
-ALLOWED: dict[ConsultState, frozenset[ConsultState]] = {
-    S.IDLE: frozenset({S.ESTIMATING, S.ABORTED}),
-    S.ESTIMATING: frozenset({S.AWAITING_CONSENT, S.ABORTED}),
-    S.AWAITING_CONSENT: frozenset({S.INDEPENDENT, S.ABORTED}),
-    S.INDEPENDENT: frozenset({S.SYNTHESIS, S.COMPLETE, S.ABORTED}),
-    S.SYNTHESIS: frozenset({S.CROSS_EXAM, S.COMPLETE, S.ABORTED}),
-    S.CROSS_EXAM: frozenset({S.VERDICT, S.COMPLETE, S.ABORTED}),
-    S.VERDICT: frozenset({S.COMPLETE, S.ABORTED}),
-    S.COMPLETE: frozenset(),
-    S.ABORTED: frozenset(),
-}
-
-#: the state in which each round runs
-ROUND_STATES = {1: S.INDEPENDENT, 2: S.SYNTHESIS, 3: S.CROSS_EXAM, 4: S.VERDICT}
+#: the round states of the standard debate, in order
+STANDARD_ROUND_STATES = (S.INDEPENDENT, S.SYNTHESIS, S.CROSS_EXAM, S.VERDICT)
 
 
-class InvalidTransitionError(RuntimeError):
+def allowed_transitions(round_states: Sequence[str]) -> dict[str, frozenset[str]]:
+    """state -> states it may move to, for a debate whose rounds run in ``round_states`` order."""
+    table: dict[str, set[str]] = {
+        S.IDLE: {S.ESTIMATING},
+        S.ESTIMATING: {S.AWAITING_CONSENT},
+        S.AWAITING_CONSENT: set(round_states[:1]),
+        S.COMPLETE: set(),
+        S.ABORTED: set(),
+    }
+    for here, after in zip(round_states, [*round_states[1:], None], strict=True):
+        table.setdefault(here, set()).add(S.COMPLETE)
+        if after is not None:
+            table[here].add(after)
+    return {
+        state: frozenset(targets | ({S.ABORTED} if state not in (S.COMPLETE, S.ABORTED) else set()))
+        for state, targets in table.items()
+    }
+
+
+class InvalidTransitionError(ConclaveError, RuntimeError):
     """A transition the table does not allow; always a bug in the runner, never a user error."""
 
 
 @dataclass(frozen=True)
 class Transition:
-    from_state: ConsultState
-    to_state: ConsultState
+    from_state: str
+    to_state: str
     reason: str
     at: str  # ISO-8601 UTC
 
     def as_dict(self) -> dict[str, Any]:
-        return {"from": self.from_state.value, "to": self.to_state.value, "reason": self.reason, "at": self.at}
+        return {"from": str(self.from_state), "to": str(self.to_state), "reason": self.reason, "at": self.at}
 
 
 class StateMachine:
     """Current state plus the ordered list of transitions; ``on_transition`` sees each one as it happens."""
 
-    def __init__(self, on_transition: Callable[[Transition], None] | None = None) -> None:
-        self.state = S.IDLE
+    def __init__(
+        self,
+        on_transition: Callable[[Transition], None] | None = None,
+        round_states: Sequence[str] = STANDARD_ROUND_STATES,
+    ) -> None:
+        self.state: str = S.IDLE
         self.transitions: list[Transition] = []
         self._on_transition = on_transition
+        self._allowed = allowed_transitions(round_states)
+
+    def follow(self, round_states: Sequence[str]) -> None:
+        """Allow the round states of a changed plan from here on (the rounds already played are kept)."""
+        played = [t.to_state for t in self.transitions if t.to_state not in (S.ESTIMATING, S.AWAITING_CONSENT)]
+        merged = allowed_transitions([*played, *round_states])
+        for state, targets in merged.items():
+            self._allowed[state] = self._allowed.get(state, frozenset()) | targets
 
     @property
     def is_terminal(self) -> bool:
-        return not ALLOWED[self.state]
+        return not self._allowed.get(self.state)
 
-    def can(self, to: ConsultState) -> bool:
-        return to in ALLOWED[self.state]
+    def can(self, to: str) -> bool:
+        return to in self._allowed.get(self.state, frozenset())
 
-    def transition(self, to: ConsultState, reason: str) -> Transition:
-        if to not in ALLOWED[self.state]:
-            allowed = ", ".join(sorted(s.value for s in ALLOWED[self.state])) or "none (terminal)"
-            raise InvalidTransitionError(f"cannot go from {self.state.value} to {to.value}; allowed: {allowed}")
+    def transition(self, to: str, reason: str) -> Transition:
+        to = _state(to)
+        if not self.can(to):
+            allowed = ", ".join(sorted(self._allowed.get(self.state, frozenset()))) or "none (terminal)"
+            raise InvalidTransitionError(f"cannot go from {self.state} to {to}; allowed: {allowed}")
         record = Transition(self.state, to, reason, _now())
         self.state = to
         self.transitions.append(record)
@@ -91,8 +116,16 @@ class StateMachine:
         if not self.is_terminal:
             self.transition(S.ABORTED, reason)
 
-    def visited(self) -> list[ConsultState]:
+    def visited(self) -> list[str]:
         return [S.IDLE, *(t.to_state for t in self.transitions)]
+
+
+def _state(name: str) -> str:
+    """The enum member for a built-in state (so ``machine.state is S.COMPLETE`` holds), else the name."""
+    try:
+        return ConsultState(name)
+    except ValueError:
+        return name
 
 
 def _now() -> str:

@@ -1,8 +1,9 @@
 """The debate strategy base class: what a built-in or third-party strategy subclasses to become ``mode=<name>``.
 
-A strategy owns the words of every round (prompt templates in its own package), the artifact schema of each
-round, how a verdict is derived from the round-2 synthesis when no verdict round runs, and whether it may stop
-early after round 2. The engine owns everything else: calls, extraction, labels, filtering, cost and state.
+A strategy owns its debate's **plan** (which round types it plays, in order: :mod:`conclave.engine.rounds`), the
+words of every round (prompt templates in its own package), how a verdict is derived from the synthesis when no
+verdict round runs, and whether it may stop early after the synthesis. The engine owns everything else: calls,
+extraction, labels, filtering, cost and state.
 
 A minimal third-party strategy::
 
@@ -10,23 +11,23 @@ A minimal third-party strategy::
         name = "devils_advocate"
         prompt_package = "my_plugin"        # templates at my_plugin/prompts/<template>.md (package data)
         prompt_dir = "prompts"
-        allows_early_termination = False
+        plan = (INDEPENDENT, SYNTHESIS, REBUTTAL, CROSS_EXAM_REPLIES, CROSS_EXAM, VERDICT)  # REBUTTAL: its own
 
     @conclave.hookimpl
     def register_strategies(register):
         register("devils_advocate", DevilsAdvocate)
 
-Templates (``<name>.md``, each starting with a ``---/version: v1/---`` header) and the ``$placeholders`` each
-one receives:
+Templates are ``<name>.md`` files, each starting with a ``---/version: v1/---`` header: ``agent_system``
+(placeholders ``persona_name``, ``persona_focus``) and ``judge_system`` (none) for the system prompts, plus the
+``template`` of every round type in the plan. A round's template receives ``question``, ``panel``, ``absent``
+(and ``label`` on the agents' seat) and the round type's ``inputs``; for the standard plan:
 
 =================  =========================================================================================
-agent_system       persona_name, persona_focus                       (agent system prompt, every agent round)
-judge_system       (none)                                            (judge system prompt, every judge round)
-round1             question                                          (agent, independent position)
-round2             question, panel, absent, independents             (judge, synthesis)
-round3_agent       question, label, own_position, synthesis          (agent, cross-examination reply)
-round3_judge       question, panel, absent, synthesis, replies       (judge, cross-examination artifact)
-round4             question, panel, absent, independents, synthesis, cross_exam   (judge, verdict)
+round1             question                                          (agents: independent position)
+round2             question, panel, absent, independents             (judge: synthesis)
+round3_agent       question, label, own_position, synthesis          (agents: cross-examination reply)
+round3_judge       question, panel, absent, synthesis, replies       (judge: cross-examination artifact)
+round4             question, panel, absent, independents, synthesis, cross_exam   (judge: verdict)
 =================  =========================================================================================
 
 Artifacts arrive as JSON text in which agents appear only under their neutral labels ("Agent A"). The user's
@@ -43,56 +44,63 @@ from pydantic import BaseModel
 
 from conclave.config import Persona
 from conclave.engine.prompt_template import PromptTemplate, load_template
+from conclave.engine.rounds import STANDARD_PLAN, VERDICT_ROUND, RoundType
 
-#: template name -> the ``prompt_versions`` key it is recorded under
-TEMPLATE_KEYS = {
-    "agent_system": "agent_system",
-    "judge_system": "judge_system",
-    "round1": "round_1",
-    "round2": "round_2",
-    "round3_agent": "round_3",
-    "round3_judge": "round_3_judge",
-    "round4": "round_4",
-}
+#: the system prompt templates every strategy ships, and their ``prompt_versions`` keys
+SYSTEM_TEMPLATES = {"agent_system": "agent_system", "judge_system": "judge_system"}
+
+#: template name -> ``prompt_versions`` key, for the standard plan
+TEMPLATE_KEYS = {**SYSTEM_TEMPLATES, **{t.template: t.prompt_key for t in STANDARD_PLAN}}
 
 CONTEXT_HEADER = "Context supplied with the question (files and project summary):"
 
 
 class Strategy:
-    """Base class of debate strategies. Subclasses set the class attributes and ship the seven templates."""
+    """Base class of debate strategies. Subclasses set the class attributes and ship the templates."""
 
     #: the strategy's name, used in template ids (``converge/round2@v1``)
     name: ClassVar[str] = ""
     #: importable package and directory inside it that hold the ``.md`` templates
     prompt_package: ClassVar[str] = ""
     prompt_dir: ClassVar[str] = ""
-    #: whether a strong round-2 consensus may end the consultation early
+    #: the round types this strategy plays, in order
+    plan: ClassVar[tuple[RoundType, ...]] = STANDARD_PLAN
+    #: whether a strong consensus in the synthesis may end the consultation early
     allows_early_termination: ClassVar[bool] = False
     #: shown (via an event) when the strategy never stops early, e.g. "Explore mode: all rounds will execute"
     all_rounds_notice: ClassVar[str | None] = None
     #: pydantic model of ``mode.options`` (None = takes no options); validated at start-up
     Options: ClassVar[type[BaseModel] | None] = None
 
-    #: artifact schema names (``conclave.artifacts.schema_names()``) per round
-    independent_schema: ClassVar[str] = "independent"
-    synthesis_schema: ClassVar[str] = "synthesis"
-    reply_schema: ClassVar[str] = "cross_exam_reply"
-    cross_exam_schema: ClassVar[str] = "cross_exam"
-    verdict_schema: ClassVar[str] = "verdict"
-
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options = self.Options.model_validate(dict(options or {})) if self.Options is not None else None
+
+    # ------------------------------------------------------------------------------------- plan
+
+    def round_type(self, name: str) -> RoundType | None:
+        """The plan's round type called ``name`` (None when the strategy does not play it)."""
+        return next((t for t in reversed(self.plan) if t.name == name), None)
+
+    @property
+    def verdict_schema(self) -> str:
+        """The schema of this strategy's verdict, also used for a verdict derived from the synthesis."""
+        verdict = self.round_type(VERDICT_ROUND)
+        return verdict.schema if verdict is not None else "verdict"
 
     # ------------------------------------------------------------------------------------- templates
 
     def template(self, name: str) -> PromptTemplate:
         return load_template(self.prompt_package, self.prompt_dir, self.name, name)
 
+    def template_keys(self) -> dict[str, str]:
+        """Template name -> ``prompt_versions`` key, for the system prompts and every round of the plan."""
+        return {**SYSTEM_TEMPLATES, **{t.template: t.prompt_key for t in self.plan}}
+
     def prompt_versions(self) -> dict[str, str]:
         """Every template's id, keyed ``round_1`` … ``round_4`` (plus ``round_3_judge`` and the system prompts)."""
-        return {key: self.template(name).id for name, key in TEMPLATE_KEYS.items()}
+        return {key: self.template(name).id for name, key in self.template_keys().items()}
 
-    # ------------------------------------------------------------------------------------- system prompts
+    # ------------------------------------------------------------------------------------- prompts
 
     def agent_system(self, persona: Persona, context: str) -> str:
         return _with_context(
@@ -102,31 +110,9 @@ class Strategy:
     def judge_system(self, context: str) -> str:
         return _with_context(self.template("judge_system").render(), context)
 
-    # ------------------------------------------------------------------------------------- user messages
-
-    def independent(self, *, question: str) -> str:
-        return self.template("round1").render(question=question)
-
-    def synthesis(self, *, question: str, panel: str, absent: str, independents: str) -> str:
-        return self.template("round2").render(question=question, panel=panel, absent=absent, independents=independents)
-
-    def cross_exam_reply(self, *, question: str, label: str, own_position: str, synthesis: str) -> str:
-        return self.template("round3_agent").render(
-            question=question, label=label, own_position=own_position, synthesis=synthesis
-        )
-
-    def cross_exam(self, *, question: str, panel: str, absent: str, synthesis: str, replies: str) -> str:
-        return self.template("round3_judge").render(
-            question=question, panel=panel, absent=absent, synthesis=synthesis, replies=replies
-        )
-
-    def verdict(
-        self, *, question: str, panel: str, absent: str, independents: str, synthesis: str, cross_exam: str
-    ) -> str:
-        return self.template("round4").render(
-            question=question, panel=panel, absent=absent, independents=independents, synthesis=synthesis,
-            cross_exam=cross_exam,
-        )
+    def user_message(self, round_type: RoundType, values: Mapping[str, str]) -> str:
+        """The user message of one call of ``round_type``: its template rendered with ``values``."""
+        return self.template(round_type.template).render(**values)
 
     # ------------------------------------------------------------------------------------- derived verdict
 
@@ -156,7 +142,7 @@ class Strategy:
 
 
 def consensus_confidence(synthesis: Mapping[str, Any]) -> float:
-    """Mean confidence of the synthesis' consensus points; 0 when it has none (seed 001)."""
+    """Mean confidence of the synthesis' consensus points; 0 when it has none."""
     values = [float(p.get("confidence", 0)) for p in synthesis.get("consensus_points", [])]
     return fmean(values) if values else 0.0
 

@@ -1,4 +1,4 @@
-"""Early termination after round 2 (seed 001): when to offer it, the rubber-stamp guard, and the decision.
+"""Early termination after the synthesis: when to offer it, the rubber-stamp guard, and the decision.
 
 Offered only when the strategy allows it, rounds after 2 are planned, the mean consensus confidence reaches
 ``early_termination.threshold``, and the panel is not a rubber stamp (every round-1 confidence above 0.85 and a

@@ -36,12 +36,14 @@ class ResumePoint:
     restored_rounds: list[int]
 
 
-def load_resume_point(layout: StoreLayout, consultation_id: str) -> ResumePoint:
-    """Everything needed to continue ``consultation_id``; raises a one-line error when it cannot be resumed."""
+def load_resume_point(layout: StoreLayout, consultation_id: str, *, resumable: bool = True) -> ResumePoint:
+    """Everything needed to continue ``consultation_id``; raises a one-line error when it cannot be resumed.
+
+    ``resumable=False`` reads a finished consultation too (its stored rounds, e.g. for ``show-prompt --from``)."""
     path = layout.journal_path(consultation_id)
     if not path.exists():
         raise UsageError(f"no journal for consultation {consultation_id} in {layout.journal_dir}")
-    if is_being_written(path):
+    if resumable and is_being_written(path):
         raise UsageError(f"consultation {consultation_id} is still running in another process")
     journal = read_journal(path)
     problem = check_journal(consultation_id, journal, HeadsLog(layout.heads_path).load(consultation_id).get(
@@ -53,12 +55,12 @@ def load_resume_point(layout: StoreLayout, consultation_id: str) -> ResumePoint:
     if started is None:
         raise ConclaveError(f"cannot resume {consultation_id}: its journal has no consultation:started record")
     final = _final_status(records)
-    if final is not None and final not in RESUMABLE_STATUSES:
+    if resumable and final is not None and final not in RESUMABLE_STATUSES:
         raise UsageError(f"consultation {consultation_id} already ended ({final}); nothing to resume")
     settings = settings_from_container(started["data"]["config"])
     rounds = completed_round_artifacts(records)
     resume_from = _resume_dict(consultation_id, started["data"], rounds, records)
-    restored = [n for n, key in ((1, "round_1"), (2, "round_2"), (3, "round_3")) if resume_from.get(key)]
+    restored = sorted(resume_from["rounds"])
     return ResumePoint(consultation_id, settings, resume_from, len(records), restored)
 
 
@@ -130,13 +132,22 @@ def _resume_dict(
         return next((a["artifact"] for a in reversed(rounds.get(n, [])) if not a.get("agent")), None)
 
     # Each round builds on the ones before: never hand over a later round without its predecessors.
-    round_1 = by_agent(1)
-    if len(round_1) < MIN_DEBATERS:
-        round_1 = {}  # the engine would stop on it at once: run round 1 again instead
-    round_2 = judge(2) if round_1 else None
-    round_3 = judge(3) if round_2 else None
+    consecutive: dict[int, list[dict[str, Any]]] = {}
+    for number in sorted(rounds):
+        if number != len(consecutive) + 1:
+            break
+        consecutive[number] = [{k: a.get(k) for k in ("agent", "artifact", "round_type") if k in a}
+                               for a in rounds[number]]
+    if len(by_agent(1)) < MIN_DEBATERS:
+        consecutive = {}  # the engine would stop on round 1 at once: run it again instead
+    round_1 = by_agent(1) if consecutive else {}
+    round_2 = judge(2) if 2 in consecutive else None
+    round_3 = judge(3) if 3 in consecutive else None
     return {
         "consultation_id": cid,
+        "rounds": consecutive,
+        "interrupted": interrupted_round(records),
+        # the standard plan's rounds under their own names (what the result calls them)
         "round_1": round_1,
         "round_2": round_2,
         "round_3_replies": by_agent(3) if round_3 else {},
@@ -144,7 +155,26 @@ def _resume_dict(
         "labels": started.get("judge_labels") or {},
         "shuffle_seed": started.get("shuffle_seed"),
         "spent": spent(records),
+        "judge_fallback": next((r["data"] for r in reversed(records) if r["type"] == ev.PROVIDER_SUBSTITUTED
+                                and r["data"].get("judge_fallback")), None),
     }
+
+
+def interrupted_round(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The round the last run started and did not complete successfully (cancelled, stopped, failed or killed),
+    with the artifacts it recorded: the engine reuses its agents' answers, which were paid for, on resume."""
+    current: dict[str, Any] | None = None
+    for record in records:
+        type_, data = record["type"], record["data"]
+        if type_ == ev.ROUND_STARTED:
+            current = {"round_number": data.get("round_number"), "artifacts": []}
+        elif current is None:
+            continue
+        elif type_ == ev.ROUND_ARTIFACT and data.get("round_number") == current["round_number"]:
+            current["artifacts"].append({k: data.get(k) for k in ("agent", "artifact", "round_type") if k in data})
+        elif type_ == ev.ROUND_COMPLETED and data.get("round_number") == current["round_number"]:
+            current = None if data.get("ok", True) is not False else current
+    return current
 
 
 def spent(records: list[dict[str, Any]]) -> dict[str, Any]:

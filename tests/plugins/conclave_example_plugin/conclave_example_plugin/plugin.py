@@ -5,7 +5,7 @@ from __future__ import annotations
 from conclave import hookimpl
 from conclave_example_plugin.filters import KeepAllFilter
 from conclave_example_plugin.provider import EchoProvider
-from conclave_example_plugin.strategy import DevilsAdvocateStrategy
+from conclave_example_plugin.strategy import DevilsAdvocateStrategy, GauntletStrategy
 
 
 @hookimpl
@@ -16,6 +16,7 @@ def register_providers(register):
 @hookimpl
 def register_strategies(register):
     register("devil", DevilsAdvocateStrategy)
+    register("gauntlet", GauntletStrategy)
 
 
 @hookimpl

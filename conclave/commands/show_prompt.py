@@ -1,0 +1,156 @@
+"""``conclave show-prompt ROUND ["question"] [overrides] [--from ID] [--agent NAME] [--json]``: the exact system
+and user messages a round would send, without calling any provider.
+
+ROUND is a round type's name (``independent``, ``synthesis``, ``cross_exam_replies``, ``cross_exam``, ``verdict``,
+or a strategy's own) or a round number of the plan. The question and overrides compose the configuration as for
+a consultation. The inputs that earlier rounds would produce are shown as ``<placeholder: what goes here>``; with
+``--from ID`` they are taken from that past consultation's journal (its configuration too), so the messages are
+exactly what was — or, for a round not yet played, would be — sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from conclave.errors import UsageError
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="conclave show-prompt", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("round", help="round type name or round number")
+    parser.add_argument("rest", nargs="*", help='the question (first non-override) and Hydra overrides')
+    parser.add_argument("--from", dest="source", metavar="ID", help="take config and inputs from this consultation")
+    parser.add_argument("--agent", help="on the agents' seat: only this agent's call")
+    parser.add_argument("--json", action="store_true", help="print the calls as JSON")
+    args = parser.parse_args(argv)
+    calls = render(args.round, args.rest, source=args.source, agent=args.agent)
+    if args.json:
+        print(json.dumps(calls, ensure_ascii=False, indent=2))
+        return 0
+    for call in calls:
+        print(f"# {call['round_type']} · round {call['round_number']} · {call['who']} "
+              f"({call['provider']}/{call['model']})")
+        print(f"# template {call['template']} · schema {call['schema']} · max_tokens {call['max_tokens']}")
+        print("\n## system\n")
+        print(call["system"])
+        print("\n## user\n")
+        print(call["user"])
+        print()
+    return 0
+
+
+def render(round_name: str, rest: list[str], *, source: str | None = None, agent: str | None = None
+           ) -> list[dict[str, Any]]:
+    """The calls round ``round_name`` would make (one per agent on the agents' seat, one for the judge)."""
+    from conclave.cli import _is_override
+    from conclave.engine.extraction import json_instruction
+    from conclave.engine.labels import JudgeLabels
+    from conclave.engine.play import call_spec, own_inputs, participants, shared_inputs
+    from conclave.engine.resume import restore_rounds
+    from conclave.engine.rounds import Plan
+    from conclave.engine.session import Session, prompt_json
+    from conclave.events import EventBus
+    from conclave.plugins import get_plugins
+
+    plugins = get_plugins()
+    resume_from: dict[str, Any] = {}
+    if source is not None:
+        from conclave.home import default_home
+        from conclave.store.paths import StoreLayout
+        from conclave.store.resume import load_resume_point
+
+        if rest:
+            raise UsageError("--from ID takes its question and config from that consultation; "
+                             "drop the question and overrides")
+        point = load_resume_point(StoreLayout(default_home()), source, resumable=False)
+        settings, resume_from = point.settings, point.resume_from
+        question = settings.question or ""
+    else:
+        from conclave.api import compose_settings
+
+        words = [a for a in rest if not _is_override(a)]
+        if len(words) > 1:
+            raise UsageError(f"takes one question; quote it (got {len(words)} words: {words[0]!r}, …)")
+        question = words[0] if words else "<the question>"
+        settings = compose_settings(question, [a for a in rest if _is_override(a)], plugins)
+    question, context = _inputs(settings, question)
+    strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
+    labels = JudgeLabels(settings.agents, int(resume_from.get("shuffle_seed") or 0), resume_from.get("labels"))
+    session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=None,  # type: ignore[arg-type]
+                      bus=EventBus("show-prompt"), labels=labels, question=question,
+                      context_text=context)
+    if source is not None:
+        session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
+    restore_rounds(session, resume_from)
+    steps = session.plan.steps()
+    chosen = [s for s in steps if s.type.name == round_name or str(s.number) == round_name]
+    if not chosen:
+        names = ", ".join(dict.fromkeys(f"{s.type.name} ({s.number})" for s in steps))
+        raise UsageError(f"no round {round_name!r} in the {settings.mode.strategy} plan; one of: {names}")
+    calls = []
+    for step in chosen if round_name.isdigit() else chosen[:1]:  # a number: every step of that round
+        round_type = step.type
+        values = {"question": question, "panel": labels.panel(), "absent": session.absent_notice()}
+        for placeholder, spec in round_type.inputs.items():
+            if spec.take == "own":
+                continue
+            produced = (session.record.judged(spec.source) if spec.take == "judge"
+                        else session.record.by_agent(spec.source))
+            if produced:
+                values[placeholder] = shared_inputs(session, round_type, step.number)[placeholder]
+            else:
+                values[placeholder] = _describe(placeholder, spec)
+        who = [None] if round_type.seat == "judge" else (participants(session, round_type) or list(settings.agents))
+        if agent is not None:
+            if round_type.seat == "judge":
+                raise UsageError("--agent: this round is played by the judge")
+            if agent not in settings.agents:
+                raise UsageError(f"--agent: {agent!r} is not on the panel; one of: "
+                                 f"{', '.join(settings.agents)}")
+            who = [agent]
+        for name in who:
+            mine = dict(values)
+            if name is not None:
+                mine.update(own_inputs(session, round_type, name))
+                for placeholder, spec in round_type.inputs.items():
+                    if spec.take == "own" and mine.get(placeholder) == prompt_json(None):
+                        mine[placeholder] = _describe(placeholder, spec)
+            spec_ = call_spec(session, round_type, step.number, mine, name)
+            instruction = json_instruction(spec_.schema_name, session.native(spec_.provider))
+            calls.append({
+                "round_type": round_type.name,
+                "round_number": step.number,
+                "who": name or "judge",
+                "provider": spec_.provider,
+                "model": spec_.model,
+                "template": f"{strategy.prompt_package}/{strategy.prompt_dir}/{round_type.template}.md",
+                "schema": round_type.schema,
+                "max_tokens": round_type.max_tokens,
+                "system": spec_.system,
+                "user": f"{spec_.user.rstrip()}\n\n{instruction}",  # as the call sends it
+            })
+    return calls
+
+
+def _describe(placeholder: str, spec: Any) -> str:
+    what = {
+        "own": f"this agent's own {spec.source} answer, in full",
+        "each": f"every present agent's {spec.source} answer, a JSON list under neutral labels",
+        "each_by_label": f"every present agent's {spec.source} answer, a JSON object keyed by label",
+        "judge": f"the judge's {spec.source} artifact",
+    }[spec.take]
+    if spec.filtered:
+        what += f", filtered with filtering.{spec.filtered}"
+    return f"<{placeholder}: {what}>"
+
+
+def _inputs(settings: Any, question: str) -> tuple[str, str]:
+    """The question and context a consultation would send: scrubbed, context files and project summary loaded."""
+    from conclave.engine.inputs import prepare_inputs
+    from conclave.engine.interaction import Interaction
+
+    inputs = prepare_inputs(settings, Interaction.non_interactive(), None)
+    return (inputs.question if settings.question else question), inputs.context

@@ -1,0 +1,185 @@
+"""Playing one round type: building each call from its declaration, asking, and recording the artifacts.
+
+Every round goes through here, whatever its type (:mod:`conclave.engine.rounds` declares them):
+
+- on the agents' seat every participating agent is asked at once — in the first round every agent, later only
+  the agents present (a valid first-round answer); each answer is recorded the moment it arrives, so none is
+  lost to a sibling's failure;
+- on the judge's seat the judge is asked once (:class:`~conclave.engine.judge.JudgeSeat` replaces a failing
+  judge once);
+- a call's system prompt is the strategy's agent (persona + context) or judge system prompt — the same for every
+  round, so providers can cache it — and its user message the round's template rendered with ``question``,
+  ``panel``, ``absent``, the agent's ``label`` and the round type's inputs, shown under neutral labels and
+  filtered where the input says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from conclave import artifacts
+from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
+from conclave.engine.extraction import header_for
+from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
+from conclave.engine.session import RoundOutput, Session, prompt_json
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def shared_inputs(session: Session, round_type: RoundType, number: int, *, recipients: int = 1) -> dict[str, str]:
+    """The template values every call of this round receives (everything but an agent's own answer)."""
+    values = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice()}
+    for placeholder, source in round_type.inputs.items():
+        if source.take != "own":
+            values[placeholder] = _shown(session, source, number, recipients)
+    return values
+
+
+def own_inputs(session: Session, round_type: RoundType, agent: str) -> dict[str, str]:
+    """The values only agent ``agent`` receives: its label and its own earlier answers, in full."""
+    values = {"label": session.labels.label(agent)}
+    for placeholder, source in round_type.inputs.items():
+        if source.take == "own":
+            values[placeholder] = session.shown(session.record.by_agent(source.source).get(agent))
+    return values
+
+
+def _shown(session: Session, source: Input, number: int, recipients: int) -> str:
+    record, labels = session.record, session.labels
+    if source.take == "judge":
+        artifact = record.judged(source.source)
+        if artifact is not None and source.filtered is not None:
+            artifact = session.filtering.apply(
+                artifact, source.filtered, number, view=labels.judge_view, recipients=recipients
+            )
+        return session.shown(artifact)
+    answers = record.by_agent(source.source)
+    order = [name for name in labels.order() if name in answers]
+    if source.take == "each":
+        return prompt_json([labels.judge_view(answers[name]) for name in order])
+    return prompt_json({labels.label(name): labels.judge_view(answers[name]) for name in order})
+
+
+# ------------------------------------------------------------------------------------------------ calls
+
+
+def call_spec(session: Session, round_type: RoundType, number: int, values: Mapping[str, str],
+              agent: str | None = None) -> CallSpec:
+    """One call of ``round_type``: ``agent``'s (agents' seat) or the judge's, with its template ``values``."""
+    user = session.strategy.user_message(round_type, values)
+    if round_type.seat == "judge":
+        return CallSpec(
+            agent=JUDGE,
+            provider=session.judge.provider,
+            model=session.judge.model,
+            system=session.strategy.judge_system(session.context_text),
+            user=user,
+            schema_name=round_type.schema,
+            round_number=number,
+            max_tokens=round_type.max_tokens,
+        )
+    assert agent is not None
+    spec = session.settings.agents[agent]
+    return CallSpec(
+        agent=agent,
+        provider=spec.provider,
+        model=spec.model,
+        system=session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text),
+        user=user,
+        schema_name=round_type.schema,
+        round_number=number,
+        max_tokens=round_type.max_tokens,
+        agent_id=agent,
+    )
+
+
+def participants(session: Session, round_type: RoundType) -> list[str]:
+    """Who plays an agents' round: everyone in the first round, afterwards the agents present."""
+    if session.plan.types[0].name == round_type.name:
+        return list(session.settings.agents)
+    return session.present()
+
+
+# ------------------------------------------------------------------------------------------------ playing
+
+
+async def play(session: Session, step: Step, restored: Mapping[str, dict[str, Any]] | None = None) -> str | None:
+    """Play one step; None when it produced what the debate needs, else why the consultation must stop.
+
+    ``restored``: agents' answers to this very step that an interrupted earlier run already paid for; they are
+    recorded again (status ``restored``) and those agents are not asked a second time.
+    """
+    if step.type.seat == "agents":
+        return await _play_agents(session, step, restored or {})
+    return await _play_judge(session, step)
+
+
+async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict[str, Any]]) -> str | None:
+    round_type, number = step.type, step.number
+    players = participants(session, round_type)
+    output = session.record.outputs[round_type.name] = RoundOutput(number)
+    for name, artifact in restored.items():
+        if name in players:
+            output.by_agent[name] = artifact
+            session.emit_artifact(number, round_type.schema, name, artifact, "", "restored", round_type.name)
+    to_ask = [name for name in players if name not in output.by_agent]
+    shared = shared_inputs(session, round_type, number, recipients=len(to_ask)) if to_ask else {}
+
+    async def one(name: str) -> None:
+        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name)
+        outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus)
+        _record_agent(session, step, name, outcome)
+
+    async with asyncio.TaskGroup() as group:
+        for name in to_ask:
+            group.create_task(one(name))
+    output.missing = [name for name in players if name not in output.by_agent]
+    if session.plan.types[0].name != round_type.name:
+        session.note_missing(number, output.missing)
+    got, needed = len(output.by_agent), round_type.min_answers
+    if got >= needed:
+        return None
+    return round_type.too_few.format(got=got, of=len(players), needed=needed, number=number, title=round_type.title)
+
+
+def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome) -> None:
+    round_type = step.type
+    state = session.agents[name]
+    state.note(step.number, outcome)
+    if outcome.artifact is None:
+        if session.plan.types[0].name == round_type.name:
+            state.absent = True  # no first-round answer: takes no part in the debate
+        return
+    artifact = session.labels.to_names(outcome.artifact) if round_type.sees_labels else outcome.artifact
+    session.record.outputs[round_type.name].by_agent[name] = artifact
+    session.emit_artifact(step.number, round_type.schema, name, artifact, outcome.raw_text,
+                          outcome.status or "valid", round_type.name)
+
+
+async def _play_judge(session: Session, step: Step) -> str | None:
+    round_type, number = step.type, step.number
+    spec = call_spec(session, round_type, number, shared_inputs(session, round_type, number))
+    outcome = await session.judge.ask(session.pool, spec, session.bus)
+    if outcome.artifact is None:
+        return f"the judge failed in round {number}: {outcome.error}"
+    artifact = session.labels.to_names(outcome.artifact)
+    session.record.outputs[round_type.name] = RoundOutput(number, judge=artifact)
+    if round_type.name == VERDICT_ROUND:
+        session.record.verdict = artifact
+    session.emit_artifact(number, round_type.schema, None, artifact, outcome.raw_text, outcome.status or "valid",
+                          round_type.name)
+    return None
+
+
+def derive_verdict(session: Session) -> dict[str, Any]:
+    """The verdict taken from the synthesis when no verdict round runs (early termination, ``rounds=2|3``),
+    validated like any artifact."""
+    synthesis = session.record.round_2
+    assert synthesis is not None
+    schema = session.strategy.verdict_schema
+    verdict = {**session.strategy.verdict_from_synthesis(synthesis), **header_for(schema, 4, None)}
+    artifacts.check(schema, verdict)
+    session.record.verdict = verdict
+    return verdict
