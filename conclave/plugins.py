@@ -123,17 +123,27 @@ class Plugins:
         return [path for path, _ in self.registries["config_paths"].items()]
 
     def _fill(self) -> None:
-        # Each implementation is called on its own so a clash can name the plugin that caused it.
+        # Each plugin's implementation is called through pluggy (so its tracing and hook-call monitoring see it),
+        # one plugin at a time, so a clash or a failure can name the plugin that caused it.
         for kind, hook_name in REGISTRY_HOOKS.items():
             registry = self.registries[kind]
             caller = getattr(self.pm.hook, hook_name)
-            for impl in caller.get_hookimpls():  # registration order (pluggy calls them LIFO)
+            impls = caller.get_hookimpls()  # registration order (pluggy calls them LIFO)
+            for impl in impls:
                 owner = impl.plugin_name
 
                 def register(name: str, obj: Any = True, *, _owner: str = owner, _reg: Registry = registry) -> None:
                     _reg.add(name, obj, _owner)
 
-                impl.function(register=register)
+                others = [other.plugin for other in impls if other.plugin is not impl.plugin]
+                only_this = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
+                try:
+                    only_this(register=register)
+                except PluginError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(f"plugin {owner!r} failed in its {hook_name} hook: "
+                                      f"{type(exc).__name__}: {exc}") from exc
 
     def info(self) -> list[PluginInfo]:
         infos = []

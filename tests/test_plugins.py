@@ -17,8 +17,12 @@ from conclave.plugins import load_plugins
 BUILTIN_ENTRY_POINTS = {"openai", "anthropic", "gemini", "strategies", "filters", "progress"}
 
 
-def _plugin(**hooks: object) -> types.SimpleNamespace:
-    return types.SimpleNamespace(**{name: hookimpl(fn) for name, fn in hooks.items()})
+def _plugin(**hooks: object) -> types.ModuleType:
+    """A plugin module holding the given hook implementations (plugins are modules or other hashable objects)."""
+    module = types.ModuleType("inline_plugin")
+    for name, fn in hooks.items():
+        setattr(module, name, hookimpl(fn))
+    return module
 
 
 def test_hookspecs_are_the_documented_register_hooks() -> None:
@@ -68,6 +72,37 @@ def test_unknown_hook_is_rejected_naming_the_plugin(monkeypatch: pytest.MonkeyPa
     typo = _plugin(register_provider=lambda register: None)
     with pytest.raises(PluginError, match="plugin 'typo' implements an unknown hook"):
         load_plugins([("typo", typo)])
+
+
+def test_a_hook_that_raises_is_reported_naming_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "")
+
+    def broken(register: object) -> None:
+        raise RuntimeError("cannot reach the licence server")
+
+    with pytest.raises(PluginError) as caught:
+        load_plugins([("fine", _plugin(register_filters=lambda register: register("ok", object))),
+                      ("shaky", _plugin(register_providers=broken))])
+    assert str(caught.value) == ("plugin 'shaky' failed in its register_providers hook: "
+                                 "RuntimeError: cannot reach the licence server")
+
+
+def test_registration_goes_through_pluggy_so_hook_monitoring_sees_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hooks are called through ``pm.hook`` (tracing and monitoring work), one plugin at a time."""
+    import pluggy
+
+    from conclave.plugins import Plugins, build_plugin_manager
+
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "")
+    pm, dists = build_plugin_manager([("one", _plugin(register_providers=lambda register: register("p1", object))),
+                                      ("two", _plugin(register_providers=lambda register: register("p2", object)))])
+    seen: list[tuple[str, list[str]]] = []
+    pm.add_hookcall_monitoring(lambda name, impls, kwargs: seen.append((name, [i.plugin_name for i in impls])),
+                               lambda outcome, name, impls, kwargs: None)
+    assert isinstance(pm, pluggy.PluginManager)
+    plugins = Plugins(pm, dists)
+    assert plugins.providers.names() == ["p1", "p2"] and plugins.providers.owner("p2") == "two"
+    assert ("register_providers", ["one"]) in seen and ("register_providers", ["two"]) in seen
 
 
 def test_conclave_plugins_env_restricts_loading(monkeypatch: pytest.MonkeyPatch) -> None:
