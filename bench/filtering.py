@@ -27,11 +27,11 @@ from typing import Any
 
 from conclave_plugins.filters import TopNArtifactFilter
 
+from conclave.artifact_filter import limits_for
 from conclave.artifacts import check, validate
 from conclave.config import Round3Filter, Round4Filter
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.session import prompt_json
-from conclave.filtering import limits_for
 from conclave.tokens import count_tokens, tokenizer_backend
 
 AGENT_POOL = ["security", "architect", "pragmatist", "performance", "skeptic", "testing", "devops"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class ConclaveError(Exception):
-    """Base of every error conclave reports to the user; ``exit_code`` is what the CLI exits with."""
+    """Base of every error conclave raises (plugins included). Its message is printed as one line, no traceback;
+    ``exit_code`` is what the CLI exits with."""
 
     exit_code = 1
 

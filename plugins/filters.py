@@ -1,6 +1,6 @@
 """Built-in artifact filters: ``top_n`` keeps the highest-ranked items of each limited array.
 
-Rankings (from the predecessor's ArtifactFilter; ties keep their original order):
+Rankings (ties keep their original order):
 
 - synthesis.consensus_points: confidence, highest first
 - synthesis.tensions: number of viewpoints (more viewpoints = more disagreement), most first
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from conclave.filtering import ArtifactFilter, stable_rank
+from conclave.artifact_filter import ArtifactFilter, stable_rank
 from conclave.hookspecs import hookimpl
 
 SEVERITY_KEYWORDS = (

@@ -17,7 +17,7 @@ from statistics import fmean
 from typing import Any, TextIO
 
 from conclave import events as ev
-from conclave.filtering import VERBOSE_NOTICE
+from conclave.artifact_filter import VERBOSE_NOTICE
 from conclave.hookspecs import hookimpl
 
 ROUND_LABELS = {

@@ -11,8 +11,8 @@ from conclave_plugins.filters import TopNArtifactFilter, severity_score, substan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conclave.artifact_filter import VERBOSE_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
 from conclave.artifacts import ArtifactValidationError, validate
-from conclave.filtering import VERBOSE_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
 from conclave.plugins import load_plugins
 
 HEADER = {"schema_version": "1.0", "created_at": "2025-12-28T14:00:30.000Z"}

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 MAX_PROJECT_FILES = 100
 MAX_FILE_BYTES = 100 * 1024
 MAX_TOTAL_BYTES = 1024 * 1024
-#: an explicitly named context file may be larger than a project file (the predecessor allowed 2 MB)
+#: an explicitly named context file may be larger than a project file
 MAX_CONTEXT_FILE_BYTES = 2 * 1024 * 1024
 #: left-out project files listed one by one; beyond this they are summarised in a single entry
 MAX_OMITTED_LISTED = 200

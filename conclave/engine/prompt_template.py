@@ -14,10 +14,12 @@ import re
 import string
 from dataclasses import dataclass
 
+from conclave.errors import ConclaveError
+
 _HEADER = re.compile(r"\A---\n(?P<meta>.*?)\n---\n", re.DOTALL)
 
 
-class TemplateError(LookupError):
+class TemplateError(ConclaveError, LookupError):
     """A template is missing, has no version, or uses a placeholder its round does not provide."""
 
 

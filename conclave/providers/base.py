@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from conclave.errors import ConclaveError
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -94,7 +96,7 @@ class Completion:
 # ---------------------------------------------------------------------------------------------- errors
 
 
-class ProviderError(Exception):
+class ProviderError(ConclaveError):
     """A provider call failed. Messages are safe to show: they never contain an API key."""
 
     outcome: ClassVar[Outcome] = "server_error"

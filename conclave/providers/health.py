@@ -1,6 +1,6 @@
 """Passive provider health from real call outcomes: rolling latency, error rate and consecutive failures.
 
-Thresholds follow the architecture decision (seed 002): HEALTHY under 3 s, DEGRADED under 10 s, UNHEALTHY at
+Thresholds: HEALTHY under 3 s, DEGRADED under 10 s, UNHEALTHY at
 10 s or after 3 consecutive failures, over a window of the last 10 outcomes; UNKNOWN until a first outcome.
 The same tracker keeps a longer per-model latency history whose p95 decides when to hedge.
 """

@@ -17,7 +17,7 @@ from conclave.providers.base import ProviderError
 
 T = TypeVar("T")
 
-#: hedge delay while a model has no latency history (the predecessor's fixed 10 s)
+#: hedge delay while a model has no latency history
 NO_HISTORY_HEDGE_AFTER_S = 10.0
 
 
