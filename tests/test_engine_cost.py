@@ -199,3 +199,39 @@ async def test_the_gate_between_the_round_3_replies_and_the_judge_leaves_round_3
     assert interrupted["round_number"] == 3 and interrupted["reason"] == "stopped"
     assert interrupted["detail"].startswith("cost_exceeded") and interrupted["cost"] > 0
     assert not requests_with(fake, "cross_exam")
+
+
+async def test_an_approved_bound_starts_round_1_before_any_exact_count(fake_provider_server: FakeProviderServer,
+                                                                       conclave_env: Any) -> None:
+    """Approved on its upper bound (auto-approve here), the consultation sends round 1 first; the exact estimate
+    is counted while those calls are in flight and recorded as soon as it is known, never above the bound."""
+    fake = fake_provider_server
+    script_panel(fake)
+    run = await run_consultation(fake)
+    kinds = [e.type for e in run.events]
+    consent, first_round = kinds.index("consultation:user_consent"), kinds.index("round:started")
+    estimated = kinds.index("consultation:cost_estimated")
+    assert consent < first_round < estimated < kinds.index("round:completed")
+    (exact,) = run.of("consultation:cost_estimated")
+    assert exact["estimated_cost"] == run.result.cost.estimated and exact["estimated_cost"] > 0
+    transitions = {t.to: t.reason for t in run.result.transitions}
+    assert transitions["AWAITING_CONSENT"] == "upper bound of the estimate ready"
+
+
+async def test_a_bound_over_the_threshold_is_decided_on_the_exact_estimate(fake_provider_server: FakeProviderServer,
+                                                                          conclave_env: Any) -> None:
+    """A bound over cost.always_allow_under is not a refusal by itself: the exact estimate decides, before
+    anything is sent."""
+    fake = fake_provider_server
+    script_panel(fake)
+    probe = await run_consultation(fake, "rounds=1")
+    exact = probe.result.cost.estimated
+    assert exact is not None
+    fake.reset()
+    script_panel(fake)
+    # a threshold between the exact estimate and its bound: approved only because the exact figure is counted
+    run = await run_consultation(fake, "rounds=1", f"cost.always_allow_under={exact * 1.001:.6f}", base=NO_AUTO)
+    assert run.result.status == "complete"
+    kinds = [e.type for e in run.events]
+    assert kinds.index("consultation:cost_estimated") < kinds.index("consultation:user_consent")
+    assert run.of("consultation:user_consent")[0]["reason"].startswith(f"estimate ${run.result.cost.estimated:.4f}")

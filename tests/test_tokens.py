@@ -118,3 +118,28 @@ def test_importing_the_module_loads_no_tokenizer() -> None:
     code = "import sys, conclave.tokens; print('tiktoken' in sys.modules, 'bpe_openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_bpe_openai_counts_with_its_compiled_backend_alone(tmp_path: Path) -> None:
+    """Counting loads only the compiled tokenizer of the one encoding asked for, not the bpe_openai package
+    (whose import decodes every vocabulary it ships), and counts exactly what the package would."""
+    code = (
+        "import sys, conclave.tokens as t\n"
+        "n = t.count_tokens('naïve café 東京 🙂 <|endoftext|> def f(): return 1', 'gpt-4o')\n"
+        "print(n, 'bpe_openai' in sys.modules, 'bpe_openai._bindings' in sys.modules)\n"
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "import bpe_openai\n"
+        "print(len(bpe_openai.get_encoding('o200k_base').encode_ordinary("
+        "'naïve café 東京 🙂 <|endoftext|> def f(): return 1')))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    first, second = out.splitlines()
+    count, package_loaded, backend_loaded = first.split()
+    assert (package_loaded, backend_loaded) == ("False", "True")  # the compiled backend alone, not the package
+    assert int(count) == int(second) > 0
+
+
+def test_the_utf8_bound_is_never_below_the_real_count() -> None:
+    for text in ["hello world", "naïve café 東京 🙂" * 20, "x" * 3000, "<|endoftext|>", "  \n\t ", "ab" * 999]:
+        assert tokens.utf8_upper_bound(text) >= tokens.count_tokens(text)

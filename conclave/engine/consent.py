@@ -31,12 +31,16 @@ class Consent:
     new_threshold: float | None = None  # set when the user answered "always"
 
 
-def decide_consent(estimate: CostEstimate, settings: Settings, interaction: Interaction) -> Consent:
+def decide_consent(
+    estimate: CostEstimate, settings: Settings, interaction: Interaction, *, upper_bound: bool = False
+) -> Consent:
+    """Approve, ask or refuse ``estimate``; ``upper_bound``: it is a bound of the real estimate (the wording)."""
     total, threshold = estimate.total, settings.cost.always_allow_under
     if settings.cost.auto_approve:
         return Consent(True, True, "cost.auto_approve=true")
     if total is not None and total <= threshold:
-        return Consent(True, True, f"estimate ${total:.4f} is within cost.always_allow_under=${threshold:.2f}")
+        what = "at most " if upper_bound else ""
+        return Consent(True, True, f"estimate {what}${total:.4f} is within cost.always_allow_under=${threshold:.2f}")
     if not interaction.interactive:
         return Consent(False, False, refusal_message(estimate, settings))
     return _ask(estimate, interaction)

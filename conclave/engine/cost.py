@@ -16,7 +16,7 @@ cover every billed call of the consultation, whichever run made it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -80,16 +80,24 @@ class CostEstimate:
 MESSAGE_OVERHEAD_TOKENS = 16
 
 
-def estimate_cost(session: Session, rounds: Iterable[int]) -> CostEstimate:
-    """Every call the plan's rounds ``rounds`` will make, sized from the prompts that will be sent.
+@dataclass(frozen=True)
+class PlannedText:
+    """One planned call before it is counted: who, the prompt text, and the artifact tokens it will carry."""
 
-    Every agent is counted on the agents' seat (who will be present is not known before round 1)."""
-    from conclave.tokens import count_tokens
+    spec: CallSpec
+    text: str
+    carried: int
 
+
+def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
+    """The prompt of every call the plan's rounds ``rounds`` will make (no tokenizer needed).
+
+    Every agent is counted on the agents' seat (who will be present is not known before round 1); the
+    artifacts a call will carry are empty here and counted at their producers' output caps."""
     agents = list(session.settings.agents)
     wanted = set(rounds)
     catalogue = catalogue_of(session.plan)
-    specs: list[tuple[CallSpec, int]] = []  # (spec with empty artifact slots, tokens of the artifacts it carries)
+    specs: list[tuple[CallSpec, int]] = []
     for step in session.plan.steps():
         if step.number not in wanted:
             continue
@@ -105,15 +113,39 @@ def estimate_cost(session: Session, rounds: Iterable[int]) -> CostEstimate:
                  carried)
                 for name in agents
             ]
-    estimate = CostEstimate()
+    texts = []
     for spec, carried in specs:
-        text = f"{spec.system}\n{spec.user}\n{json_instruction(spec.schema_name, session.native(spec.provider))}"
-        input_tokens = count_tokens(text, spec.model) + carried + MESSAGE_OVERHEAD_TOKENS
-        price = session.pool.estimate_cost(spec.provider, spec.model, input_tokens, spec.max_tokens)
+        instruction = json_instruction(spec.schema_name, session.native(spec.provider))
+        texts.append(PlannedText(spec, f"{spec.system}\n{spec.user}\n{instruction}", carried))
+    return texts
+
+
+def price_calls(
+    pool: ProviderPool, planned: Iterable[PlannedText], count: Callable[[str, str | None], int] | None = None
+) -> CostEstimate:
+    """Size and price ``planned``: input = ``count`` (the real tokenizer by default) of the prompt + the carried
+    artifacts + message overhead; output = the call's ``max_tokens`` cap. Touches nothing but the price table,
+    so it may run in a worker thread."""
+    from conclave.tokens import count_tokens
+
+    counter = count or count_tokens
+    estimate = CostEstimate()
+    for call in planned:
+        spec = call.spec
+        input_tokens = counter(call.text, spec.model) + call.carried + MESSAGE_OVERHEAD_TOKENS
+        price = pool.estimate_cost(spec.provider, spec.model, input_tokens, spec.max_tokens)
         estimate.calls.append(
             PlannedCall(spec.round_number, spec.agent, spec.provider, spec.model, input_tokens, spec.max_tokens, price)
         )
     return estimate
+
+
+def estimate_cost(
+    session: Session, rounds: Iterable[int], count: Callable[[str, str | None], int] | None = None
+) -> CostEstimate:
+    """Every call the plan's rounds ``rounds`` will make, sized from the prompts that will be sent; ``count``
+    as in :func:`price_calls` (:func:`conclave.tokens.utf8_upper_bound` gives a bound that loads nothing)."""
+    return price_calls(session.pool, planned_texts(session, rounds), count)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from conclave import __version__, artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
 from conclave.engine.consent import decide_consent, store_always_allow
-from conclave.engine.cost import CostEstimate, SpentSoFar, estimate_cost, spent
+from conclave.engine.cost import CostEstimate, PlannedText, SpentSoFar, planned_texts, price_calls, spent
 from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
@@ -67,6 +67,8 @@ from conclave.providers.base import ProviderError
 log = logging.getLogger(__name__)
 
 S = ConsultState
+#: how long after round 1 starts the exact estimate is counted: time for its requests to leave
+EXACT_COUNT_AFTER_S = 0.05
 
 
 class Recorder(Protocol):
@@ -136,6 +138,7 @@ class Consultation:
         self._estimate: CostEstimate | None = None  # the rounds this run will play: consent, early termination
         self._budget: CostEstimate | None = None  # every planned round: the result's estimate and the abort check
         self._prior = SpentSoFar.from_journal(self.resume_from.get("spent"))  # billed by earlier runs
+        self._exact: asyncio.Future[None] | None = None  # the exact estimate, while it is being counted
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -171,10 +174,12 @@ class Consultation:
             try:
                 await self._flow(session)
             except _Stop:
-                pass
+                await self._exact_estimate()  # the result reports the exact estimate even when it stopped early
             except (asyncio.CancelledError, KeyboardInterrupt):
                 # Ctrl-C: asyncio cancels us (or, inside a blocking prompt, KeyboardInterrupt arrives directly).
                 session.record.abort_reason = session.record.abort_reason or "interrupted by the user"
+                if self._exact is not None:
+                    self._exact.cancel()
                 self.machine.abort("interrupted")
                 self._finish(session, provenance)
                 raise
@@ -203,12 +208,14 @@ class Consultation:
         self._go(S.ESTIMATING, "estimating cost from the prompts")
         restored = restore_rounds(session, self.resume_from)
         self._estimate_and_consent(session, [n for n in plan.numbers() if n not in restored])
-        if self._prior.total:
-            self._check_budget(session, "the earlier runs")  # they may have spent the budget already
+        if self._prior.total:  # earlier runs may have spent the budget already: check that exactly, first
+            await self._exact_estimate()
+            self._check_budget(session, "the earlier runs")
         previous: int | None = None
         while (steps := plan.next_round()) is not None:
             number = steps[0].number
             if previous is not None:
+                await self._exact_estimate()
                 self._check_budget(session, f"round {previous}")  # before spending on the next round
             if number in restored:
                 reason = f"restored round {number}"
@@ -224,6 +231,7 @@ class Consultation:
             record.completed_rounds = previous = number
             for controller in self.controllers:
                 controller(session, steps, restored)
+        await self._exact_estimate()
         self._go(S.COMPLETE, self._complete(session))
 
     def _complete(self, session: Session) -> str:
@@ -252,6 +260,7 @@ class Consultation:
         try:
             for i, step in enumerate(steps):
                 if i:
+                    await self._exact_estimate()
                     done = steps[i - 1].type
                     self._check_budget(session, f"round {number} {done.short or done.name}")
                 failure = await play(session, step, interrupted_answers(self.resume_from, step))
@@ -297,21 +306,27 @@ class Consultation:
     def _estimate_and_consent(self, session: Session, rounds: list[int]) -> None:
         """Estimate ``rounds`` (the ones this run plays) and ask for consent to spend that.
 
-        The abort-ratio budget (``self._budget``) is the estimate of every planned round: on a resumed run the
-        restored rounds' calls were billed by an earlier run, and that spend counts against it too.
+        First an upper bound that needs no tokenizer (every token covers at least one byte): when it is
+        approved without asking anyone (``cost.auto_approve``, or under ``cost.always_allow_under``), round 1
+        starts at once and the exact estimate is counted while its calls are in flight (:meth:`_count_exactly`),
+        so loading a tokenizer never delays the first request. Otherwise the exact estimate is what is asked
+        about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
+        round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
-        self._budget = estimate_cost(session, session.plan.numbers())
-        estimate = self._estimate = self._budget.only(rounds)
-        self.bus.emit(
-            COST_ESTIMATED,
-            estimated_cost=estimate.total,
-            input_tokens=estimate.input_tokens,
-            output_tokens=estimate.output_tokens,
-            unknown_prices=estimate.unknown_prices,
-            rounds=rounds,
-        )
-        self._go(S.AWAITING_CONSENT, "estimate ready")
-        consent = decide_consent(estimate, self.settings, self.interaction)
+        from conclave.tokens import utf8_upper_bound
+
+        numbers = session.plan.numbers()
+        planned = planned_texts(session, numbers)
+        bound = price_calls(session.pool, planned, utf8_upper_bound).only(rounds)
+        consent = decide_consent(bound, self.settings, Interaction.non_interactive(), upper_bound=True)
+        if consent.approved:
+            self._exact = asyncio.ensure_future(self._count_exactly(session, planned, rounds))
+            self._go(S.AWAITING_CONSENT, "upper bound of the estimate ready")
+        else:
+            self._record_estimate(price_calls(session.pool, planned), rounds)
+            self._go(S.AWAITING_CONSENT, "estimate ready")
+            assert self._estimate is not None
+            consent = decide_consent(self._estimate, self.settings, self.interaction)
         stored = None
         if consent.new_threshold is not None:
             home = self.settings.home
@@ -328,6 +343,32 @@ class Consultation:
         if not consent.approved:
             self.refusal = consent.reason
             self._stop(session.record, f"cost not approved: {consent.reason}")
+
+    def _record_estimate(self, budget: CostEstimate, rounds: list[int]) -> None:
+        self._budget = budget
+        estimate = self._estimate = budget.only(rounds)
+        self.bus.emit(
+            COST_ESTIMATED,
+            estimated_cost=estimate.total,
+            input_tokens=estimate.input_tokens,
+            output_tokens=estimate.output_tokens,
+            unknown_prices=estimate.unknown_prices,
+            rounds=rounds,
+        )
+
+    async def _count_exactly(self, session: Session, planned: list[PlannedText], rounds: list[int]) -> None:
+        """The exact estimate, counted in a worker thread once round 1's requests have left.
+
+        Building a tokenizer holds the interpreter lock for a few hundred milliseconds: started after the
+        requests are sent, it overlaps their network time instead of delaying them."""
+        await asyncio.sleep(EXACT_COUNT_AFTER_S)
+        self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
+
+    async def _exact_estimate(self) -> None:
+        """Wait for the exact estimate when it is still being counted (before it is needed)."""
+        if self._exact is not None:
+            exact, self._exact = self._exact, None
+            await exact
 
     def _check_budget(self, session: Session, phase: str) -> None:
         """Abort before spending more when the actual cost passed ``abort_ratio`` × the estimate.
