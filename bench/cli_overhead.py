@@ -1,0 +1,109 @@
+"""What a user waits for: whole `conclave` CLI processes against the fake provider at a fixed latency L.
+
+Every model (3 agents + judge) answers after exactly L seconds, so a 4-round consultation's critical path is 5L.
+For each L, separate `conclave "Q" …` processes run one after another (as users run them); the fake server, in
+its own process, logs when each request arrives. Reported per L (medians over the runs): process start → first
+provider request; the consultation alone ÷ critical path (the result's own duration); the whole process ÷
+critical path; and the process's peak RSS.
+
+    python bench/cli_overhead.py [--latency 0.3 1.0] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS = ("claude-sonnet-4-5", "gpt-4o", "gemini-2.5-pro", "gpt-4.1")
+QUESTION = "Should the billing service move to event sourcing?"
+CRITICAL_CALLS = 5
+
+
+async def _serve(latency: float, log: str) -> None:
+    from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
+    from conclave.testing.schema_instances import instance_for
+
+    answers: dict[str, Any] = {}
+
+    def answer(request: RecordedRequest) -> Reply:
+        with open(log, "a") as f:
+            f.write(f"{time.time()}\n")
+        key = json.dumps(request.schema, sort_keys=True)
+        if key not in answers:
+            answers[key] = instance_for(request.schema)
+        return Reply(json=answers[key], latency=latency)
+
+    async with FakeProviderServer() as fake:
+        for model in MODELS:
+            fake.script(model, answer)
+        print(json.dumps(fake.overrides()), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
+    log.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"CONCLAVE_HOME": home, "OPENAI_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-ant-bench",
+                "GEMINI_API_KEY": "bench"})
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "conclave", QUESTION, *overrides, "cost.auto_approve=true",
+                           "judge.model=gpt-4.1", "output.format=json"], capture_output=True, text=True, env=env)
+    end = time.time()
+    if proc.returncode != 0:
+        raise SystemExit(f"conclave failed: {proc.stderr[-2000:]}")
+    arrivals = sorted(float(line) for line in log.read_text().split())
+    result = json.loads(proc.stdout)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"first_request_s": arrivals[0] - start, "consultation_s": float(result["duration_s"]),
+            "process_s": end - start, "peak_rss_mib": max(peak, before) / 1024}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", type=float, nargs="+", default=[0.3, 1.0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve(float(args.serve[0]), args.serve[1]))
+        return 0
+    print("what a user waits for: separate conclave CLI processes, 3 agents + judge, 4 rounds, fixed latency L")
+    print(f"{'L (s)':>6} {'start→1st request':>18} {'consultation÷CP':>16} {'process÷CP':>11} {'peak RSS':>9}")
+    for latency in args.latency:
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "arrivals.log"
+            server = subprocess.Popen([sys.executable, __file__, "--serve", str(latency), str(log)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert server.stdout is not None
+                overrides = json.loads(server.stdout.readline())
+                runs = [_run_once(overrides, log, tmp) for _ in range(args.runs)]
+            finally:
+                assert server.stdin is not None
+                server.stdin.close()
+                server.wait(timeout=10)
+        critical = CRITICAL_CALLS * latency
+
+        def med(key: str, runs: list[dict[str, float]] = runs) -> float:
+            return statistics.median(r[key] for r in runs)
+
+        print(f"{latency:>6.2f} {med('first_request_s'):>16.3f} s {med('consultation_s') / critical:>16.3f} "
+              f"{med('process_s') / critical:>11.3f} {max(r['peak_rss_mib'] for r in runs):>6.0f} MiB")
+    print("goals: start→1st request ≤ 0.5 s; consultation÷CP ≤ 1.05 at L=0.3; process÷CP ≤ 1.10 at L=1.0; "
+          "peak RSS ≤ 130 MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
