@@ -43,14 +43,14 @@ def test_plugin_is_listed_with_version_hooks_and_contributions(plugin_site: Path
     assert example["hooks"] == ["register_config_paths", "register_filters", "register_providers",
                                 "register_strategies"]
     assert example["registered"] == {
-        "providers": ["echo"], "strategies": ["devil"], "filters": ["keep_all"],
+        "providers": ["echo"], "strategies": ["devil", "gauntlet"], "filters": ["keep_all"],
         "config_paths": ["pkg://conclave_example_plugin.conf"],
     }
 
 
 def test_plugin_config_joins_the_groups(plugin_site: Path, tmp_path: Path) -> None:
     help_text = run_conclave("--help", home=tmp_path, env=_with_plugin(plugin_site)).stdout
-    assert "mode: converge, devil, explore" in help_text
+    assert "mode: converge, devil, explore, gauntlet" in help_text
     assert "agents: anthropic_only, default, echo_panel, gemini_only," in help_text
     proc = run_conclave("--cfg", "job", "mode=devil", "agents=echo_panel", "filtering.filter=keep_all",
                         home=tmp_path, env=_with_plugin(plugin_site))
@@ -93,3 +93,15 @@ def test_consultation_runs_on_the_plugin_provider_strategy_and_filter(plugin_sit
     assert {a["actual_provider"] for a in result["agents"]} == {"echo"}
     assert result["prompt_versions"]["round_1"].startswith("devil/round1@v1")
     assert result["verdict"]["recommendation"]
+
+
+def test_a_plugin_strategy_with_a_round_type_of_its_own_runs_from_the_cli(plugin_site: Path, tmp_path: Path) -> None:
+    proc = run_conclave(
+        "Should the example plugin win?", "mode=gauntlet", "agents=echo_panel", "output.format=json",
+        "cost.auto_approve=true", home=tmp_path, env=_with_plugin(plugin_site),
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "complete" and result["completed_rounds"] == 5
+    assert [t["to"] for t in result["transitions"]][3:6] == ["SYNTHESIS", "REBUTTAL", "CROSS_EXAM"]
+    assert result["prompt_versions"]["rebuttal"].startswith("gauntlet/rebuttal@v1")
