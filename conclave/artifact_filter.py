@@ -83,10 +83,12 @@ def limits_for(artifact: Mapping[str, Any], limits: Mapping[str, int]) -> dict[s
 
 
 def token_efficiency_stats(tokens_before: int, tokens_after: int, filtered_rounds: Iterable[int]) -> dict[str, Any]:
-    """The ``token_efficiency_stats`` record: ``tokens_after`` were used where ``tokens_before`` would have been.
+    """The ``token_efficiency_stats`` record: ``tokens_after`` input tokens were sent in the filtered rounds
+    where ``tokens_before`` would have been sent without filtering.
 
-    efficiency_percentage = saved / (used + saved) × 100, one decimal. Reordering kept items can make the
-    filtered text a token longer than the original; savings are then reported as 0, never negative.
+    efficiency_percentage = saved / (used + saved) × 100, one decimal: the share of those rounds' input that
+    filtering removed. Reordering kept items can make the filtered text a token longer than the original;
+    savings are then reported as 0, never negative.
     """
     if tokens_before < 0 or tokens_after < 0:
         raise ValueError("token counts must be non-negative")

@@ -141,7 +141,7 @@ def assemble_result(
             cached_input=money.usage.cached_input_tokens,
             total=money.usage.total_tokens,
         ),
-        token_efficiency_stats=session.filtering.stats(money.usage.total_tokens),
+        token_efficiency_stats=session.filtering.stats(),
         substitutions=substitutions,
         scrub_report=provenance.scrub_report,
         context_sources=provenance.context_sources,

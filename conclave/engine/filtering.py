@@ -2,12 +2,14 @@
 
 The filter (a plugin) only drops array items and re-validates; this module decides when it runs (never with
 ``verbose=true``), emits ``filter:applied`` with real token counts of the JSON shown, and totals the savings
-for ``token_efficiency_stats``.
+for ``token_efficiency_stats``: of the input actually sent in the rounds that filtered something (every call
+of those rounds, counted with the real tokenizer on the prompts as sent), the share filtering removed. The
+unfiltered input is what was sent plus what was removed from each filtered artifact, times the calls that
+received it — the same prompts, only with the artifacts whole.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,7 @@ class ArtifactFiltering:
         self._bus = bus
         self.saved_tokens = 0
         self.filtered_rounds: list[int] = []
+        self.sent_tokens = 0  # input of every call of the filtered rounds, as sent
 
     def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
@@ -65,8 +68,10 @@ class ArtifactFiltering:
             # Sending the unfiltered artifact is still correct (only dearer); say so instead of failing the run.
             log.warning("filter %r failed on the round-%d %s: %s", name, round_number, artifact_type, exc)
             filtered, error = artifact, f"{type(exc).__name__}: {exc}"
-        before = count_tokens(canonical_json(view(artifact)))
-        after = count_tokens(canonical_json(view(filtered)))
+        from conclave.engine.session import prompt_json  # the JSON exactly as prompts show it
+
+        before = count_tokens(prompt_json(view(artifact)))
+        after = count_tokens(prompt_json(view(filtered)))
         self.saved_tokens += max(0, before - after) * recipients
         if round_number not in self.filtered_rounds:
             self.filtered_rounds.append(round_number)
@@ -83,16 +88,17 @@ class ArtifactFiltering:
         )
         return filtered
 
-    def stats(self, tokens_used: int) -> dict[str, Any] | None:
+    def count_sent(self, round_number: int, prompt: str) -> None:
+        """Count one call's prompt (system, user and schema instruction as sent) when its round filtered."""
+        if self.enabled and round_number in self.filtered_rounds:
+            from conclave.tokens import count_tokens
+
+            self.sent_tokens += count_tokens(prompt)
+
+    def stats(self) -> dict[str, Any] | None:
         """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no round 3 ran)."""
         if not self.filtered_rounds:
             return None
         from conclave.artifact_filter import token_efficiency_stats
 
-        # tokens_used is every token of the consultation; without filtering it would have been
-        # tokens_used + saved, so efficiency = saved / (used + saved).
-        return token_efficiency_stats(tokens_used + self.saved_tokens, tokens_used, self.filtered_rounds)
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return token_efficiency_stats(self.sent_tokens + self.saved_tokens, self.sent_tokens, self.filtered_rounds)

@@ -21,7 +21,7 @@ from typing import Any
 
 from conclave import artifacts
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
-from conclave.engine.extraction import header_for
+from conclave.engine.extraction import header_for, json_instruction
 from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
 from conclave.engine.session import RoundOutput, Session, prompt_json
 
@@ -129,6 +129,7 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
 
     async def one(name: str) -> None:
         spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name)
+        _count_sent(session, spec)
         outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus)
         _record_agent(session, step, name, outcome)
 
@@ -161,6 +162,7 @@ def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome)
 async def _play_judge(session: Session, step: Step) -> str | None:
     round_type, number = step.type, step.number
     spec = call_spec(session, round_type, number, shared_inputs(session, round_type, number))
+    _count_sent(session, spec)
     outcome = await session.judge.ask(session.pool, spec, session.bus)
     if outcome.artifact is None:
         return f"the judge failed in round {number}: {outcome.error}"
@@ -171,6 +173,12 @@ async def _play_judge(session: Session, step: Step) -> str | None:
     session.emit_artifact(number, round_type.schema, None, artifact, outcome.raw_text, outcome.status or "valid",
                           round_type.name)
     return None
+
+
+def _count_sent(session: Session, spec: CallSpec) -> None:
+    if session.filtering.enabled and spec.round_number in session.filtering.filtered_rounds:
+        instruction = json_instruction(spec.schema_name, session.native(spec.provider))
+        session.filtering.count_sent(spec.round_number, f"{spec.system}\n{spec.user}\n{instruction}")
 
 
 def derive_verdict(session: Session) -> dict[str, Any]:
