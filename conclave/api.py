@@ -48,6 +48,14 @@ def compose_settings(question: str, overrides: Sequence[str] = (), plugins: Any 
     try:
         with initialize_config_module(config_module="conclave.conf", version_base="1.3"):
             cfg = compose("config", overrides=everything)
+    except Exception as exc:  # Hydra's composition and override errors: the CLI's one-line form
+        from conclave.cli import _hydra_error_message
+        from conclave.errors import ConfigError
+
+        message = _hydra_error_message(exc)
+        if message is None:
+            raise
+        raise ConfigError([message]) from exc
     finally:
         restore_gh_from_backup(backup)
     settings = settings_from_dictconfig(cfg)

@@ -130,6 +130,8 @@ class Settings(StrictModel):
     verbose: bool = False
     strict_models: bool = False
     scrub: bool = True
+    live: bool = False
+    live_port: Annotated[int, Field(ge=0, le=65535)] = 0
     context: list[str] = Field(default_factory=list)
     project: str | None = None
     filtering: FilteringSettings = Field(default_factory=FilteringSettings)

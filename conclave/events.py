@@ -48,6 +48,9 @@ consultation:resumed                   restored_rounds [n], spent {cost, input_t
                                        (written by ``conclave resume`` before the engine continues)
 consultation:completed                 status (complete|completed_degraded|partial|aborted), result (the full
                                        result JSON, see conclave.engine.result)
+agent:chunk                            round_number, agent (name, or "judge"), text: streamed text of an answer
+                                       being written; live only (published when a consultation streams, for the
+                                       live view and the terminal), never journaled, carries no sequence number
 =====================================  ===========================================================================
 """
 
@@ -78,6 +81,8 @@ PLAN_CHANGED = "plan:changed"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"
+#: live only (:meth:`EventBus.publish`), never journaled: a piece of an answer while it streams in
+AGENT_CHUNK = "agent:chunk"
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,19 @@ class EventBus:
 
     def subscribe(self, subscriber: Subscriber, *, critical: bool = False) -> None:
         self._subscribers.append((subscriber, critical))
+
+    def publish(self, type_: str, **data: Any) -> Event:
+        """Deliver a live-only event (``agent:chunk``) to the non-critical subscribers: it takes no sequence
+        number (it carries the last one) and is never journaled — the artifact that follows holds the text."""
+        event = Event(type_, self.consultation_id, self._seq - 1, time.time(), data)
+        for subscriber, critical in self._subscribers:
+            if critical:
+                continue
+            try:
+                subscriber(event)
+            except Exception:
+                log.exception("event subscriber %r failed on %s", subscriber, type_)
+        return event
 
     def emit(self, type_: str, **data: Any) -> Event:
         event = Event(type_, self.consultation_id, self._seq, time.time(), data)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from conclave.engine.extraction import (
     reask_message,
     request_schema,
 )
-from conclave.events import AGENT_COMPLETED, EventBus
+from conclave.events import AGENT_CHUNK, AGENT_COMPLETED, EventBus
 from conclave.providers.base import Completion, CompletionRequest, Message, ProviderError, Usage
 
 if TYPE_CHECKING:
@@ -76,9 +77,10 @@ class CallOutcome:
 
 
 async def ask_for_artifact(
-    pool: ProviderPool, spec: CallSpec, *, native: bool, bus: EventBus | None = None
+    pool: ProviderPool, spec: CallSpec, *, native: bool, bus: EventBus | None = None, stream: bool = False
 ) -> CallOutcome:
-    """Ask ``spec``; on an invalid answer re-ask once with the validator's errors. Emits ``agent:completed``."""
+    """Ask ``spec``; on an invalid answer re-ask once with the validator's errors. Emits ``agent:completed``;
+    with ``stream``, publishes the answer's text as it arrives (``agent:chunk``, live only)."""
     started = time.monotonic()
     outcome = CallOutcome(spec=spec)
     request = CompletionRequest(
@@ -91,7 +93,8 @@ async def ask_for_artifact(
     )
     header = header_for(spec.schema_name, spec.round_number, spec.agent_id)
     try:
-        completion = await _complete(pool, spec, request, outcome)
+        on_chunk = _chunk_publisher(bus, spec) if stream and bus is not None else None
+        completion = await _complete(pool, spec, request, outcome, on_chunk)
         result = extract(completion.text, completion.parsed, spec.schema_name, header)
         if not result.ok:
             outcome.errors = result.errors
@@ -112,7 +115,7 @@ async def ask_for_artifact(
                 max_tokens=request.max_tokens,
             )
             outcome.reasked = True
-            completion = await _complete(pool, reask_spec, retry, outcome)
+            completion = await _complete(pool, reask_spec, retry, outcome, on_chunk)
             result = extract(completion.text, completion.parsed, spec.schema_name, header)
             if result.ok:
                 result = Extraction(result.artifact, "reasked")
@@ -143,12 +146,21 @@ async def ask_for_artifact(
     return outcome
 
 
-async def _complete(pool: ProviderPool, spec: CallSpec, request: CompletionRequest, outcome: CallOutcome) -> Completion:
+def _chunk_publisher(bus: EventBus, spec: CallSpec) -> Callable[[str], None]:
+    def publish(text: str) -> None:
+        bus.publish(AGENT_CHUNK, round_number=spec.round_number, agent=spec.agent, text=text)
+
+    return publish
+
+
+async def _complete(pool: ProviderPool, spec: CallSpec, request: CompletionRequest, outcome: CallOutcome,
+                    on_chunk: Callable[[str], None] | None = None) -> Completion:
     completion = await pool.complete(
         agent=spec.agent,
         provider=spec.provider,
         request=request,
         round_number=spec.round_number,
+        on_chunk=on_chunk,
         allow_substitution=spec.allow_substitution,
     )
     outcome.raw_texts.append(completion.text)

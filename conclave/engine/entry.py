@@ -47,10 +47,16 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         interaction=Interaction.from_terminal(),
         subscribers=subscribers_for(settings, plugins),
         recorder=recorder,
+        stream=settings.live,
         **resume,
     )
     try:
-        result = asyncio.run(consultation.run())
+        if settings.live:
+            from conclave.web.server import run_watched
+
+            result = asyncio.run(run_watched(consultation, settings.home, settings.live_port))
+        else:
+            result = asyncio.run(consultation.run())
     except KeyboardInterrupt:
         print("conclave: interrupted", file=sys.stderr)
         if consultation.result is not None:

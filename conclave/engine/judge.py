@@ -29,6 +29,7 @@ class JudgeSeat:
         self.substitution: dict[str, Any] | None = None  # the fallback, as recorded in ``substitutions``
         self._settings = settings
         self._native = native
+        self.stream = False  # publish the judge's answers as they stream in (set by the session)
 
     def restore(self, substitution: dict[str, Any] | None) -> None:
         """Continue with the replacement an earlier run of this consultation switched to (``conclave resume``)."""
@@ -42,7 +43,7 @@ class JudgeSeat:
         # The seat, not the pool, replaces a failing judge: the replacement then judges every later round, and
         # the record says so (``judge.fallback_used``).
         spec = replace(spec, agent=JUDGE, provider=self.provider, model=self.model, allow_substitution=False)
-        outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus)
+        outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus, stream=self.stream)
         if not outcome.ok and self._settings.strict_models:
             # strict: no other model may take the seat (it would read every answer and be billed)
             outcome.error = f"{outcome.error}; strict_models=true: no replacement judge was asked"
@@ -64,7 +65,8 @@ class JudgeSeat:
                 self.fallback_used = True
                 self.provider, self.model = replacement
                 spec = replace(spec, provider=self.provider, model=self.model)
-                outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus)
+                outcome = await ask_for_artifact(pool, spec, native=self._native(self.provider), bus=bus,
+                                                 stream=self.stream)
                 if outcome.ok:
                     outcome.status = "fallback"
         if outcome.ok:

@@ -130,7 +130,8 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
     async def one(name: str) -> None:
         spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name)
         _count_sent(session, spec)
-        outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus)
+        outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus,
+                                         stream=session.stream)
         _record_agent(session, step, name, outcome)
 
     async with asyncio.TaskGroup() as group:

@@ -111,6 +111,7 @@ class Consultation:
         first_seq: int = 0,
         environ: Mapping[str, str] | None = None,
         stdin_text: str | None = None,
+        stream: bool = False,
     ) -> None:
         if plugins is None:
             from conclave.plugins import get_plugins
@@ -135,6 +136,7 @@ class Consultation:
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
         self._stdin_text = stdin_text
+        self._stream = stream  # ask providers to stream and publish the text as it arrives (agent:chunk)
         self._estimate: CostEstimate | None = None  # the rounds this run will play: consent, early termination
         self._budget: CostEstimate | None = None  # every planned round: the result's estimate and the abort check
         self._prior = SpentSoFar.from_journal(self.resume_from.get("spent"))  # billed by earlier runs
@@ -157,6 +159,7 @@ class Consultation:
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
             )
+            session.stream = session.judge.stream = self._stream
             self.machine.follow(session.plan.states())
             session.judge.restore(self.resume_from.get("judge_fallback"))
             session.plan.on_change = lambda change: self._on_plan_change(session, change)

@@ -134,6 +134,7 @@ class Session:
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}
         self.judge = JudgeSeat(settings, self.native)
         self.filtering = ArtifactFiltering(settings, plugins, bus)
+        self.stream = False  # publish answers as they stream in (``agent:chunk``): the live view, the terminal
 
     def native(self, provider: str) -> bool:
         """Whether ``provider``'s implementation honours a JSON schema natively (structured output)."""

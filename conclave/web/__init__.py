@@ -1,0 +1,1 @@
+"""The live web view (``conclave serve``, ``conclave "Q" live=true``)."""

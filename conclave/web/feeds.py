@@ -1,0 +1,149 @@
+"""What viewers of the live view are sent: each consultation's events, replayed from the start, then live.
+
+A consultation running in this process has a :class:`Feed` (an event subscriber): every event it emits is kept
+in order (late joiners get all of it) and pushed to every viewer's queue; ``agent:chunk`` text is pushed but
+not kept (the artifact that follows holds it). A consultation this process does not run is read from its
+journal, which is followed until it records its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from conclave import events as ev
+from conclave.store.paths import StoreLayout
+
+#: how often a journal written by another process is read again for new records
+JOURNAL_POLL_S = 0.25
+#: a viewer that falls this far behind is dropped (it reconnects and resumes from its last event id)
+QUEUE_LIMIT = 10_000
+
+
+class Feed:
+    """The events of one consultation running in this process, for any number of viewers."""
+
+    def __init__(self, consultation_id: str) -> None:
+        self.consultation_id = consultation_id
+        self.history: list[dict[str, Any]] = []
+        self.viewers: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self.finished = False
+
+    def __call__(self, event: ev.Event) -> None:
+        record = event.as_dict()
+        if event.type != ev.AGENT_CHUNK:
+            self.history.append(record)
+        for queue in list(self.viewers):
+            if queue.qsize() >= QUEUE_LIMIT:
+                self.viewers.discard(queue)
+                queue.put_nowait(None)  # too slow: end its stream
+            else:
+                queue.put_nowait(record)
+        if event.type == ev.CONSULTATION_COMPLETED:
+            self.finished = True
+            for queue in self.viewers:
+                queue.put_nowait(None)
+
+    async def follow(self, after: int) -> AsyncIterator[dict[str, Any]]:
+        """Every kept event with a sequence number above ``after``, then live events until the end."""
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.viewers.add(queue)  # before reading the history: nothing falls between the two
+        try:
+            sent = after
+            for record in list(self.history):
+                if record["seq"] > sent:
+                    sent = record["seq"]
+                    yield record
+            if self.finished:
+                return
+            while (live := await queue.get()) is not None:
+                if live["type"] == ev.AGENT_CHUNK:
+                    yield live
+                elif live["seq"] > sent:
+                    sent = live["seq"]
+                    yield live
+        finally:
+            self.viewers.discard(queue)
+
+
+class Feeds:
+    """The feeds of this process's consultations; anything else is read from the journal."""
+
+    def __init__(self, layout: StoreLayout) -> None:
+        self.layout = layout
+        self.running: dict[str, Feed] = {}
+
+    def feed_for(self, consultation_id: str) -> Feed:
+        feed = self.running.get(consultation_id)
+        if feed is None:
+            feed = self.running[consultation_id] = Feed(consultation_id)
+        return feed
+
+    def exists(self, consultation_id: str) -> bool:
+        return consultation_id in self.running or self.layout.journal_path(consultation_id).is_file()
+
+    async def follow(self, consultation_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
+        feed = self.running.get(consultation_id)
+        if feed is not None:
+            async for record in feed.follow(after):
+                yield record
+            return
+        async for record in follow_journal(self.layout.journal_path(consultation_id), after):
+            yield record
+
+
+async def follow_journal(path: Path, after: int) -> AsyncIterator[dict[str, Any]]:
+    """Records of a journal above sequence ``after``, read again as the writing process appends, until its end
+    record (a journal that ends without one was interrupted and is finished as it is)."""
+    sent = after
+    while True:
+        records = read_journal_records(path)
+        for record in records:
+            if record.get("seq", -1) > sent:
+                sent = record["seq"]
+                yield record
+                if record.get("type") == ev.CONSULTATION_COMPLETED:
+                    return
+        if not _is_being_written(path):
+            return
+        await asyncio.sleep(JOURNAL_POLL_S)
+
+
+def read_journal_records(path: Path) -> list[dict[str, Any]]:
+    """The complete records of a journal as stored (a torn last line is skipped)."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _is_being_written(path: Path) -> bool:
+    from conclave.store.journal import is_being_written
+
+    try:
+        return bool(is_being_written(path))
+    except OSError:
+        return False
+
+
+def summary(path: Path) -> dict[str, Any]:
+    """One line of the consultation list: id, question, mode, started, status (from the journal)."""
+    records = read_journal_records(path)
+    started = next((r for r in records if r.get("type") == ev.CONSULTATION_STARTED), {})
+    final = next((r for r in reversed(records) if r.get("type") == ev.CONSULTATION_COMPLETED), None)
+    data = started.get("data", {})
+    status = final["data"].get("status") if final else ("running" if _is_being_written(path) else "interrupted")
+    return {"id": path.stem, "question": data.get("question", ""), "mode": data.get("mode", ""),
+            "started": started.get("ts"), "status": status}

@@ -1,0 +1,189 @@
+"""The live view's two pages, self-contained (no script, style or font from the network)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+_STYLE = """
+:root { --fg:#1d2430; --muted:#5b6472; --line:#dfe3ea; --bg:#f7f8fa; --card:#fff; --ok:#1f7a4d; --bad:#b3261e;
+        --run:#8a5a00; --accent:#2f5fd0; }
+* { box-sizing: border-box; }
+body { margin:0; font:15px/1.5 system-ui,-apple-system,Segoe UI,Roboto,sans-serif; color:var(--fg); background:var(--bg); }
+header { padding:16px 24px; background:var(--card); border-bottom:1px solid var(--line); }
+header h1 { margin:0; font-size:18px; } header .sub { color:var(--muted); font-size:13px; }
+main { max-width:1100px; margin:0 auto; padding:20px 24px 60px; }
+table { border-collapse:collapse; width:100%; background:var(--card); }
+td,th { text-align:left; padding:8px 10px; border-bottom:1px solid var(--line); vertical-align:top; }
+th { font-size:12px; text-transform:uppercase; color:var(--muted); }
+a { color:var(--accent); text-decoration:none; } a:hover { text-decoration:underline; }
+form { background:var(--card); border:1px solid var(--line); padding:16px; border-radius:8px; margin-bottom:20px; }
+textarea,input[type=text] { width:100%; font:inherit; padding:8px; border:1px solid var(--line); border-radius:6px; }
+button { font:inherit; padding:8px 16px; border:0; border-radius:6px; background:var(--accent); color:#fff; cursor:pointer; }
+.note { padding:10px 14px; border-radius:6px; margin-bottom:14px; background:#fff7e6; border:1px solid #f0d49a; }
+.error { background:#fdecea; border-color:#f3b4ae; }
+.status { font-weight:600; } .status.complete,.status.completed_degraded { color:var(--ok); }
+.status.partial,.status.aborted,.status.interrupted { color:var(--bad); } .status.running { color:var(--run); }
+.round { background:var(--card); border:1px solid var(--line); border-radius:8px; margin:14px 0; }
+.round > h2 { margin:0; padding:10px 14px; font-size:15px; border-bottom:1px solid var(--line); display:flex; gap:10px; }
+.round > h2 .state { margin-left:auto; font-weight:400; color:var(--muted); font-size:13px; }
+.agents { display:grid; grid-template-columns:repeat(auto-fill,minmax(320px,1fr)); gap:10px; padding:12px; }
+.agent { border:1px solid var(--line); border-radius:6px; padding:10px; min-height:64px; }
+.agent .who { font-weight:600; } .agent .meta { color:var(--muted); font-size:12px; }
+.agent.thinking .who::after { content:" · thinking…"; color:var(--run); font-weight:400; }
+.agent.done .who::after { content:" ✓"; color:var(--ok); } .agent.failed .who::after { content:" ✗"; color:var(--bad); }
+.stream { white-space:pre-wrap; font:12px/1.4 ui-monospace,Menlo,monospace; max-height:160px; overflow:auto;
+          background:var(--bg); padding:6px; margin-top:6px; border-radius:4px; }
+.stream:empty { display:none; }
+.artifact dl { margin:6px 0 0; } .artifact dt { font-weight:600; font-size:13px; margin-top:6px; }
+.artifact dd { margin:0 0 0 12px; } .artifact ul { margin:2px 0; padding-left:18px; }
+.agent[data-agent=judge] { grid-column:1 / -1; }
+#verdict { background:var(--card); border:2px solid var(--accent); border-radius:8px; padding:14px; margin:14px 0; }
+#verdict:empty { display:none; }
+#conn { font-size:12px; color:var(--muted); }
+"""
+
+_SCRIPT = r"""
+const cid = document.body.dataset.id;
+const rounds = document.getElementById("rounds");
+const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c]));
+const title = {independent:"Independent", synthesis:"Synthesis", cross_exam:"Cross-examination", verdict:"Verdict"};
+function render(v) {
+  if (Array.isArray(v)) return "<ul>" + v.map(x => "<li>" + render(x) + "</li>").join("") + "</ul>";
+  if (v && typeof v === "object") return "<dl>" + Object.entries(v).filter(([k]) =>
+      !["artifact_type","schema_version","round_number","created_at","agent_id"].includes(k)).map(([k, x]) =>
+      "<dt>" + esc(k.replaceAll("_", " ")) + "</dt><dd>" + render(x) + "</dd>").join("") + "</dl>";
+  return esc(v);
+}
+function round(n, type) {
+  let el = document.getElementById("round-" + n);
+  if (!el) {
+    el = document.createElement("section"); el.className = "round"; el.id = "round-" + n;
+    el.innerHTML = "<h2>Round " + n + " · <span class=kind></span><span class=state>running</span></h2><div class=agents></div>";
+    rounds.appendChild(el);
+  }
+  if (type) el.querySelector(".kind").textContent = title[type] || type;
+  return el;
+}
+function agent(n, who) {
+  const box = round(n).querySelector(".agents");
+  let el = box.querySelector('[data-agent="' + CSS.escape(who) + '"]');
+  if (!el) {
+    el = document.createElement("div"); el.className = "agent thinking"; el.dataset.agent = who;
+    el.dataset.start = Date.now();
+    el.innerHTML = "<div class=who>" + esc(who) + "</div><div class=meta></div><div class=stream></div><div class=artifact></div>";
+    box.appendChild(el);
+  }
+  return el;
+}
+let panel = [];
+const judgeRounds = ["synthesis", "verdict"];
+setInterval(() => {
+  for (const el of document.querySelectorAll(".agent.thinking")) {
+    const chars = el.querySelector(".stream").textContent.length;
+    el.querySelector(".meta").textContent = ((Date.now() - el.dataset.start) / 1000).toFixed(1) + " s"
+      + (chars ? " · " + chars + " characters streamed" : "");
+  }
+}, 200);
+const handlers = {
+  "consultation:started": d => {
+    panel = (d.agents || []).map(a => a.name);
+    document.getElementById("question").textContent = d.question;
+    document.getElementById("panel").textContent = (d.agents || []).map(a => a.name + " (" + a.model + ")").join(" · ")
+      + " · judge " + (d.judge ? d.judge.model : "");
+  },
+  "round:started": d => {
+    round(d.round_number, d.round_type);
+    for (const who of judgeRounds.includes(d.round_type) ? ["judge"] : panel) agent(d.round_number, who);
+  },
+  "agent:chunk": d => { const s = agent(d.round_number, d.agent).querySelector(".stream"); s.textContent += d.text; s.scrollTop = s.scrollHeight; },
+  "agent:completed": d => {
+    const el = agent(d.round_number, d.agent);
+    el.className = "agent " + (d.ok ? "done" : "failed");
+    const cards = round(d.round_number).querySelectorAll(".agent");
+    if (d.agent !== "judge" && ![...cards].some(c => c.classList.contains("thinking"))
+        && round(d.round_number).querySelector(".kind").textContent !== "Independent") agent(d.round_number, "judge");
+    el.querySelector(".meta").textContent = (d.model || "") + " · " + d.duration_s + " s · "
+      + (d.input_tokens + d.output_tokens) + " tokens" + (d.error ? " · " + d.error : "");
+  },
+  "consultation:round_artifact": d => {
+    const el = agent(d.round_number, d.agent || "judge");
+    el.querySelector(".stream").style.display = "none";
+    el.querySelector(".artifact").innerHTML = render(d.artifact);
+  },
+  "round:completed": d => { round(d.round_number).querySelector(".state").textContent =
+      (d.ok ? "done" : "failed") + " · " + d.duration_s + " s"; },
+  "round:interrupted": d => { round(d.round_number).querySelector(".state").textContent = "interrupted: " + d.reason; },
+  "consultation:completed": d => {
+    const r = d.result || {}, v = r.verdict || {};
+    const st = document.getElementById("status"); st.textContent = d.status; st.className = "status " + d.status;
+    document.getElementById("verdict").innerHTML = "<h2>Verdict" + (r.confidence != null ? " · confidence "
+      + Math.round(r.confidence * 100) + "%" : "") + "</h2>" + render(v)
+      + (r.abort_reason ? "<p class='note error'>" + esc(r.abort_reason) + "</p>" : "");
+  },
+};
+function connect() {
+  const source = new EventSource("/c/" + encodeURIComponent(cid) + "/events");
+  source.onopen = () => { document.getElementById("conn").textContent = "live"; };
+  source.onmessage = m => { const e = JSON.parse(m.data); (handlers[e.type] || (() => {}))(e.data); };
+  source.addEventListener("end", () => { document.getElementById("conn").textContent = "finished"; source.close(); });
+  source.onerror = () => { document.getElementById("conn").textContent = "reconnecting…"; };
+}
+connect();
+"""
+
+
+def _page(title: str, body: str, data: str = "") -> str:
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport "
+            f"content='width=device-width,initial-scale=1'><title>{html.escape(title)}</title>"
+            f"<style>{_STYLE}</style></head><body{data}>{body}</body></html>")
+
+
+def index_page(rows: list[dict[str, Any]], *, can_start: bool, error: str | None = None,
+               refused: str | None = None, question: str = "", overrides: list[str] | None = None) -> str:
+    parts = ["<header><h1>conclave</h1><div class=sub>consultations on this machine</div></header><main>"]
+    if error:
+        parts.append(f"<div class='note error'>{html.escape(error)}</div>")
+    if refused:
+        parts.append(f"<div class=note>Cost gate: {html.escape(refused)}</div>")
+    if can_start:
+        approve = "<input type=hidden name=approve value=yes>" if refused else ""
+        label = "Approve the estimate and start" if refused else "Start"
+        parts.append(
+            "<form method=post action=/consult><label>Question<br><textarea name=question rows=3 required>"
+            f"{html.escape(question)}</textarea></label><br><label>Overrides, one per line (as on the command "
+            f"line, e.g. <code>mode=explore</code>)<br><textarea name=overrides rows=2>"
+            f"{html.escape(chr(10).join(overrides or []))}</textarea></label><br>{approve}"
+            f"<button type=submit>{label}</button></form>")
+    if rows:
+        parts.append("<table><thead><tr><th>Question</th><th>Mode</th><th>Status</th><th>Started</th></tr></thead>"
+                     "<tbody>")
+        for row in rows:
+            started = _when(row.get("started"))
+            parts.append(
+                f"<tr><td><a href='/c/{html.escape(row['id'])}'>{html.escape(row['question'][:160] or row['id'])}"
+                f"</a></td><td>{html.escape(str(row['mode']))}</td><td class='status {html.escape(str(row['status']))}'>"
+                f"{html.escape(str(row['status']))}</td><td>{started}</td></tr>")
+        parts.append("</tbody></table>")
+    elif not error and not refused:
+        parts.append("<p>No consultation yet.</p>")
+    parts.append("</main>")
+    return _page("conclave", "".join(parts))
+
+
+def consultation_page(consultation_id: str) -> str:
+    body = (
+        "<header><h1 id=question>…</h1><div class=sub><span id=panel></span> · <span id=status class=status>"
+        "running</span> · <span id=conn>connecting…</span> · <a href='/'>all consultations</a></div></header>"
+        "<main><div id=rounds></div><div id=verdict></div></main>"
+        f"<script>{_SCRIPT}</script>"
+    )
+    return _page(f"conclave · {consultation_id}", body, f" data-id='{html.escape(consultation_id)}'")
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return ""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -1,0 +1,112 @@
+"""Running the live view: ``conclave serve`` (list, start and watch consultations) and ``live=true`` (watch the
+consultation this command runs). Both bind 127.0.0.1 unless told otherwise and print the URL with its token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from conclave import events as ev
+from conclave.store.paths import StoreLayout
+from conclave.web.app import make_app, new_token
+from conclave.web.feeds import Feeds
+
+#: how long the consultation gate may take before the form gives up waiting (the consultation goes on)
+DECISION_TIMEOUT_S = 120.0
+
+
+class LocalStarter:
+    """Starts consultations in this process from the form, composed and validated exactly as on the command
+    line; the cost gate runs non-interactively, and a refusal is shown in the page with the figure so the user
+    can approve it there (which re-submits with ``cost.auto_approve=true``)."""
+
+    def __init__(self, feeds: Feeds, recorder: Any) -> None:
+        self.feeds = feeds
+        self.recorder = recorder
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def __call__(self, question: str, overrides: list[str], approved: bool) -> dict[str, Any]:
+        from conclave.api import compose_settings
+        from conclave.engine.ids import new_consultation_id
+        from conclave.engine.interaction import Interaction
+        from conclave.engine.runner import Consultation
+        from conclave.errors import ConclaveError
+
+        try:
+            settings = compose_settings(question, [*overrides, *(["cost.auto_approve=true"] if approved else [])])
+        except ConclaveError as exc:
+            return {"error": str(exc)}
+        cid = new_consultation_id()
+        decided = asyncio.Event()
+
+        def watch(event: ev.Event) -> None:
+            if event.type in (ev.USER_CONSENT, ev.CONSULTATION_COMPLETED):
+                decided.set()
+
+        consultation = Consultation(settings, interaction=Interaction.non_interactive(), recorder=self.recorder,
+                                    subscribers=[self.feeds.feed_for(cid), watch], consultation_id=cid, stream=True)
+        task = asyncio.create_task(consultation.run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        waiter = asyncio.create_task(decided.wait())
+        await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if consultation.refusal is not None:
+            return {"refused": consultation.refusal}
+        if task.done() and task.exception() is not None:
+            return {"error": f"{type(task.exception()).__name__}: {task.exception()}"}
+        return {"id": cid}
+
+
+async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    addresses = runner.addresses
+    return runner, int(addresses[0][1]) if addresses else port
+
+
+def token_from_env() -> str:
+    return os.environ.get("CONCLAVE_WEB_TOKEN") or new_token()
+
+
+async def serve(home: Path, host: str, port: int) -> None:
+    """Serve until cancelled (Ctrl-C)."""
+    from conclave.store.recorder import Recorder
+
+    recorder = Recorder(home)
+    feeds = Feeds(StoreLayout(home))
+    token = token_from_env()
+    starter = LocalStarter(feeds, recorder)
+    runner, bound = await start_site(make_app(home, token, feeds, starter), host, port)
+    print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
+          flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for task in list(starter.tasks):
+            task.cancel()
+        await asyncio.gather(*starter.tasks, return_exceptions=True)
+        await runner.cleanup()
+        recorder.close()
+
+
+async def run_watched(consultation: Any, home: Path, port: int) -> Any:
+    """Run ``consultation`` (which streams) while serving its live view; the URL goes to stderr."""
+    feeds = Feeds(StoreLayout(home))
+    consultation.bus.subscribe(feeds.feed_for(consultation.id))
+    token = token_from_env()
+    runner, bound = await start_site(make_app(home, token, feeds), "127.0.0.1", port)
+    print(f"conclave: watch it live at http://127.0.0.1:{bound}/c/{consultation.id}?token={token}",
+          file=sys.stderr, flush=True)
+    try:
+        return await consultation.run()
+    finally:
+        await asyncio.sleep(0.2)  # let open streams deliver the end
+        await runner.cleanup()
