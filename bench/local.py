@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import string
 import sys
-import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -42,10 +40,7 @@ def round1_messages() -> list[dict[str, str]]:
 def model_file(model_path: str | None) -> Path:
     from conclave_plugins.local.model import resolve_model_path
 
-    home = Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
-    if model_path is None and not os.environ.get("CONCLAVE_HOME"):
-        home = Path(tempfile.gettempdir()) / "conclave-bench-home"  # never assemble into the user's real home
-    return resolve_model_path(model_path, home)
+    return resolve_model_path(model_path)  # the packaged model: the one shared copy every home uses
 
 
 def main() -> None:
