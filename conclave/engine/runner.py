@@ -41,6 +41,7 @@ from conclave.engine.independent import run_independent
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
 from conclave.engine.labels import JudgeLabels, new_seed
+from conclave.engine.limits import check_context_windows
 from conclave.engine.result import ConsultationResult
 from conclave.engine.resume import restore_rounds, resumed_rounds
 from conclave.engine.session import Session
@@ -147,6 +148,7 @@ class Consultation:
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
             )
+            check_context_windows(session)  # before the journal starts: an impossible prompt is a usage error
             snapshot = config_snapshot(self.settings, inputs.question)
             provenance = Provenance(
                 consultation_id=self.id,
