@@ -41,8 +41,15 @@ class ConclavePluginSearchPath(SearchPathPlugin):
 
 @functools.cache
 def prepare_hydra() -> None:
-    """Register conclave's search-path plugin with Hydra (once per process)."""
+    """Register conclave's search-path plugin with Hydra and the ``conclave_home`` resolver (once per process)."""
+    from omegaconf import OmegaConf
+
+    from conclave.home import default_home
+
     HydraPlugins.instance().register(ConclavePluginSearchPath)
+    if not OmegaConf.has_resolver("conclave_home"):
+        # ${conclave_home:} in config.yaml: where a sweep's output goes unless hydra.sweep.dir says otherwise
+        OmegaConf.register_new_resolver("conclave_home", lambda: str(default_home()))
 
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
@@ -55,10 +62,9 @@ def hydra_entry(cfg: DictConfig) -> Any:
     try:
         settings = settings_from_dictconfig(cfg)
         check_against_plugins(settings, get_plugins())
-        _print_offline_notice_once()
         from conclave.engine.entry import run_from_cli
 
-        code = run_from_cli(settings)
+        code = run_from_cli(settings, subscribers=_offline_notice(settings))
     except ConclaveError as exc:
         # Report here: an exception leaving the task makes Hydra print "Error executing job ..." first.
         # SystemExit passes through Hydra, so a bad value stops a sweep at once with our exit code.
@@ -74,15 +80,25 @@ _worst_exit = 0
 offline_notice_pending = False
 
 
-def _print_offline_notice_once() -> None:
+def _offline_notice(settings: Any) -> list[Any]:
+    """A subscriber printing the offline-panel notice once the consultation starts, so a run refused before it
+    starts (a seat moved to a provider without a key, a question too long for the model) stays one line."""
     global offline_notice_pending
-    if offline_notice_pending:
-        import sys
+    if not offline_notice_pending:
+        return []
+    offline_notice_pending = False
 
-        from conclave.panel import LOCAL_PANEL_NOTICE
+    def notice(event: Any) -> None:
+        from conclave.events import CONSULTATION_STARTED
 
-        print(LOCAL_PANEL_NOTICE, file=sys.stderr)
-        offline_notice_pending = False
+        if event.type == CONSULTATION_STARTED:
+            import sys
+
+            from conclave.panel import LOCAL_PANEL_NOTICE
+
+            print(LOCAL_PANEL_NOTICE, file=sys.stderr)
+
+    return [notice]
 
 
 def record_exit(code: int) -> None:
