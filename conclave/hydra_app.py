@@ -56,12 +56,15 @@ def prepare_hydra() -> None:
 def hydra_entry(cfg: DictConfig) -> Any:
     """One consultation per Hydra job. Sync on purpose: Hydra silently skips an ``async def`` task."""
     from conclave.config import check_against_plugins, settings_from_dictconfig
-    from conclave.errors import ConclaveError
+    from conclave.errors import ConclaveError, ConfigError
     from conclave.plugins import get_plugins
 
     try:
-        settings = settings_from_dictconfig(cfg)
-        check_against_plugins(settings, get_plugins())
+        try:
+            settings = settings_from_dictconfig(cfg)
+            check_against_plugins(settings, get_plugins())
+        except ConfigError as exc:
+            raise ConfigError(name_user_settings(exc.problems)) from None
         from conclave.engine.entry import run_from_cli
 
         code = run_from_cli(settings, subscribers=_offline_notice(settings))
@@ -72,6 +75,29 @@ def hydra_entry(cfg: DictConfig) -> Any:
         raise SystemExit(exc.exit_code) from None
     record_exit(code)
     return code
+
+
+def name_user_settings(problems: list[str]) -> list[str]:
+    """Add ``(set in PATH)`` to each problem whose key comes from ``user/settings.yaml`` and not from the command
+    line, so a bad value in that file does not look like a bad default."""
+    import yaml
+    from hydra.core.hydra_config import HydraConfig
+
+    path = user_config_dir() / "user" / "settings.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        given = {o.lstrip("+~").partition("=")[0] for o in HydraConfig.get().overrides.task}
+    except (OSError, ValueError, yaml.YAMLError):
+        return problems
+    named = []
+    for line in problems:
+        key = line.partition(":")[0]
+        node: Any = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        inherited = node is not None and key not in given
+        named.append(f"{line} (set in {path})" if inherited else line)
+    return named
 
 
 _worst_exit = 0

@@ -270,3 +270,12 @@ def test_a_closed_stdout_ends_quietly(tmp_path: Path, args: list[str]) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, stderr
     assert stderr == ""
+
+
+@pytest.mark.parametrize(("text", "key"), [("rounds: 9\n", "rounds"), ("banana: 1\n", "banana")])
+def test_a_bad_value_in_settings_yaml_names_the_file(tmp_path: Path, text: str, key: str) -> None:
+    path = _settings_file(tmp_path, text)
+    line = one_line(run_conclave("Q?", home=tmp_path))
+    assert line.startswith(f"conclave: {key}: ") and line.endswith(f"(set in {path})")
+    # the same key given on the command line is the command line's problem
+    assert "set in" not in one_line(run_conclave("Q?", f"{key}=10", home=tmp_path))
