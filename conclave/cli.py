@@ -95,12 +95,13 @@ def _unknown_flag(arg: str, following: str | None) -> str:
     if name in _FLAG_HINTS:
         return f"{name} is not an option; {_FLAG_HINTS[name]}"
     key = name.lstrip("-").replace("-", "_")
-    if not value and following is not None and not following.startswith("-") and not _is_override(following):
+    field = Settings.model_fields.get(key)
+    if field is not None and field.annotation is bool:  # a switch: the next argument is the question, not its value
+        value = value or "true"
+    elif not value and following is not None and not following.startswith("-") and not _is_override(following):
         value = following
     if key.partition(".")[0] in Settings.model_fields:
-        shown = value or ("true" if Settings.model_fields.get(key) and
-                          Settings.model_fields[key].annotation is bool else "VALUE")
-        return f"{name} is not an option; settings are KEY=VALUE overrides without dashes: {key}={shown}"
+        return f"{name} is not an option; settings are KEY=VALUE overrides without dashes: {key}={value or 'VALUE'}"
     return (f"{name} is not an option; settings are KEY=VALUE overrides (conclave --help lists them), and a "
             "question that starts with - goes after --")
 

@@ -71,7 +71,7 @@ def test_multirun_with_cfg_is_one_line(tmp_path: Path) -> None:
         (["-f", "question.txt"], "conclave: -f is not an option; read the question from a file with `conclave - < FILE`"),
         (["Q?", "--rounds", "2"], "conclave: --rounds is not an option; settings are KEY=VALUE overrides without dashes: rounds=2"),
         (["Q?", "--rounds=3"], "conclave: --rounds is not an option; settings are KEY=VALUE overrides without dashes: rounds=3"),
-        (["Q?", "--quick"], "conclave: --quick is not an option; settings are KEY=VALUE overrides without dashes: quick=true"),
+        (["--quick", "Q?"], "conclave: --quick is not an option; settings are KEY=VALUE overrides without dashes: quick=true"),
         (["--frobnicate", "Q?"], "conclave: --frobnicate is not an option; settings are KEY=VALUE overrides"),
     ],
 )
