@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import string
 import sys
-import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -40,12 +38,9 @@ def round1_messages() -> list[dict[str, str]]:
 
 
 def model_file(model_path: str | None) -> Path:
-    from conclave.local_model import resolve_model_path
+    from conclave_plugins.local.model import resolve_model_path
 
-    home = Path(os.environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
-    if model_path is None and not os.environ.get("CONCLAVE_HOME"):
-        home = Path(tempfile.gettempdir()) / "conclave-bench-home"  # never assemble into the user's real home
-    return resolve_model_path(model_path, home)
+    return resolve_model_path(model_path)  # the packaged model: the one shared copy every home uses
 
 
 def main() -> None:
@@ -101,9 +96,9 @@ def main() -> None:
 def default_path(runtime: object, messages: list[dict[str, str]], schema: dict, cap: int) -> tuple[int, float, str]:
     """llama-cpp-python's own sampler chain with the same grammar: penalties → grammar (full vocab) → top-k …"""
     import llama_cpp
+    from conclave_plugins.local.sampling import build_grammar
 
     from conclave import artifacts
-    from conclave.local_sampling import build_grammar
 
     grammar = build_grammar(schema, max_tokens=cap, now=artifacts.now_iso())
     prompt = runtime.prompt_text(messages, grammar.prefix)  # type: ignore[attr-defined]

@@ -36,10 +36,10 @@ def compose_settings(question: str, overrides: Sequence[str] = (), plugins: Any 
     plugins = plugins if plugins is not None else get_plugins()
     prepare_hydra()
     from conclave.home import default_home
-    from conclave.panel import panel_override
+    from conclave.panel import zero_config_overrides
 
-    panel = panel_override(list(overrides), os.environ, default_home())
-    everything = [*([panel] if panel else []), *overrides, "question=" + hydra_quote(question)]
+    panel = zero_config_overrides(list(overrides), os.environ, default_home())
+    everything = [*panel, *overrides, "question=" + hydra_quote(question)]
     # Another Hydra app (or a test) may own the global instance; compose in a clean one and restore it after.
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 

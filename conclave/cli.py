@@ -11,9 +11,14 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from conclave.errors import UsageError
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: 128 + SIGPIPE: what a shell reports for a process that stopped because its output pipe closed
+EXIT_BROKEN_PIPE = 141
 
 #: subcommand -> module with ``run(argv: list[str]) -> int``; imported only when used, so startup stays fast.
 SUBCOMMANDS = {
@@ -56,6 +61,53 @@ _VALUE_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config
 _INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
+#: every flag Hydra's parser knows; anything else starting with "-" is not passed to it (its usage is 8 lines)
+_HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package",
+                "-r", "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path",
+                "-cn", "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info")
+
+#: options people try first, and the override that does what they meant
+_FLAG_HINTS = {
+    "--model": "choose models with overrides: agents.NAME.model=MODEL for one agent, judge.model=MODEL for the judge",
+    "-f": "read the question from a file with `conclave - < FILE`; add files to the prompt with context=[FILE,...]",
+    "--file": "read the question from a file with `conclave - < FILE`; add files to the prompt with context=[FILE,...]",
+    "--json": "ask for JSON with output.format=json",
+    "-q": "run two rounds with quick=true",
+    "-v": "turn on verbose output with verbose=true",
+}
+
+
+def _hydra_flag(arg: str) -> str | None:
+    """The full name of the Hydra flag ``arg`` spells (argparse accepts an unambiguous prefix of a long option,
+    and ``--flag=value``), or None."""
+    name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+    if name not in _HYDRA_FLAGS:
+        matches = [f for f in _HYDRA_FLAGS if f.startswith(name)] if name.startswith("--") else []
+        if len(matches) != 1:
+            return None
+        name = matches[0]
+    return name + eq + value
+
+
+def _unknown_flag(arg: str, following: str | None) -> str:
+    """One line for an option conclave does not have, pointing to the override that does what was meant."""
+    from conclave.config import Settings
+
+    name, _, value = arg.partition("=")
+    if name in _FLAG_HINTS:
+        return f"{name} is not an option; {_FLAG_HINTS[name]}"
+    key = name.lstrip("-").replace("-", "_")
+    field = Settings.model_fields.get(key)
+    if field is not None and field.annotation is bool:  # a switch: the next argument is the question, not its value
+        value = value or "true"
+    elif not value and following is not None and not following.startswith("-") and not _is_override(following):
+        value = following
+    if key.partition(".")[0] in Settings.model_fields:
+        return f"{name} is not an option; settings are KEY=VALUE overrides without dashes: {key}={value or 'VALUE'}"
+    return (f"{name} is not an option; settings are KEY=VALUE overrides (conclave --help lists them), and a "
+            "question that starts with - goes after --")
+
+
 def _read_stdin(given: str | None) -> str:
     return (given if given is not None else sys.stdin.read()).strip()
 
@@ -85,15 +137,23 @@ def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[lis
             overrides.append(arg)
             i += 1
             continue
+        if arg != "-":
+            full = _hydra_flag(arg)
+            if full is None:
+                raise UsageError(_unknown_flag(arg, args[i + 1] if i + 1 < len(args) else None))
+            arg = full
         flags.append(arg)
         i += 1
+        if arg in ("-i", "--info"):
+            # its topic is optional: name it, or argparse reads the override after it (e.g. the panel) as the topic
+            topic_given = i < len(args) and args[i] in _INFO_TOPICS
+            flags.append(args[i] if topic_given else "all")
+            i += int(topic_given)
+            continue
         # a flag's value stays with its flag, so it is not mistaken for the question or an override
         if arg in _VALUE_FLAGS and i < len(args):
             value = args[i]
-            optional_value = arg in ("-c", "--cfg", "-i", "--info")
-            if optional_value and (value.startswith("-") or _is_override(value)):
-                continue
-            if arg in ("-i", "--info") and value not in _INFO_TOPICS:
+            if arg in ("-c", "--cfg") and (value.startswith("-") or _is_override(value)):
                 continue
             flags.append(value)
             i += 1
@@ -102,18 +162,47 @@ def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the process exit code (``python -m conclave`` exits with it)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``conclave plugins --json | head -1``): stop quietly, as Unix tools do.
+
+    stdout is pointed at /dev/null first, so the interpreter's final flush of the unwritten rest cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def _main(args: list[str]) -> int:
     if args and args[0] in SUBCOMMANDS:
         return _run_subcommand(args[0], args[1:])
     try:
         flags, overrides, question = _split_question(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except UsageError as exc:
+        print(f"conclave: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if "--version" in flags:  # Hydra's own --version would print Hydra's version
+        from conclave import __version__
+
+        print(f"conclave {__version__}")
+        return EXIT_OK
     if question is not None:
         if not question.strip():
             print("conclave: the question is empty", file=sys.stderr)
             return EXIT_USAGE
         overrides.append("question=" + hydra_quote(question))
+    if "--hydra-help" in flags:  # Hydra's help composes its own config, where an agents=… override cannot apply
+        return run_hydra([*flags, *overrides])
     return run_hydra([*flags, *_with_zero_config_panel(overrides)])
 
 
@@ -125,13 +214,11 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     """
     from conclave import hydra_app
     from conclave.home import default_home
-    from conclave.panel import LOCAL_PANEL, panel_override
+    from conclave.panel import LOCAL_PANEL, zero_config_overrides
 
-    override = panel_override(overrides, os.environ, default_home())
-    if override is None:
-        return overrides
-    hydra_app.offline_notice_pending = override == f"agents={LOCAL_PANEL}"
-    return [override, *overrides]  # first, so the user's own agents.* overrides still apply on top
+    added = zero_config_overrides(overrides, os.environ, default_home())
+    hydra_app.offline_notice_pending = f"agents={LOCAL_PANEL}" in added
+    return [*added, *overrides]  # first, so the user's own agents.* overrides still apply on top
 
 
 def _run_subcommand(name: str, argv: list[str]) -> int:
@@ -206,6 +293,9 @@ def _hydra_error_message(exc: BaseException) -> str | None:
                 "(if this argument is your question, put -- before it)")
     if isinstance(exc, ConfigCompositionException):
         text = str(exc)
+        loading = re.match(r"In '([^']+)': \w+ raised while composing config:\n(.*)", text)
+        if loading:
+            return _config_file_message(*loading.groups())
         match = re.search(r"Could not override '([^']+)'", text) or re.search(
             r"Could not append to config\. An item is already at '([^']+)'", text
         )
@@ -213,10 +303,7 @@ def _hydra_error_message(exc: BaseException) -> str | None:
         if match:
             key = match.group(1)
             if cause is not None and "not in struct" in str(cause):
-                parent = key.rpartition(".")[0]
-                allowed = _known_children(cause)
-                hint = f"; known keys{' under ' + parent if parent else ''}: {allowed}" if allowed else ""
-                return f"{key}: unknown key{hint} (prefix with + to add a new key)"
+                return _unknown_key_message(key, cause)
             detail = str(cause).splitlines()[0] if cause is not None else text.splitlines()[0]
             return f"{key}: {detail}"
         first = text.splitlines()[0]
@@ -226,6 +313,14 @@ def _hydra_error_message(exc: BaseException) -> str | None:
         if cause is not None:
             first += f" ({str(cause).splitlines()[0]})"
         return first
+    if isinstance(exc, ValueError) and _raised_by_hydra(exc):
+        # Hydra's own checks of its flags (-m with --cfg, --shell-completion without a shell, …)
+        first = str(exc).splitlines()[0]
+        if first.startswith("Only one of"):
+            return f"{first}; drop -m to print the configuration of one job"
+        if "Expecting one subcommand" in first:
+            return "--shell-completion needs one of install=SHELL, uninstall=SHELL or query=SHELL (bash, zsh, fish)"
+        return first
     if isinstance(exc, OmegaConfBaseException):
         key = getattr(exc, "full_key", None)
         first = str(exc).splitlines()[0]
@@ -233,10 +328,56 @@ def _hydra_error_message(exc: BaseException) -> str | None:
     return None
 
 
-def _known_children(cause: BaseException) -> str:
+def _config_file_message(name: str, detail: str) -> str:
+    """One line for a config file that loaded but cannot be merged, naming the file on disk when it is the user's."""
+    from conclave.hydra_app import user_config_dir
+
+    path = user_config_dir() / f"{name}.yaml"
+    where = str(path) if path.is_file() else f"config {name!r}"
+    if "Cannot merge DictConfig with ListConfig" in detail:
+        return f"{where}: the file must hold a mapping (key: value lines), not a list"
+    return f"{where}: {detail.strip()}"
+
+
+def _raised_by_hydra(exc: BaseException) -> bool:
+    import hydra
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(str(Path(hydra.__file__).parent))
+
+
+#: config nodes that are open mappings: a new entry under them is added with "+" (every other node is closed,
+#: and "+" there only moves the same error from Hydra to the validator)
+_OPEN_NODES = {
+    "agents": "+agents.{name}={{persona: …, provider: …, model: …}}",
+    "personas": "+personas.{name}={{name: …, focus: …}}",
+    "providers": "+providers.{name}={{api: …, base_url: …}}",
+    "mode.options": "+mode.options.{name}=VALUE (if the strategy takes that option)",
+}
+
+
+def _unknown_key_message(key: str, cause: BaseException) -> str:
+    """``KEY: unknown key; known keys under PARENT: …`` with the closest known key, or — under an open mapping
+    (agents, personas, providers, mode.options) — how to add a new entry."""
+    import difflib
+
+    missing = str(getattr(cause, "full_key", "") or key)
+    parent, _, name = missing.rpartition(".")
+    known = _known_children(cause)
+    message = f"{key}: unknown key"
+    if known:
+        message += f"; known keys{' under ' + parent if parent else ''}: {', '.join(known)}"
+    if parent in _OPEN_NODES:
+        return message + "; to add one: " + _OPEN_NODES[parent].format(name=name)
+    close = difflib.get_close_matches(name, known, n=1)
+    return message + (f"; did you mean {'.'.join(filter(None, (parent, close[0])))}?" if close else "")
+
+
+def _known_children(cause: BaseException) -> list[str]:
     node: Any = getattr(cause, "parent_node", None)
     try:
-        keys = sorted(str(k) for k in node) if node is not None else []
+        return sorted(str(k) for k in node) if node is not None else []
     except Exception:
-        keys = []
-    return ", ".join(keys)
+        return []

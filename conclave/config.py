@@ -141,6 +141,28 @@ class Settings(StrictModel):
     output: OutputSettings = Field(default_factory=OutputSettings)
     home: Path = Field(default_factory=lambda: default_home())
 
+    @model_validator(mode="before")
+    @classmethod
+    def _judge_from_panel(cls, data: Any) -> Any:
+        """A judge left null (wholly or in part) is the provider and model most agents use, the first agent's on a
+        tie; a given half narrows the choice to the agents that share it."""
+        if not isinstance(data, dict) or not isinstance(data.get("agents"), dict):
+            return data
+        judge = data.get("judge") or {}
+        if not isinstance(judge, dict):
+            return data
+        provider, model = judge.get("provider"), judge.get("model")
+        if provider is not None and model is not None:
+            return data
+        seats = [(a.get("provider"), a.get("model")) for a in data["agents"].values() if isinstance(a, dict)]
+        candidates = [s for s in seats if provider in (None, s[0]) and model in (None, s[1])]
+        if not candidates:
+            given, missing = ("provider", "model") if provider is not None else ("model", "provider")
+            raise ValueError(f"judge.{missing}: required, since no agent uses judge.{given} "
+                             f"{provider if provider is not None else model!r}")
+        best = max(candidates, key=lambda s: (candidates.count(s), -candidates.index(s)))
+        return {**data, "judge": {**judge, "provider": best[0], "model": best[1]}}
+
     @field_validator("agents")
     @classmethod
     def _panel_size(cls, agents: dict[str, AgentSpec]) -> dict[str, AgentSpec]:

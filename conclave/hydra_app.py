@@ -41,24 +41,33 @@ class ConclavePluginSearchPath(SearchPathPlugin):
 
 @functools.cache
 def prepare_hydra() -> None:
-    """Register conclave's search-path plugin with Hydra (once per process)."""
+    """Register conclave's search-path plugin with Hydra and the ``conclave_home`` resolver (once per process)."""
+    from omegaconf import OmegaConf
+
+    from conclave.home import default_home
+
     HydraPlugins.instance().register(ConclavePluginSearchPath)
+    if not OmegaConf.has_resolver("conclave_home"):
+        # ${conclave_home:} in config.yaml: where a sweep's output goes unless hydra.sweep.dir says otherwise
+        OmegaConf.register_new_resolver("conclave_home", lambda: str(default_home()))
 
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
 def hydra_entry(cfg: DictConfig) -> Any:
     """One consultation per Hydra job. Sync on purpose: Hydra silently skips an ``async def`` task."""
     from conclave.config import check_against_plugins, settings_from_dictconfig
-    from conclave.errors import ConclaveError
+    from conclave.errors import ConclaveError, ConfigError
     from conclave.plugins import get_plugins
 
     try:
-        settings = settings_from_dictconfig(cfg)
-        check_against_plugins(settings, get_plugins())
-        _print_offline_notice_once()
+        try:
+            settings = settings_from_dictconfig(cfg)
+            check_against_plugins(settings, get_plugins())
+        except ConfigError as exc:
+            raise ConfigError(name_user_settings(exc.problems)) from None
         from conclave.engine.entry import run_from_cli
 
-        code = run_from_cli(settings)
+        code = run_from_cli(settings, subscribers=_offline_notice(settings))
     except ConclaveError as exc:
         # Report here: an exception leaving the task makes Hydra print "Error executing job ..." first.
         # SystemExit passes through Hydra, so a bad value stops a sweep at once with our exit code.
@@ -68,21 +77,54 @@ def hydra_entry(cfg: DictConfig) -> Any:
     return code
 
 
+def name_user_settings(problems: list[str]) -> list[str]:
+    """Add ``(set in PATH)`` to each problem whose key comes from ``user/settings.yaml`` and not from the command
+    line, so a bad value in that file does not look like a bad default."""
+    import yaml
+    from hydra.core.hydra_config import HydraConfig
+
+    path = user_config_dir() / "user" / "settings.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        given = {o.lstrip("+~").partition("=")[0] for o in HydraConfig.get().overrides.task}
+    except (OSError, ValueError, yaml.YAMLError):
+        return problems
+    named = []
+    for line in problems:
+        key = line.partition(":")[0]
+        node: Any = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        inherited = node is not None and key not in given
+        named.append(f"{line} (set in {path})" if inherited else line)
+    return named
+
+
 _worst_exit = 0
 
 #: set by the CLI when it chose the offline panel for lack of keys; the notice waits for a valid config
 offline_notice_pending = False
 
 
-def _print_offline_notice_once() -> None:
+def _offline_notice(settings: Any) -> list[Any]:
+    """A subscriber printing the offline-panel notice once the consultation starts, so a run refused before it
+    starts (a seat moved to a provider without a key, a question too long for the model) stays one line."""
     global offline_notice_pending
-    if offline_notice_pending:
-        import sys
+    if not offline_notice_pending:
+        return []
+    offline_notice_pending = False
 
-        from conclave.panel import LOCAL_PANEL_NOTICE
+    def notice(event: Any) -> None:
+        from conclave.events import CONSULTATION_STARTED
 
-        print(LOCAL_PANEL_NOTICE, file=sys.stderr)
-        offline_notice_pending = False
+        if event.type == CONSULTATION_STARTED:
+            import sys
+
+            from conclave.panel import LOCAL_PANEL_NOTICE
+
+            print(LOCAL_PANEL_NOTICE, file=sys.stderr)
+
+    return [notice]
 
 
 def record_exit(code: int) -> None:

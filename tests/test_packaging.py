@@ -46,7 +46,7 @@ def test_wheel_ships_config_schemas_and_plugins(installed_wheel: Path, tmp_path:
     env = _outside_env(tmp_path)
     conclave = str(installed_wheel / "bin" / "conclave")
     where = _run([str(installed_wheel / "bin" / "python"), "-c",
-                  "import conclave, conclave.conf, conclave.schemas, conclave_plugins;"
+                  "import conclave, conclave.conf, conclave.schemas, conclave_plugins, conclave_plugins.local.model;"
                   "print(conclave.__file__); print(conclave.conf.__file__)"], cwd=tmp_path, env=env)
     assert all(str(installed_wheel) in line for line in where.splitlines()), where
     assert str(REPO) not in where
@@ -57,7 +57,9 @@ def test_wheel_ships_config_schemas_and_plugins(installed_wheel: Path, tmp_path:
     assert composed["providers"]["grok"]["base_url"] == "https://api.x.ai/v1"
 
     plugins = json.loads(_run([conclave, "plugins", "--json"], cwd=tmp_path, env=env))
-    assert {"openai", "anthropic", "gemini", "strategies", "filters", "progress"} <= {p["name"] for p in plugins}
+    assert {"openai", "anthropic", "gemini", "strategies", "filters", "progress", "local"} <= {
+        p["name"] for p in plugins
+    }
 
     schemas = _run([conclave, "schemas", "list"], cwd=tmp_path, env=env)
     for name in ("independent", "synthesis", "cross_exam", "verdict", "verdict_explore"):
@@ -66,8 +68,8 @@ def test_wheel_ships_config_schemas_and_plugins(installed_wheel: Path, tmp_path:
 
 
 def test_every_source_package_is_listed_for_the_wheel() -> None:
-    """pyproject lists packages explicitly (conf/, schemas/, plugins/ are remapped); a forgotten one would be
-    missing from the wheel while editable installs keep working."""
+    """pyproject lists packages explicitly (conf/, schemas/, plugins/ are remapped); a forgotten one — in conclave/
+    or a plugin package such as plugins/local/ — would be missing from the wheel while editable installs work."""
     import tomllib
 
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
@@ -75,5 +77,9 @@ def test_every_source_package_is_listed_for_the_wheel() -> None:
         ".".join(init.parent.relative_to(REPO).parts)
         for init in (REPO / "conclave").rglob("__init__.py")
     }
-    on_disk |= {"conclave.conf", "conclave.schemas", "conclave_plugins"}
+    on_disk |= {
+        ".".join(("conclave_plugins", *init.parent.relative_to(REPO / "plugins").parts))
+        for init in (REPO / "plugins").rglob("__init__.py")
+    }
+    on_disk |= {"conclave.conf", "conclave.schemas"}
     assert on_disk == listed

@@ -78,7 +78,7 @@ def test_all_default_providers_keep_the_default_panel() -> None:
 
 @pytest.mark.parametrize(("keyed", "option"), sorted(PANELS.items(), key=str))
 def test_each_mixed_panel_uses_exactly_the_keyed_providers(keyed: frozenset[str], option: str | None) -> None:
-    if option is None:  # agents/default.yaml: its judge comes from config.yaml
+    if option is None:  # agents=default is what no override composes
         settings = compose_settings("q", ["agents=default"])
         used = {a.provider for a in settings.agents.values()} | {settings.judge.provider}
     else:

@@ -64,14 +64,23 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
         json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
+    if not rows:
+        print(f"no consultations recorded in {layout.home} yet", file=sys.stderr)
+        return 0
+    width = max(len(r["id"]) for r in rows)
+    print(_list_line("ID".ljust(width), "STARTED", "STATUS", "MODE", "COST", "CONF", "QUESTION"))
     for r in rows:
         cost = "-" if r["total_cost"] is None else f"${r['total_cost']:.4f}"
         conf = "-" if r["confidence"] is None else f"{r['confidence']:.0%}"
         question = (r["question"] or "").replace("\n", " ")
         question = question[:60] + ("…" if len(question) > 60 else "")
-        print(f"{r['id']}  {(r['started_at'] or '')[:19]}  {r['status'] or '-':<18} {r['mode'] or '-':<9} "
-              f"{cost:>9} {conf:>5}  {question}")
+        print(_list_line(r["id"].ljust(width), (r["started_at"] or "")[:19], r["status"] or "-", r["mode"] or "-",
+                         cost, conf, question))
     return 0
+
+
+def _list_line(cid: str, started: str, status: str, mode: str, cost: str, conf: str, question: str) -> str:
+    return f"{cid}  {started:<19}  {status:<18} {mode:<9} {cost:>9} {conf:>5}  {question}"
 
 
 def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from conclave.config import Settings
@@ -26,11 +27,13 @@ def subscribers_for(settings: Settings, plugins: Any) -> list[Subscriber]:
     return subscribers
 
 
-def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "started", **resume: Any) -> int:
+def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "started",
+                 subscribers: Iterable[Subscriber] = (), **resume: Any) -> int:
     """Run one consultation, journaled, print its result and return the exit code.
 
     ``recorder`` defaults to a :class:`~conclave.store.recorder.Recorder` on ``settings.home`` (closed here);
-    ``resume`` carries ``resume_from``, ``consultation_id`` and ``first_seq`` for ``conclave resume``.
+    ``subscribers`` receive the events before the plugins' subscribers do; ``resume`` carries ``resume_from``,
+    ``consultation_id`` and ``first_seq`` for ``conclave resume``.
     """
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
@@ -45,7 +48,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         settings,
         plugins=plugins,
         interaction=Interaction.from_terminal(),
-        subscribers=subscribers_for(settings, plugins),
+        subscribers=[*subscribers, *subscribers_for(settings, plugins)],
         recorder=recorder,
         stream=settings.live,
         **resume,

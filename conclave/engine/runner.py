@@ -39,6 +39,7 @@ from conclave.engine.ids import config_hash, config_snapshot, new_consultation_i
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
 from conclave.engine.labels import JudgeLabels, new_seed
+from conclave.engine.limits import check_context_windows
 from conclave.engine.play import derive_verdict, play
 from conclave.engine.result import ConsultationResult
 from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_rounds
@@ -163,6 +164,7 @@ class Consultation:
             self.machine.follow(session.plan.states())
             session.judge.restore(self.resume_from.get("judge_fallback"))
             session.plan.on_change = lambda change: self._on_plan_change(session, change)
+            check_context_windows(session)  # before the journal starts: an impossible prompt is a usage error
             snapshot = config_snapshot(self.settings, inputs.question)
             provenance = Provenance(
                 consultation_id=self.id,

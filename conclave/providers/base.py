@@ -233,6 +233,11 @@ class Provider(abc.ABC):
         """The model ids the endpoint serves, or None when its API has no models list."""
         return None
 
+    def context_window(self, model: str) -> int | None:
+        """Tokens one call to ``model`` can hold (prompt and answer), or None when unknown; a prompt that cannot
+        fit is refused before the consultation starts (:mod:`conclave.engine.limits`)."""
+        return None
+
     @abc.abstractmethod
     async def attempt(self, request: CompletionRequest) -> Completion:
         """Exactly one HTTP attempt; raise a :class:`ProviderError` subclass on failure."""

@@ -3,7 +3,10 @@
 No key, no network. The model (``providers.local.model_path``, else the packaged Gemma 3 270M) is loaded once per
 process and shared by every agent; generation runs on one worker thread, one call at a time, so the event loop
 stays responsive and a cancelled call stops at its next token. Artifact requests are decoded under a grammar built
-from the artifact schema (:mod:`conclave.local_sampling`), so every answer parses and validates.
+from the artifact schema, so every answer parses and validates.
+
+The package: this module (runtime, worker thread, provider), :mod:`.model` (which GGUF file, and assembling the
+packaged one) and :mod:`.sampling` (the schema grammar and the sampler that enforces it).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from conclave.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from conclave.local_sampling import SamplerStats
+    from .sampling import SamplerStats
 
 INSTALL_HINT = "pip install 'conclave[local]'"
 #: threads for llama.cpp; default half the cores: its spinning thread barrier collapses (10x slower) as soon as
@@ -148,7 +151,8 @@ class LocalRuntime:
     def generate(self, job: GenerationJob) -> Generation:
         """Run ``job`` to completion, the token budget or cancellation (raises :class:`_Cancelled`)."""
         from conclave import artifacts
-        from conclave.local_sampling import SamplingParams, SurvivorsFirstSampler, build_grammar
+
+        from .sampling import SamplingParams, SurvivorsFirstSampler, build_grammar
 
         now = artifacts.now_iso()
         grammar = build_grammar(job.grammar_schema, max_tokens=job.max_tokens, now=now) \
@@ -340,16 +344,22 @@ class LocalProvider(Provider):
     def endpoint(self) -> str | None:
         return f"file:{self.settings.model_path}" if self.settings.model_path else "local:packaged-gemma-3-270m"
 
-    def home(self) -> Path:
-        """Where the packaged model is assembled: ``$CONCLAVE_HOME/models``, as for the rest of conclave's data."""
-        return Path(self._environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()  # injected env
+    def models_dir(self) -> Path:
+        """Where the packaged model is assembled: one shared, read-only copy for every ``CONCLAVE_HOME``."""
+        from .model import shared_models_dir
+
+        return shared_models_dir(self._environ)  # the injected environment, as for keys
+
+    def context_window(self, model: str) -> int | None:
+        """The runtime's context size: every GGUF is loaded with ``MAX_CONTEXT`` tokens, whatever its name."""
+        return MAX_CONTEXT
 
     def _load(self, model: str) -> LocalRuntime:
         """The shared runtime for the configured GGUF; runs on the worker, so first-use assembly happens once."""
-        from conclave.local_model import LocalModelError, resolve_model_path
+        from .model import LocalModelError, resolve_model_path
 
         try:
-            path = resolve_model_path(self.settings.model_path, self.home())
+            path = resolve_model_path(self.settings.model_path, self.models_dir())
             return runtime_for(path)
         except LocalModelError as exc:
             raise ModelNotFoundError(str(exc), provider=self.name, model=model) from None
@@ -369,7 +379,7 @@ class LocalProvider(Provider):
     async def list_models(self) -> list[str] | None:
         """No models list: a local GGUF answers to any name. Checks, for ``conclave doctor``, that the runtime is
         installed and the model file can be found, without loading or assembling it."""
-        from conclave.local_model import LocalModelError, PackagedModel
+        from .model import LocalModelError, PackagedModel
 
         self._check_runtime("")
         try:
@@ -382,9 +392,9 @@ class LocalProvider(Provider):
         return None
 
     def _check_model_path(self) -> None:
-        from conclave.local_model import resolve_model_path
+        from .model import resolve_model_path
 
-        resolve_model_path(self.settings.model_path, self.home())
+        resolve_model_path(self.settings.model_path, self.models_dir())
 
     async def attempt(self, request: CompletionRequest) -> Completion:
         return await self._complete(request, None)
@@ -431,7 +441,7 @@ class LocalProvider(Provider):
         )
 
         def run() -> Generation:
-            from conclave.local_sampling import GrammarError
+            from .sampling import GrammarError
 
             runtime = self._load(request.model)
             try:

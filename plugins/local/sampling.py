@@ -19,6 +19,8 @@ from urllib.parse import urldefrag, urljoin
 
 import numpy as np  # installed with llama-cpp-python: this module is part of conclave[local]
 
+from conclave.errors import ConclaveError
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
@@ -39,7 +41,7 @@ _SUPPORTED_PATTERNS = frozenset({r"\S"})
 _IGNORED = frozenset({"$schema", "$id", "$comment", "$defs", "title", "description", "examples", "default"})
 
 
-class GrammarError(ValueError):
+class GrammarError(ConclaveError, ValueError):
     """The schema uses a keyword or combination the grammar builder cannot express; the message names it."""
 
 

