@@ -255,7 +255,7 @@ async def test_agents_named_like_labels_keep_their_own_replies(fake_provider_ser
 
         fake.script(model, answer)
     fake.script(JUDGE_MODEL, lambda r: Reply(json=instance_for(r.schema)))
-    run = await run_consultation(fake, "~agents", *panel)
+    run = await run_consultation(fake, "~agents", *panel, "judge.provider=openai")
     result = run.result
     assert result.status == "complete", result.abort_reason
     assert {n: a["position"] for n, a in result.artifacts.round_1.items()} == \

@@ -91,6 +91,8 @@ def example_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN))
     from conclave_example_plugin import plugin as example
 
+    # once imported, off the path again: a build there leaves an .egg-info whose entry point would load it twice
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(EXAMPLE_PLUGIN)])
     yield load_plugins([("example", example)])
     for name in [m for m in sys.modules if m.startswith("conclave_example_plugin")]:
         sys.modules.pop(name, None)
