@@ -138,7 +138,7 @@ class Consultation:
 
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
-        inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text)
+        inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text, self._environ)
         seed = int(self.resume_from.get("shuffle_seed") or new_seed())
         labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))
         async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ) as pool:
