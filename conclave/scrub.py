@@ -67,13 +67,18 @@ class _Rule:
     kind: str | Callable[[re.Match[str]], str]
     pattern: re.Pattern[str]
     accept: Callable[[str, re.Match[str]], bool] = lambda value, match: True
-    #: a cheap pattern, searched in the lower-cased text, that every line the rule can match contains
-    guard: re.Pattern[str] | None = None
+    #: cheap patterns, searched in the lower-cased text, one of which every line the rule can match contains
+    guard: tuple[re.Pattern[str], ...] = ()
     #: lower-case strings one of which every match contains: without any of them in the text the rule is skipped
     keywords: tuple[str, ...] = ()
     #: the pattern begins with a literal, which the regex engine finds by fast search: it scans the whole text
     #: rather than the stretches around its keywords
     literal_start: bool = False
+
+    @functools.cached_property
+    def value_groups(self) -> tuple[str, ...]:
+        """The groups that hold the value to redact, in the order tried; none = the whole match."""
+        return tuple(name for name in _VALUE_GROUPS if name in self.pattern.groupindex)
 
     def kind_of(self, match: re.Match[str]) -> str:
         return self.kind if isinstance(self.kind, str) else self.kind(match)
@@ -184,6 +189,8 @@ _SEPARATORS = re.compile(r"[:./_-]+")
 def _identifier_path(value: str) -> bool:
     """Words and numbers joined by separators (``user:123:profile``, ``orders/2024/summary``): a cache or sort
     key, a path or a name. A generated secret mixes letters and digits inside its parts."""
+    if len(value) > 256:  # keys and paths are short; checking a huge value part by part would cost a pass per part
+        return False
     parts = [part for part in _SEPARATORS.split(value) if part]
     return len(parts) >= 2 and all(part.isalpha() or part.isdigit() for part in parts)
 
@@ -191,7 +198,7 @@ def _identifier_path(value: str) -> bool:
 def _generated_value(value: str, min_length: int) -> bool:
     """A value shaped like a generated secret: long enough, no spaces, letters with digits (or long and mixed-case),
     and not a reference, template, number, plain URL or file path. Names, algorithms and prose have no such shape."""
-    if len(value) < min_length or any(c.isspace() for c in value):
+    if len(value) < min_length or _SPACE.search(value):
         return False
     if _REFERENCE.search(value) or _QUOTED_REFERENCE.match(value):
         return False
@@ -199,10 +206,15 @@ def _generated_value(value: str, min_length: int) -> bool:
         return False
     if _identifier_path(value):
         return False
-    has_digit = any(c.isdigit() for c in value)
-    has_letter = any(c.isalpha() for c in value)
-    mixed_case = any(c.islower() for c in value) and any(c.isupper() for c in value)
-    return (has_digit and has_letter) or (len(value) >= 20 and mixed_case)
+    has_digit = _ANY_DIGIT.search(value) is not None
+    has_letter = _ANY_LETTER.search(value) is not None
+    if has_digit and has_letter:
+        return True
+    return len(value) >= 20 and _ANY_LOWER.search(value) is not None and _ANY_UPPER.search(value) is not None
+
+
+_SPACE, _ANY_DIGIT, _ANY_LETTER = re.compile(r"\s"), re.compile(r"\d"), re.compile(r"[^\W\d_]")
+_ANY_LOWER, _ANY_UPPER = re.compile(r"[^\W\d_A-Z]"), re.compile(r"[A-Z]")
 
 
 _MIN_GENERATED = {"suffix": 8, "inner": 16}
@@ -229,7 +241,7 @@ _LITERAL_START = re.compile(r"""[A-Za-z0-9_"'@:/~-]|\\[.\[\]()"]""")
 
 def _rule(kind: str | Callable[[re.Match[str]], str], pattern: str,
           accept: Callable[[str, re.Match[str]], bool] | None = None,
-          guard: re.Pattern[str] | None = None, keywords: Iterable[str] = ()) -> _Rule:
+          guard: tuple[re.Pattern[str], ...] = (), keywords: Iterable[str] = ()) -> _Rule:
     compiled = re.compile(pattern)
     literal = bool(_LITERAL_START.match(pattern))
     if accept is None:
@@ -237,11 +249,13 @@ def _rule(kind: str | Callable[[re.Match[str]], str], pattern: str,
     return _Rule(kind, compiled, accept, guard, tuple(keywords), literal)
 
 
-# The assignment rules try a name at every identifier start, which costs ~0.2 s per MB each; they only run on
-# the lines this guard finds (a secret word in a name right before ":" or "=") in the lower-cased text. The
-# possessive "{0,128}+" never gives characters back: a name cannot end inside a run of name characters, and
-# backtracking through each run made long runs of "pass_pass_…" ten times slower.
-_ASSIGNMENT_GUARD = re.compile(rf"""{_SECRET_STEM}[a-z0-9_.-]{{0,128}}+["']?[ \t]*[:=]""")
+# The assignment rule tries a name at every identifier start, which costs ~0.2 s per MB; it only runs on the
+# lines these guards find (a secret word in a name right before ":" or "=") in the lower-cased text. One guard
+# per word, each starting with its literal, so the regex engine finds candidates by fast search. The possessive
+# "{0,128}+" never gives characters back: a name cannot end inside a run of name characters, and backtracking
+# through each run made long runs of "pass_pass_…" ten times slower.
+_STEMS = ("pass", "secret", "token", "key", "cred", "private")
+_ASSIGNMENT_GUARD = tuple(re.compile(rf"""{stem}[a-z0-9_.-]{{0,128}}+["']?[ \t]*[:=]""") for stem in _STEMS)
 
 
 # --------------------------------------------------------------------------------------- token formats (data)
@@ -338,7 +352,7 @@ _STRUCTURAL: tuple[_Rule, ...] = (
           _url_password, keywords=("@tcp(", "@tcp6(", "@unix(", "@udp(")),
     _rule("basic_auth",
           r"(?i:\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+)"
-          r"(?P<secret>[A-Za-z0-9+/_-]{4,}={0,2})",
+          r"(?P<secret>[A-Za-z0-9+/_-]{4,}+={0,2})(?!:)",
           keywords=("authorization",)),
     _rule("bearer_token", r"\b[Bb]earer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", keywords=("bearer",)),
     _rule("token", r"(?i:\bauthorization[\"']?[ \t]*[:=][ \t]*[\"']?token[ \t]+)(?P<secret>[A-Za-z0-9._~+/-]{8,}=*)",
@@ -354,7 +368,7 @@ _STRUCTURAL: tuple[_Rule, ...] = (
     # .pgpass: host:port:database:user:PASSWORD
     _rule("password",
           r"(?m:^[A-Za-z0-9.*_-]{1,253}:(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:(?P<secret>[^\s]{1,256})$)",
-          guard=re.compile(r":(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:[^\s]")),
+          guard=(re.compile(r":(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:[^\s]"),)),
     # Command lines: curl -u user:PASSWORD, sshpass -p PASSWORD, mysql -pPASSWORD, redis-cli -a PW, --password PW
     _rule("password",
           r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"']{1,256}:(?P<secret>[^\s"']{1,256})""",
@@ -378,6 +392,7 @@ _ASSIGNMENTS: tuple[_Rule, ...] = (
         rf"""|:[ \t]*(?=[^\s"',;&]{{16}}|[^\s"',;&]{{0,15}}?[\d!@#$%^&*+=/_~-])(?P<colon>[^\s"',;&]+))""",
         _assignment_accepts,
         _ASSIGNMENT_GUARD,
+        keywords=_STEMS,
     ),
 )
 
@@ -386,7 +401,11 @@ _RULES: tuple[_Rule, ...] = (*load_token_rules(), *_STRUCTURAL, *_ASSIGNMENTS)
 
 # ------------------------------------------------------------------------------------------ private keys
 
-_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+# A BEGIN line followed by key material (after blank lines and "Proc-Type: ..." headers, with real or
+# JSON-escaped line breaks): a BEGIN line alone, as in prose or in a run of such lines, is passed over inside the
+# regex engine.
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----"
+                        r"(?=(?:[ \t\r\n]|\\[rn]|[A-Za-z-]{1,40}:[^\n\\]{0,256})*+[A-Za-z0-9+/=]{24})")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
 #: a real key block is a few kB; an END further away than this does not close the block it follows
 _PEM_MAX = 64 * 1024
@@ -405,6 +424,8 @@ def _scrub_private_keys(text: str, counts: dict[str, int]) -> str:
     """Every ``-----BEGIN … PRIVATE KEY-----`` block, up to its END line or, without one, to the end of the lines
     that look like key material. Each BEGIN looks for its END only up to the next BEGIN, so the text is scanned
     a bounded number of times however many unterminated blocks it holds."""
+    if "-----BEGIN " not in text:
+        return text
     begins = [m.span() for m in _PEM_BEGIN.finditer(text)]
     if not begins:
         return text
@@ -527,10 +548,12 @@ def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...]) -> list[t
 def _apply(rule: _Rule, text: str, lowered: _Lowered, counts: dict[str, int]) -> str:
     redact = functools.partial(_redact, rule=rule, counts=counts)
     spans: list[tuple[int, int]] | None = None
-    if lowered.aligned and rule.guard is not None:
+    if lowered.aligned and rule.guard:
         spans = lowered.spans.get(rule.guard)
         if spans is None:
-            spans = lowered.spans[rule.guard] = _guarded_lines(rule.guard, text, lowered.text)
+            spans = lowered.spans[rule.guard] = _merged(
+                [span for guard in rule.guard for span in _guarded_lines(guard, text, lowered.text)]
+            )
     elif lowered.aligned and rule.keywords and not rule.literal_start:
         spans = lowered.spans.get(rule.keywords)
         if spans is None:
@@ -543,6 +566,17 @@ def _apply(rule: _Rule, text: str, lowered: _Lowered, counts: dict[str, int]) ->
         last = end
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` in order, overlapping or adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _guarded_lines(guard: re.Pattern[str], text: str, lowered: str) -> list[tuple[int, int]]:
@@ -568,8 +602,8 @@ _VALUE_GROUPS = ("secret", "plain", "colon")
 
 def _redact(match: re.Match[str], rule: _Rule, counts: dict[str, int]) -> str:
     group: str | int = 0
-    for name in _VALUE_GROUPS:
-        if name in match.re.groupindex and match.group(name) is not None:
+    for name in rule.value_groups:
+        if match.group(name) is not None:
             group = name
             break
     value = match.group(group)
@@ -577,10 +611,15 @@ def _redact(match: re.Match[str], rule: _Rule, counts: dict[str, int]) -> str:
         return match.group(0)
     kind = rule.kind_of(match)
     counts[kind] = counts.get(kind, 0) + 1
-    start, end = match.span(group)
-    whole = match.group(0)
-    offset = match.start()
-    return whole[: start - offset] + f"{PLACEHOLDER_PREFIX}{kind.upper()}]" + whole[end - offset :]
+    if group == 0:
+        return _placeholder(kind)
+    text, (start, end) = match.string, match.span(group)
+    return text[match.start():start] + _placeholder(kind) + text[end:match.end()]
+
+
+@functools.lru_cache(maxsize=256)
+def _placeholder(kind: str) -> str:
+    return f"{PLACEHOLDER_PREFIX}{kind.upper()}]"
 
 
 __all__ = ["PROVIDER_KEY", "ScrubReport", "load_token_rules", "scrub"]
