@@ -290,14 +290,18 @@ def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
 
 # ------------------------------------------------------------------------------------ credentials by syntax
 
-def _line_before(match: re.Match[str], limit: int = 512) -> str:
-    """Up to ``limit`` characters of the match's line before it (the command a flag belongs to)."""
+def _command_before(match: re.Match[str], command: re.Pattern[str], limit: int = 512) -> bool:
+    """Whether ``command`` occurs in the match's line before it (up to ``limit`` characters back): the command a
+    flag belongs to. Searched in place, without copying the line."""
     text, start = match.string, match.start()
     low = max(0, start - limit)
-    return text[text.rfind("\n", low, start) + 1 or low: start].lower()
+    return command.search(text, text.rfind("\n", low, start) + 1 or low, start) is not None
 
 
-_MYSQL_LIKE = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb|mariadb-dump)\b")
+_MYSQL = re.compile(r"(?i)\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb|mariadb-dump)\b")
+_SSHPASS = re.compile(r"(?i)\bsshpass\b")
+_REDIS_CLI = re.compile(r"(?i)\bredis-cli\b")
+_HTTP_CLIENT = re.compile(r"(?i)\b(?:curl|wget|https?)\b")
 
 
 def _url_password(value: str, match: re.Match[str]) -> bool:
@@ -315,20 +319,19 @@ def _cli_password(value: str, match: re.Match[str]) -> bool:
     mysql a space makes the next word the database, not a password), ``redis-cli -a PW``, ``--password PW``."""
     if not _plain_value(value) or value.startswith("-"):
         return False
-    flag, line = match.group("flag"), _line_before(match)
+    flag = match.group("flag")
     if flag == "-password":
         return match.group("sp") is not None  # "--password=PW" is an assignment, found by the assignment rules
     if flag == "a":
-        return "redis-cli" in line
-    if "sshpass" in line:
+        return _command_before(match, _REDIS_CLI)
+    if _command_before(match, _SSHPASS):
         return True
-    return match.group("sp") is None and bool(_MYSQL_LIKE.search(line))
+    return match.group("sp") is None and _command_before(match, _MYSQL)
 
 
 def _user_password(value: str, match: re.Match[str]) -> bool:
     """``curl -u user:PW`` (or wget, httpie); not ``docker run -u 1000:1000``."""
-    line = _line_before(match)
-    return not value.isdigit() and any(tool in line for tool in ("curl", "wget", "http ", "https "))
+    return not value.isdigit() and _command_before(match, _HTTP_CLIENT)
 
 
 _STRUCTURAL: tuple[_Rule, ...] = (

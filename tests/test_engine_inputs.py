@@ -164,6 +164,20 @@ async def test_cli_runs_a_consultation_and_prints_the_result(fake_provider_serve
 
 
 @pytest.mark.slow
+async def test_cli_never_sends_or_prints_a_provider_key_pasted_into_context(
+    fake_provider_server: FakeProviderServer, conclave_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "Zx9Cv8Bn7Mq6Wl5Ek4Rt3Yu2Io1Pa0Sd"
+    monkeypatch.setenv("MISTRAL_API_KEY", key)
+    (conclave_env / "notes.txt").write_text(f"the deploy used {key}\n")
+    code, out, err = await _conclave(fake_provider_server, conclave_env, f"Is {key} leaked?", "rounds=1",
+                                     "context=[notes.txt]", "cost.auto_approve=true", "output.format=json")
+    assert code == 0, err
+    assert key not in out and key not in err and key not in _everything_sent(fake_provider_server)
+    assert json.loads(out)["scrub_report"]["by_type"]["provider_key"] == 2
+
+
+@pytest.mark.slow
 async def test_cli_refuses_an_unapproved_cost_without_a_terminal(fake_provider_server: FakeProviderServer,
                                                                  conclave_env: Path) -> None:
     code, out, err = await _conclave(fake_provider_server, conclave_env, "Move billing?",
