@@ -109,7 +109,7 @@ def _row(name: str, make: Callable[[int], str], size: int, repeat: int) -> tuple
     t_small, t_large = _seconds(small, repeat), _seconds(large, repeat)
     mbps = len(large.encode()) / 1e6 / t_large
     ratio = t_large / t_small if t_small > 0 else float("nan")
-    print(f"| {name:<34} | {mbps:9.1f} | {ratio:10.2f} |")
+    print(f"| {name:<34} | {mbps:9.2f} | {ratio:10.2f} |")
     return mbps, ratio
 
 

@@ -84,10 +84,12 @@ class _Rule:
         return self.kind if isinstance(self.kind, str) else self.kind(match)
 
 
-# Values that name a secret rather than contain one: code and config references, booleans, empty defaults.
+# Values that name a secret rather than contain one: code and config references (also inside a call, "self.x)"),
+# booleans, empty defaults, ellipses ("sk-..."), a capitalised placeholder word ("PASSWORD").
 _REFERENCE = re.compile(
     r"""^(?:\$|\{\{|<|%\(|\*{3,}$|x{4,}$|(?i:true|false|null|none|nil|undefined|yes|no|required|optional)$)"""
-    r"""|[(\[]|^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$"""
+    r"""|[(\[]|^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+[)\]}]*$|\.\.\.|…"""
+    r"""|^(?:PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY)$"""
 )
 
 
@@ -306,7 +308,12 @@ _HTTP_CLIENT = re.compile(r"(?i)\b(?:curl|wget|https?)\b")
 
 def _url_password(value: str, match: re.Match[str]) -> bool:
     """A password in a URL or DSN, not a template slot (``${DB_PASSWORD}``, ``%s``, ``{{ pw }}``, ``<pw>``)."""
-    return not value.startswith(("$", "%", "{", "<")) and not _QUOTED_REFERENCE.match(value)
+    return (not value.startswith(("$", "%", "{", "<")) and not _QUOTED_REFERENCE.match(value)
+            and not _PLACEHOLDER_WORD.fullmatch(value))
+
+
+# a word in capitals standing for the secret in documentation: user:PASSWORD@host, -p PW
+_PLACEHOLDER_WORD = re.compile(r"PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY")
 
 
 def _docker_auth(value: str, match: re.Match[str]) -> bool:
@@ -331,7 +338,7 @@ def _cli_password(value: str, match: re.Match[str]) -> bool:
 
 def _user_password(value: str, match: re.Match[str]) -> bool:
     """``curl -u user:PW`` (or wget, httpie); not ``docker run -u 1000:1000``."""
-    return not value.isdigit() and _command_before(match, _HTTP_CLIENT)
+    return _plain_value(value) and not value.isdigit() and _command_before(match, _HTTP_CLIENT)
 
 
 _STRUCTURAL: tuple[_Rule, ...] = (
@@ -374,10 +381,10 @@ _STRUCTURAL: tuple[_Rule, ...] = (
           guard=(re.compile(r":(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:[^\s]"),)),
     # Command lines: curl -u user:PASSWORD, sshpass -p PASSWORD, mysql -pPASSWORD, redis-cli -a PW, --password PW
     _rule("password",
-          r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"']{1,256}:(?P<secret>[^\s"']{1,256})""",
+          r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"'`]{1,256}:(?P<secret>[^\s"'`]{1,256})""",
           _user_password, keywords=("-u", "--user")),
     _rule("password",
-          r"""-(?<=\s-)(?P<flag>p|a|-password)(?P<sp>[ \t]+)?["']?(?P<secret>[^\s"']{1,256})""",
+          r"""-(?<=\s-)(?P<flag>p|a|-password)(?P<sp>[ \t]+)?["']?(?P<secret>[^\s"'`]{1,256})""",
           _cli_password, keywords=("-p", "-a", "--password")),
 )
 
@@ -391,8 +398,8 @@ _ASSIGNMENTS: tuple[_Rule, ...] = (
     _rule(
         _assignment_kind,
         rf"""(?i:{_KEY})[ \t]*(?:[:=][ \t]*(?P<oq>["'])(?P<secret>(?:(?!(?P=oq))[^\\\n]|\\.)*)(?P=oq)"""
-        rf"""|=(?!=)[ \t]*(?=[^\s"',;&]{{4}})(?P<plain>[^\s"',;&]+)"""
-        rf"""|:[ \t]*(?=[^\s"',;&]{{16}}|[^\s"',;&]{{0,15}}?[\d!@#$%^&*+=/_~-])(?P<colon>[^\s"',;&]+))""",
+        rf"""|=(?!=)[ \t]*(?=[^\s"'`,;&]{{4}})(?P<plain>[^\s"'`,;&]+)"""
+        rf"""|:[ \t]*(?=[^\s"'`,;&]{{16}}|[^\s"'`,;&]{{0,15}}?[\d!@#$%^&*+=/_~-])(?P<colon>[^\s"'`,;&]+))""",
         _assignment_accepts,
         _ASSIGNMENT_GUARD,
         keywords=_STEMS,

@@ -320,6 +320,11 @@ NEGATIVES: tuple[Negative, ...] = (
     Negative("Kubernetes secret reference", "valueFrom:\n  secretKeyRef:\n    name: db-credentials\n    key: password"),
     Negative("JSON token counts", '{"tokens_used": 12450, "tokens_saved_via_filtering": 3200}'),
     Negative("random filename", "dist/app-4f3c2b1a.min.js and assets/logo-9a8b7c6d.svg"),
+    # found by scrubbing this repository's own code and documentation
+    Negative("attribute passed in a call", "f = Fmt(template=self.template, eos_token=self.eos, bos_token=self.bos)"),
+    Negative("elided key in docs", "an ``OPENAI_API_KEY=sk-...`` line is one key"),
+    Negative("flags in docs", "use ``sshpass -p PASS`` or ``mysql -pPASSWORD``, and ``curl -u user:PASSWORD``"),
+    Negative("URL placeholder in docs", "scheme://user:PASSWORD@host keeps the user; user:PASSWORD@tcp(host:3306)/db"),
 )
 
 
