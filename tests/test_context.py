@@ -59,8 +59,8 @@ def test_context_files_are_included_in_order_with_sources(chdir_tmp: Path) -> No
     assert bundle.text.index("CREATE TABLE") < bundle.text.index("# ADR 7")
     assert '<file path="schema.sql">' in bundle.text
     assert bundle.sources == [
-        {"path": "schema.sql", "bytes": 44, "truncated": False, "kind": "context_file", "omitted": None},
-        {"path": "adr-007.md", "bytes": 38, "truncated": False, "kind": "context_file", "omitted": None},
+        {"path": "schema.sql", "bytes": 44, "sent": 44, "truncated": False, "kind": "context_file", "omitted": None},
+        {"path": "adr-007.md", "bytes": 38, "sent": 38, "truncated": False, "kind": "context_file", "omitted": None},
     ]
 
 
@@ -129,7 +129,7 @@ def test_a_file_over_the_per_file_limit_is_truncated_with_a_marker(chdir_tmp: Pa
     bundle = load_context(make_settings(project="p"))
     assert f"[… truncated by conclave: showing {MAX_FILE_BYTES:,} of 180,000 bytes]" in bundle.text
     assert by_path(bundle)["p/big.log"] == {
-        "path": "p/big.log", "bytes": 180_000, "truncated": True, "kind": "project_file", "omitted": None,
+        "path": "p/big.log", "bytes": 180_000, "sent": MAX_FILE_BYTES, "truncated": True, "kind": "project_file", "omitted": None,
     }
     assert len(bundle.text.encode()) < MAX_FILE_BYTES + 1_000
 
@@ -142,7 +142,7 @@ def test_the_file_count_limit_lists_what_was_left_out(chdir_tmp: Path) -> None:
     kept = [s for s in bundle.sources if s["omitted"] is None]
     left = [s for s in bundle.sources if s["omitted"] is not None]
     assert len(kept) == MAX_PROJECT_FILES and len(left) == 20
-    assert left[0] == {"path": "p/module_100.py", "bytes": 16, "truncated": False, "kind": "project_file",
+    assert left[0] == {"path": "p/module_100.py", "bytes": 16, "sent": 0, "truncated": False, "kind": "project_file",
                        "omitted": "over the 100-file limit"}
     assert "VALUE_99 = 99" in bundle.text and "VALUE_100" not in bundle.text
     assert "… 20 more files left out" in bundle.text
@@ -167,7 +167,7 @@ def test_omitted_entries_beyond_the_listing_cap_are_summarised(chdir_tmp: Path) 
         (chdir_tmp / "p" / f"f{i:04d}.txt").write_text("1234\n")
     bundle = load_context(make_settings(project="p"))
     assert len(bundle.sources) == MAX_PROJECT_FILES + MAX_OMITTED_LISTED + 1
-    assert bundle.sources[-1] == {"path": "p/…", "bytes": 250, "truncated": False, "kind": "project_file",
+    assert bundle.sources[-1] == {"path": "p/…", "bytes": 250, "sent": 0, "truncated": False, "kind": "project_file",
                                   "omitted": "50 more files left out (limits, binaries, symlinks or secret files)"}
 
 
@@ -242,7 +242,7 @@ def test_secret_files_in_a_project_are_left_out_and_listed(chdir_tmp: Path) -> N
     for rel, text in SECRET_FILES.items():
         assert text not in bundle.text, rel
         assert f"  {rel}\n" not in bundle.text, rel  # not in the file tree either
-        assert sources[f"p/{rel}"] == {"path": f"p/{rel}", "bytes": len(text.encode()), "truncated": False,
+        assert sources[f"p/{rel}"] == {"path": f"p/{rel}", "bytes": len(text.encode()), "sent": 0, "truncated": False,
                                        "kind": "project_file", "omitted": "secret file"}
     for rel, text in NOT_SECRET_FILES.items():
         assert sources[f"p/{rel}"]["omitted"] is None, rel
@@ -279,7 +279,7 @@ def test_an_explicitly_named_secret_file_is_sent_and_scrubbed(chdir_tmp: Path) -
     (chdir_tmp / ".env").write_text("DB_PASSWORD=Tr0ub4dor-3x\nSTRIPE_SECRET_KEY=sk_live_51HqT9kLmN3pQ7rS2tU8vW4x\n"
                                     "LOG_LEVEL=debug\n")
     bundle = load_context(make_settings(context=[".env"]))
-    assert bundle.sources == [{"path": ".env", "bytes": 92, "truncated": False, "kind": "context_file",
+    assert bundle.sources == [{"path": ".env", "bytes": 92, "sent": 92, "truncated": False, "kind": "context_file",
                                "omitted": None}]
     assert "LOG_LEVEL=debug" in bundle.text
     scrubbed, report = scrub(bundle.text)
@@ -292,7 +292,7 @@ def test_stdin_is_appended_after_files(chdir_tmp: Path) -> None:
     (chdir_tmp / "a.md").write_text("file body")
     bundle = load_context(make_settings(context=["a.md"]), stdin_text="piped log line")
     assert bundle.text.endswith("<stdin>\npiped log line\n</stdin>")
-    assert bundle.sources[-1] == {"path": "-", "bytes": 14, "truncated": False, "kind": "stdin", "omitted": None}
+    assert bundle.sources[-1] == {"path": "-", "bytes": 14, "sent": 14, "truncated": False, "kind": "stdin", "omitted": None}
 
 
 def test_no_context_is_an_empty_bundle() -> None:

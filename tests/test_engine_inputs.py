@@ -39,6 +39,73 @@ async def test_planted_secrets_never_reach_a_provider(fake_provider_server: Fake
     assert AWS_KEY not in json.dumps([e.as_dict() for e in run.events])
 
 
+async def test_a_prefixless_provider_key_pasted_into_context_never_reaches_a_provider(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Mistral key has no prefix, and nothing around it says what it is: only its value gives it away.
+    key = "Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz9Xc"
+    monkeypatch.setenv("MISTRAL_API_KEY", key)
+    notes = tmp_path / "notes.txt"
+    notes.write_text(f"build 4411 used {key} by mistake\n")
+    run = await run_consultation(fake_provider_server, f"context=[{notes}]", "rounds=1",
+                                 question=f"Is {key} a problem?")
+    assert fake_provider_server.requests and key not in _everything_sent(fake_provider_server)
+    assert run.result.scrub_report["by_type"]["provider_key"] == 2
+    assert key not in json.dumps(run.result.as_dict())
+
+
+async def test_a_configured_key_variable_is_scrubbed_too(fake_provider_server: FakeProviderServer,
+                                                         conclave_env: Any) -> None:
+    from conclave.engine.inputs import prepare_inputs
+    from conclave.engine.interaction import Interaction
+
+    providers = fake_provider_server.providers_config()
+    providers["openai"] = {**providers["openai"], "api_key_env": ["ACME_GATEWAY_TOKEN"]}
+    token = "acme-gw-0b9c8d7e6f5a4b3c"
+    settings = fake_provider_server.settings(question=f"Rotate {token}?", providers=providers)
+    inputs = prepare_inputs(settings, Interaction.non_interactive(), environ={"ACME_GATEWAY_TOKEN": token})
+    assert inputs.question == "Rotate [REDACTED_PROVIDER_KEY]?"
+
+
+def _stored_bytes(home: Path) -> bytes:
+    """Every byte conclave wrote under its home: journals, heads log, index."""
+    return b"".join(path.read_bytes() for path in home.rglob("*") if path.is_file())
+
+
+async def test_secrets_in_the_question_are_kept_out_of_the_journal_and_the_index(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    from conclave.store.recorder import Recorder
+
+    runner_token = "glrt-" + "Ab3dEf6hIj9kLm2nOp5q"
+    hf_token = "hf_" + "kLmNoPqRsTuVwXyZaBcDeFgHiJkLmNoPqR"
+    run = await run_consultation(fake_provider_server, "rounds=1", recorder=Recorder(conclave_env),
+                                 question=f"Our runner uses {runner_token} and the model pull uses {hf_token}.")
+    stored = _stored_bytes(conclave_env)
+    assert run.result.scrub_report["by_type"] == {"gitlab_token": 1, "huggingface_token": 1}
+    assert stored and runner_token.encode() not in stored and hf_token.encode() not in stored
+    assert runner_token not in _everything_sent(fake_provider_server)
+
+
+async def test_an_oversized_context_file_is_cut_and_the_cut_is_reported(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conclave.engine.context import MAX_CONTEXT_FILE_BYTES
+    from conclave.render.markdown import render_markdown
+
+    big = tmp_path / "big.log"
+    size = MAX_CONTEXT_FILE_BYTES + 1_000_000
+    big.write_text("x" * (size - 1) + "\n")
+    run = await run_consultation(fake_provider_server, f"context=[{big}]", "rounds=1", question="Why slow?")
+    err = capsys.readouterr().err
+    assert f"context file {big} is" in err and f"only its first 2.0 MB ({MAX_CONTEXT_FILE_BYTES:,} bytes) is sent" in err
+    (source,) = run.result.context_sources
+    assert source["bytes"] == size and source["sent"] == MAX_CONTEXT_FILE_BYTES and source["truncated"] is True
+    report = render_markdown(run.result.as_dict())
+    assert f"{MAX_CONTEXT_FILE_BYTES:,} of {size:,} bytes sent" in report
+    assert f"cut: {big} after its first {MAX_CONTEXT_FILE_BYTES:,} bytes" in report
+
+
 async def test_scrub_false_sends_the_text_as_is_with_a_warning(fake_provider_server: FakeProviderServer,
                                                                conclave_env: Any,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,6 +161,20 @@ async def test_cli_runs_a_consultation_and_prints_the_result(fake_provider_serve
     assert result["status"] == "complete" and result["question"] == question and result["completed_rounds"] == 2
     shown = texts(fake_provider_server.requests_for(AGENT_MODELS["architect"])[0])
     assert question in shown and str(conclave_env) not in shown
+
+
+@pytest.mark.slow
+async def test_cli_never_sends_or_prints_a_provider_key_pasted_into_context(
+    fake_provider_server: FakeProviderServer, conclave_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "Zx9Cv8Bn7Mq6Wl5Ek4Rt3Yu2Io1Pa0Sd"
+    monkeypatch.setenv("MISTRAL_API_KEY", key)
+    (conclave_env / "notes.txt").write_text(f"the deploy used {key}\n")
+    code, out, err = await _conclave(fake_provider_server, conclave_env, f"Is {key} leaked?", "rounds=1",
+                                     "context=[notes.txt]", "cost.auto_approve=true", "output.format=json")
+    assert code == 0, err
+    assert key not in out and key not in err and key not in _everything_sent(fake_provider_server)
+    assert json.loads(out)["scrub_report"]["by_type"]["provider_key"] == 2
 
 
 @pytest.mark.slow

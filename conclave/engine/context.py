@@ -4,7 +4,8 @@ A project is summarised as a file tree plus file contents, shallow files first (
 deep sources), within fixed bounds: at most 100 files, 100 KB per file (longer files are truncated with a
 marker), 1 MB in total. Binaries, dependency/build directories, symlinks leaving the project and secret files
 (``.env``, private keys, credential stores, Terraform state: see :func:`is_secret_file`) are skipped. Every file
-read, truncated or left out is listed in ``sources``, so the report can say what the panel saw.
+read, truncated or left out is listed in ``sources`` with its size and how much of it was sent, so the report can
+say what the panel saw; :func:`cut_notices` says on stderr, as the consultation starts, what was cut and where.
 
 A file named in ``context`` is sent even if it looks like a secret file: the user asked for it. Like everything
 else it goes through the scrubber first (unless ``scrub=false``), which redacts the values it recognises.
@@ -54,8 +55,9 @@ _SNIFF_BYTES = 8192
 class ContextBundle:
     """The context text sent with every prompt, and where each part came from.
 
-    ``sources`` entries: ``{path, bytes, truncated, kind, omitted}`` where ``kind`` is ``context_file``,
-    ``project_file`` or ``stdin``, ``bytes`` is the size on disk, and ``omitted`` is null or why it was left out.
+    ``sources`` entries: ``{path, bytes, sent, truncated, kind, omitted}`` where ``kind`` is ``context_file``,
+    ``project_file`` or ``stdin``, ``bytes`` is the size on disk, ``sent`` how many of those bytes (from the start)
+    are in the prompt, and ``omitted`` is null or why it was left out.
     """
 
     text: str = ""
@@ -88,12 +90,46 @@ def load_context(settings: Settings, stdin_text: str | None = None) -> ContextBu
         data = stdin_text.encode("utf-8")
         body, truncated = _bounded(data, MAX_TOTAL_BYTES)
         sections.append(f"<stdin>\n{body}\n</stdin>")
-        sources.append(_source("-", len(data), truncated, "stdin"))
+        sources.append(_source("-", len(data), truncated, "stdin", sent=min(len(data), MAX_TOTAL_BYTES)))
     return ContextBundle("\n\n".join(sections), sources)
 
 
-def _source(path: str, size: int, truncated: bool, kind: str, omitted: str | None = None) -> dict[str, Any]:
-    return {"path": path, "bytes": size, "truncated": truncated, "kind": kind, "omitted": omitted}
+def _source(path: str, size: int, truncated: bool, kind: str, omitted: str | None = None,
+            sent: int = 0) -> dict[str, Any]:
+    return {"path": path, "bytes": size, "sent": sent, "truncated": truncated, "kind": kind, "omitted": omitted}
+
+
+def cut_notices(sources: list[dict[str, Any]]) -> list[str]:
+    """One line for each context file or stdin cut to its limit, and one for the project's cut and left-out files
+    (what was cut, where, and how much of it the panel sees)."""
+    notices = []
+    for s in sources:
+        if s["kind"] != "project_file" and s["truncated"]:
+            what = "stdin" if s["kind"] == "stdin" else f"context file {s['path']}"
+            notices.append(f"{what} is {_size_text(s['bytes'])}: only its first {_size_text(s['sent'])} is sent "
+                           f"(the limit); the remaining {_size_text(s['bytes'] - s['sent'])} is cut")
+    project = [s for s in sources if s["kind"] == "project_file"]
+    cut = [s for s in project if s["truncated"]]
+    over = [s for s in project if (s["omitted"] or "").startswith("over the")]
+    if cut or over:
+        parts = []
+        if cut:
+            parts.append(f"{len(cut)} file{'s' if len(cut) != 1 else ''} cut to their first bytes "
+                         f"({', '.join(s['path'] for s in cut[:3])}{', …' if len(cut) > 3 else ''})")
+        if over:
+            parts.append(f"files left out over the {MAX_PROJECT_FILES}-file or 1 MB limit "
+                         f"(first: {over[0]['path']})")
+        sent = sum(s["sent"] for s in project)
+        total = sum(s["bytes"] for s in project)
+        notices.append(f"project: {'; '.join(parts)}; {_size_text(sent)} of {_size_text(total)} is sent")
+    return notices
+
+
+def _size_text(n: int) -> str:
+    for unit, size in (("MB", 1024 * 1024), ("KB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit} ({n:,} bytes)"
+    return f"{n:,} bytes"
 
 
 def _context_file(name: str) -> tuple[str, dict[str, Any]]:
@@ -106,7 +142,9 @@ def _context_file(name: str) -> tuple[str, dict[str, Any]]:
     if _is_binary(data):
         raise ConfigError([f"context: not a text file: {name}"])
     body, truncated = _bounded(data, MAX_CONTEXT_FILE_BYTES)
-    return f'<file path="{name}">\n{body}\n</file>', _source(name, len(data), truncated, "context_file")
+    return f'<file path="{name}">\n{body}\n</file>', _source(
+        name, len(data), truncated, "context_file", sent=min(len(data), MAX_CONTEXT_FILE_BYTES)
+    )
 
 
 def _read(path: Path, key: str, shown: str) -> bytes:
@@ -168,9 +206,10 @@ def _project(name: str) -> tuple[str, list[dict[str, Any]]]:
             omitted.append(_source(shown, len(data), False, "project_file", "binary"))
             continue
         body, truncated = _bounded(data, min(MAX_FILE_BYTES, MAX_TOTAL_BYTES - total))
-        total += min(len(data), MAX_FILE_BYTES, MAX_TOTAL_BYTES - total)
+        sent = min(len(data), MAX_FILE_BYTES, MAX_TOTAL_BYTES - total)
+        total += sent
         included.append((rel, body))
-        sources.append(_source(shown, len(data), truncated, "project_file"))
+        sources.append(_source(shown, len(data), truncated, "project_file", sent=sent))
     sources.extend(_listed(omitted, name))
     return _render_project(name, included, len(omitted)), sources
 
@@ -237,4 +276,5 @@ def _render_project(name: str, included: list[tuple[str, str]], omitted: int) ->
     return f"{header}\n\n{files}\n</project>" if files else f"{header}\n</project>"
 
 
-__all__ = ["EXCLUDED_DIRS", "SECRET_FILE_PATTERNS", "ContextBundle", "is_secret_file", "load_context"]
+__all__ = ["EXCLUDED_DIRS", "SECRET_FILE_PATTERNS", "ContextBundle", "cut_notices", "is_secret_file",
+           "load_context"]

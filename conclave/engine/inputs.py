@@ -1,10 +1,13 @@
 """What the consultation is about, made safe to send: the question and the context, scrubbed of secrets.
 
-Nothing reaches a provider before this has run. ``scrub=false`` sends both as they are, with a warning.
+Nothing reaches a provider before this has run. The scrubber redacts what it recognises and, whatever their shape,
+the values of the provider keys conclave holds (``conclave.store.redact.key_variables``). ``scrub=false`` sends both
+as they are, with a warning. A context cut to its size limits is announced here, one line per cut.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,20 +23,26 @@ class Inputs:
     context_sources: list[dict[str, Any]]
 
 
-def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str | None = None) -> Inputs:
-    """Load the context (raises ``ConfigError`` for a bad file) and scrub question and context."""
-    from conclave.engine.context import load_context
+def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str | None = None,
+                   environ: Mapping[str, str] | None = None) -> Inputs:
+    """Load the context (raises ``ConfigError`` for a bad file) and scrub question and context of secrets and of
+    the provider key values set in ``environ`` (the process environment by default)."""
+    from conclave.engine.context import cut_notices, load_context
 
     bundle = load_context(settings, stdin_text)
+    for notice in cut_notices(bundle.sources):
+        interaction.warn(notice)
     question, context = settings.question, bundle.text or ""
     sources = [dict(s) for s in bundle.sources]
     if not settings.scrub:
         interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
         return Inputs(question, context, {"total": 0, "by_type": {}}, sources)
     from conclave.scrub import scrub
+    from conclave.store.redact import key_values, key_variables
 
-    question, report = scrub(question)
+    keys = key_values(environ, key_variables(settings))
+    question, report = scrub(question, keys)
     if context:
-        context, context_report = scrub(context)
+        context, context_report = scrub(context, keys)
         report = report.merge(context_report)
     return Inputs(question, context, report.as_dict(), sources)

@@ -150,7 +150,7 @@ class Consultation:
 
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
-        inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text)
+        inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text, self._environ)
         stored_seed = self.resume_from.get("shuffle_seed")
         seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other
         labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))

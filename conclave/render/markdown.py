@@ -290,9 +290,18 @@ def _context_line(result: Mapping[str, Any]) -> str:
     used = [s for s in sources if not s.get("omitted")]
     if used:
         size = sum(int(s.get("bytes") or 0) for s in used)
+        # "sent" is absent from records written before it existed: then what was read is what was sent
+        sent = sum(int(s.get("sent", s.get("bytes")) or 0) for s in used)
         left_out = len(sources) - len(used)
-        parts.append(f"context: {len(used)} source{'s' if len(used) != 1 else ''} ({size:,} bytes)"
-                     + (f", {left_out} left out" if left_out else ""))
+        amount = f"{size:,} bytes" if sent == size else f"{sent:,} of {size:,} bytes sent"
+        line = f"context: {len(used)} source{'s' if len(used) != 1 else ''} ({amount})"
+        if left_out:
+            line += f", {left_out} left out"
+        cut = [s for s in used if s.get("truncated")]
+        if cut:
+            shown = ", ".join(f"{s.get('path')} after its first {int(s.get('sent') or 0):,} bytes" for s in cut[:3])
+            line += f"; cut: {shown}" + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+        parts.append(line)
     scrub = _map(result.get("scrub_report"))
     if scrub.get("total"):
         kinds = ", ".join(f"{k}: {n}" for k, n in sorted(_map(scrub.get("by_type")).items()))

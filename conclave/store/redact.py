@@ -1,10 +1,15 @@
-"""Defence in depth: no provider API key value ever reaches the journal, whatever a caller put in an event."""
+"""The provider key values conclave holds, kept out of everything it writes and sends.
+
+The journal redacts them from every record (defence in depth: whatever a caller put in an event), and the
+scrubber (:mod:`conclave.scrub`) removes them from the question and context before anything reaches a provider,
+whatever their shape: a prefix-less key pasted into a context file is found by its value.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 KEY_ENV_VARS = (
@@ -15,18 +20,32 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8
 
 
+def key_variables(settings: Any = None) -> list[str]:
+    """The environment variables that hold provider keys: the built-in providers' and, given ``settings``, every
+    ``providers.<name>.api_key_env`` configured there."""
+    configured = [name for endpoint in getattr(settings, "providers", {}).values() for name in endpoint.api_key_env]
+    return list(dict.fromkeys([*KEY_ENV_VARS, *configured]))
+
+
+def key_values(env: Mapping[str, str] | None = None, names: Iterable[str] = KEY_ENV_VARS) -> list[str]:
+    """The values of ``names`` set in ``env`` (the process environment by default) that are long enough to be
+    keys (:data:`MIN_SECRET_LENGTH`), longest first."""
+    env = os.environ if env is None else env
+    values = {value for name in names if len(value := env.get(name) or "") >= MIN_SECRET_LENGTH}
+    return sorted(values, key=len, reverse=True)
+
+
 class Redactor:
     """Replaces the values of the provider key variables that are set with ``[REDACTED]``."""
 
-    def __init__(self, secrets: list[str]) -> None:
+    def __init__(self, secrets: Iterable[str]) -> None:
         self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
         # How each secret looks inside serialised JSON (quotes, backslashes and control characters escaped).
         self._encoded = [json.dumps(s, ensure_ascii=False)[1:-1] for s in self.secrets]
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Redactor:
-        env = os.environ if env is None else env
-        return cls([env[name] for name in KEY_ENV_VARS if env.get(name)])
+    def from_env(cls, env: Mapping[str, str] | None = None, names: Iterable[str] = KEY_ENV_VARS) -> Redactor:
+        return cls(key_values(env, names))
 
     def leaks(self, serialised: str) -> bool:
         """Cheap pre-check on the serialised record; the common case (no key present) costs one scan per key."""
