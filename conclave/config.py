@@ -113,7 +113,7 @@ class HedgingSettings(StrictModel):
 
 
 class OutputSettings(StrictModel):
-    format: Literal["markdown", "json", "both"] = "markdown"
+    format: Literal["markdown", "json", "both", "html"] = "markdown"
 
 
 class Settings(StrictModel):

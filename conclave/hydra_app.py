@@ -57,6 +57,9 @@ def hydra_entry(cfg: DictConfig) -> Any:
         check_against_plugins(settings, get_plugins())
         _print_offline_notice_once()
         from conclave.engine.entry import run_from_cli
+        from conclave.render.console import set_report_context
+
+        set_report_context(settings.home, sweep_overrides())
 
         code = run_from_cli(settings)
     except ConclaveError as exc:
@@ -66,6 +69,17 @@ def hydra_entry(cfg: DictConfig) -> Any:
         raise SystemExit(exc.exit_code) from None
     record_exit(code)
     return code
+
+
+def sweep_overrides() -> dict[str, str]:
+    """The overrides of this job when it is one run of a ``-m`` sweep (the question left out), else empty."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return {}
+    pairs = (o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o)
+    return {k.lstrip("+~"): v for k, v in pairs if k.lstrip("+~") != "question"}
 
 
 _worst_exit = 0
