@@ -33,13 +33,13 @@ from markupsafe import Markup, escape
 MIGRATION_SET = "conclave.index"
 CSS_URL = "/-/conclave/conclave.css"
 
-#: the columns a table page opens on (about ten), per table
+#: the columns a table page opens on (about ten), per table; Datasette always adds the primary key in front
 DEFAULT_COLUMNS = {
-    "consultations": ["id", "started_at", "status", "mode", "question", "confidence", "dissent_count",
-                      "total_cost", "total_tokens", "duration_s"],
-    "calls": ["consultation_id", "seq", "round_number", "agent", "provider", "model", "attempt", "outcome",
-              "latency_s", "cost"],
-    "artifacts": ["consultation_id", "seq", "round_number", "artifact_type", "agent", "status", "artifact"],
+    "consultations": ["started_at", "status", "mode", "question", "confidence", "dissent_count", "total_cost",
+                      "total_tokens", "duration_s"],
+    "calls": ["round_number", "agent", "provider", "model", "attempt", "outcome", "latency_s", "output_tokens",
+              "cost"],
+    "artifacts": ["round_number", "artifact_type", "agent", "status", "artifact"],
 }
 DEFAULT_SQL = ("select id, started_at, status, mode, question, confidence, round(total_cost, 4) as cost\n"
                "from consultations\norder by started_at desc\nlimit 20")
@@ -106,7 +106,7 @@ def get_metadata(datasette: Any, key: Any, database: Any, table: Any) -> dict[st
         return {}
     template = _metadata_template()
     per_db = template["databases"]["index"]
-    return {"title": template["title"], "description": template["description"],
+    return {"title": template["title"], "description_html": template["description_html"],
             "databases": {name: per_db for name in names}}
 
 
@@ -205,14 +205,25 @@ def _with_default_columns(datasette: Any, scope: dict[str, Any]) -> dict[str, An
     query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
     if any(k in ("_col", "_nocol", "_all") for k, _ in query):
         return scope
-    query += [("_col", c) for c in DEFAULT_COLUMNS[parts[1]] if c != "id" and c != "seq"]
+    query += [("_col", c) for c in DEFAULT_COLUMNS[parts[1]]]
     return {**scope, "query_string": urlencode(query).encode("latin-1")}
+
+
+TIME_COLUMNS = {"started_at", "completed_at", "resumed_at", "at", "last_seen"}
+MONEY_COLUMNS = {"total_cost", "estimated_cost", "cost", "cost_saved"}
 
 
 @hookimpl
 def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, datasette: Any) -> Any:
-    if not isinstance(value, str) or not _is_conclave(datasette, database):
+    if not _is_conclave(datasette, database):
         return None
+    if column in MONEY_COLUMNS and isinstance(value, float):
+        return Markup(f'<span class="cv-nowrap" title="{value!r}">${value:.4f}</span>')
+    if not isinstance(value, str):
+        return None
+    if column in TIME_COLUMNS and len(value) >= 19 and value[10] == "T":
+        return Markup(f'<span class="cv-nowrap" title="{escape(value)}">{escape(value[:10])} '
+                      f"{escape(value[11:19])}</span>")
     if table == "artifacts" and column == "artifact":
         return _artifact_cell(value, _row_get(row, "schema"))
     if column == "raw_text":
@@ -229,12 +240,11 @@ def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, da
             return Markup(f'<div class="cv-cell cv-clamp">{facts}</div>')
         return None
     if column in LONG_TEXT:
-        link = ""
-        if table in ("consultations", "run_summary") and column == "question":
-            cid = _row_get(row, "id")
-            if cid:
-                link = f' <a class="cv-transcript-link" href="/-/conclave/{escape(cid)}">transcript</a>'
-        return Markup(f'<div class="cv-clamp" title="{escape(value)}">{escape(value)}</div>{link}')
+        cid = _row_get(row, "id") if table in ("consultations", "run_summary") and column == "question" else None
+        if cid:  # the question opens the consultation's transcript
+            return Markup(f'<a class="cv-clamp" href="/-/conclave/{escape(cid)}" title="Open the transcript: '
+                          f'{escape(value)}">{escape(value)}</a>')
+        return Markup(f'<div class="cv-clamp" title="{escape(value)}">{escape(value)}</div>')
     return None
 
 
@@ -283,13 +293,16 @@ _DATASETTE_CSS = """
 body.table .cv-clamp, body.query .cv-clamp { display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical;
   overflow: hidden; max-width: 36em; }
 .rows-and-columns td { max-width: 40em; }
+.rows-and-columns td.col-question, .rows-and-columns td.col-recommendation { min-width: 12em; }
+.rows-and-columns td.col-id, .cv-nowrap { white-space: nowrap; }
+.rows-and-columns td.col-consultation_id { max-width: 14em; font-size: 0.9em; }
+.rows-and-columns td.col-artifact { min-width: 34em; }
 .cv-cell details summary { cursor: pointer; color: #0969da; font-size: 0.9em; }
 .cv-transcript-link { font-size: 0.85em; white-space: nowrap; }
 .cv-columns-note { font-size: 0.9em; color: #59636e; }
 details > summary { cursor: pointer; }
 .cv-panel { border: 1px solid #d1d9e0; border-radius: 6px; padding: 0.6em 1em; margin: 1em 0; background: #f6f8fa; }
 .cv-panel h2 { margin-top: 0.2em; }
-figure.cv-chart figcaption { font-weight: 600; margin-top: 0.2em; }
 """
 
 
@@ -429,6 +442,11 @@ async def chart_rows(datasette: Any, database: str, query: str) -> list[dict[str
     return [dict(r) for r in (await datasette.databases[database].execute(sql)).rows]
 
 
+def _bucket(low: float) -> str:
+    """``0.8`` → ``80–89%``; the top bucket includes 100%."""
+    return f"{low * 100:.0f}–{'100' if low >= 0.9 else f'{low * 100 + 9:.0f}'}%"
+
+
 def _pct(value: Any) -> str:
     return "" if value is None else f"{value:.0%}"
 
@@ -451,30 +469,37 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
         for query, title, label_key, value_key, fmt in CHARTS:
             rows = await chart_rows(datasette, name, query)
             if query == "filter_savings":
-                labels = [f"{r['filter']} · round {r['round_number']}" for r in rows]
+                labels = [f"{r['filter']} r{r['round_number']}" for r in rows]
             elif query == "confidence_distribution":
-                labels = [f"{float(r['bucket']):.1f}" for r in rows]
+                labels = [_bucket(float(r["bucket"])) for r in rows]
             else:
                 labels = [str(r[label_key]) for r in rows]
             values = [float(r[value_key] or 0) for r in rows]
             charts.append(f'<div>{bar_chart(title, labels, values, fmt=fmt)}'
                           f'<p class="cv-muted"><a href="{base}/{query}">{escape(query)}</a> (the SQL behind it)</p>'
                           "</div>")
+        totals = (await datasette.databases[name].execute(
+            "select count(*) as n, total(total_cost) as cost, total(total_tokens) as tokens, "
+            "total(early_terminated) as early, total(cost_saved) as saved, total(filter_tokens_saved) as filtered "
+            "from consultations")).rows[0]
+        summary = (f'<p>{totals["n"]:,} consultations · ${totals["cost"]:.4f} spent · {int(totals["tokens"]):,} '
+                   f'tokens · {int(totals["early"])} stopped early (about ${totals["saved"]:.4f} saved) · '
+                   f'{int(totals["filtered"]):,} tokens saved by filtering</p>')
         recent = (await datasette.databases[name].execute(
             "select id, started_at, status, mode, question, confidence, total_cost from consultations "
             "order by started_at desc limit 25")).rows
         rows_html = "".join(
-            f'<tr><td><a href="/-/conclave/{escape(r["id"])}">{escape(r["id"])}</a></td>'
-            f"<td>{escape((r['started_at'] or '')[:19])}</td><td>{escape(r['status'] or '')}</td>"
+            f'<tr><td class="cv-nowrap"><a href="/-/conclave/{escape(r["id"])}">{escape(r["id"])}</a></td>'
+            f"<td class=\"cv-nowrap\">{escape((r['started_at'] or '')[:19].replace('T', ' '))}</td><td>{escape(r['status'] or '')}</td>"
             f"<td>{escape(r['mode'] or '')}</td><td>{escape(r['question'] or '')}</td>"
             f'<td class="cv-num">{_pct(r["confidence"])}</td><td class="cv-num">{_usd(r["total_cost"])}</td></tr>'
             for r in recent)
         parts.append(
-            f'<section class="cv-section"><h2>Recent consultations · <a href="{base}">{escape(name)}</a></h2>'
+            f'<section class="cv-section"><h2>Recent consultations · <a href="{base}">{escape(name)}</a></h2>{summary}'
             f'<div class="cv-table-wrap"><table class="cv-table"><thead><tr><th>Id</th><th>Started</th>'
             f'<th>Status</th><th>Mode</th><th>Question</th><th class="cv-num">Confidence</th>'
             f'<th class="cv-num">Cost</th></tr></thead><tbody>{rows_html}</tbody></table></div>'
             f'<p><a href="{base}/consultations">Browse and facet all consultations</a></p></section>'
             f'<section class="cv-section"><h2>Charts</h2><div class="cv-grid">{"".join(charts)}</div></section>')
-    body = '<div class="cv-report">' + "".join(parts) + "</div>"
+    body = '<div class="cv-report"><h1>Conclave dashboard</h1>' + "".join(parts) + "</div>"
     return Response.html(await _page(datasette, "Conclave dashboard", body, request))

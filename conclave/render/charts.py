@@ -14,10 +14,10 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *,
               fmt: Callable[[float], str] = lambda v: f"{v:g}", color: str = COLOR) -> str:
     """A vertical bar chart: one bar per label, the value printed on each bar, a zero-based y axis."""
     e = html.escape
-    head = (f'<figure class="cv-chart"><svg xmlns="http://www.w3.org/2000/svg" role="img" '
+    head = (f'<figure class="cv-chart"><figcaption>{e(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" role="img" '
             f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" aria-label="{e(title)}">'
             f"<title>{e(title)}</title>")
-    caption = f"<figcaption>{e(title)}</figcaption></figure>"
+    caption = "</figure>"
     if not values:
         return (head + f'<text x="{WIDTH // 2}" y="{HEIGHT // 2}" text-anchor="middle" fill="#59636e" '
                 f'font-size="14">No data yet</text></svg>' + caption)
@@ -25,7 +25,7 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *,
     plot_w = WIDTH - MARGIN_LEFT - 10
     plot_h = HEIGHT - MARGIN_BOTTOM - MARGIN_TOP
     step = plot_w / len(values)
-    bar_w = max(step * 0.7, 1.0)
+    bar_w = min(max(step * 0.7, 1.0), 90.0)
     parts = [head,
              f'<line x1="{MARGIN_LEFT}" y1="{MARGIN_TOP + plot_h}" x2="{WIDTH - 10}" y2="{MARGIN_TOP + plot_h}" '
              f'stroke="#8c959f"/>']

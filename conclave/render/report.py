@@ -222,7 +222,9 @@ def _round_sections(result: Mapping[str, Any], records: Sequence[Mapping[str, An
             body = _positions(result, mine, context)
         else:
             judge = [e for e in mine if e.agent is None]
-            agents = [e for e in mine if e.agent is not None]
+            order = [str(a.get("name")) for a in map(_map, _list(result.get("agents")))]
+            agents = sorted((e for e in mine if e.agent is not None),
+                            key=lambda e: order.index(e.agent) if e.agent in order else len(order))
             body = [n for e in judge for n in render_artifact(e.artifact, e.kind, context)]
             body += [_card(e, context) for e in agents]
         if not body:
