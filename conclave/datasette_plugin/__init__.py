@@ -490,7 +490,8 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
             "order by started_at desc limit 25")).rows
         rows_html = "".join(
             f'<tr><td class="cv-nowrap"><a href="/-/conclave/{escape(r["id"])}">{escape(r["id"])}</a></td>'
-            f"<td class=\"cv-nowrap\">{escape((r['started_at'] or '')[:19].replace('T', ' '))}</td><td>{escape(r['status'] or '')}</td>"
+            f"<td class=\"cv-nowrap\">{escape((r['started_at'] or '')[:19].replace('T', ' '))}</td>"
+            f"<td>{escape(r['status'] or '')}</td>"
             f"<td>{escape(r['mode'] or '')}</td><td>{escape(r['question'] or '')}</td>"
             f'<td class="cv-num">{_pct(r["confidence"])}</td><td class="cv-num">{_usd(r["total_cost"])}</td></tr>'
             for r in recent)

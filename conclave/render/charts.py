@@ -14,7 +14,8 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *,
               fmt: Callable[[float], str] = lambda v: f"{v:g}", color: str = COLOR) -> str:
     """A vertical bar chart: one bar per label, the value printed on each bar, a zero-based y axis."""
     e = html.escape
-    head = (f'<figure class="cv-chart"><figcaption>{e(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" role="img" '
+    head = (f'<figure class="cv-chart"><figcaption>{e(title)}</figcaption>'
+            f'<svg xmlns="http://www.w3.org/2000/svg" role="img" '
             f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" aria-label="{e(title)}">'
             f"<title>{e(title)}</title>")
     caption = "</figure>"
