@@ -72,14 +72,24 @@ def hydra_entry(cfg: DictConfig) -> Any:
 
 
 def sweep_overrides() -> dict[str, str]:
-    """The overrides of this job when it is one run of a ``-m`` sweep (the question left out), else empty."""
+    """The values this job of a ``-m`` sweep runs with, for the keys the sweep varies (``{"rounds": "2"}``);
+    empty outside a sweep."""
+    import sys
+
     from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return {}
-    pairs = (o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o)
-    return {k.lstrip("+~"): v for k, v in pairs if k.lstrip("+~") != "question"}
+    pairs = [o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o]
+    values = {k.lstrip("+~"): v for k, v in pairs if k.lstrip("+~") != "question"}
+    try:
+        given = OverridesParser.create().parse_overrides([a for a in sys.argv[1:] if "=" in a])
+        swept = {o.key_or_group.lstrip("+~") for o in given if o.is_sweep_override()}
+    except Exception:  # an argument the parser rejects: label with every override rather than none
+        return values
+    return {k: v for k, v in values.items() if k in swept}
 
 
 _worst_exit = 0

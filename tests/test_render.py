@@ -231,3 +231,91 @@ def test_plain_output_does_not_import_rich() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# ------------------------------------------------------------------------------------------------ debate value
+
+
+def test_debate_value_of_the_fixture(converge: dict[str, Any]) -> None:
+    from conclave.render.debate_value import debate_value
+
+    value = debate_value(converge)
+    assert value is not None
+    by_agent = {a["agent"]: a for a in value["agents"]}
+    assert [a["agent"] for a in value["agents"]] == ["security", "architect", "pragmatist"]  # panel order
+    # the pragmatist went from "do not rewrite billing" to "accept event sourcing if staffed": a shift, and it dissents
+    assert by_agent["pragmatist"]["change"] == "moderate_shift" and by_agent["pragmatist"]["dissented"]
+    # final confidence: the verdict's 0.84, times 0.8 for the dissenter
+    assert by_agent["architect"]["final_confidence"] == 0.84
+    assert by_agent["pragmatist"]["final_confidence"] == pytest.approx(0.672)
+    assert by_agent["pragmatist"]["confidence_delta"] == pytest.approx(0.672 - 0.74)
+    assert value["agents_changed_position"] == 3 and value["change_rate"] == 1.0
+    assert value["avg_confidence_change"] == pytest.approx((0.02 - 0.04 - 0.068) / 3, abs=1e-4)
+    # 2 of 3 refined or unchanged, mean confidence fell: 0.7 × 2/3
+    assert value["convergence_score"] == pytest.approx(0.4667, abs=1e-4)
+
+
+def test_debate_value_rules() -> None:
+    from conclave.render.debate_value import debate_value, similarity
+
+    assert similarity("Adopt event sourcing", "adopt event sourcing") == 1.0
+    assert similarity("keep the monolith", "split into services") == 0.0
+
+    def result(r1: str, r3: str, c1: float, reply_confidence: float | None = None) -> dict[str, Any]:
+        reply: dict[str, Any] = {"revised_position": r3}
+        if reply_confidence is not None:
+            reply["confidence"] = reply_confidence  # a reply that reports its own confidence is believed
+        return {"agents": [{"name": "a"}], "confidence": 0.9, "verdict": {"confidence": 0.9}, "dissent": [],
+                "artifacts": {"round_1": {"a": {"position": r1, "confidence": c1}}, "round_3_replies": {"a": reply}}}
+
+    same = debate_value(result("Adopt event sourcing now", "Adopt event sourcing now", 0.85))
+    assert same is not None and same["agents"][0]["change"] == "same" and same["agents_changed_position"] == 0
+    # the same words with a confidence jump of 0.15 or more count as a refinement
+    jump = debate_value(result("Adopt event sourcing now", "Adopt event sourcing now", 0.5, reply_confidence=0.7))
+    assert jump is not None and jump["agents"][0]["change"] == "minor_refinement"
+    assert jump["convergence_score"] == pytest.approx(0.3 * (0.2 / 0.3) + 0.7)
+    flipped = debate_value(result("Keep the monolith", "Split billing into services", 0.9))
+    assert flipped is not None and flipped["agents"][0]["change"] == "significant_change"
+    assert debate_value({"artifacts": {"round_1": {"a": {}}, "round_3_replies": {}}}) is None  # no round 3
+
+
+# ------------------------------------------------------------------------------------------------ renderers
+
+
+def test_a_new_record_type_needs_one_renderer_for_every_view(converge: dict[str, Any]) -> None:
+    from conclave.render import renderers
+    from conclave.render.html import render_html
+    from conclave.render.nodes import Bullets, Para
+
+    records = [
+        {"type": "consultation:started", "seq": 0, "consultation_id": "c-x",
+         "data": {"question": "Q?", "mode": "converge", "agents": [{"name": "a", "provider": "openai", "model": "m"}]}},
+        {"type": "consultation:round_artifact", "seq": 1,
+         "data": {"round_number": 5, "schema": "objection", "agent": None, "status": "valid",
+                  "artifact": {"artifact_type": "objection", "objections": ["too slow"], "severity": "high"}}},
+    ]
+    # unregistered: the generic renderer still shows every field
+    generic = render_markdown({}, records)
+    assert "## Round 5 · Objection" in generic and "- too slow" in generic and "- **Severity:** high" in generic
+
+    renderers.register("objection", lambda a, ctx: [Para(f"{len(a['objections'])} objection(s)", label="Raised:"),
+                                                   Bullets(a["objections"])], title="Objections")
+    try:
+        md = render_markdown({}, records)
+        assert "**Raised:** 1 objection(s)" in md and "Severity" not in md
+        assert "<strong>Raised:</strong> 1 objection(s)" in render_html({}, records)
+        from conclave.datasette_plugin import _artifact_cell
+
+        cell = str(_artifact_cell(json.dumps(records[1]["data"]["artifact"]), "objection"))
+        assert "<strong>Raised:</strong> 1 objection(s)" in cell
+    finally:
+        renderers._RENDERERS.pop("objection")
+        renderers.TITLES.pop("objection")
+
+
+def test_html_report_escapes_model_text(converge: dict[str, Any]) -> None:
+    from conclave.render.html import render_html
+
+    converge["verdict"]["recommendation"] = "<script>alert(1)</script> & more"
+    page = render_html(converge)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page

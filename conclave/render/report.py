@@ -208,7 +208,9 @@ def _round_sections(result: Mapping[str, Any], records: Sequence[Mapping[str, An
     """One section per round that left artifacts; the verdict round is the top section of a full report."""
     context = _context(result)
     types = jv.round_types(records)
-    numbers = sorted({e.round_number for e in entries} | ({1} if only in (None, 1) else set()))
+    # round 1 is shown even when nobody answered it: the table then says who was absent
+    has_panel = bool(_list(result.get("agents")))
+    numbers = sorted({e.round_number for e in entries} | ({1} if has_panel and only in (None, 1) else set()))
     sections: list[Node] = []
     for number in numbers:
         if only is not None and number != only:
@@ -216,8 +218,8 @@ def _round_sections(result: Mapping[str, Any], records: Sequence[Mapping[str, An
         if only is None and number == 4:
             continue
         mine = [e for e in entries if e.round_number == number]
-        round_type = types.get(number, "")
-        title = f"Round {number} · {ROUND_TITLES.get(round_type, title_of(round_type or 'round'))}"
+        round_type = types.get(number) or (mine[0].kind if mine else "round")
+        title = f"Round {number} · {ROUND_TITLES.get(round_type) or title_of(round_type)}"
         if number == 1:
             body = _positions(result, mine, context)
         else:
