@@ -169,3 +169,15 @@ def test_html_report_opens_offline(debates: Debates, browser: Any, tmp_path: Pat
     background = browser.find_element(By.ID, "dissent").value_of_css_property("background-color")
     assert background not in ("rgba(0, 0, 0, 0)", "transparent")
     screenshot(browser, "report_html")
+
+
+def test_from_the_consultations_table_to_the_transcript(server: str, debates: Debates, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/index/consultations?id={debates.converge}")
+    browser.find_element(By.CSS_SELECTOR, "td.col-question a").click()
+    assert browser.current_url.endswith(f"/-/conclave/{debates.converge}")
+    assert "Round 2 · Synthesis" in [h.text for h in browser.find_elements(By.CSS_SELECTOR, ".cv-report h2")]
+    browser.get(f"{server}/index/consultations/{debates.converge}")
+    browser.find_element(By.LINK_TEXT, "Read this consultation as a transcript").click()
+    assert browser.current_url.endswith(f"/-/conclave/{debates.converge}")

@@ -128,6 +128,8 @@ def extra_body_script(template: Any, database: Any, table: Any, view_name: Any, 
                       f"{{ cvSql.value = {json.dumps(DEFAULT_SQL)}; }}")
     if view_name == "table" and table in DEFAULT_COLUMNS:
         script.append(_SHOW_ALL_LINK)
+    if view_name == "row" and table == "consultations":
+        script.append(_TRANSCRIPT_LINK)
     return "\n".join(script)
 
 
@@ -163,6 +165,22 @@ _SHOW_ALL_LINK = """
   p.appendChild(document.createTextNode('Showing ' + (params.get('_all') ? 'the main' : 'all') + ' columns. '));
   p.appendChild(a);
   target.parentNode.insertBefore(p, target.nextSibling);
+})();
+"""
+
+
+_TRANSCRIPT_LINK = """
+(function () {
+  var cid = decodeURIComponent(location.pathname.split('/').pop());
+  var h1 = document.querySelector('h1');
+  if (!h1 || !cid) return;
+  var p = document.createElement('p');
+  p.className = 'cv-note cv-info';
+  var a = document.createElement('a');
+  a.href = '/-/conclave/' + encodeURIComponent(cid);
+  a.textContent = 'Read this consultation as a transcript';
+  p.appendChild(a);
+  h1.parentNode.insertBefore(p, h1.nextSibling);
 })();
 """
 
@@ -403,12 +421,14 @@ async def _consultation(datasette: Any, request: Any) -> Response:
         ("All consultations", "/-/conclave"),
     ]
     nav = " ".join(f'<a href="{escape(url)}">{escape(label)}</a>' for label, url in links)
+    report = report_fragment(result, records)
     toc = " ".join(f'<a href="#{a}">{t}</a>' for a, t in (("verdict", "Verdict"), ("dissent", "Dissent"),
                                                          ("panel", "Panel"), ("round-1", "Round 1"),
                                                          ("round-2", "Round 2"), ("round-3", "Round 3"),
-                                                         ("movement", "Movement"), ("cost", "Cost")))
+                                                         ("movement", "Movement"), ("cost", "Cost"))
+                   if f'id="{a}"' in report)
     body = (f'<p class="cv-nav">{nav}</p><p class="cv-nav">Jump to: {toc}</p>'
-            + report_fragment(result, records)
+            + report
             + ("" if source == "journal" else
                '<p class="cv-muted">The journal was not found next to this index; this page was rebuilt from the '
                "index tables.</p>"))
