@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "index": "conclave.commands.index",
     "resume": "conclave.commands.resume",
     "show": "conclave.commands.show",
+    "serve": "conclave.commands.serve",
 }
 
 # A Hydra override: key=value, +key=value, ++key=value, ~key[=value], group@pkg=option.
