@@ -26,7 +26,7 @@ from typing import Any
 from conclave.store.paths import StoreLayout, default_home
 
 HOST = "127.0.0.1"
-POLL_S = 0.2
+POLL_S = 0.05  # how often a stream looks for appended journal lines (one read of the new bytes)
 RATE_PER_S, RATE_BURST = 20.0, 60.0
 COOKIE = "conclave_session"
 
@@ -101,6 +101,33 @@ def make_app(layout: StoreLayout, token: str) -> Any:
     app.router.add_get(r"/c/{cid:[A-Za-z0-9_.-]+}/report", _report)
     app.router.add_get(r"/c/{cid:[A-Za-z0-9_.-]+}/events", _events)
     return app
+
+
+class JournalTail:
+    """Reads a journal's complete lines as they are appended, from where the last read stopped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # a line still being written waits for its newline
+        self.offset += end
+        records = []
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def at_end(self) -> bool:
+        return self.path.stat().st_size <= self.offset
 
 
 def _journal(request: Any) -> Path:
@@ -232,7 +259,6 @@ async def _events(request: Any) -> Any:
     from aiohttp import web
 
     from conclave.commands.logs import describe
-    from conclave.store.journal import read_records
 
     path = _journal(request)
     after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "-1"
@@ -242,18 +268,21 @@ async def _events(request: Any) -> Any:
         last_seq = -1
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
     await response.prepare(request)
+    tail = JournalTail(path)
+    last_type = ""
     while True:
-        records = await asyncio.to_thread(read_records, path)
+        records = await asyncio.to_thread(tail.read_new)
         for record in records:
+            last_type = str(record.get("type"))
             seq = int(record.get("seq", -1))
             if seq <= last_seq:
                 continue
-            summary = describe(str(record.get("type")), record.get("data") or {})
+            summary = describe(last_type, record.get("data") or {})
             payload = json.dumps({**record, "summary": summary}, ensure_ascii=False)
             await response.write(f"id: {seq}\nevent: record\ndata: {payload}\n\n".encode())
             last_seq = seq
         # finished when the journal ends on a completion (a resumed run writes more after its first one)
-        if records and records[-1].get("type") == "consultation:completed":
+        if last_type == "consultation:completed" and await asyncio.to_thread(tail.at_end):
             break
         await asyncio.sleep(POLL_S)
     await response.write(b"event: end\ndata: {}\n\n")
