@@ -26,7 +26,7 @@ from typing import Any
 from conclave.store.paths import StoreLayout, default_home
 
 HOST = "127.0.0.1"
-POLL_S = 0.05  # how often a stream looks for appended journal lines (one read of the new bytes)
+POLL_S = 0.02  # how often a stream looks for appended journal lines (one read of the new bytes)
 RATE_PER_S, RATE_BURST = 20.0, 60.0
 COOKIE = "conclave_session"
 
