@@ -3,8 +3,8 @@
 A renderer turns one artifact (or journal record payload) into document nodes (:mod:`conclave.render.nodes`);
 the Markdown report, the HTML report, ``conclave show``, the Datasette consultation page and Datasette's
 ``render_cell`` all call :func:`render_artifact`. A new record type therefore needs one ``@renderer("type")``
-function (in conclave or in a plugin, via the ``register_renderers`` pattern: just call :func:`register`), and an
-unknown type still shows readably through the generic renderer.
+function (in conclave, or in a plugin module that calls :func:`register` when it is imported), and an unknown type
+still shows readably through the generic renderer.
 
 Keys are artifact schema names (``independent``, ``synthesis``, ``cross_exam_reply``, ``cross_exam_reply_explore``,
 ``cross_exam``, ``verdict``, ``verdict_explore``); an artifact's ``artifact_type`` is the fallback key.
