@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "index": "conclave.commands.index",
     "resume": "conclave.commands.resume",
     "show-prompt": "conclave.commands.show_prompt",
+    "show": "conclave.commands.show",
     "serve": "conclave.commands.serve",
 }
 

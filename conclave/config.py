@@ -113,7 +113,9 @@ class HedgingSettings(StrictModel):
 
 
 class OutputSettings(StrictModel):
-    format: Literal["markdown", "json", "both"] = "markdown"
+    format: Literal["markdown", "json", "both", "html"] = "markdown"
+    #: the progress view on stderr: auto (live on a terminal, plain lines otherwise), plain, quiet
+    progress: Literal["auto", "plain", "quiet"] = "auto"
 
 
 class Settings(StrictModel):

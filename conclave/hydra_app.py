@@ -66,6 +66,9 @@ def hydra_entry(cfg: DictConfig) -> Any:
         except ConfigError as exc:
             raise ConfigError(name_user_settings(exc.problems)) from None
         from conclave.engine.entry import run_from_cli
+        from conclave.render.console import set_report_context
+
+        set_report_context(settings.home, sweep_overrides())
 
         code = run_from_cli(settings, subscribers=_offline_notice(settings))
     except ConclaveError as exc:
@@ -98,6 +101,27 @@ def name_user_settings(problems: list[str]) -> list[str]:
         inherited = node is not None and key not in given
         named.append(f"{line} (set in {path})" if inherited else line)
     return named
+
+
+def sweep_overrides() -> dict[str, str]:
+    """The values this job of a ``-m`` sweep runs with, for the keys the sweep varies (``{"rounds": "2"}``);
+    empty outside a sweep."""
+    import sys
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return {}
+    pairs = [o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o]
+    values = {k.lstrip("+~"): v for k, v in pairs if k.lstrip("+~") != "question"}
+    try:
+        given = OverridesParser.create().parse_overrides([a for a in sys.argv[1:] if "=" in a])
+        swept = {o.key_or_group.lstrip("+~") for o in given if o.is_sweep_override()}
+    except Exception:  # an argument the parser rejects: label with every override rather than none
+        return values
+    return {k: v for k, v in values.items() if k in swept}
 
 
 _worst_exit = 0

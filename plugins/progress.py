@@ -2,16 +2,20 @@
 
     ▸ Round 1 · Independent   security ✓ 3.1s   architect ✓ 2.7s   pragmatist ✗ (timeout)
 
-On a terminal the current round's line is rewritten in place as answers arrive; otherwise each round's line
-is appended once the round ends, so logs stay readable. Notices (substitutions, early termination, explore
-mode, verbose mode, cost aborts) get their own lines, and a summary line closes the run. ``CONCLAVE_PROGRESS=0``
-turns the view off. Unknown event types are ignored, so new events never break it.
+On a terminal the current round's line is live: every agent still thinking has a spinner and its elapsed time,
+redrawn ten times a second, and turns into its result as it answers. Otherwise (piped, or
+``output.progress=plain``) each round's line is appended once the round ends, so logs stay readable. Notices
+(substitutions, early termination, explore mode, verbose mode, cost aborts) get their own lines, and a summary
+line closes the run; an interrupted run ends with the command that resumes it. ``output.progress=quiet`` (or
+``CONCLAVE_PROGRESS=0``) turns the view off. Unknown event types are ignored, so new events never break it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
 from statistics import fmean
 from typing import Any, TextIO
@@ -27,6 +31,11 @@ ROUND_LABELS = {
     "verdict": "Verdict",
 }
 _CLEAR_LINE = "\r\x1b[K"
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+TICK_S = 0.1
+#: who answers each round type: every present agent, the judge, or both (the judge after the agents)
+_PLAYERS = {"independent": ("agents",), "synthesis": ("judge",), "cross_exam": ("agents", "judge"),
+            "verdict": ("judge",)}
 
 
 def short_error(error: Any) -> str:
@@ -48,13 +57,22 @@ def _pct(value: Any) -> str:
 class ProgressView:
     """Renders consultation events as progress lines on ``stream`` (stderr in real use)."""
 
-    def __init__(self, stream: TextIO, *, tty: bool, verbose: bool = False) -> None:
+    def __init__(self, stream: TextIO, *, tty: bool, verbose: bool = False, live: bool = False) -> None:
         self.stream = stream
         self.tty = tty
         self.verbose = verbose
+        self.live = live and tty  # spinners and elapsed times, redrawn by a ticker thread
         self._round: tuple[int, str] | None = None
         self._entries: list[str] = []
         self._tail = ""  # what follows the entries, e.g. "confidence 78%"
+        self._agents: list[str] = []  # the panel, from consultation:started
+        self._present: set[str] | None = None  # agents that answered round 1 (they play round 3)
+        self._thinking: dict[str, float] = {}  # who the current round still waits for → when it started
+        self._consultation_id = ""
+        self._lock = threading.RLock()
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._frame = 0
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             ev.CONSULTATION_STARTED: self._started,
             ev.COST_ESTIMATED: self._cost_estimated,
@@ -72,7 +90,9 @@ class ProgressView:
     def __call__(self, event: ev.Event) -> None:
         handler = self._handlers.get(event.type)
         if handler is not None:
-            handler(event.data or {})
+            self._consultation_id = event.consultation_id or self._consultation_id
+            with self._lock:
+                handler(event.data or {})
 
     # ------------------------------------------------------------------------------------------ output
 
@@ -80,7 +100,10 @@ class ProgressView:
         if self._round is None:
             return ""
         number, label = self._round
-        parts = [f"  ▸ Round {number} · {label:<11}", *self._entries]
+        now = time.monotonic()
+        spinner = _SPINNER[self._frame % len(_SPINNER)]
+        waiting = [f"{name} {spinner} {now - since:.1f}s" for name, since in self._thinking.items()]
+        parts = [f"  ▸ Round {number} · {label:<11}", *self._entries, *waiting]
         if self._tail:
             parts.append(self._tail)
         return "   ".join(parts).rstrip()
@@ -97,12 +120,32 @@ class ProgressView:
             self._write(f"  {text}\n")
 
     def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
+        with self._lock:
+            self.stream.write(text)
+            self.stream.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                if self._round is None or not self._thinking:
+                    continue
+                self._frame += 1
+                self._redraw()
+
+    def _start_ticker(self) -> None:
+        if self.live and self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="conclave-progress", daemon=True)
+            self._ticker.start()
+
+    def close(self) -> None:
+        """Stop the ticker (the consultation is over); it exits at its next tick without drawing again."""
+        self._stop.set()
+        self._ticker = None
 
     # ------------------------------------------------------------------------------------------ handlers
 
     def _started(self, data: Mapping[str, Any]) -> None:
+        self._agents = [str(a.get("name")) for a in data.get("agents") or [] if isinstance(a, Mapping)]
         if self.verbose or data.get("verbose"):
             self._notice(VERBOSE_NOTICE)
         resumed = data.get("resumed_rounds")
@@ -123,10 +166,24 @@ class ProgressView:
         round_type = str(data.get("round_type", ""))
         self._round = (int(data.get("round_number") or 0), ROUND_LABELS.get(round_type, round_type))
         self._entries, self._tail = [], ""
+        if self.live:
+            now = time.monotonic()
+            players: list[str] = []
+            for role in _PLAYERS.get(round_type, ()):
+                if role == "judge":
+                    players.append("judge")
+                else:
+                    present = self._present
+                    players += [a for a in self._agents if present is None or a in present]
+            self._thinking = dict.fromkeys(players, now)
+            self._start_ticker()
         self._redraw()
 
     def _agent_completed(self, data: Mapping[str, Any]) -> None:
         name = data.get("agent") or "?"
+        self._thinking.pop(str(name), None)
+        if data.get("round_number") == 1 and data.get("ok"):
+            self._present = (self._present or set()) | {str(name)}
         if data.get("ok"):
             duration = data.get("duration_s")
             entry = f"{name} ✓ {duration:.1f}s" if isinstance(duration, int | float) else f"{name} ✓"
@@ -167,6 +224,9 @@ class ProgressView:
     def _round_completed(self, data: Mapping[str, Any]) -> None:
         if self._round is None:
             return
+        if not data:  # closed by the end of the run or the next round: whoever was still thinking was stopped
+            self._entries += [f"{name} ✗ (stopped)" for name in self._thinking]
+        self._thinking = {}
         line = self._line()
         self._round, self._entries, self._tail = None, [], ""
         self._write(f"{_CLEAR_LINE}{line}\n" if self.tty else f"{line}\n")
@@ -205,18 +265,26 @@ class ProgressView:
             text += f" ({result['abort_reason']})"
         summary = summary_line(result)
         self._write(f"  {text} · {summary}\n" if summary else f"  {text}\n")
+        cid = result.get("consultation_id") or self._consultation_id
+        if status in ("partial", "aborted") and "interrupted" in str(result.get("abort_reason") or "") and cid:
+            self._write(f"  Resume it with: conclave resume {cid}\n")
+        self.close()
 
 
 def progress_factory(settings: Any) -> ProgressView | None:
-    """The ``progress`` subscriber for one consultation, writing to stderr; None when CONCLAVE_PROGRESS=0."""
-    if os.environ.get("CONCLAVE_PROGRESS", "").strip() == "0":
+    """The ``progress`` subscriber for one consultation, writing to stderr: live on a terminal, plain lines
+    otherwise or with ``output.progress=plain``; None with ``output.progress=quiet`` or CONCLAVE_PROGRESS=0."""
+    mode = getattr(getattr(settings, "output", None), "progress", "auto")
+    if mode == "quiet" or os.environ.get("CONCLAVE_PROGRESS", "").strip() == "0":
         return None
     stream = sys.stderr
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return ProgressView(stream, tty=tty, verbose=bool(getattr(settings, "verbose", False)))
+    if mode == "plain":
+        tty = False
+    return ProgressView(stream, tty=tty, verbose=bool(getattr(settings, "verbose", False)), live=tty)
 
 
 @hookimpl

@@ -19,7 +19,8 @@ from conclave.store.recorder import Recorder
 from conclave.store.synthetic import synthetic_events
 
 CANNED = {"costliest_consultations", "dissent_by_agent", "early_terminations_by_threshold", "provider_failures",
-          "savings_by_filter_limits"}
+          "savings_by_filter_limits", "spending_per_day", "spending_per_provider", "confidence_distribution",
+          "early_termination_savings", "filter_savings", "recent_consultations"}
 
 
 def metadata() -> dict[str, Any]:

@@ -50,12 +50,16 @@ def test_fixture_artifacts_are_schema_valid(name: str, verdict_schema: str, repl
 def test_converge_report_sections_in_order(converge: dict[str, Any]) -> None:
     md = render_markdown(converge)
     headings = [line for line in md.splitlines() if line.startswith("#")]
+    # dissent stays above the fold, right under the verdict; then the debate round by round
     assert headings == [
-        "# Consultation summary", "## Verdict (confidence 84%)", "## Realized panel", "## Agent perspectives",
-        "### security (confidence 82%)", "### architect (confidence 88%)", "### pragmatist (confidence 74%)",
-        "## Concerns raised", "## Dissent",
+        "# Consultation summary", "## Verdict (confidence 84%)", "## Dissent", "## Realized panel",
+        "## Round 1 · Independent positions", "### security (openai/gpt-4o)",
+        "### architect (anthropic/claude-sonnet-4-5)", "### pragmatist (gemini/gemini-2.5-flash)",
+        "## Round 2 · Synthesis", "## Round 3 · Cross-examination", "### security (openai/gpt-4o)",
+        "### architect (anthropic/claude-sonnet-4-5)", "### pragmatist (gemini/gemini-2.5-flash)",
+        "## How the agents moved (round 1 → round 3)", "## Cost",
     ]
-    assert "> Should we move billing to event sourcing?" in md
+    assert "> **Question:** Should we move billing to event sourcing?" in md
     assert converge["recommendation"] in md
     assert "- Two lost-update incidents on invoice status would be prevented, not just recorded (architect)" in md
     assert "⚠" not in md and "✖" not in md  # a complete run has no banner
@@ -65,13 +69,20 @@ def test_converge_report_details(converge: dict[str, Any]) -> None:
     md = render_markdown(converge)
     assert ("| pragmatist (Agent C) | pragmatic | gemini/gemini-2.5-flash "
             "| substituted for gemini/gemini-2.5-pro (timeout) |") in md
-    assert "**Position:** Do not rewrite billing;" in md
-    assert "- Who staffs the projection rebuild and on-call for the event store" in md
-    assert "- **pragmatist** (medium): The team has no on-call experience with an event store;" in md
-    assert md.rstrip().splitlines()[-3:] == [
+    assert ("| pragmatist | gemini/gemini-2.5-flash | Do not rewrite billing; add an audit-event table written in the "
+            "same transaction and revisit event sourcing in a year. | 74% |") in md
+    assert "**Unresolved**\n\n- Who staffs the projection rebuild and on-call for the event store" in md
+    assert "- pragmatist (medium): The team has no on-call experience with an event store;" in md
+    assert md.rstrip().splitlines()[-9:] == [
         "cost $0.0412 · 18,305 tokens · 16.4 s · saved 4,210 tokens (31%)",
         "",
-        "context: 1 source (4,182 bytes) · secrets redacted before sending: 1 (url_password: 1)",
+        "| Provider | Cost |",
+        "| --- | ---: |",
+        "| openai | $0.0231 |",
+        "| anthropic | $0.0139 |",
+        "| gemini | $0.0042 |",
+        "",
+        "_context: 1 source (4,182 bytes) · secrets redacted before sending: 1 (url_password: 1)_",
     ]
 
 
@@ -79,6 +90,7 @@ def test_explore_report_is_an_options_menu(explore: dict[str, Any]) -> None:
     md = render_markdown(explore)
     assert "## Options (confidence 72%)" in md and "## Verdict" not in md
     assert "### 1. Hybrid: team seats plus usage-based API" in md
+    assert "### architect" in md and "**Refined position:**" in md  # explore replies have their own renderer
     option = md[md.index("### 2. Committed-use credits"):md.index("### 3.")]
     assert "- **Pros:** Finance can budget; Upfront cash" in option
     assert "- **Cons:** Harder for small teams to start" in option
@@ -112,9 +124,9 @@ def test_partial_run_shows_the_abort_reason_and_no_verdict(converge: dict[str, A
     assert ("> ⚠ **Partial result.** Stopped after 2 of 4 rounds. "
             "Reason: actual cost $0.09 exceeded 1.5 × the estimate $0.05") in md
     assert "## Verdict\n\n_No verdict was reached._" in md
-    assert "## Concerns raised" not in md  # round 3 never ran
-    assert "**After cross-examination:**" not in md
-    assert "saved" not in md.splitlines()[-1]
+    assert "## Round 3" not in md and "## How the agents moved" not in md  # round 3 never ran
+    assert "**Revised position:**" not in md
+    assert "saved" not in md
 
 
 def test_one_round_run_points_to_the_perspectives(converge: dict[str, Any]) -> None:
@@ -122,8 +134,8 @@ def test_one_round_run_points_to_the_perspectives(converge: dict[str, Any]) -> N
     result.update(planned_rounds=1, completed_rounds=1, abort_reason=None)
     result["artifacts"]["round_2"] = None
     md = render_markdown(result)
-    assert "_A one-round run asks for independent answers only: see the perspectives below._" in md
-    assert "### architect (confidence 88%)" in md
+    assert "_A one-round run asks for independent answers only: see the positions below._" in md
+    assert "### architect (anthropic/claude-sonnet-4-5)" in md
 
 
 def test_aborted_run_marks_absent_agents(converge: dict[str, Any]) -> None:
@@ -135,7 +147,8 @@ def test_aborted_run_marks_absent_agents(converge: dict[str, Any]) -> None:
     assert md.startswith("# Consultation summary")
     assert "> ✖ **Aborted.** Stopped after 2 of 4 rounds. Reason: interrupted by the user" in md
     assert "| pragmatist (Agent C) | pragmatic | — | absent: timeout after 120 s \\| no answer |" in md
-    assert "### pragmatist\n\n_Absent: gave no round-1 answer (timeout after 120 s | no answer)._" in md
+    assert ("| pragmatist | gemini/gemini-2.5-flash | absent: gave no round-1 answer (timeout after 120 s \\| no "
+            "answer) | — |") in md
 
 
 def test_early_termination_note(converge: dict[str, Any]) -> None:
@@ -159,7 +172,7 @@ def test_every_key_may_be_null(converge: dict[str, Any]) -> None:
     nulls = dict.fromkeys(converge)
     nulls["question"] = "Is this tolerated?"
     md = render_markdown(nulls)
-    assert "> Is this tolerated?" in md and "_No verdict was reached._" in md
+    assert "> **Question:** Is this tolerated?" in md and "_No verdict was reached._" in md
     assert md.rstrip().endswith("cost unknown")
     assert render_markdown({}).startswith("# Consultation summary")
 
@@ -200,7 +213,6 @@ def test_console_json_and_both(converge: dict[str, Any]) -> None:
     assert json.loads(out.getvalue()) == to_jsonld(converge)
     both = io.StringIO()
     print_result(converge, "both", both)
-    # The report has its own "---" footer rule, so split at the last rule: the one followed by the JSON.
     head, sep, tail = both.getvalue().rpartition("---\n{")
     assert sep and head == render_markdown(converge)
     assert json.loads("{" + tail) == to_jsonld(converge)
@@ -219,3 +231,91 @@ def test_plain_output_does_not_import_rich() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# ------------------------------------------------------------------------------------------------ debate value
+
+
+def test_debate_value_of_the_fixture(converge: dict[str, Any]) -> None:
+    from conclave.render.debate_value import debate_value
+
+    value = debate_value(converge)
+    assert value is not None
+    by_agent = {a["agent"]: a for a in value["agents"]}
+    assert [a["agent"] for a in value["agents"]] == ["security", "architect", "pragmatist"]  # panel order
+    # the pragmatist went from "do not rewrite billing" to "accept event sourcing if staffed": a shift, and it dissents
+    assert by_agent["pragmatist"]["change"] == "moderate_shift" and by_agent["pragmatist"]["dissented"]
+    # final confidence: the verdict's 0.84, times 0.8 for the dissenter
+    assert by_agent["architect"]["final_confidence"] == 0.84
+    assert by_agent["pragmatist"]["final_confidence"] == pytest.approx(0.672)
+    assert by_agent["pragmatist"]["confidence_delta"] == pytest.approx(0.672 - 0.74)
+    assert value["agents_changed_position"] == 3 and value["change_rate"] == 1.0
+    assert value["avg_confidence_change"] == pytest.approx((0.02 - 0.04 - 0.068) / 3, abs=1e-4)
+    # 2 of 3 refined or unchanged, mean confidence fell: 0.7 × 2/3
+    assert value["convergence_score"] == pytest.approx(0.4667, abs=1e-4)
+
+
+def test_debate_value_rules() -> None:
+    from conclave.render.debate_value import debate_value, similarity
+
+    assert similarity("Adopt event sourcing", "adopt event sourcing") == 1.0
+    assert similarity("keep the monolith", "split into services") == 0.0
+
+    def result(r1: str, r3: str, c1: float, reply_confidence: float | None = None) -> dict[str, Any]:
+        reply: dict[str, Any] = {"revised_position": r3}
+        if reply_confidence is not None:
+            reply["confidence"] = reply_confidence  # a reply that reports its own confidence is believed
+        return {"agents": [{"name": "a"}], "confidence": 0.9, "verdict": {"confidence": 0.9}, "dissent": [],
+                "artifacts": {"round_1": {"a": {"position": r1, "confidence": c1}}, "round_3_replies": {"a": reply}}}
+
+    same = debate_value(result("Adopt event sourcing now", "Adopt event sourcing now", 0.85))
+    assert same is not None and same["agents"][0]["change"] == "same" and same["agents_changed_position"] == 0
+    # the same words with a confidence jump of 0.15 or more count as a refinement
+    jump = debate_value(result("Adopt event sourcing now", "Adopt event sourcing now", 0.5, reply_confidence=0.7))
+    assert jump is not None and jump["agents"][0]["change"] == "minor_refinement"
+    assert jump["convergence_score"] == pytest.approx(0.3 * (0.2 / 0.3) + 0.7)
+    flipped = debate_value(result("Keep the monolith", "Split billing into services", 0.9))
+    assert flipped is not None and flipped["agents"][0]["change"] == "significant_change"
+    assert debate_value({"artifacts": {"round_1": {"a": {}}, "round_3_replies": {}}}) is None  # no round 3
+
+
+# ------------------------------------------------------------------------------------------------ renderers
+
+
+def test_a_new_record_type_needs_one_renderer_for_every_view(converge: dict[str, Any]) -> None:
+    from conclave.render import renderers
+    from conclave.render.html import render_html
+    from conclave.render.nodes import Bullets, Para
+
+    records = [
+        {"type": "consultation:started", "seq": 0, "consultation_id": "c-x",
+         "data": {"question": "Q?", "mode": "converge", "agents": [{"name": "a", "provider": "openai", "model": "m"}]}},
+        {"type": "consultation:round_artifact", "seq": 1,
+         "data": {"round_number": 5, "schema": "objection", "agent": None, "status": "valid",
+                  "artifact": {"artifact_type": "objection", "objections": ["too slow"], "severity": "high"}}},
+    ]
+    # unregistered: the generic renderer still shows every field
+    generic = render_markdown({}, records)
+    assert "## Round 5 · Objection" in generic and "- too slow" in generic and "- **Severity:** high" in generic
+
+    renderers.register("objection", lambda a, ctx: [Para(f"{len(a['objections'])} objection(s)", label="Raised:"),
+                                                   Bullets(a["objections"])], title="Objections")
+    try:
+        md = render_markdown({}, records)
+        assert "**Raised:** 1 objection(s)" in md and "Severity" not in md
+        assert "<strong>Raised:</strong> 1 objection(s)" in render_html({}, records)
+        from conclave.datasette_plugin import _artifact_cell
+
+        cell = str(_artifact_cell(json.dumps(records[1]["data"]["artifact"]), "objection"))
+        assert "<strong>Raised:</strong> 1 objection(s)" in cell
+    finally:
+        renderers._RENDERERS.pop("objection")
+        renderers.TITLES.pop("objection")
+
+
+def test_html_report_escapes_model_text(converge: dict[str, Any]) -> None:
+    from conclave.render.html import render_html
+
+    converge["verdict"]["recommendation"] = "<script>alert(1)</script> & more"
+    page = render_html(converge)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page

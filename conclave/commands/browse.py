@@ -1,7 +1,8 @@
 """``conclave browse [--port N] [--no-open]``: explore the consultation index in Datasette on 127.0.0.1.
 
-Runs ``datasette serve`` with conclave's shipped metadata (titles, column help, facets, canned queries);
-``--port 0`` picks a free port. The URL goes to stderr; Ctrl-C stops the server.
+Runs ``datasette serve`` on the index; conclave's Datasette plugin (installed with conclave, so a plain
+``datasette index.db`` gets the same) adds titles, facets, canned queries, charts and the consultation pages.
+``--port 0`` picks a free port. The URLs go to stderr; Ctrl-C stops the server.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from importlib import resources
 from pathlib import Path
 
 from conclave.errors import ConclaveError
@@ -38,27 +38,26 @@ def run(argv: list[str]) -> int:
     port = args.port or free_port()
     # Stopped with SIGTERM, still stop Datasette: exit through the ``finally`` below instead of dying at once.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with resources.as_file(resources.files("conclave.store") / "datasette_metadata.yaml") as metadata:
-        server = subprocess.Popen(serve_command(layout.index_path, metadata, port))
-        try:
-            url = f"http://{HOST}:{port}/{layout.index_path.stem}"
-            wait_until_up(f"http://{HOST}:{port}/-/versions.json", server)
-            print(f"conclave browse: Datasette is serving {layout.index_path} at {url} (Ctrl-C stops it)",
-                  file=sys.stderr)
-            if not args.no_open:
-                import webbrowser
+    server = subprocess.Popen(serve_command(layout.index_path, port))
+    try:
+        url = f"http://{HOST}:{port}/{layout.index_path.stem}"
+        wait_until_up(f"http://{HOST}:{port}/-/versions.json", server)
+        print(f"conclave browse: Datasette is serving {layout.index_path} at {url} (Ctrl-C stops it)",
+              file=sys.stderr)
+        print(f"conclave browse: consultations and charts at http://{HOST}:{port}/-/conclave", file=sys.stderr)
+        if not args.no_open:
+            import webbrowser
 
-                webbrowser.open(url)
-            return server.wait()
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            _stop(server)
+            webbrowser.open(f"http://{HOST}:{port}/-/conclave")
+        return server.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop(server)
 
 
-def serve_command(index_path: Path, metadata: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "datasette", "serve", str(index_path), "--metadata", str(metadata),
-            "--host", HOST, "--port", str(port)]
+def serve_command(index_path: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "datasette", "serve", str(index_path), "--host", HOST, "--port", str(port)]
 
 
 def free_port() -> int:

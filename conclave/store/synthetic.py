@@ -155,7 +155,7 @@ class _Stream:
                     "tensions": [{"area": "complexity", "viewpoints": []}], "priority_order": ["safety"]}
         if artifact_type == "verdict":
             dissent = [{"agent": rng.choice(PANEL)[0], "concern": "operational complexity",
-                        "severity": rng.choice(("minor", "moderate", "major"))}] if rng.random() < 0.4 else []
+                        "severity": rng.choice(("low", "medium", "high"))}] if rng.random() < 0.4 else []
             return {"artifact_type": artifact_type, "recommendation": "Adopt it incrementally",
                     "confidence": round(rng.uniform(0.55, 0.97), 2), "evidence": ["pilot results"],
                     "dissent": dissent}

@@ -1,0 +1,378 @@
+"""The report of one consultation as document nodes: the one layout every view serialises (Markdown on stdout,
+the self-contained HTML file, ``conclave show`` and the Datasette consultation page).
+
+Order: question and status, the verdict (or options), dissent (kept above the fold), the early-termination note,
+the realized panel, round 1's positions side by side, then every later round through its artifacts' renderers
+(synthesis, cross-examination, and whatever rounds a strategy adds), how each agent moved from round 1 to round 3,
+and cost by provider and by round. Every key of the result may be null; a missing part is left out, never invented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from conclave.render import journal_view as jv
+from conclave.render.debate_value import CHANGE_LABELS, debate_value
+from conclave.render.nodes import Bullets, Card, Facts, Node, Note, Para, Section, Table, one_line
+from conclave.render.renderers import Context, dissent_lines, pct, render_artifact, title_of
+
+_BANNERS = {
+    "completed_degraded": ("⚠", "Completed, degraded.", "warn"),
+    "partial": ("⚠", "Partial result.", "warn"),
+    "aborted": ("✖", "Aborted.", "danger"),
+    "interrupted": ("⏸", "Interrupted.", "warn"),
+}
+ROUND_TITLES = {"independent": "Independent positions", "synthesis": "Synthesis", "cross_exam": "Cross-examination",
+                "verdict": "Verdict"}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _model(provider: Any, model: Any) -> str:
+    return f"{provider}/{model}" if provider else str(model or "unknown")
+
+
+def _actual(who: Mapping[str, Any]) -> str:
+    """The provider/model that actually answered for an agent or the judge (the configured one if unknown)."""
+    return _model(who.get("actual_provider") or who.get("provider"), who.get("actual_model") or who.get("model"))
+
+
+def _context(result: Mapping[str, Any]) -> Context:
+    return Context(models={str(a.get("name")): _actual(a) for a in map(_map, _list(result.get("agents")))})
+
+
+def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]] | None = None,
+                 *, only_round: int | None = None, label: str = "") -> list[Node]:
+    """The report nodes. ``records`` (the journal) adds cost by round, hedges and retries and any artifact the
+    result dict does not carry; ``only_round`` limits the body to that round's artifacts."""
+    records = list(records or [])
+    entries = jv.artifact_entries(records) if records else jv.entries_from_result(result)
+    if only_round is not None:
+        return [*_header(result, label), *_round_sections(result, records, entries, only_round)]
+    nodes: list[Node] = [*_header(result, label)]
+    for part in (_verdict(result), _dissent(result), _early_termination(result), _panel(result)):
+        if part is not None:
+            nodes.append(part)
+    nodes += _round_sections(result, records, entries, None)
+    for part in (_movement(result), _cost(result, records)):
+        if part is not None:
+            nodes.append(part)
+    return nodes
+
+
+# ------------------------------------------------------------------------------------------------ header
+
+
+def _rounds(result: Mapping[str, Any]) -> str:
+    done, planned = result.get("completed_rounds"), result.get("planned_rounds")
+    if done is None:
+        return ""
+    return f"{done} of {planned} rounds" if planned is not None else f"{done} rounds"
+
+
+def _header(result: Mapping[str, Any], label: str) -> list[Node]:
+    facts = [str(result["mode"]) if result.get("mode") else "", _rounds(result)]
+    if result.get("consultation_id"):
+        facts.append(f"id {result['consultation_id']}")
+    nodes: list[Node] = [Note(str(result.get("question") or ""), tone="info", label="Question:")]
+    if label:
+        nodes.insert(0, Para(label, label="Sweep run:"))
+    shown = [f for f in facts if f]
+    if shown:
+        nodes.append(Para(" · ".join(shown), muted=True))
+    banner = _banner(result)
+    if banner is not None:
+        nodes.append(banner)
+    return [Section("Consultation summary", nodes, level=1, anchor="summary")]
+
+
+def _banner(result: Mapping[str, Any]) -> Note | None:
+    status = result.get("status")
+    if status not in _BANNERS:
+        return None
+    mark, title, tone = _BANNERS[status]
+    text = ""
+    if status == "completed_degraded":
+        judge = _map(result.get("judge"))
+        if judge.get("fallback_used"):
+            text += (f"The judge model {_model(judge.get('provider'), judge.get('model'))} was unavailable; "
+                     f"a fallback judge ({_model(judge.get('actual_provider'), judge.get('actual_model'))}) was used.")
+        absent = _list(result.get("absent_agents"))
+        if absent:
+            text += f" Absent agents: {', '.join(map(str, absent))}."
+    else:
+        rounds = _rounds(result)
+        text += f"Stopped after {rounds}." if rounds else ""
+        if result.get("abort_reason"):
+            text += f" Reason: {one_line(result['abort_reason'])}"
+    return Note(text.strip(), tone=tone, label=title, icon=mark)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------------ verdict
+
+
+def _verdict(result: Mapping[str, Any]) -> Section:
+    verdict = _map(result.get("verdict"))
+    if verdict.get("recommendations"):
+        return Section(f"Options (confidence {pct(verdict.get('confidence'))})",
+                       render_artifact(verdict, "verdict_explore", _context(result)), anchor="verdict")
+    recommendation = verdict.get("recommendation") or result.get("recommendation")
+    if not recommendation:
+        if result.get("status") == "complete" and result.get("planned_rounds") == 1:
+            text = "A one-round run asks for independent answers only: see the positions below."
+        else:
+            text = "No verdict was reached."
+        return Section("Verdict", [Para(text, muted=True)], anchor="verdict")
+    confidence = verdict.get("confidence", result.get("confidence"))
+    body = render_artifact(verdict, "verdict", _context(result)) if verdict else [Para(str(recommendation))]
+    return Section(f"Verdict (confidence {pct(confidence)})", body, anchor="verdict")
+
+
+def _dissent(result: Mapping[str, Any]) -> Section | None:
+    lines = dissent_lines(result.get("dissent"))
+    return Section("Dissent", [Bullets(lines)], anchor="dissent") if lines else None
+
+
+def _early_termination(result: Mapping[str, Any]) -> Note | None:
+    early = _map(result.get("early_termination"))
+    if not early.get("offered"):
+        return None
+    why = f"consensus confidence {pct(early.get('confidence'))} reached the threshold {pct(early.get('threshold'))}"
+    if not early.get("accepted"):
+        return Note(f"Early termination was offered ({why}) and declined; all rounds ran.")
+    skipped = early.get("rounds_skipped")
+    text = f"Stopped early after round 2: {why}"
+    text += f"; {skipped} rounds skipped" if skipped else ""
+    saved = early.get("estimated_cost_saved")
+    text += f" (estimated saving ${saved:.4f})." if isinstance(saved, int | float) else "."
+    return Note(text, tone="ok")
+
+
+# ------------------------------------------------------------------------------------------------ panel
+
+
+def _panel(result: Mapping[str, Any]) -> Section | None:
+    agents = [_map(a) for a in _list(result.get("agents"))]
+    if not agents:
+        return None
+    rows = []
+    for agent in agents:
+        actual = _actual(agent)
+        if agent.get("absent"):
+            note = "absent" + (f": {one_line(agent['error'])}" if agent.get("error") else "")
+            actual = "—"
+        elif agent.get("substituted"):
+            note = f"substituted for {_model(agent.get('provider'), agent.get('model'))}"
+            reason = _substitution_reason(result, agent.get("name"))
+            note += f" ({reason})" if reason else ""
+        else:
+            note = ""
+        name = f"{agent.get('name')}" + (f" ({agent['label']})" if agent.get("label") else "")
+        rows.append([name, str(agent.get("persona") or ""), actual, note])
+    nodes: list[Node] = [Table(["Agent", "Persona", "Answered with", "Note"], rows)]
+    judge = _map(result.get("judge"))
+    if judge:
+        line = f"Judge: {_actual(judge)}"
+        if judge.get("fallback_used"):
+            line += f" (fallback for {_model(judge.get('provider'), judge.get('model'))})"
+        nodes.append(Para(line))
+    if not any(a.get("substituted") or a.get("absent") for a in agents) and not judge.get("fallback_used"):
+        nodes.append(Para("All models answered as configured.", muted=True))
+    versions = _map(result.get("prompt_versions"))
+    if versions:
+        nodes.append(Para(", ".join(f"{k}: {v}" for k, v in versions.items()), label="Prompt versions:", muted=True))
+    return Section("Realized panel", nodes, anchor="panel")
+
+
+def _substitution_reason(result: Mapping[str, Any], name: Any) -> str:
+    for sub in _list(result.get("substitutions")):
+        sub = _map(sub)
+        if sub.get("agent") == name and sub.get("reason"):
+            return str(sub["reason"])
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------ rounds
+
+
+def _round_sections(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                    entries: list[jv.ArtifactEntry], only: int | None) -> list[Node]:
+    """One section per round that left artifacts; the verdict round is the top section of a full report."""
+    context = _context(result)
+    types = jv.round_types(records)
+    # round 1 is shown even when nobody answered it: the table then says who was absent
+    has_panel = bool(_list(result.get("agents")))
+    numbers = sorted({e.round_number for e in entries} | ({1} if has_panel and only in (None, 1) else set()))
+    sections: list[Node] = []
+    for number in numbers:
+        if only is not None and number != only:
+            continue
+        if only is None and number == 4:
+            continue
+        mine = [e for e in entries if e.round_number == number]
+        round_type = types.get(number) or (mine[0].kind if mine else "round")
+        title = f"Round {number} · {ROUND_TITLES.get(round_type) or title_of(round_type)}"
+        if number == 1:
+            body = _positions(result, mine, context)
+        else:
+            judge = [e for e in mine if e.agent is None]
+            order = [str(a.get("name")) for a in map(_map, _list(result.get("agents")))]
+            agents = sorted((e for e in mine if e.agent is not None),
+                            key=lambda e: order.index(e.agent) if e.agent in order else len(order))
+            body = [n for e in judge for n in render_artifact(e.artifact, e.kind, context)]
+            body += [_card(e, context) for e in agents]
+        if not body:
+            body = [Para("This round left no artifacts.", muted=True)]
+        sections.append(Section(title, body, anchor=f"round-{number}"))
+    if only is not None and not sections:
+        sections.append(Section(f"Round {only}", [Para("This round left no artifacts.", muted=True)]))
+    return sections
+
+
+def _card(entry: jv.ArtifactEntry, context: Context) -> Card:
+    subtitle = context.models.get(entry.agent or "", "") if entry.agent else "judge"
+    status = f"{entry.status}" if entry.status not in ("", "valid") else ""
+    title = entry.agent or "judge"
+    return Card(title, render_artifact(entry.artifact, entry.kind, context),
+                subtitle=", ".join(s for s in (subtitle, status) if s))
+
+
+def _positions(result: Mapping[str, Any], entries: list[jv.ArtifactEntry], context: Context) -> list[Node]:
+    """Round 1 side by side (agent, model, position, confidence), then each agent's key points and rationale."""
+    by_agent = {e.agent: e for e in entries if e.agent}
+    agents = [_map(a) for a in _list(result.get("agents"))] or [{"name": n} for n in by_agent]
+    rows, cards = [], []
+    for agent in agents:
+        name = str(agent.get("name"))
+        entry = by_agent.get(name)
+        if agent.get("absent") or entry is None:
+            reason = f" ({one_line(agent['error'])})" if agent.get("error") else ""
+            rows.append([name, context.models.get(name, ""), f"absent: gave no round-1 answer{reason}", "—"])
+            continue
+        rows.append([name, context.models.get(name, ""), one_line(entry.artifact.get("position") or ""),
+                     pct(entry.artifact.get("confidence"))])
+        cards.append(_card(entry, replace(context, omit=frozenset({"position"}))))
+    return [Table(["Agent", "Model", "Position", "Confidence"], rows, numeric=frozenset({3})), *cards]
+
+
+# ------------------------------------------------------------------------------------------------ movement
+
+
+def _movement(result: Mapping[str, Any]) -> Section | None:
+    value = debate_value(result)
+    if value is None:
+        return None
+    rows = []
+    for a in value["agents"]:
+        delta = a["confidence_delta"]
+        rows.append([a["agent"], CHANGE_LABELS[a["change"]] + (" (dissents)" if a["dissented"] else ""),
+                     pct(a["round1_confidence"]), pct(a["final_confidence"]),
+                     "n/a" if delta is None else f"{delta * 100:+.0f} pts", one_line(a["final_position"])])
+    mean = value["avg_confidence_change"]
+    facts = [
+        ("Agents that changed position", f"{value['agents_changed_position']} of {value['total_agents']}"),
+        ("Change rate", pct(value["change_rate"])),
+        ("Mean confidence change", "n/a" if mean is None else f"{mean * 100:+.1f} pts"),
+        ("Convergence score", f"{value['convergence_score']:.2f}"),
+    ]
+    return Section("How the agents moved (round 1 → round 3)", [
+        Table(["Agent", "Position", "R1 confidence", "Final confidence", "Change", "Final stance"], rows,
+              numeric=frozenset({2, 3, 4})),
+        Facts(facts),
+    ], anchor="movement")
+
+
+# ------------------------------------------------------------------------------------------------ cost
+
+
+def _money(value: float, unknown: int = 0) -> str:
+    return f"${value:.4f}" + (f" + {unknown} unpriced" if unknown else "")
+
+
+def _cost(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> Section | None:
+    nodes: list[Node] = [Para(summary_line(result))]
+    if records:
+        by_round, by_provider = jv.spending(records)
+        types = jv.round_types(records)
+        if by_provider:
+            nodes.append(Table(
+                ["Provider", "Calls", "Failed", "Hedged", "Retries", "Tokens in", "Tokens out", "Cost"],
+                [[p, str(s.calls), str(s.failed), str(s.hedged), str(s.retries), f"{s.input_tokens:,}",
+                  f"{s.output_tokens:,}", _money(s.cost, s.unknown_cost)] for p, s in sorted(by_provider.items())],
+                numeric=frozenset(range(1, 8))))
+        if by_round:
+            nodes.append(Table(
+                ["Round", "Type", "Calls", "Seconds", "Tokens in", "Tokens out", "Cost"],
+                [[str(n), types.get(n, ""), str(s.calls), f"{s.seconds:.1f}", f"{s.input_tokens:,}",
+                  f"{s.output_tokens:,}", _money(s.cost, s.unknown_cost)] for n, s in sorted(by_round.items())],
+                numeric=frozenset({0, 2, 3, 4, 5, 6})))
+    else:
+        by_provider_cost = _map(_map(result.get("cost")).get("by_provider"))
+        if by_provider_cost:
+            nodes.append(Table(["Provider", "Cost"], [[p, f"${c:.4f}" if isinstance(c, int | float) else "unknown"]
+                                                        for p, c in by_provider_cost.items()],
+                               numeric=frozenset({1})))
+    extra = _context_line(result)
+    if extra:
+        nodes.append(Para(extra, muted=True))
+    return Section("Cost", nodes, anchor="cost")
+
+
+def summary_line(result: Mapping[str, Any]) -> str:
+    """``cost $0.0412 · 18,305 tokens · 14.2 s · saved 4,210 tokens (31%)``: the footer, also used by progress."""
+    facts = [_cost_text(_map(result.get("cost")))]
+    total = _map(result.get("tokens")).get("total")
+    if isinstance(total, int):
+        facts.append(f"{total:,} tokens")
+    if isinstance(result.get("duration_s"), int | float):
+        facts.append(f"{result['duration_s']:.1f} s")
+    stats = _map(result.get("token_efficiency_stats"))
+    saved = stats.get("tokens_saved_via_filtering")
+    if isinstance(saved, int) and saved > 0:
+        facts.append(f"saved {saved:,} tokens ({stats.get('efficiency_percentage', 0):g}%)")
+    return " · ".join(facts)
+
+
+def _cost_text(cost: Mapping[str, Any]) -> str:
+    actual, unknown = cost.get("actual"), [str(m) for m in _list(cost.get("unknown_prices"))]
+    unknown_text = f"cost unknown for: {', '.join(unknown)}" if unknown else ""
+    if isinstance(actual, int | float):
+        return f"cost ${actual:.4f}" + (f" + {unknown_text}" if unknown_text else "")
+    return unknown_text or "cost unknown"
+
+
+def _context_line(result: Mapping[str, Any]) -> str:
+    """What went into the prompts besides the question: context files read and secrets redacted."""
+    parts = []
+    sources = [_map(s) for s in _list(result.get("context_sources"))]
+    used = [s for s in sources if not s.get("omitted")]
+    if used:
+        size = sum(int(s.get("bytes") or 0) for s in used)
+        # "sent" is absent from records written before it existed: then what was read is what was sent
+        sent = sum(int(s.get("sent", s.get("bytes")) or 0) for s in used)
+        left_out = len(sources) - len(used)
+        amount = f"{size:,} bytes" if sent == size else f"{sent:,} of {size:,} bytes sent"
+        line = f"context: {len(used)} source{'s' if len(used) != 1 else ''} ({amount})"
+        if left_out:
+            line += f", {left_out} left out"
+        cut = [s for s in used if s.get("truncated")]
+        if cut:
+            shown = ", ".join(f"{s.get('path')} after its first {int(s.get('sent') or 0):,} bytes" for s in cut[:3])
+            line += f"; cut: {shown}" + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+        parts.append(line)
+    scrub = _map(result.get("scrub_report"))
+    if scrub.get("total"):
+        kinds = ", ".join(f"{k}: {n}" for k, n in sorted(_map(scrub.get("by_type")).items()))
+        parts.append(f"secrets redacted before sending: {scrub['total']} ({kinds})")
+    return " · ".join(parts)
+
+
+__all__ = ["build_report", "summary_line"]

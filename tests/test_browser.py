@@ -1,0 +1,183 @@
+"""The Datasette plugin and the HTML report in a real headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, driven by Selenium; ``.ci/install-system-deps.sh`` installs them). Screenshots of the main
+pages are saved to ``tests/artifacts/`` (ignored by git) for a reviewer to look at."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from views_support import Debates, record_debates
+
+from conclave.commands.browse import free_port, wait_until_up
+from conclave.store.paths import StoreLayout
+from conclave.testing.pytest_plugin import FAKE_KEYS
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
+                 if p and Path(p).exists()), None)
+CHROMEDRIVER = next((p for p in (shutil.which("chromedriver"), "/usr/bin/chromedriver") if p and Path(p).exists()),
+                    None)
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="no Chromium/chromedriver found (Debian: `.ci/install-system-deps.sh` installs chromium chromium-driver)",
+)
+
+
+@pytest.fixture(scope="module")
+def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Debates]:
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONCLAVE_HOME", str(home))
+        for var, value in FAKE_KEYS.items():
+            mp.setenv(var, value)
+        yield record_debates(home)
+
+
+@pytest.fixture(scope="module")
+def server(debates: Debates) -> Iterator[str]:
+    """A real ``datasette serve`` of the index on 127.0.0.1 (the plugin loads from its entry point)."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "datasette", "serve", str(StoreLayout(debates.home).index_path),
+                                "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/-/versions.json", process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="conclave-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def screenshot(driver: Any, name: str) -> Path:
+    """A full-page PNG in tests/artifacts/ (the window grows to the page's height first)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    height = driver.execute_script("return Math.min(document.documentElement.scrollHeight, 6000)")
+    driver.set_window_size(1400, max(int(height), 600))
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1400, 1000)
+    return path
+
+
+def test_consultation_page_shows_every_round(server: str, debates: Debates, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/-/conclave/{debates.converge}")
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, ".cv-report h2")]
+    assert headings[:3] == ["Verdict (confidence 82%)", "Dissent", "Realized panel"]
+    for expected in ("Round 1 · Independent positions", "Round 2 · Synthesis", "Round 3 · Cross-examination",
+                     "How the agents moved (round 1 → round 3)", "Cost"):
+        assert expected in headings
+    cards = browser.find_elements(By.CSS_SELECTOR, ".cv-card")
+    assert len(cards) == 6 and all(c.is_displayed() for c in cards)  # 3 round-1 answers + 3 round-3 replies
+    dissent = browser.find_element(By.ID, "dissent")
+    assert dissent.location["y"] < browser.find_element(By.ID, "panel").location["y"]
+    assert screenshot(browser, "consultation").stat().st_size > 10_000
+
+
+def test_consultations_table_has_normal_rows(server: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/index/consultations")
+    headers = browser.find_elements(By.CSS_SELECTOR, "table.rows-and-columns th")
+    assert 8 <= len(headers) <= 12
+    heights = [r.size["height"] for r in browser.find_elements(By.CSS_SELECTOR, "table.rows-and-columns tbody tr")]
+    assert heights and max(heights) < 90, heights
+    table_width = browser.find_element(By.CSS_SELECTOR, "table.rows-and-columns").size["width"]
+    assert table_width <= 1400
+    folds = [s.text for s in browser.find_elements(By.CSS_SELECTOR, "details > summary")]
+    assert "About these columns" in folds
+    screenshot(browser, "consultations_table")
+
+
+def test_index_page_leads_with_consultations(server: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/")
+    first_link = browser.find_element(By.CSS_SELECTOR, ".cv-panel a[href$='/consultations']")
+    assert first_link.is_displayed() and first_link.location["y"] < 400
+    screenshot(browser, "index")
+
+
+def test_sql_editor_starts_on_recent_consultations(server: str, browser: Any) -> None:
+    browser.get(f"{server}/index")
+    value = browser.execute_script("return document.querySelector('.CodeMirror').CodeMirror.getValue()")
+    assert value.startswith("select id, started_at, status") and "from consultations" in value
+    screenshot(browser, "database")
+
+
+def test_dashboard_draws_the_charts(server: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/-/conclave")
+    charts = browser.find_elements(By.CSS_SELECTOR, "figure.cv-chart svg")
+    assert len(charts) == 5 and all(c.size["height"] > 100 for c in charts)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "figure.cv-chart rect")) >= 5
+    screenshot(browser, "dashboard")
+
+
+def test_artifact_cells_expand_in_place(server: str, debates: Debates, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/index/artifacts?consultation_id={debates.converge}&artifact_type=cross_exam")
+    summary = browser.find_element(By.CSS_SELECTOR, ".cv-cell details summary")
+    summary.click()
+    body = browser.find_element(By.CSS_SELECTOR, ".cv-cell details")
+    assert "A database trigger closes most of that gap" in body.text
+    screenshot(browser, "artifacts")
+
+
+def test_html_report_opens_offline(debates: Debates, browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    report = tmp_path / "report.html"
+    subprocess.run([sys.executable, "-m", "conclave", "show", debates.converge, "--format", "html", "-o",
+                    str(report)], check=True, env={"CONCLAVE_HOME": str(debates.home), "PATH": "/usr/bin:/bin"})
+    browser.get(report.as_uri())
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "h2")]
+    assert "Round 2 · Synthesis" in headings
+    # styled by the inlined stylesheet: the dissent box has its own background
+    background = browser.find_element(By.ID, "dissent").value_of_css_property("background-color")
+    assert background not in ("rgba(0, 0, 0, 0)", "transparent")
+    screenshot(browser, "report_html")
+
+
+def test_from_the_consultations_table_to_the_transcript(server: str, debates: Debates, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/index/consultations?id={debates.converge}")
+    browser.find_element(By.CSS_SELECTOR, "td.col-question a").click()
+    assert browser.current_url.endswith(f"/-/conclave/{debates.converge}")
+    assert "Round 2 · Synthesis" in [h.text for h in browser.find_elements(By.CSS_SELECTOR, ".cv-report h2")]
+    browser.get(f"{server}/index/consultations/{debates.converge}")
+    browser.find_element(By.LINK_TEXT, "Read this consultation as a transcript").click()
+    assert browser.current_url.endswith(f"/-/conclave/{debates.converge}")
