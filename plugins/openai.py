@@ -32,7 +32,7 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.http import HTTPProvider, parse_object, schema_name
-from conclave.providers.schema_hints import describe_constraints
+from conclave.providers.schema_hints import anchored_patterns_only, describe_constraints
 from conclave.providers.structured import is_rejection, memory_for, next_forms, prompt_instruction
 
 log = logging.getLogger(__name__)
@@ -101,13 +101,13 @@ class OpenAIProvider(HTTPProvider):
                     "name": schema_name(request), "schema": _strict_schema(_canonical(schema)), "strict": True}}
             else:  # servers that enforce a raw schema get all of it, constraints included
                 body["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": schema_name(request), "schema": dict(schema)}}
+                    "name": schema_name(request), "schema": _grammar_schema(_canonical(schema))}}
         elif schema is not None and form == "json_object":
             if self.is_official():  # the vendors' json_object takes no schema: the model reads it in the prompt
                 body["response_format"] = {"type": "json_object"}
                 _append_to_last_user(messages, prompt_instruction(schema))
             else:  # llama.cpp and llama-cpp-python turn this schema into a grammar
-                body["response_format"] = {"type": "json_object", "schema": dict(schema)}
+                body["response_format"] = {"type": "json_object", "schema": _grammar_schema(_canonical(schema))}
         elif schema is not None and form == "prompt":
             _append_to_last_user(messages, prompt_instruction(schema))
         if stream:
@@ -255,6 +255,13 @@ def _canonical(schema: Any) -> str:
 def _strict_schema(canonical: str) -> dict[str, Any]:
     """The strict-mode variant of a schema, computed once per distinct schema (callers must not mutate it)."""
     return strict_variant(describe_constraints(json.loads(canonical)))
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar_schema(canonical: str) -> dict[str, Any]:
+    """The full schema for servers that compile it into a grammar: every constraint, unanchored patterns stated in
+    descriptions (callers must not mutate it)."""
+    return dict(anchored_patterns_only(json.loads(canonical)))
 
 
 def _parsed(text: str, request: CompletionRequest) -> dict[str, Any] | None:

@@ -55,11 +55,14 @@ class ProgressView:
         self._round: tuple[int, str] | None = None
         self._entries: list[str] = []
         self._tail = ""  # what follows the entries, e.g. "confidence 78%"
+        self._queued: list[str] = []  # agents of this round waiting for a free slot of their endpoint
+        self._queue_noticed: set[str] = set()  # providers whose queueing was already explained (not a terminal)
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             ev.CONSULTATION_STARTED: self._started,
             ev.COST_ESTIMATED: self._cost_estimated,
             ev.ROUND_STARTED: self._round_started,
             ev.AGENT_COMPLETED: self._agent_completed,
+            ev.PROVIDER_QUEUED: self._queued_call,
             ev.PROVIDER_SUBSTITUTED: self._substituted,
             ev.ROUND_ARTIFACT: self._artifact,
             ev.FILTER_APPLIED: self._filter_applied,
@@ -81,6 +84,8 @@ class ProgressView:
             return ""
         number, label = self._round
         parts = [f"  ▸ Round {number} · {label:<11}", *self._entries]
+        if self._queued:
+            parts.append(f"queued: {', '.join(self._queued)}")
         if self._tail:
             parts.append(self._tail)
         return "   ".join(parts).rstrip()
@@ -122,11 +127,24 @@ class ProgressView:
             self._round_completed({})
         round_type = str(data.get("round_type", ""))
         self._round = (int(data.get("round_number") or 0), ROUND_LABELS.get(round_type, round_type))
-        self._entries, self._tail = [], ""
+        self._entries, self._tail, self._queued = [], "", []
         self._redraw()
+
+    def _queued_call(self, data: Mapping[str, Any]) -> None:
+        name, provider = str(data.get("agent") or "?"), str(data.get("provider") or "?")
+        if self.tty:
+            if name not in self._queued:
+                self._queued.append(name)
+            self._redraw()
+        elif provider not in self._queue_noticed:
+            self._queue_noticed.add(provider)
+            self._notice(f"⧗ {provider} takes {data.get('max_concurrency')} call(s) at a time: the others are queued "
+                         f"(providers.{provider}.max_concurrency)")
 
     def _agent_completed(self, data: Mapping[str, Any]) -> None:
         name = data.get("agent") or "?"
+        if name in self._queued:
+            self._queued.remove(name)
         if data.get("ok"):
             duration = data.get("duration_s")
             entry = f"{name} ✓ {duration:.1f}s" if isinstance(duration, int | float) else f"{name} ✓"

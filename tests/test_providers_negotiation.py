@@ -289,3 +289,35 @@ async def test_an_empty_openai_stream_alone_is_an_error_not_an_empty_answer(fake
         with pytest.raises(MalformedResponseError, match="truncated"):
             await pool.complete(agent="a", provider="openai", request=_request("gpt-4o"), round_number=1,
                                 allow_substitution=False, on_chunk=lambda _t: None)
+
+
+def test_grammar_servers_get_every_constraint_but_unanchored_patterns(plugins):
+    from conclave.providers.schema_hints import anchored_patterns_only
+
+    schema = {"type": "object", "properties": {
+        "text": {"type": "string", "minLength": 1, "pattern": "\\S", "description": "said"},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "tags": {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "\\S"}}},
+        "required": ["text"]}
+    variant = anchored_patterns_only(schema)
+    # JSON Schema's pattern searches; grammar converters read it as the whole string (and llama-cpp-python
+    # rejects one without ^...$), so an unanchored one is only described
+    assert variant["properties"]["text"] == {"type": "string", "minLength": 1,
+                                             "description": 'said Constraints: {"pattern": "\\\\S"}'}
+    assert variant["properties"]["code"] == {"type": "string", "pattern": "^[A-Z]{3}$"}
+    assert "pattern" not in variant["properties"]["tags"]["items"] and variant["properties"]["tags"]["minItems"] == 1
+    vllm = plugins.providers.get("openai")("vllm", ProviderSettings(api="openai", base_url="http://h:8000/v1"),
+                                           None, environ={})
+    for form in ("json_schema", "json_object"):
+        body = vllm.body(_request("m", json_schema=schema), stream=False, form=form)["response_format"]
+        assert (body.get("json_schema") or {}).get("schema", body.get("schema")) == variant
+
+
+def test_every_artifact_schema_compiles_to_a_llama_cpp_python_grammar():
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    from conclave.engine.extraction import request_schema
+    from conclave.providers.schema_hints import anchored_patterns_only
+
+    for name in ("independent", "synthesis", "cross_exam", "cross_exam_reply", "verdict", "verdict_explore",
+                 "cross_exam_reply_explore"):
+        assert "root ::=" in grammar.json_schema_to_gbnf(json.dumps(anchored_patterns_only(request_schema(name))))

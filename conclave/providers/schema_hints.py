@@ -86,3 +86,27 @@ def restrict_keywords(schema: Any, allowed: frozenset[str] = GEMINI_KEYWORDS) ->
         description = out.get("description")
         out["description"] = f"{description} {text}" if isinstance(description, str) and description else text
     return out
+
+
+def anchored_patterns_only(schema: Any) -> Any:
+    """A copy of ``schema`` for grammar-constrained decoding: an unanchored ``pattern`` is stated in the description
+    instead of sent.
+
+    JSON Schema's ``pattern`` matches anywhere in the string (``"\\\\S"``: some non-space character), while the
+    grammar converters of llama.cpp and llama-cpp-python read a pattern as the whole string and reject (or
+    mistranslate) one without ``^…$``. Every other constraint is kept; the answer is validated against the full
+    schema either way.
+    """
+    if isinstance(schema, list):
+        return [anchored_patterns_only(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: (value if key in ("enum", "const", "required") else anchored_patterns_only(value))
+           for key, value in schema.items()}
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
+        del out["pattern"]
+        text = MARKER + json.dumps({"pattern": pattern}, separators=(", ", ": "))
+        description = schema.get("description")
+        out["description"] = f"{description} {text}" if isinstance(description, str) and description else text
+    return out
