@@ -321,3 +321,15 @@ def test_every_artifact_schema_compiles_to_a_llama_cpp_python_grammar():
     for name in ("independent", "synthesis", "cross_exam", "cross_exam_reply", "verdict", "verdict_explore",
                  "cross_exam_reply_explore"):
         assert "root ::=" in grammar.json_schema_to_gbnf(json.dumps(anchored_patterns_only(request_schema(name))))
+
+
+async def test_a_keyless_local_server_costs_nothing_whatever_its_model_is_called(fake_provider_server,
+                                                                                conclave_env, plugins):
+    fake = fake_provider_server
+    fake.script("gpt-4o", Reply(json=ANSWER, usage=(1000, 500, 0)))
+    async with _pool(fake, plugins) as pool:  # openai -> a keyless server on 127.0.0.1
+        completion = await _ask(pool, _request("gpt-4o"))
+        assert pool.cost("openai", "gpt-4o", completion.usage) == 0.0
+        assert pool.estimate_cost("openai", "gpt-4o", 1000, 500) == 0.0
+        # the same model on a keyed endpoint is billed
+        assert (pool.cost("grok", "grok-4", completion.usage) or 0) > 0

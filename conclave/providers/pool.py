@@ -202,7 +202,14 @@ class ProviderPool:
     # ------------------------------------------------------------------------------------- cost
 
     def cost(self, provider: str, model: str, usage: Usage) -> float | None:
-        """USD for ``usage`` of ``model`` on ``provider``; None when the price is unknown."""
+        """USD for ``usage`` of ``model`` on ``provider``; None when the price is unknown. A free endpoint (a keyless
+        server on this machine or the local network, the local model) costs $0 whatever its model is called: a
+        llama.cpp server answering as ``gpt-4o`` is not billed like OpenAI."""
+        try:
+            if self.provider(provider).costs_nothing():
+                return 0.0
+        except ProviderError:
+            pass
         return self.prices.cost((provider, self._api(provider)), model, usage)
 
     def estimate_cost(self, provider: str, model: str, input_tokens: int, output_tokens: int) -> float | None:
