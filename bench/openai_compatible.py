@@ -8,7 +8,7 @@ the wall-time ratio (goal: server ≤ 1.5× local). Then it sends ``--tries`` ro
 ``json_object`` with the full artifact schema and as many with the strict variant (constraints only in descriptions)
 and counts the answers that validate on the first try (no repair, no re-ask).
 
-    python bench/openai_compatible.py [--tries 3] [--threads 2]
+    python bench/openai_compatible.py [--tries 3] [--threads 1]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ async def first_try_valid(url: str, tries: int, strict: bool) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=3, help="round-1 requests per schema variant")
-    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads for the server")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads, server and local alike")
     args = parser.parse_args()
     from conclave.local_model import PackagedModel, ensure_assembled
 

@@ -50,7 +50,7 @@ def llama_server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     with log.open("wb") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "8192", "--n_threads", "2"],
+             "--port", str(port), "--n_ctx", "8192", "--n_threads", "1"],
             stdout=out, stderr=subprocess.STDOUT)
     try:
         import urllib.request

@@ -93,7 +93,7 @@ async def test_openai_sends_the_full_schema_to_a_compatible_server(fake_provider
         "type": "json_schema", "json_schema": {"name": "independent_opinion", "schema": SCHEMA}}
 
 
-def test_openai_sends_strict_json_schema_response_format_to_api_openai_com(plugins):
+def test_openai_sends_strict_json_schema_response_format_to_api_openai_com(conclave_env, plugins):
     official = plugins.providers.get("openai")("openai", ProviderSettings(api="openai"), None, environ={})
     body = official.body(_request("gpt-4o"), stream=False)
     assert body == {
@@ -176,7 +176,7 @@ async def test_gemini_sends_system_instruction_and_response_json_schema(fake_pro
     }
 
 
-def test_openai_uses_max_completion_tokens_on_the_official_endpoint(plugins):
+def test_openai_uses_max_completion_tokens_on_the_official_endpoint(conclave_env, plugins):
     cls = plugins.providers.get("openai")
     official = cls("openai", ProviderSettings(api="openai"), None, environ={})
     local = cls("ollama", ProviderSettings(api="openai", base_url="http://localhost:11434/v1"), None, environ={})

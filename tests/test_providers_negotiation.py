@@ -179,7 +179,7 @@ async def test_streamed_calls_negotiate_too(fake_provider_server, conclave_env, 
     assert json.loads("".join(chunks)) == ANSWER and completion.structured_output == "json_object"
 
 
-def test_only_api_openai_com_gets_the_strict_variant(plugins):
+def test_only_api_openai_com_gets_the_strict_variant(conclave_env, plugins):
     cls = plugins.providers.get("openai")
     official = cls("openai", ProviderSettings(api="openai"), None, environ={})
     xai = cls("grok", ProviderSettings(api="openai", base_url="https://api.x.ai/v1"), None, environ={})
@@ -291,7 +291,7 @@ async def test_an_empty_openai_stream_alone_is_an_error_not_an_empty_answer(fake
                                 allow_substitution=False, on_chunk=lambda _t: None)
 
 
-def test_grammar_servers_get_every_constraint_but_unanchored_patterns(plugins):
+def test_grammar_servers_get_every_constraint_but_unanchored_patterns(conclave_env, plugins):
     from conclave.providers.schema_hints import anchored_patterns_only
 
     schema = {"type": "object", "properties": {

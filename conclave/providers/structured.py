@@ -130,7 +130,7 @@ _MEMORIES: dict[str, FormMemory] = {}
 
 def memory_for(environ: Mapping[str, str]) -> FormMemory:
     """The process-wide memory of the home ``environ`` names (``CONCLAVE_HOME``, else ``~/.conclave``)."""
-    home = Path(environ.get("CONCLAVE_HOME") or Path.home() / ".conclave").expanduser()
+    home = Path(environ["CONCLAVE_HOME"]).expanduser() if environ.get("CONCLAVE_HOME") else default_home()
     key = str(home)
     found = _MEMORIES.get(key)
     if found is None:
