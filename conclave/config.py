@@ -47,6 +47,9 @@ class ProviderSettings(StrictModel):
 
     ``send_key`` says where the key may go: ``official`` only to the vendor's own host over https (a custom ``base_url``
     such as Ollama or a proxy gets no key), ``always`` also to a custom ``base_url``, ``never`` nowhere.
+    ``structured_output`` is how an artifact's schema is asked for: ``auto`` negotiates it per (base URL, model),
+    the other values force one form. ``max_concurrency`` caps the calls in flight to the endpoint (``null``: 1 for a
+    server on this machine or the local network, unlimited otherwise; ``0``: unlimited).
     """
 
     api: Name
@@ -55,6 +58,8 @@ class ProviderSettings(StrictModel):
     send_key: Literal["official", "always", "never"] = "official"
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    structured_output: Literal["auto", "json_schema", "json_object", "prompt", "off"] = "auto"
+    max_concurrency: Annotated[int, Field(ge=0, le=1024)] | None = None
     model_path: str | None = None
 
     @field_validator("model_path")

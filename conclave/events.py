@@ -18,9 +18,12 @@ consultation:cost_estimated            estimated_cost (float | null when a model
 consultation:user_consent              approved, auto_approved, reason
 round:started                          round_number, round_type (the name of the round's last round type:
                                        independent|synthesis|cross_exam|verdict, or a strategy's own)
+provider:queued                        round_number, agent, provider, model, max_concurrency, hedge: the call
+                                       waits for a free slot of its endpoint (``providers.<name>.max_concurrency``)
 provider:attempt                       round_number, agent (agent name, or "judge"), provider, model, number,
                                        started_at (epoch s), latency_s, outcome, status, error, hedge,
-                                       input_tokens, output_tokens, cached_input_tokens, cost (null = unknown)
+                                       input_tokens, output_tokens, cached_input_tokens, cost (null = unknown),
+                                       estimated (true: an abandoned attempt whose tokens conclave counted itself)
 consultation:provider_substituted      round_number, agent, original_provider, original_model,
                                        substitute_provider, substitute_model, reason (timeout|failure)
 agent:completed                        round_number, agent, ok, duration_s, input_tokens, output_tokens, cost,
@@ -69,6 +72,7 @@ STATE_TRANSITION = "state:transition"
 COST_ESTIMATED = "consultation:cost_estimated"
 USER_CONSENT = "consultation:user_consent"
 ROUND_STARTED = "round:started"
+PROVIDER_QUEUED = "provider:queued"
 PROVIDER_ATTEMPT = "provider:attempt"
 PROVIDER_SUBSTITUTED = "consultation:provider_substituted"
 AGENT_COMPLETED = "agent:completed"

@@ -25,6 +25,13 @@ from conclave.providers.base import (
 from conclave.providers.http import HTTPProvider, parse_object, schema_name
 
 API_VERSION = "2023-06-01"
+#: the first API version that rejects ``temperature``/``top_p``/``top_k`` with a 400 (ISO dates compare as strings)
+NO_SAMPLING_SINCE = "2026-10-21"
+
+
+def accepts_temperature(version: str = API_VERSION) -> bool:
+    """Whether requests under ``anthropic-version: version`` may carry ``temperature``."""
+    return version < NO_SAMPLING_SINCE
 
 
 class AnthropicProvider(HTTPProvider):
@@ -51,7 +58,7 @@ class AnthropicProvider(HTTPProvider):
         }
         if request.system:
             body["system"] = request.system
-        if request.temperature is not None:
+        if request.temperature is not None and accepts_temperature(API_VERSION):
             body["temperature"] = request.temperature
         if request.json_schema is not None:
             name = schema_name(request)
@@ -81,6 +88,8 @@ class AnthropicProvider(HTTPProvider):
                 texts.append(str(block.get("text", "")))
             elif block.get("type") == "tool_use" and isinstance(block.get("input"), dict):
                 tool_input = block["input"]
+        if tool_input is None and not "".join(texts) and not payload.get("stop_reason"):
+            raise self.truncated("the answer has neither content nor a stop reason", request.model)
         return self._completion(request, texts, tool_input, payload.get("usage"), payload.get("model"),
                                 payload.get("stop_reason"), started)
 
@@ -116,9 +125,13 @@ class AnthropicProvider(HTTPProvider):
                     done = True
                     break
                 elif kind == "error":
-                    raise self._stream_error(event.get("error") or {}, request.model)
+                    error = self._stream_error(event.get("error") or {}, request.model)
+                    error.billed = True
+                    raise error
         if not done:
-            raise self.malformed("the stream ended before message_stop (truncated)", request.model)
+            raise self.truncated("the stream ended before message_stop", request.model)
+        if not texts and not tool_json and stop is None:
+            raise self.truncated("the stream ended with no content and no stop reason", request.model)
         tool_input = None
         if tool_json:
             tool_input = parse_object("".join(tool_json))

@@ -1,20 +1,35 @@
 """Built-in ``gemini`` provider: ``POST {base_url}/models/{model}:generateContent`` (Gemini API, v1beta).
 
 The system prompt goes in ``systemInstruction``; structured output asks for ``application/json`` with the artifact
-schema as ``generationConfig.responseJsonSchema``. Streaming uses ``:streamGenerateContent?alt=sse``.
+schema as ``generationConfig.responseJsonSchema``, restricted to the keywords Gemini documents for it (the others
+are stated in descriptions). Streaming uses ``:streamGenerateContent?alt=sse``. A 429 ``RESOURCE_EXHAUSTED`` carries
+its wait in the body (``RetryInfo.retryDelay``); a per-day quota (a ``QuotaFailure`` whose ``quotaId`` says
+``PerDay``) resets at midnight Pacific time and is not retried.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 from conclave.hookspecs import hookimpl
-from conclave.providers.base import BadRequestError, Completion, CompletionRequest, Usage
-from conclave.providers.http import HTTPProvider, parse_object
+from conclave.providers.base import (
+    BadRequestError,
+    Completion,
+    CompletionRequest,
+    ProviderError,
+    QuotaExhaustedError,
+    RateLimitedError,
+    Usage,
+)
+from conclave.providers.http import HTTPProvider, parse_object, parse_retry_after
+from conclave.providers.schema_hints import restrict_keywords
+
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 
 
 class GeminiProvider(HTTPProvider):
@@ -46,9 +61,28 @@ class GeminiProvider(HTTPProvider):
             config["temperature"] = request.temperature
         if request.json_schema is not None:
             config["responseMimeType"] = "application/json"
-            config["responseJsonSchema"] = dict(request.json_schema)
+            config["responseJsonSchema"] = restrict_keywords(request.json_schema)
         body["generationConfig"] = config
         return body
+
+    def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
+                      kw: dict[str, Any]) -> ProviderError | None:
+        if status != 429:
+            return None
+        details = [d for d in payload.get("details") or [] if isinstance(d, Mapping)]
+        quota_ids = [str(v.get("quotaId", "")) for d in details if d.get("@type") == _QUOTA_FAILURE
+                     for v in d.get("violations") or [] if isinstance(v, Mapping)]
+        daily = [q for q in quota_ids if "perday" in q.lower()]
+        if daily:
+            return QuotaExhaustedError(
+                f"{self.name} per-day quota exhausted ({daily[0]}); it resets at midnight Pacific time: {message}",
+                **kw)
+        delays = [_seconds(d.get("retryDelay")) for d in details if d.get("@type") == _RETRY_INFO]
+        known = [d for d in (*delays, parse_retry_after(headers)) if d is not None]
+        wait = max(known) if known else None
+        hint = f"; retry after {wait:g}s" if wait is not None else ""
+        return RateLimitedError(f"{self.name} rate-limited model {kw['model']!r} (HTTP 429{hint}): {message}",
+                                retry_after_s=wait, **kw)
 
     def _url(self, model: str, method: str) -> str:
         model_id = model.removeprefix("models/")
@@ -60,7 +94,7 @@ class GeminiProvider(HTTPProvider):
                                        request.model)
         text, finish = self._candidate(payload, request.model)
         if finish is None and not text:
-            raise self.malformed("the answer has neither text nor a finish reason", request.model)
+            raise self.truncated("the answer has neither text nor a finish reason", request.model)
         return self._completion(request, text, finish, payload.get("usageMetadata"), payload.get("modelVersion"),
                                 started)
 
@@ -84,7 +118,7 @@ class GeminiProvider(HTTPProvider):
                 model = chunk.get("modelVersion") or model
         # Gemini's stream has no terminator: the last chunk carries the finish reason, so its absence = truncated.
         if finish is None:
-            raise self.malformed("the stream ended without a finish reason (truncated)", request.model)
+            raise self.truncated("the stream ended without a finish reason", request.model)
         yield self._completion(request, "".join(parts), finish, usage, model, started)
 
     def _candidate(self, payload: dict[str, Any], model: str) -> tuple[str, str | None]:
@@ -127,6 +161,16 @@ class GeminiProvider(HTTPProvider):
                 break
             url = f"{self.base_url}/models?pageSize=1000&pageToken={quote(str(token))}"
         return ids
+
+
+def _seconds(value: Any) -> float | None:
+    """A protobuf Duration in JSON (``"33s"``, ``"1.5s"``) as seconds; None when absent or unreadable."""
+    if not isinstance(value, str) or not value.endswith("s"):
+        return None
+    try:
+        return max(0.0, float(value[:-1]))
+    except ValueError:
+        return None
 
 
 def _usage(raw: Any) -> Usage:

@@ -1,10 +1,12 @@
 """Built-in ``openai`` provider: Chat Completions against any OpenAI-compatible endpoint.
 
 The same implementation serves OpenAI, xAI (grok), Mistral and local servers (Ollama, llama.cpp, vLLM): the
-config picks the endpoint (``providers.<name>.base_url``) and the key variable. Structured output uses
-``response_format: {type: json_schema, strict: true}`` with the schema's strict-mode variant (every property
-required, optionals nullable, constraints strict mode rejects moved into descriptions); the answer's ``null``
-optionals are dropped again, so ``parsed`` matches the original schema. Streaming uses SSE with ``include_usage``.
+config picks the endpoint (``providers.<name>.base_url``) and the key variable. Structured output is negotiated per
+(base URL, model) (:mod:`conclave.providers.structured`): api.openai.com gets ``response_format: {type: json_schema,
+strict: true}`` with the schema's strict-mode variant (every property required, optionals nullable, constraints
+strict mode rejects moved into descriptions; the answer's ``null`` optionals are dropped again, so ``parsed`` matches
+the original schema); every other server gets the full schema, as ``json_schema``, else ``json_object`` with a
+``schema``, else written into the prompt. Streaming uses SSE with ``include_usage``.
 """
 
 from __future__ import annotations
@@ -12,16 +14,28 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from conclave.artifacts import drop_null_optionals, strict_variant
 from conclave.hookspecs import hookimpl
-from conclave.providers.base import BadRequestError, Completion, CompletionRequest, Usage
+from conclave.providers.base import (
+    Completion,
+    CompletionRequest,
+    ProviderError,
+    QuotaExhaustedError,
+    RefusalError,
+    StructuredOutputRejectedError,
+    Usage,
+)
 from conclave.providers.http import HTTPProvider, parse_object, schema_name
-from conclave.providers.schema_hints import describe_constraints
+from conclave.providers.schema_hints import anchored_patterns_only, describe_constraints
+from conclave.providers.structured import is_rejection, memory_for, next_forms, prompt_instruction
+
+log = logging.getLogger(__name__)
 
 OPENAI_HOST = "api.openai.com"
 
@@ -36,8 +50,40 @@ class OpenAIProvider(HTTPProvider):
     def default_base_url(self) -> str:
         return self._environ.get("OPENAI_BASE_URL") or self.DEFAULT_BASE_URL
 
-    def body(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
-        """The request body for ``request`` (what the API receives, key excluded)."""
+    def is_openai(self) -> bool:
+        """api.openai.com itself: the only endpoint whose ``json_schema`` is strict mode."""
+        return self.is_official() and urlsplit(self.base_url).hostname == OPENAI_HOST
+
+    # ------------------------------------------------------------------------------------- structured output
+
+    def forms(self, request: CompletionRequest) -> list[str]:
+        """The structured-output forms to try for ``request``, in order (a single one when it has no schema)."""
+        if request.json_schema is None:
+            return ["off"]
+        remembered = memory_for(self._environ).get(self.base_url, request.model)
+        return next_forms(self.settings.structured_output, remembered)
+
+    def _fallback(self, exc: ProviderError, form: str, remaining: list[str], request: CompletionRequest) -> bool:
+        """Whether ``exc`` is the server rejecting ``form`` and another form is left to try (then say so)."""
+        if not remaining or not is_rejection(exc.status, str(exc)):
+            return False
+        log.info("%s (%s, %s) rejected structured output as %s (HTTP %s); asking with %s from now on",
+                 self.name, self.base_url, request.model, form, exc.status, remaining[0])
+        memory_for(self._environ).remember(self.base_url, request.model, remaining[0])
+        return True
+
+    def _rejected_form(self, exc: ProviderError, form: str) -> ProviderError:
+        """A forced form the server rejects: a configuration problem, said as one."""
+        if self.settings.structured_output == "auto" or not is_rejection(exc.status, str(exc)):
+            return exc
+        return StructuredOutputRejectedError(
+            f"{exc} — providers.{self.name}.structured_output={form} is not accepted by {self.base_url}; "
+            "set it to auto to negotiate a form", provider=self.name, model=exc.model, status=exc.status)
+
+    def body(self, request: CompletionRequest, *, stream: bool, form: str | None = None) -> dict[str, Any]:
+        """The request body for ``request`` asked in structured-output ``form`` (what the API receives, key
+        excluded); ``form`` defaults to the first one :meth:`forms` would try."""
+        form = form or self.forms(request)[0]
         messages: list[dict[str, str]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
@@ -48,49 +94,98 @@ class OpenAIProvider(HTTPProvider):
         body[limit_key] = request.max_tokens
         if request.temperature is not None:
             body["temperature"] = request.temperature
-        if request.json_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": schema_name(request), "schema": _strict_schema(_canonical(request.json_schema)),
-                                "strict": True},
-            }
+        schema = request.json_schema
+        if schema is not None and form == "json_schema":
+            if self.is_openai():
+                body["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": schema_name(request), "schema": _strict_schema(_canonical(schema)), "strict": True}}
+            else:  # servers that enforce a raw schema get all of it, constraints included
+                body["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": schema_name(request), "schema": _grammar_schema(_canonical(schema))}}
+        elif schema is not None and form == "json_object":
+            if self.is_official():  # the vendors' json_object takes no schema: the model reads it in the prompt
+                body["response_format"] = {"type": "json_object"}
+                _append_to_last_user(messages, prompt_instruction(schema))
+            else:  # llama.cpp and llama-cpp-python turn this schema into a grammar
+                body["response_format"] = {"type": "json_object", "schema": _grammar_schema(_canonical(schema))}
+        elif schema is not None and form == "prompt":
+            _append_to_last_user(messages, prompt_instruction(schema))
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
 
+    def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
+                      kw: dict[str, Any]) -> ProviderError | None:
+        if status == 429 and "insufficient_quota" in (payload.get("code"), payload.get("type")):
+            return QuotaExhaustedError(
+                f"{self.name} quota exhausted for this key — check billing (HTTP 429 insufficient_quota): {message}",
+                **kw)
+        return None
+
+    # ------------------------------------------------------------------------------------- calls
+
     async def attempt(self, request: CompletionRequest) -> Completion:
+        forms = self.forms(request)
+        while True:
+            form = forms.pop(0)
+            try:
+                return await self._attempt_form(request, form)
+            except ProviderError as exc:
+                if not self._fallback(exc, form, forms, request):
+                    raise self._rejected_form(exc, form) from None
+
+    async def _attempt_form(self, request: CompletionRequest, form: str) -> Completion:
         started = time.perf_counter()
-        payload = await self.post_json(f"{self.base_url}/chat/completions", self.body(request, stream=False),
-                                       request.model)
+        payload = await self.post_json(f"{self.base_url}/chat/completions",
+                                       self.body(request, stream=False, form=form), request.model)
         choices = payload.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise self.malformed("no choices in the answer", request.model)
         message = choices[0].get("message") or {}
         text = message.get("content")
-        if text is None and message.get("refusal"):
-            raise BadRequestError(f"{self.name} refused to answer: {message['refusal']}",
-                                  provider=self.name, model=request.model)
+        if not text and message.get("refusal"):
+            raise self.refusal(str(message["refusal"]), request.model)
         if not isinstance(text, str):
             text = ""
+        finish = choices[0].get("finish_reason")
+        if not text and not finish:
+            raise self.truncated("the answer has neither content nor a finish reason", request.model)
         return Completion(
             text=text,
             parsed=_parsed(text, request),
             usage=_usage(payload.get("usage")),
             model=str(payload.get("model") or request.model),
             provider=self.name,
-            finish_reason=choices[0].get("finish_reason"),
+            finish_reason=finish,
             latency_s=time.perf_counter() - started,
+            structured_output=form if request.json_schema is not None else None,
         )
 
     async def attempt_stream(self, request: CompletionRequest) -> AsyncIterator[str | Completion]:
+        forms = self.forms(request)
+        while True:
+            form = forms.pop(0)
+            sent_any = False
+            try:
+                async for item in self._stream_form(request, form):
+                    sent_any = sent_any or isinstance(item, str)
+                    yield item
+                return
+            except ProviderError as exc:
+                if sent_any or not self._fallback(exc, form, forms, request):
+                    raise self._rejected_form(exc, form) from None
+
+    async def _stream_form(self, request: CompletionRequest, form: str) -> AsyncIterator[str | Completion]:
         started = time.perf_counter()
         parts: list[str] = []
+        refusal: list[str] = []
         usage = Usage()
         finish: str | None = None
         model = request.model
         done = False
-        events = self.post_sse(f"{self.base_url}/chat/completions", self.body(request, stream=True), request.model)
+        events = self.post_sse(f"{self.base_url}/chat/completions", self.body(request, stream=True, form=form),
+                               request.model)
         async with contextlib.aclosing(events):
             async for _event, data in events:
                 if data.strip() == "[DONE]":
@@ -98,7 +193,9 @@ class OpenAIProvider(HTTPProvider):
                     break
                 chunk = self.decode_event(data, request.model)
                 if isinstance(chunk.get("error"), dict):  # some servers report mid-stream failures in-band
-                    raise self.malformed(str(chunk["error"].get("message", "error event")), request.model)
+                    error = self.malformed(str(chunk["error"].get("message", "error event")), request.model)
+                    error.billed = True
+                    raise error
                 model = str(chunk.get("model") or model)
                 if chunk.get("usage"):
                     usage = _usage(chunk["usage"])
@@ -108,11 +205,17 @@ class OpenAIProvider(HTTPProvider):
                     if isinstance(piece, str) and piece:
                         parts.append(piece)
                         yield piece
+                    if isinstance(delta.get("refusal"), str):  # a refusal streams apart from the content
+                        refusal.append(delta["refusal"])
                     finish = choice.get("finish_reason") or finish
-        # Some compatible servers omit [DONE]; a stream that never reached a finish reason is cut off, though.
-        if not done and finish is None:
-            raise self.malformed("the stream ended before a finish reason or [DONE] (truncated)", request.model)
         text = "".join(parts)
+        if not text and refusal:
+            raise self.refusal("".join(refusal), request.model)
+        # Some compatible servers omit [DONE]; a stream that never reached a finish reason is cut off, though, and
+        # one that ends with no content and no finish reason ([DONE] or not) is no answer at all.
+        if finish is None and (not done or not text):
+            raise self.truncated("the stream ended before a finish reason" + ("" if done else " or [DONE]"),
+                                 request.model)
         yield Completion(
             text=text,
             parsed=_parsed(text, request),
@@ -121,7 +224,11 @@ class OpenAIProvider(HTTPProvider):
             provider=self.name,
             finish_reason=finish,
             latency_s=time.perf_counter() - started,
+            structured_output=form if request.json_schema is not None else None,
         )
+
+    def refusal(self, text: str, model: str) -> RefusalError:
+        return RefusalError(f"{self.name} refused to answer: {self.redact(text)}", provider=self.name, model=model)
 
     async def list_models(self) -> list[str] | None:
         payload = await self.get_json(f"{self.base_url}/models", timeout_s=10.0)
@@ -129,6 +236,14 @@ class OpenAIProvider(HTTPProvider):
         if not isinstance(data, list):
             raise self.malformed("the models list has no data array", "")
         return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
+
+
+def _append_to_last_user(messages: list[dict[str, str]], text: str) -> None:
+    for message in reversed(messages):
+        if message["role"] == "user":
+            message["content"] = f"{message['content'].rstrip()}\n\n{text}"
+            return
+    messages.append({"role": "user", "content": text})
 
 
 def _canonical(schema: Any) -> str:
@@ -140,6 +255,13 @@ def _canonical(schema: Any) -> str:
 def _strict_schema(canonical: str) -> dict[str, Any]:
     """The strict-mode variant of a schema, computed once per distinct schema (callers must not mutate it)."""
     return strict_variant(describe_constraints(json.loads(canonical)))
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar_schema(canonical: str) -> dict[str, Any]:
+    """The full schema for servers that compile it into a grammar: every constraint, unanchored patterns stated in
+    descriptions (callers must not mutate it)."""
+    return dict(anchored_patterns_only(json.loads(canonical)))
 
 
 def _parsed(text: str, request: CompletionRequest) -> dict[str, Any] | None:

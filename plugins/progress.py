@@ -73,11 +73,14 @@ class ProgressView:
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
         self._frame = 0
+        self._queued: list[str] = []  # agents of this round waiting for a free slot of their endpoint
+        self._queue_noticed: set[str] = set()  # providers whose queueing was already explained (not a terminal)
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             ev.CONSULTATION_STARTED: self._started,
             ev.COST_ESTIMATED: self._cost_estimated,
             ev.ROUND_STARTED: self._round_started,
             ev.AGENT_COMPLETED: self._agent_completed,
+            ev.PROVIDER_QUEUED: self._queued_call,
             ev.PROVIDER_SUBSTITUTED: self._substituted,
             ev.ROUND_ARTIFACT: self._artifact,
             ev.FILTER_APPLIED: self._filter_applied,
@@ -104,6 +107,8 @@ class ProgressView:
         spinner = _SPINNER[self._frame % len(_SPINNER)]
         waiting = [f"{name} {spinner} {now - since:.1f}s" for name, since in self._thinking.items()]
         parts = [f"  ▸ Round {number} · {label:<11}", *self._entries, *waiting]
+        if self._queued:
+            parts.append(f"queued: {', '.join(self._queued)}")
         if self._tail:
             parts.append(self._tail)
         return "   ".join(parts).rstrip()
@@ -165,7 +170,7 @@ class ProgressView:
             self._round_completed({})
         round_type = str(data.get("round_type", ""))
         self._round = (int(data.get("round_number") or 0), ROUND_LABELS.get(round_type, round_type))
-        self._entries, self._tail = [], ""
+        self._entries, self._tail, self._queued = [], "", []
         if self.live:
             now = time.monotonic()
             players: list[str] = []
@@ -179,11 +184,24 @@ class ProgressView:
             self._start_ticker()
         self._redraw()
 
+    def _queued_call(self, data: Mapping[str, Any]) -> None:
+        name, provider = str(data.get("agent") or "?"), str(data.get("provider") or "?")
+        if self.tty:
+            if name not in self._queued:
+                self._queued.append(name)
+            self._redraw()
+        elif provider not in self._queue_noticed:
+            self._queue_noticed.add(provider)
+            self._notice(f"⧗ {provider} takes {data.get('max_concurrency')} call(s) at a time: the others are queued "
+                         f"(providers.{provider}.max_concurrency)")
+
     def _agent_completed(self, data: Mapping[str, Any]) -> None:
         name = data.get("agent") or "?"
         self._thinking.pop(str(name), None)
         if data.get("round_number") == 1 and data.get("ok"):
             self._present = (self._present or set()) | {str(name)}
+        if name in self._queued:
+            self._queued.remove(name)
         if data.get("ok"):
             duration = data.get("duration_s")
             entry = f"{name} ✓ {duration:.1f}s" if isinstance(duration, int | float) else f"{name} ✓"

@@ -100,3 +100,60 @@ async def test_doctor_rejects_a_bad_configuration_with_exit_2(conclave_env, over
     code, out, err = await _doctor(override)
     assert (code, out) == (2, "")
     assert err.startswith(f"conclave doctor: {key}: ")
+
+
+# ------------------------------------------------------------------------------------- the structured-output test call
+
+_LLAMA_CPP_PYTHON_500 = "Input should be 'text' or 'json_object' (body.response_format.type: json_schema)"
+
+
+def _rejects_json_schema(request: Any) -> Any:
+    from conclave.testing.fake_server import Fault, Reply
+
+    if ((request.json or {}).get("response_format") or {}).get("type") == "json_schema":
+        return Fault.http(500, _LLAMA_CPP_PYTHON_500)
+    return Reply(json={"answer": "yes, 17 is prime", "confidence": 0.9})
+
+
+async def test_doctor_test_calls_a_free_local_server_and_reports_the_form_it_takes(fake_provider_server,
+                                                                                  conclave_env):
+    fake = fake_provider_server
+    fake.script("gpt-4o", _rejects_json_schema)
+    # send_key=official: a keyless server on 127.0.0.1, i.e. free, so doctor calls it without --probe
+    code, out, err = await _doctor("--json", *fake.overrides(send_key="official"), "agents=openai_only")
+    report = json.loads(out)
+    openai = _by_name(report)["openai"]
+    assert code == 0, err
+    assert report["call_tested"] is True and openai["free"] is True
+    assert openai["calls"]["gpt-4o"]["ok"] is True and openai["calls"]["gpt-4o"]["form"] == "json_object"
+    forms = [r.json["response_format"]["type"] for r in fake.requests_for("gpt-4o")]
+    assert forms == ["json_schema", "json_object"]
+    # what the test call learnt is what the next consultation starts with
+    assert json.loads((conclave_env / "structured_output.json").read_text()) == {
+        f"{fake.base_url('openai')} gpt-4o": "json_object"}
+
+
+async def test_doctor_fails_a_reachable_server_whose_answers_are_not_valid(fake_provider_server, conclave_env):
+    from conclave.testing.fake_server import Reply
+
+    fake = fake_provider_server
+    fake.script("gpt-4o", Reply(text="I think so."))  # reachable, model listed, yet no usable artifact
+    code, out, _ = await _doctor(*fake.overrides(send_key="official"), "agents=openai_only")
+    assert code == 1
+    assert "test call to gpt-4o failed: the answer holds no JSON object" in out
+    assert "not usable but used by the panel: openai" in out
+
+
+async def test_doctor_prices_the_test_call_on_paid_endpoints_and_makes_it_only_with_probe(fake_provider_server,
+                                                                                         conclave_env):
+    fake = fake_provider_server
+    code, out, _ = await _doctor(*fake.overrides(), "agents=openai_only")
+    assert code == 0
+    assert "gpt-4o: not tested (--probe, ≈ $0.00" in out and "run conclave doctor --probe" in out
+    assert fake.requests_for("gpt-4o") == []
+    code, out, err = await _doctor("--json", "--probe", *fake.overrides(), "agents=openai_only")
+    openai = _by_name(json.loads(out))["openai"]
+    assert code == 0, err
+    assert openai["calls"]["gpt-4o"]["ok"] is True and openai["calls"]["gpt-4o"]["cost"] > 0
+    assert len(fake.requests_for("gpt-4o")) == 1
+    _assert_no_key_in(out, err)

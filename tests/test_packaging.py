@@ -66,6 +66,17 @@ def test_wheel_ships_config_schemas_and_plugins(installed_wheel: Path, tmp_path:
         assert name in schemas
     assert list(tmp_path.glob("outputs")) == []
 
+    # prices and tiers are package data (conclave/data/), read from the installed wheel, not from this checkout
+    data = _run([str(installed_wheel / "bin" / "python"), "-c",
+                 "from importlib import resources; from conclave.providers.pricing import PriceTable;"
+                 "from conclave.providers.tiers import Tiers;"
+                 "print(resources.files('conclave').joinpath('data', 'tiers.yaml'));"
+                 "print(PriceTable.load().price('openai', 'gpt-4o-mini').input); print(len(Tiers.load().tiers))"],
+                cwd=tmp_path, env=env)
+    where_data, mini_input, tiers = data.splitlines()
+    assert str(installed_wheel) in where_data and str(REPO) not in where_data
+    assert float(mini_input) > 0 and int(tiers) >= 2
+
 
 def test_every_source_package_is_listed_for_the_wheel() -> None:
     """pyproject lists packages explicitly (conf/, schemas/, plugins/ are remapped); a forgotten one — in conclave/
@@ -83,3 +94,14 @@ def test_every_source_package_is_listed_for_the_wheel() -> None:
     }
     on_disk |= {"conclave.conf", "conclave.schemas"}
     assert on_disk == listed
+
+
+def test_help_lists_config_groups_but_not_the_price_data(tmp_path: Path) -> None:
+    """tiers.yaml and pricing/ are data, not config groups: Hydra's search path no longer holds them."""
+    env = {**os.environ, "CONCLAVE_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "conclave", "--help"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "agents" in proc.stdout and "persona" in proc.stdout
+    assert "pricing" not in proc.stdout and "tiers" not in proc.stdout
+    assert not (REPO / "conf" / "pricing").exists() and not (REPO / "conf" / "tiers.yaml").exists()

@@ -190,3 +190,23 @@ def test_factory_opts_out_with_conclave_progress_0(monkeypatch: pytest.MonkeyPat
 
 def test_progress_is_registered_through_the_entry_point() -> None:
     assert load_plugins().event_subscribers.get("progress") is progress_factory
+
+
+def test_calls_waiting_for_a_single_slot_server_show_as_queued() -> None:
+    out = io.StringIO()
+    bus = EventBus("c-test")
+    bus.subscribe(ProgressView(out, tty=True), critical=True)
+    bus.emit(ev.ROUND_STARTED, round_number=1, round_type="independent")
+    for agent in ("architect", "pragmatist"):
+        bus.emit(ev.PROVIDER_QUEUED, round_number=1, agent=agent, provider="openai", model="m", max_concurrency=1,
+                 hedge=False)
+    assert screen(out.getvalue()) == ["  ▸ Round 1 · Independent   queued: architect, pragmatist"]
+    bus.emit(ev.AGENT_COMPLETED, round_number=1, agent="architect", ok=True, duration_s=3.1)
+    assert screen(out.getvalue()) == ["  ▸ Round 1 · Independent   architect ✓ 3.1s   queued: pragmatist"]
+
+    plain = io.StringIO()
+    view = ProgressView(plain, tty=False)
+    for agent in ("architect", "pragmatist"):
+        view(ev.Event(ev.PROVIDER_QUEUED, "c", 0, 0.0, {"agent": agent, "provider": "openai", "max_concurrency": 1}))
+    assert plain.getvalue().splitlines() == [
+        "  ⧗ openai takes 1 call(s) at a time: the others are queued (providers.openai.max_concurrency)"]

@@ -83,18 +83,26 @@ async def _complete(fake: FakeProviderServer, plugins: Any, provider: str, reque
 # ------------------------------------------------------------------------------------- request bodies
 
 
-async def test_openai_sends_strict_json_schema_response_format(fake_provider_server, conclave_env, plugins):
+async def test_openai_sends_the_full_schema_to_a_compatible_server(fake_provider_server, conclave_env, plugins):
+    # the fake is a custom base_url: like vLLM or llama-server it gets the schema with every constraint
     await _complete(fake_provider_server, plugins, "openai", _request("gpt-4o"))
     sent = fake_provider_server.requests_for("gpt-4o")[0]
     assert sent.path == "/openai/v1/chat/completions"
     assert sent.headers["Authorization"] == "<redacted>"
-    assert sent.json == {
+    assert sent.json["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "independent_opinion", "schema": SCHEMA}}
+
+
+def test_openai_sends_strict_json_schema_response_format_to_api_openai_com(conclave_env, plugins):
+    official = plugins.providers.get("openai")("openai", ProviderSettings(api="openai"), None, environ={})
+    body = official.body(_request("gpt-4o"), stream=False)
+    assert body == {
         "model": "gpt-4o",
         "messages": [
             {"role": "system", "content": "You are the security reviewer."},
             {"role": "user", "content": "Should we move billing to event sourcing?"},
         ],
-        "max_tokens": 2048,
+        "max_completion_tokens": 2048,
         "response_format": {
             "type": "json_schema",
             "json_schema": {
@@ -124,7 +132,8 @@ async def test_openai_strict_mode_makes_optionals_nullable_and_drops_their_nulls
     fake_provider_server.script("gpt-4o", Reply(json={"position": "yes", "caveat": None}))
     request = replace(_request("gpt-4o"), json_schema=schema)
     completion = await _complete(fake_provider_server, plugins, "openai", request)
-    sent = fake_provider_server.requests_for("gpt-4o")[0].json["response_format"]["json_schema"]["schema"]
+    official = plugins.providers.get("openai")("openai", ProviderSettings(api="openai"), None, environ={})
+    sent = official.body(request, stream=False)["response_format"]["json_schema"]["schema"]
     assert sent["required"] == ["position", "caveat"]
     assert sent["properties"]["caveat"] == {"type": ["string", "null"]}
     assert completion.parsed == {"position": "yes"}
@@ -167,7 +176,7 @@ async def test_gemini_sends_system_instruction_and_response_json_schema(fake_pro
     }
 
 
-def test_openai_uses_max_completion_tokens_on_the_official_endpoint(plugins):
+def test_openai_uses_max_completion_tokens_on_the_official_endpoint(conclave_env, plugins):
     cls = plugins.providers.get("openai")
     official = cls("openai", ProviderSettings(api="openai"), None, environ={})
     local = cls("ollama", ProviderSettings(api="openai", base_url="http://localhost:11434/v1"), None, environ={})

@@ -1,7 +1,10 @@
-"""``conclave doctor [--json] [--timeout S] [overrides…]``: can each configured provider be called?
+"""``conclave doctor [--json] [--probe] [--timeout S] [overrides…]``: would a consultation call succeed?
 
 Per provider: key present (never its value), endpoint reachable, the panel's models known (from the API's models
-list; no tokens are spent). Takes the same Hydra overrides as a consultation, e.g.
+list). Then, per model the panel uses, one tiny structured-output call asked exactly as a consultation asks for an
+artifact, which reports the structured-output form the endpoint accepts: made without asking for free endpoints (a
+server on this machine or the local network that gets no key, the in-process ``local`` model), and for paid ones
+only with ``--probe`` (the table says what it would cost). Takes the same Hydra overrides as a consultation, e.g.
 ``providers.openai.base_url=http://localhost:11434/v1`` or ``agents=local``. Exit 0 when every provider the panel
 (agents and judge) uses is usable, 1 when one is not, 2 on a configuration error.
 """
@@ -26,19 +29,25 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="conclave doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                        help="seconds to wait for each endpoint (default 10)")
+                        help="seconds to wait for each endpoint's models list (default 10)")
+    parser.add_argument("--probe", action="store_true",
+                        help="also make the structured-output test call on paid endpoints (it is billed)")
+    parser.add_argument("--call-timeout", type=float, default=None, metavar="S",
+                        help="seconds for each test call (default: the provider's timeout_s)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for a consultation")
     args = parser.parse_args(argv)
     settings = compose_settings(args.overrides)
     plugins = get_plugins()
     check_against_plugins(settings, plugins)
     used = panel_models(settings)
-    results = asyncio.run(probe_all(settings, plugins, used, args.timeout))
+    results = asyncio.run(probe_all(settings, plugins, used, args.timeout, paid_calls=args.probe,
+                                    call_timeout_s=args.call_timeout))
     ok = all(r.usable for r in results if r.provider in used)
     if args.json:
         report = {
             "ok": ok,
             "used": sorted(used),
+            "call_tested": all(r.call_tested for r in results if r.provider in used),
             "providers": [{**r.as_dict(), "used": r.provider in used} for r in results],
         }
         json.dump(report, sys.stdout, indent=2)
@@ -80,26 +89,42 @@ def panel_models(settings: Settings) -> dict[str, set[str]]:
     return used
 
 
-async def probe_all(settings: Settings, plugins: Plugins, used: dict[str, set[str]],
-                    timeout_s: float) -> list[ProbeResult]:
-    """Probe every configured provider (and bare registered ones the panel names) concurrently."""
+async def probe_all(settings: Settings, plugins: Plugins, used: dict[str, set[str]], timeout_s: float, *,
+                    paid_calls: bool = False, call_timeout_s: float | None = None) -> list[ProbeResult]:
+    """Probe every configured provider (and bare registered ones the panel names) concurrently; then make the
+    structured-output test call for each model the panel uses (free endpoints always, paid ones if
+    ``paid_calls``), or price it."""
     from conclave.providers.pool import ProviderPool
+    from conclave.providers.probe import CallCheck
 
     names = sorted(set(settings.providers) | set(used))
     async with ProviderPool(settings, plugins) as pool:
-        return list(await asyncio.gather(
+        results = list(await asyncio.gather(
             *(pool.probe(name, sorted(used.get(name, ())), timeout_s=timeout_s) for name in names)
         ))
 
+        async def check(result: ProbeResult, model: str) -> None:
+            if not result.usable or result.models.get(model) is False:
+                return  # the cheap checks already failed: a call would only fail the same way
+            if result.free or paid_calls:
+                budget = call_timeout_s or pool.provider(result.provider).settings.timeout_s
+                result.calls[model] = await pool.test_call(result.provider, model, timeout_s=budget)
+            else:
+                result.calls[model] = CallCheck(tested=False,
+                                                estimated_cost=pool.test_call_estimate(result.provider, model))
+
+        await asyncio.gather(*(check(r, m) for r in results for m in sorted(used.get(r.provider, ()))))
+        return results
+
 
 def print_table(results: list[ProbeResult], used: dict[str, set[str]], ok: bool) -> None:
-    rows = [("", "provider", "used", "key", "endpoint", "reachable", "models")]
+    rows = [("", "provider", "used", "key", "endpoint", "reachable", "models", "structured output")]
     notes: dict[int, list[str]] = {}
     for result in results:
         in_use = result.provider in used
         mark = "ok" if result.usable else ("FAIL" if in_use else "warn")
         rows.append((mark, result.provider, "yes" if in_use else "no", _key_cell(result), result.endpoint or "-",
-                     _reach_cell(result), _models_cell(result)))
+                     _reach_cell(result), _models_cell(result), _calls_cell(result)))
         if result.problems():
             notes[len(rows) - 1] = result.problems()
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -108,8 +133,12 @@ def print_table(results: list[ProbeResult], used: dict[str, set[str]], ok: bool)
         for note in notes.get(index, []):
             print(f"{'':{widths[0]}}    {note}")
     failing = sorted(r.provider for r in results if r.provider in used and not r.usable)
-    if ok:
-        print("\nevery provider the panel uses is ready")
+    untested = sorted(r.provider for r in results if r.provider in used and r.usable and not r.call_tested)
+    if ok and not untested:
+        print("\nevery provider the panel uses is ready: a test call returned a valid structured answer")
+    elif ok:
+        print(f"\nthe panel's providers passed every free check; not call-tested: {', '.join(untested)} "
+              "(run conclave doctor --probe to make the test call, at the cost shown)")
     else:
         print(f"\nnot usable but used by the panel: {', '.join(failing)}")
 
@@ -135,4 +164,17 @@ def _models_cell(result: ProbeResult) -> str:
     cells = [f"{model} {marks[known]}" for model, known in result.models.items()]
     if result.models_listed is not None:
         cells.append(f"({result.models_listed} listed)")
+    return ", ".join(cells) or "-"
+
+
+def _calls_cell(result: ProbeResult) -> str:
+    cells = []
+    for model, check in sorted(result.calls.items()):
+        if not check.tested:
+            cost = f"≈ ${check.estimated_cost:.5f}" if check.estimated_cost is not None else "cost unknown"
+            cells.append(f"{model}: not tested (--probe, {cost})")
+        elif check.ok:
+            cells.append(f"{model}: {check.form or 'ok'} ✓ ({(check.latency_s or 0):.1f}s)")
+        else:
+            cells.append(f"{model}: ✗")
     return ", ".join(cells) or "-"

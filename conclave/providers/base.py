@@ -60,9 +60,12 @@ class Usage:
 
 
 Outcome = Literal[
-    "ok", "auth", "not_found", "bad_request", "rate_limited", "overloaded", "server_error", "timeout",
+    "ok", "auth", "not_found", "bad_request", "rate_limited", "quota", "overloaded", "server_error", "timeout",
     "connection", "malformed", "cancelled",
 ]
+
+#: the structured-output forms an endpoint may take, best first (``providers.<name>.structured_output``)
+StructuredForm = Literal["json_schema", "json_object", "prompt", "off"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Attempt:
     error: str | None = None
     hedge: bool = False
     usage: Usage = field(default_factory=Usage)
+    #: ``usage`` is conclave's own count, not the provider's: the attempt was abandoned (a hedge's loser, a timeout,
+    #: a stream cut off) after the provider had started working on it, so it is billed without a usage report
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class Completion:
     finish_reason: str | None
     latency_s: float
     attempts: tuple[Attempt, ...] = ()
+    #: how the schema was asked for (``json_schema``, ``json_object``, ``prompt``, ``off``); None without a schema
+    structured_output: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -100,7 +108,12 @@ class ProviderError(ConclaveError):
     """A provider call failed. Messages are safe to show: they never contain an API key."""
 
     outcome: ClassVar[Outcome] = "server_error"
-    retryable: ClassVar[bool] = False
+    #: a class default; an answer's ``x-should-retry`` header overrides it per error
+    retryable: bool = False
+    #: seconds the provider asked us to wait before another attempt (Retry-After, Gemini's RetryInfo)
+    retry_after_s: float | None = None
+    #: the provider may have started generating (a cut-off stream, a timeout): the attempt may be billed
+    billed: bool = False
 
     def __init__(self, message: str, *, provider: str = "", model: str = "", status: int | None = None) -> None:
         super().__init__(message)
@@ -121,6 +134,15 @@ class BadRequestError(ProviderError):
     outcome = "bad_request"
 
 
+class RefusalError(BadRequestError):
+    """The model declined to answer (OpenAI ``refusal``, streamed or not). Asking another model is the user's
+    call, not ours: no retry, no substitution."""
+
+
+class StructuredOutputRejectedError(BadRequestError):
+    """The endpoint rejected the configured structured-output form (``providers.<name>.structured_output``)."""
+
+
 class RateLimitedError(ProviderError):
     outcome = "rate_limited"
     retryable = True
@@ -128,6 +150,13 @@ class RateLimitedError(ProviderError):
     def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after_s = retry_after_s
+
+
+class QuotaExhaustedError(ProviderError):
+    """A billing or per-day quota is used up (OpenAI ``insufficient_quota``, a Gemini ``PerDay`` quota): waiting a
+    few seconds does not clear it, so it is never retried. Another provider may still answer."""
+
+    outcome = "quota"
 
 
 class OverloadedError(ProviderError):
@@ -228,6 +257,23 @@ class Provider(abc.ABC):
     def endpoint(self) -> str | None:
         """Where calls go, for messages and ``conclave doctor`` (a URL, or None for in-process providers)."""
         return self.settings.base_url
+
+    def costs_nothing(self) -> bool:
+        """Whether calls are free (an in-process model, a server on this machine): ``conclave doctor`` then makes
+        a real test call without being asked."""
+        endpoint = self.endpoint()
+        return endpoint is None or endpoint.startswith(("local:", "file:"))
+
+    def default_max_concurrency(self) -> int | None:
+        """Calls in flight when ``max_concurrency`` is unset; None = no cap."""
+        return None
+
+    def max_concurrency(self) -> int | None:
+        """The cap on calls in flight to this endpoint (``providers.<name>.max_concurrency``); None = no cap."""
+        configured = self.settings.max_concurrency
+        if configured is None:
+            return self.default_max_concurrency()
+        return configured or None  # 0 = unlimited
 
     async def list_models(self) -> list[str] | None:
         """The model ids the endpoint serves, or None when its API has no models list."""

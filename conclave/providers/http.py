@@ -32,6 +32,7 @@ from conclave.providers.base import (
     ServerError,
 )
 from conclave.providers.sse import iter_sse
+from conclave.providers.structured import is_local_url
 from conclave.store.redact import KEY_ENV_VARS, MIN_SECRET_LENGTH
 
 REDACTED = "<redacted>"
@@ -77,6 +78,16 @@ class HTTPProvider(Provider):
         """Whether calls go to one of the vendor's own hosts, over https."""
         parts = urlsplit(self.base_url)
         return parts.scheme == "https" and (parts.hostname or "") in self.KEYED_HOSTS
+
+    def costs_nothing(self) -> bool:
+        """A server on this machine or the local network that is sent no key: nobody bills its calls. (A local
+        proxy that is handed a vendor key may forward to a paid API, so it counts as paid.)"""
+        return is_local_url(self.base_url) and self.api_key() is None
+
+    def default_max_concurrency(self) -> int | None:
+        """One call at a time for a server on this machine or the local network (llama.cpp, llama-cpp-python and
+        Ollama serve one request per slot, one slot by default); no cap for a hosted API."""
+        return 1 if is_local_url(self.base_url) else None
 
     def sends_key(self) -> bool:
         """Whether this endpoint may receive the key (``providers.<name>.send_key``; ``official`` by default)."""
@@ -223,10 +234,29 @@ class HTTPProvider(Provider):
         return status in (401, 403)
 
     def error_for(self, status: int, raw: bytes, headers: Mapping[str, str], model: str) -> ProviderError:
-        """The typed error for an HTTP error answer; only the provider's own words are passed on, redacted."""
+        """The typed error for an HTTP error answer; only the provider's own words are passed on, redacted.
+
+        An ``x-should-retry: true|false`` header (OpenAI and Anthropic send it) overrides whether it is retried,
+        as the official SDKs do.
+        """
+        error = self._error_for(status, raw, headers, model)
+        should_retry = (headers.get("x-should-retry") or "").strip().lower()
+        if should_retry in ("true", "false"):
+            error.retryable = should_retry == "true"
+        return error
+
+    def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
+                      kw: dict[str, Any]) -> ProviderError | None:
+        """An API-specific error for this answer (a quota, a refusal), or None for the generic mapping."""
+        return None
+
+    def _error_for(self, status: int, raw: bytes, headers: Mapping[str, str], model: str) -> ProviderError:
         message = provider_message(raw, secrets=self.secrets())
         kw: dict[str, Any] = {"provider": self.name, "model": model, "status": status}
         what = f"model {model!r}" if model else "the request"
+        special = self.special_error(status, error_payload(raw), message, headers, kw)
+        if special is not None:
+            return special
         if self.is_auth_failure(status, message):
             var = self.key_source()
             if var is None:
@@ -245,6 +275,8 @@ class HTTPProvider(Provider):
             )
         if status == 408:
             return ProviderTimeoutError(f"{self.name} timed out serving {what} (HTTP 408)", **kw)
+        if status == 409:  # a lock timeout on the provider's side; the official SDKs retry it
+            return ServerError(f"{self.name} hit a conflict serving {what} (HTTP 409): {message}", **kw)
         if status == 429:
             retry_after = parse_retry_after(headers)
             hint = f"; retry after {retry_after:g}s" if retry_after is not None else ""
@@ -276,6 +308,12 @@ class HTTPProvider(Provider):
             f"connection to {self.name} failed ({where}): {type(exc).__name__}: {self.redact(str(exc))}", **kw
         )
 
+    def truncated(self, what: str, model: str) -> MalformedResponseError:
+        """A cut-off or empty answer: handled like a malformed one (retried, then re-asked), and possibly billed."""
+        error = self.malformed(f"{what} (truncated)", model)
+        error.billed = True
+        return error
+
     def malformed(self, what: str, model: str) -> MalformedResponseError:
         """A malformed-answer error; ``what`` may quote the provider (an in-band error event), so it is redacted."""
         return MalformedResponseError(f"{self.name} sent a malformed answer for {model}: {self.redact(what)}",
@@ -283,6 +321,16 @@ class HTTPProvider(Provider):
 
 
 # ------------------------------------------------------------------------------------- helpers
+
+
+def error_payload(raw: bytes) -> dict[str, Any]:
+    """The ``error`` object of an API error body (all three APIs nest it so), or an empty dict."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return {}
+    error = payload.get("error") if isinstance(payload, dict) else None
+    return error if isinstance(error, dict) else {}
 
 
 def provider_message(raw: bytes, limit: int = MESSAGE_LIMIT, *, secrets: Iterable[str] = ()) -> str:

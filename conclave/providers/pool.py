@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -37,9 +38,10 @@ from conclave.providers.base import (
 from conclave.providers.health import HealthStatus, HealthTracker
 from conclave.providers.hedging import HedgeBudget, hedge_after, race
 from conclave.providers.pricing import PriceTable
-from conclave.providers.probe import ProbeResult, probe
+from conclave.providers.probe import TEST_PROMPT, TEST_SCHEMA, CallCheck, ProbeResult, probe, test_request
 from conclave.providers.retry import RetryPolicy, call_with_retries
 from conclave.providers.tiers import Tiers
+from conclave.tokens import count_tokens
 
 if TYPE_CHECKING:
     from conclave.events import EventBus
@@ -48,8 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: outcomes that say something about the endpoint (a 400 or 404 says something about our request)
-_HEALTH_OUTCOMES = frozenset({"ok", "auth", "rate_limited", "overloaded", "server_error", "timeout", "connection",
-                              "malformed"})
+_HEALTH_OUTCOMES = frozenset({"ok", "auth", "rate_limited", "quota", "overloaded", "server_error", "timeout",
+                              "connection", "malformed"})
 #: failures that another model would not cure: the user must fix the key or the request
 _NO_FAILOVER = frozenset({"auth", "bad_request", "cancelled"})
 _BACKUP_PREFERENCE = {HealthStatus.HEALTHY: 0, HealthStatus.UNKNOWN: 1, HealthStatus.DEGRADED: 2}
@@ -80,6 +82,8 @@ class _Call:
     gate: _ChunkGate | None
     attempts: list[Attempt] = field(default_factory=list)
     hedged: bool = False
+    #: set when the primary attempt leaves the queue and is sent: the hedge delay counts from then
+    sent: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class ProviderPool:
@@ -113,6 +117,10 @@ class ProviderPool:
         self._providers: dict[str, Provider] = {}
         self._attempts: list[Attempt] = []
         self._substitutions: list[dict[str, Any]] = []
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        #: (agent, round, provider, model) -> the (provider, model) that stood in for it: a follow-up call of the
+        #: same agent in the same round (the re-ask quoting the substitute's answer) goes to the substitute
+        self._stand_ins: dict[tuple[str, int, str, str], tuple[str, str]] = {}
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -124,12 +132,22 @@ class ProviderPool:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        # Every provider is closed and the session always is, whatever one provider's close() raises; the first
+        # such error is raised afterwards (unless the block is already leaving with an exception of its own).
+        failures: list[BaseException] = []
         for instance in self._providers.values():
-            await instance.close()
-            instance.session = None
+            try:
+                await instance.close()
+            except Exception as exc:
+                log.warning("closing provider %s failed: %s", instance.name, exc)
+                failures.append(exc)
+            finally:
+                instance.session = None
         if self._session is not None:
-            await self._session.close()
-            self._session = None
+            session, self._session = self._session, None
+            await session.close()
+        if failures and exc_info[0] is None:
+            raise failures[0]
 
     # ------------------------------------------------------------------------------------- providers
 
@@ -184,7 +202,14 @@ class ProviderPool:
     # ------------------------------------------------------------------------------------- cost
 
     def cost(self, provider: str, model: str, usage: Usage) -> float | None:
-        """USD for ``usage`` of ``model`` on ``provider``; None when the price is unknown."""
+        """USD for ``usage`` of ``model`` on ``provider``; None when the price is unknown. A free endpoint (a keyless
+        server on this machine or the local network, the local model) costs $0 whatever its model is called: a
+        llama.cpp server answering as ``gpt-4o`` is not billed like OpenAI."""
+        try:
+            if self.provider(provider).costs_nothing():
+                return 0.0
+        except ProviderError:
+            pass
         return self.prices.cost((provider, self._api(provider)), model, usage)
 
     def estimate_cost(self, provider: str, model: str, input_tokens: int, output_tokens: int) -> float | None:
@@ -223,6 +248,11 @@ class ProviderPool:
         call = _Call(agent, round_number, _ChunkGate(on_chunk) if on_chunk is not None else None)
         started = time.perf_counter()
         self.budget.note_call()
+        stand_in = self._stand_ins.get((agent, round_number, provider, request.model))
+        if stand_in is not None:
+            # The provider failed this agent earlier in the round and another model answered; a follow-up (a re-ask
+            # quoting that answer) goes to the model that wrote it, not back to the one that failed.
+            provider, request = stand_in[0], replace(request, model=stand_in[1])
         substitute = allow_substitution and not self.settings.strict_models
         try:
             completion = await self._hedged(call, provider, request, substitute)
@@ -238,6 +268,12 @@ class ProviderPool:
             return await self._run(call, provider, request, hedge=False)
         primary = asyncio.create_task(self._run(call, provider, request, hedge=False))
         try:
+            # the hedge delay counts from when the primary is sent, not from when it joined an endpoint's queue
+            sent = asyncio.create_task(call.sent.wait())
+            try:
+                await asyncio.wait({primary, sent}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sent.cancel()
             done, _ = await asyncio.wait({primary}, timeout=delay)
             if done:
                 return primary.result()
@@ -250,7 +286,10 @@ class ProviderPool:
             backup = asyncio.create_task(self._run(call, target[0], replace(request, model=target[1]), hedge=True))
             completion, backup_won = await race(primary, backup, fatal=lambda e: _outcome(e) in _NO_FAILOVER)
             if backup_won and target != (provider, request.model):
-                self._substituted(call, provider, request.model, target, "timeout")
+                # the backup was started because the primary was slow; if the primary then failed outright,
+                # the substitution is for that failure, not for slowness
+                failed = primary.done() and not primary.cancelled() and primary.exception() is not None
+                self._substituted(call, provider, request.model, target, "failure" if failed else "timeout")
             return completion
         finally:
             if not primary.done():  # our caller was cancelled: take the primary down with us
@@ -277,32 +316,66 @@ class ProviderPool:
         self._substituted(call, provider, request.model, target, "failure")
         return completion
 
+    def _slot(self, instance: Provider) -> asyncio.Semaphore | None:
+        """The queue of calls to ``instance``'s endpoint (shared by provider names that point at the same URL);
+        None when the endpoint takes any number of calls at once."""
+        limit = instance.max_concurrency()
+        if limit is None:
+            return None
+        key = instance.endpoint() or instance.name
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = asyncio.Semaphore(limit)
+        return slot
+
     async def _run(self, call: _Call, name: str, request: CompletionRequest, *, hedge: bool) -> Completion:
-        """One provider's answer, with retries inside the call's deadline."""
+        """One provider's answer, with retries inside the call's deadline.
+
+        With ``max_concurrency`` the call first waits for a free slot of its endpoint (emitting
+        ``provider:queued``); its deadline starts when it is sent, so time spent queued never times it out.
+        """
         instance = self.provider(name)
         budget_s = request.timeout_s or instance.settings.timeout_s
+        slot = self._slot(instance)
+        async with contextlib.AsyncExitStack() as stack:
+            if slot is not None:
+                if slot.locked():
+                    self._queued(call, instance, request.model, hedge)
+                await stack.enter_async_context(slot)
+            if not hedge:
+                call.sent.set()
 
-        async def attempt(number: int, remaining: float) -> Completion:
-            return await self._attempt(call, instance, request, number, remaining, hedge)
+            async def attempt(number: int, remaining: float) -> Completion:
+                return await self._attempt(call, instance, request, number, remaining, hedge)
 
-        return await call_with_retries(
-            attempt,
-            max_attempts=instance.settings.max_attempts,
-            deadline=time.monotonic() + budget_s,
-            policy=self.retry_policy,
-            rng=self._rng,
-        )
+            return await call_with_retries(
+                attempt,
+                max_attempts=instance.settings.max_attempts,
+                deadline=time.monotonic() + budget_s,
+                policy=self.retry_policy,
+                rng=self._rng,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover - the stack never swallows exceptions
+
+    def _queued(self, call: _Call, instance: Provider, model: str, hedge: bool) -> None:
+        log.debug("%s: %s/%s waits for a free slot (max_concurrency=%s)", call.agent, instance.name, model,
+                  instance.max_concurrency())
+        if self.bus is not None:
+            self.bus.emit(events.PROVIDER_QUEUED, round_number=call.round_number, agent=call.agent,
+                          provider=instance.name, model=model, max_concurrency=instance.max_concurrency(),
+                          hedge=hedge)
 
     async def _attempt(self, call: _Call, instance: Provider, request: CompletionRequest, number: int,
                        remaining: float, hedge: bool) -> Completion:
         started_at, t0 = time.time(), time.perf_counter()
         token = object()
+        streamed: list[str] = []
         try:
             async with asyncio.timeout(remaining):
                 if call.gate is None:
                     completion = await instance.attempt(request)
                 else:
-                    completion = await self._stream(instance, request, call.gate, token)
+                    completion = await self._stream(instance, request, call.gate, token, streamed)
         except TimeoutError:
             error = ProviderTimeoutError(
                 f"{instance.name} did not answer {request.model} within the call's deadline "
@@ -310,22 +383,26 @@ class ProviderPool:
                 provider=instance.name,
                 model=request.model,
             )
-            self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=error)
+            self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=error,
+                         usage=_abandoned_usage(instance, request, streamed))
             raise error from None
         except ProviderError as exc:
-            self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=exc)
+            usage = _abandoned_usage(instance, request, streamed) if exc.billed else None
+            self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=exc, usage=usage)
             raise
         except asyncio.CancelledError:
-            self._record(call, instance.name, request.model, number, started_at, t0, hedge, cancelled=True)
+            self._record(call, instance.name, request.model, number, started_at, t0, hedge, cancelled=True,
+                         usage=_abandoned_usage(instance, request, streamed))
             raise
         finally:
             if call.gate is not None:
                 call.gate.release(token)
-        self._record(call, instance.name, request.model, number, started_at, t0, hedge, usage=completion.usage)
+        self._record(call, instance.name, request.model, number, started_at, t0, hedge, usage=completion.usage,
+                     estimated=False)
         return replace(completion, provider=instance.name)
 
     async def _stream(self, instance: Provider, request: CompletionRequest, gate: _ChunkGate,
-                      token: object) -> Completion:
+                      token: object, streamed: list[str]) -> Completion:
         completion: Completion | None = None
         stream = cast(AsyncGenerator[str | Completion, None], instance.attempt_stream(request))
         async with contextlib.aclosing(stream):
@@ -333,15 +410,18 @@ class ProviderPool:
                 if isinstance(item, Completion):
                     completion = item
                 else:
+                    streamed.append(item)
                     gate.emit(token, item)
         if completion is None:
-            raise MalformedResponseError(f"{instance.name} ended its stream without a completion",
-                                         provider=instance.name, model=request.model)
+            error = MalformedResponseError(f"{instance.name} ended its stream without a completion",
+                                           provider=instance.name, model=request.model)
+            error.billed = True
+            raise error
         return completion
 
     def _record(self, call: _Call, provider: str, model: str, number: int, started_at: float, t0: float,
                 hedge: bool, *, usage: Usage | None = None, error: ProviderError | None = None,
-                cancelled: bool = False) -> None:
+                cancelled: bool = False, estimated: bool = True) -> None:
         latency = time.perf_counter() - t0
         outcome: Outcome = "cancelled" if cancelled else ("ok" if error is None else error.outcome)
         attempt = Attempt(
@@ -355,6 +435,7 @@ class ProviderPool:
             error=str(error) if error is not None else None,
             hedge=hedge,
             usage=usage or Usage(),
+            estimated=usage is not None and estimated,
         )
         self._attempts.append(attempt)
         call.attempts.append(attempt)
@@ -378,6 +459,7 @@ class ProviderPool:
                 output_tokens=attempt.usage.output_tokens,
                 cached_input_tokens=attempt.usage.cached_input_tokens,
                 cost=self.cost(provider, model, attempt.usage),
+                estimated=attempt.estimated,
             )
 
     def _substituted(self, call: _Call, provider: str, model: str, target: tuple[str, str], reason: str) -> None:
@@ -391,17 +473,43 @@ class ProviderPool:
             "reason": reason,
         }
         self._substitutions.append(payload)
+        self._stand_ins[(call.agent, call.round_number, provider, model)] = target
         log.info("%s: %s/%s answered for %s/%s (%s)", call.agent, *target, provider, model, reason)
         if self.bus is not None:
             self.bus.emit(events.PROVIDER_SUBSTITUTED, **payload)
 
     # ------------------------------------------------------------------------------------- active checks
 
+    def test_call_estimate(self, provider: str, model: str) -> float | None:
+        """What :meth:`test_call` would cost at most (its prompt and its whole output budget), USD."""
+        request = test_request(model, 10.0)
+        prompt = TEST_PROMPT + json.dumps(TEST_SCHEMA)
+        return self.estimate_cost(provider, model, count_tokens(prompt, model) + 20, request.max_tokens)
+
+    async def test_call(self, provider: str, model: str, *, timeout_s: float) -> CallCheck:
+        """One tiny structured-output call, asked the way a consultation asks for an artifact (with the endpoint's
+        negotiated form, which is remembered). Retries and the endpoint's queue apply; no hedge, no substitute."""
+        if self._session is None:
+            raise RuntimeError("ProviderPool.test_call() needs `async with ProviderPool(...)`")
+        call = _Call("doctor", 0, None)
+        started = time.perf_counter()
+        try:
+            completion = await self._run(call, provider, test_request(model, timeout_s), hedge=False)
+        except ProviderError as exc:
+            cost = sum(self.cost(provider, model, a.usage) or 0.0 for a in call.attempts)
+            return CallCheck(tested=True, ok=False, latency_s=time.perf_counter() - started, cost=cost,
+                             error=str(exc))
+        problem = _valid_test_answer(completion)
+        return CallCheck(tested=True, ok=problem is None, form=completion.structured_output,
+                         latency_s=time.perf_counter() - started,
+                         cost=self.cost(provider, model, completion.usage), error=problem)
+
     async def probe(self, provider: str, models: list[str] | None = None, *, timeout_s: float = 10.0) -> ProbeResult:
         """Actively check ``provider`` (key, reachability, ``models`` listed); feeds health like a real call."""
         if self._session is None:
             raise RuntimeError("ProviderPool.probe() needs `async with ProviderPool(...)`")
         result = await probe(self.provider(provider), self._api(provider), models or [], timeout_s=timeout_s)
+        result.free = self.provider(provider).costs_nothing()
         if result.reachable is not None and result.latency_s is not None:
             # an unlisted model says nothing about the endpoint's health; unreachable or a rejected key does
             self.health.record(provider, "", ok=result.reachable and not result.key_rejected,
@@ -409,5 +517,36 @@ class ProviderPool:
         return result
 
 
+def _valid_test_answer(completion: Completion) -> str | None:
+    """None when the test call's answer is a valid :data:`TEST_SCHEMA` object; otherwise what is wrong with it."""
+    from jsonschema import Draft202012Validator
+
+    from conclave.artifacts import ArtifactParseError, extract_json
+
+    obj: Any = completion.parsed
+    if obj is None:
+        try:
+            obj = extract_json(completion.text)
+        except ArtifactParseError:
+            return f"the answer holds no JSON object: {completion.text[:80]!r}"
+    errors = sorted(Draft202012Validator(TEST_SCHEMA).iter_errors(obj), key=lambda e: list(e.path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].path) or "(root)"
+        return f"the answer does not match the schema ({where}: {errors[0].message})"
+    return None
+
+
 def _outcome(exc: BaseException) -> str:
     return exc.outcome if isinstance(exc, ProviderError) else "bug"
+
+
+def _abandoned_usage(instance: Provider, request: CompletionRequest, streamed: list[str]) -> Usage | None:
+    """What an attempt abandoned after it was sent (a hedge's loser, a timeout, a cut-off stream) is billed at
+    least: the whole prompt, and the answer text that arrived. Providers report no usage for such attempts, so
+    conclave counts it (``Attempt.estimated``); the price table then prices it like any attempt (a local model at
+    $0)."""
+    prompt = "\n".join([request.system or "", *(m.content for m in request.messages)])
+    if request.json_schema is not None:
+        prompt += json.dumps(request.json_schema)
+    return Usage(input_tokens=count_tokens(prompt, request.model),
+                 output_tokens=count_tokens("".join(streamed), request.model) if streamed else 0)

@@ -1,4 +1,5 @@
-"""Model prices from ``conf/pricing/*.yaml`` (one file per provider) and the cost of real usage.
+"""Model prices from ``conclave/data/pricing/*.yaml`` (one file per provider; package data, not a Hydra config
+group) and the cost of real usage.
 
 Prices are USD per million tokens. ``Usage.input_tokens`` includes cached input; the cached part is billed at
 ``cached_input`` (or the input price when a provider gives no discount). An unknown model costs ``None``: unknown,
@@ -19,7 +20,8 @@ import yaml
 
 from conclave.providers.base import Usage
 
-PACKAGE = "conclave.conf"
+PACKAGE = "conclave"
+DATA_DIR = "data"
 MILLION = 1_000_000
 
 # Dated snapshots (claude-haiku-4-5-20251001, gpt-4o-2024-08-06) cost what their alias costs.
@@ -59,7 +61,7 @@ class PriceTable:
 
     @classmethod
     def load(cls) -> PriceTable:
-        """The sheets shipped in ``conclave.conf/pricing`` (loaded once per process)."""
+        """The sheets shipped in ``conclave/data/pricing`` (loaded once per process)."""
         return _packaged_table()
 
     def price(self, providers: str | Iterable[str], model: str) -> ModelPrice | None:
@@ -79,6 +81,15 @@ class PriceTable:
     def cost(self, providers: str | Iterable[str], model: str, usage: Usage) -> float | None:
         price = self.price(providers, model)
         return None if price is None else price.cost(usage)
+
+
+def same_model(requested: str, reported: str) -> bool:
+    """Whether a provider's reported model id names the model that was requested: the same id, ``models/`` prefixed,
+    or a dated snapshot of it (``gpt-4o`` → ``gpt-4o-2024-08-06``). Never a prefix or substring match:
+    ``gpt-4o-mini`` is not ``gpt-4o``."""
+    reported = reported.removeprefix("models/")
+    requested = requested.removeprefix("models/")
+    return reported == requested or _SNAPSHOT.sub("", reported) == requested
 
 
 def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
@@ -107,7 +118,7 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
 
 @functools.cache
 def _packaged_table() -> PriceTable:
-    folder = resources.files(PACKAGE).joinpath("pricing")
+    folder = resources.files(PACKAGE).joinpath(DATA_DIR, "pricing")
     sheets = [
         parse_sheet(yaml.safe_load(entry.read_text(encoding="utf-8")) or {}, f"pricing/{entry.name}")
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)

@@ -45,3 +45,68 @@ def described_constraints(node: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError:
         return {}
     return {k: v for k, v in found.items() if k in CONSTRAINT_KEYWORDS} if isinstance(found, dict) else {}
+
+
+#: the keywords Gemini documents for ``generationConfig.responseJsonSchema``
+GEMINI_KEYWORDS = frozenset({
+    "$id", "$defs", "$ref", "$anchor", "type", "format", "title", "description", "enum", "items", "prefixItems",
+    "minItems", "maxItems", "minimum", "maximum", "anyOf", "oneOf", "properties", "additionalProperties", "required",
+    "propertyOrdering",
+})
+_SCHEMA_MAPS = ("properties", "$defs")  # keyword -> {name: schema}
+_SCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf")  # keyword -> [schema]
+_SCHEMA_VALUES = ("items", "additionalProperties")  # keyword -> schema (or a boolean)
+
+
+def restrict_keywords(schema: Any, allowed: frozenset[str] = GEMINI_KEYWORDS) -> Any:
+    """A copy of ``schema`` using only ``allowed`` keywords (Gemini's documented list by default).
+
+    ``const`` becomes a one-value ``enum``; constraint keywords that are dropped (``pattern``, ``minLength``…) are
+    stated in the node's description, as for OpenAI's strict variant; anything else outside the list (``$schema``,
+    ``$comment``) is dropped. The answer is still validated against the full schema.
+    """
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {name: restrict_keywords(sub, allowed) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [restrict_keywords(sub, allowed) for sub in value]
+        elif key in _SCHEMA_VALUES:
+            out[key] = restrict_keywords(value, allowed)
+        elif key in allowed:
+            out[key] = value
+    if "const" in schema and "enum" not in out and "enum" in allowed:
+        out["enum"] = [schema["const"]]
+    dropped = {key: schema[key] for key in CONSTRAINT_KEYWORDS
+               if key in schema and key not in allowed and not isinstance(schema[key], dict)}
+    if dropped and "description" in allowed:
+        text = MARKER + json.dumps(dropped, separators=(", ", ": "))
+        description = out.get("description")
+        out["description"] = f"{description} {text}" if isinstance(description, str) and description else text
+    return out
+
+
+def anchored_patterns_only(schema: Any) -> Any:
+    """A copy of ``schema`` for grammar-constrained decoding: an unanchored ``pattern`` is stated in the description
+    instead of sent.
+
+    JSON Schema's ``pattern`` matches anywhere in the string (``"\\\\S"``: some non-space character), while the
+    grammar converters of llama.cpp and llama-cpp-python read a pattern as the whole string and reject (or
+    mistranslate) one without ``^…$``. Every other constraint is kept; the answer is validated against the full
+    schema either way.
+    """
+    if isinstance(schema, list):
+        return [anchored_patterns_only(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: (value if key in ("enum", "const", "required") else anchored_patterns_only(value))
+           for key, value in schema.items()}
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
+        del out["pattern"]
+        text = MARKER + json.dumps({"pattern": pattern}, separators=(", ", ": "))
+        description = schema.get("description")
+        out["description"] = f"{description} {text}" if isinstance(description, str) and description else text
+    return out

@@ -1,4 +1,8 @@
-"""The substitution tiers from ``conf/tiers.yaml``: which (provider, model) pairs may stand in for a model."""
+"""The substitution tiers from ``conclave/data/tiers.yaml``: which (provider, model) pairs may stand in for a model.
+
+The file is data shipped in the package, not a Hydra config group: it is not composed, overridden or listed in
+``conclave --help``.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from typing import Any
 
 import yaml
 
-PACKAGE = "conclave.conf"
+PACKAGE = "conclave"
+DATA_DIR = "data"
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
@@ -29,7 +34,7 @@ class Tiers:
 
     @classmethod
     def load(cls) -> Tiers:
-        """The tiers shipped as ``conclave.conf/tiers.yaml`` (loaded once per process)."""
+        """The tiers shipped as ``conclave/data/tiers.yaml`` (loaded once per process)."""
         return _packaged_tiers()
 
     @classmethod
@@ -61,5 +66,5 @@ class Tiers:
 
 @functools.cache
 def _packaged_tiers() -> Tiers:
-    text = resources.files(PACKAGE).joinpath("tiers.yaml").read_text(encoding="utf-8")
+    text = resources.files(PACKAGE).joinpath(DATA_DIR, "tiers.yaml").read_text(encoding="utf-8")
     return Tiers.from_mapping(yaml.safe_load(text) or {}, "tiers.yaml")

@@ -52,9 +52,15 @@ class Reply:
     usage: tuple[int, int, int] | None = None
     finish_reason: str | None = None
     model: str | None = None  # the model id the answer claims (e.g. a dated snapshot)
+    #: the model declines: OpenAI sends it as ``message.refusal`` (``delta.refusal`` chunks when streamed) with no
+    #: content; the other APIs, which have no refusal field, answer it as text
+    refusal: str | None = None
 
 
-FaultKind = Literal["http", "hang", "reset", "malformed", "truncated_stream"]
+FaultKind = Literal["http", "hang", "reset", "malformed", "truncated_stream", "empty_stream"]
+#: Gemini's per-minute and per-day free-tier quota ids, as its 429 bodies name them
+GEMINI_PER_MINUTE = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
+GEMINI_PER_DAY = "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
 
 
 @dataclass(frozen=True)
@@ -66,14 +72,63 @@ class Fault:
     message: str = ""
     retry_after: float | None = None
     latency: Latency = 0.0
+    #: the API's error code (OpenAI ``error.code``/``error.type``, e.g. ``insufficient_quota``)
+    code: str | None = None
+    #: Gemini ``error.details`` entries (``google.rpc.QuotaFailure``, ``google.rpc.RetryInfo``…)
+    details: tuple[Mapping[str, Any], ...] = ()
+    #: the ``x-should-retry`` header the answer carries (None: none)
+    should_retry: bool | None = None
 
     @classmethod
-    def rate_limited(cls, retry_after: float | None = 1, *, latency: Latency = 0.0) -> Fault:
-        return cls("http", 429, "Rate limit reached for requests", retry_after, latency)
+    def rate_limited(cls, retry_after: float | None = 1, *, latency: Latency = 0.0,
+                     should_retry: bool | None = None) -> Fault:
+        return cls("http", 429, "Rate limit reached for requests", retry_after, latency, should_retry=should_retry)
 
     @classmethod
-    def server_error(cls, status: int = 500, *, latency: Latency = 0.0) -> Fault:
-        return cls("http", status, "The server had an error while processing your request", None, latency)
+    def insufficient_quota(cls) -> Fault:
+        """OpenAI's billing state: 429 with ``error.code``/``type`` ``insufficient_quota`` (waiting does not help)."""
+        return cls("http", 429, "You exceeded your current quota, please check your plan and billing details. For "
+                   "more information on this error, read the docs: "
+                   "https://platform.openai.com/docs/guides/error-codes/api-errors.", code="insufficient_quota")
+
+    @classmethod
+    def resource_exhausted(cls, retry_delay: str | None = "33s", *, per_day: bool = False) -> Fault:
+        """Gemini's 429 ``RESOURCE_EXHAUSTED``: a ``QuotaFailure`` naming the quota (per minute, or per day) and a
+        ``RetryInfo`` with the delay in the body, not in a header."""
+        quota_id = GEMINI_PER_DAY if per_day else GEMINI_PER_MINUTE
+        details: list[Mapping[str, Any]] = [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+             "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                             "quotaId": quota_id, "quotaDimensions": {"location": "global", "model": "gemini"},
+                             "quotaValue": "250" if per_day else "10"}]},
+            {"@type": "type.googleapis.com/google.rpc.Help",
+             "links": [{"description": "Learn more about Gemini API quotas",
+                        "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
+        ]
+        if retry_delay is not None:
+            details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay})
+        return cls("http", 429, "You exceeded your current quota, please check your plan and billing details.",
+                   details=tuple(details))
+
+    @classmethod
+    def conflict(cls) -> Fault:
+        """409: a lock timeout on the provider's side; the official SDKs retry it."""
+        return cls("http", 409, "The request could not be completed due to a conflict; please retry.")
+
+    @classmethod
+    def request_timeout(cls) -> Fault:
+        return cls("http", 408, "Request timed out.")
+
+    @classmethod
+    def empty_stream(cls, *, latency: Latency = 0.0) -> Fault:
+        """An answer with no content and no finish reason: a stream that ends at once (OpenAI still sends
+        ``[DONE]``, Anthropic ``message_stop``), or a body whose message is empty."""
+        return cls("empty_stream", latency=latency)
+
+    @classmethod
+    def server_error(cls, status: int = 500, *, latency: Latency = 0.0, should_retry: bool | None = None) -> Fault:
+        return cls("http", status, "The server had an error while processing your request", None, latency,
+                   should_retry=should_retry)
 
     @classmethod
     def overloaded(cls, *, latency: Latency = 0.0) -> Fault:
@@ -237,9 +292,11 @@ class FakeProviderServer:
         ``base_url`` gets (no key at all)."""
         keys = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
                 "grok": "XAI_API_KEY", "mistral": "MISTRAL_API_KEY"}
+        # It plays hosted APIs, so like them it takes any number of calls at once (a 127.0.0.1 server would
+        # otherwise get one slot by default).
         return {
             name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
-                   "api_key_env": [var], "send_key": send_key}
+                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0}
             for name, var in keys.items()
         }
 
@@ -247,7 +304,8 @@ class FakeProviderServer:
         """Hydra overrides pointing every built-in provider at this fake (for ``conclave`` subprocesses)."""
         return [override for name, entry in self.providers_config(send_key=send_key).items()
                 for override in (f"providers.{name}.base_url={entry['base_url']}",
-                                 f"providers.{name}.send_key={entry['send_key']}")]
+                                 f"providers.{name}.send_key={entry['send_key']}",
+                                 f"providers.{name}.max_concurrency={entry['max_concurrency']}")]
 
     def settings(self, **overrides: Any) -> Any:
         """A minimal valid :class:`~conclave.config.Settings` on this fake: agents on openai, anthropic and gemini,
@@ -285,6 +343,8 @@ class FakeProviderServer:
         fmt = body.get("response_format") or {}
         if fmt.get("type") == "json_schema":
             schema = (fmt.get("json_schema") or {}).get("schema")
+        elif fmt.get("type") == "json_object":  # llama.cpp's form: a schema beside the type
+            schema = fmt.get("schema")
         record = self._record(request, "openai", body.get("model"), body, bool(body.get("stream")), schema)
         return await self._serve(request, record, _OpenAI(body))
 
@@ -352,7 +412,9 @@ class FakeProviderServer:
             return None
         given = {
             "openai": request.headers.get("Authorization", "").removeprefix("Bearer "),
-            "anthropic": request.headers.get("x-api-key", ""),
+            # the real API takes the key as x-api-key or as Authorization: Bearer
+            "anthropic": request.headers.get("x-api-key")
+            or request.headers.get("Authorization", "").removeprefix("Bearer "),
             "gemini": request.headers.get("x-goog-api-key") or request.query.get("key", ""),
         }[api]
         if given == expected:
@@ -401,8 +463,12 @@ class FakeProviderServer:
             raise asyncio.CancelledError  # nothing can be sent on an aborted connection
         if fault.kind == "malformed":
             if record.stream:
-                return await self._stream(request, record, [b"data: {\"choices\": [{\"delta\": \n\n"])
+                return await self._stream(request, record, [api.malformed_frame])
             return web.Response(body=b'{"id": "fake", "choices": [', content_type="application/json")
+        if fault.kind == "empty_stream":
+            if record.stream:
+                return await self._stream(request, record, api.empty_frames(record))
+            return web.json_response(api.empty_body(record))
         if fault.kind == "truncated_stream":
             answer = _Answer.of(self._fallback_reply(record), record, next(self._ids))
             if record.stream:
@@ -414,7 +480,14 @@ class FakeProviderServer:
         headers = {}
         if fault.retry_after is not None:
             headers["Retry-After"] = f"{fault.retry_after:g}"
-        return web.json_response(api.error_body(status, fault.message), status=status, headers=headers)
+        if fault.should_retry is not None:
+            headers["x-should-retry"] = "true" if fault.should_retry else "false"
+        body = api.error_body(status, fault.message)
+        if fault.code and record.api == "openai":
+            body["error"].update(code=fault.code, type=fault.code)
+        if fault.details and record.api == "gemini":
+            body["error"]["details"] = [dict(d) for d in fault.details]
+        return web.json_response(body, status=status, headers=headers)
 
     def _fallback_reply(self, record: RecordedRequest) -> Reply:
         if isinstance(record.schema, Mapping):
@@ -446,13 +519,18 @@ class _Answer:
     obj: Any
     usage: tuple[int, int, int]
     finish_reason: str | None
+    refusal: str | None = None
 
     @classmethod
     def of(cls, reply: Reply, record: RecordedRequest, number: int) -> _Answer:
         text = reply.text if reply.json is None else json.dumps(reply.json)
         text = text or ""
-        usage = reply.usage or (_count_tokens(record.json) + 7, max(1, len(text) // 4), 0)
-        return cls(number, reply.model or record.model or "fake-model", text, reply.json, usage, reply.finish_reason)
+        if reply.refusal is not None and record.api != "openai":
+            text = reply.refusal  # no refusal field outside OpenAI: the model says it in words
+        usage = reply.usage or (_count_tokens(record.json) + 7, max(1, len(text or reply.refusal or "") // 4), 0)
+        refusal = reply.refusal if record.api == "openai" else None
+        return cls(number, reply.model or record.model or "fake-model", "" if refusal else text, reply.json,
+                   usage, reply.finish_reason, refusal)
 
     def pieces(self, n: int = 4) -> list[str]:
         size = max(1, -(-len(self.text) // n))
@@ -461,11 +539,19 @@ class _Answer:
 
 class _Format:
     overloaded_status = 503
+    #: a stream event whose JSON is cut off, in the API's own framing
+    malformed_frame = b""
 
     def body(self, answer: _Answer) -> dict[str, Any]:
         raise NotImplementedError
 
     def frames(self, answer: _Answer) -> list[bytes]:
+        raise NotImplementedError
+
+    def empty_body(self, record: RecordedRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def empty_frames(self, record: RecordedRequest) -> list[bytes]:
         raise NotImplementedError
 
     @staticmethod
@@ -474,17 +560,29 @@ class _Format:
 
 
 class _OpenAI(_Format):
+    malformed_frame = b'data: {"choices": [{"delta": \n\n'
+
     def __init__(self, request: Mapping[str, Any]) -> None:
         self.request = request
 
     def body(self, answer: _Answer) -> dict[str, Any]:
+        message = {"role": "assistant", "content": None if answer.refusal else answer.text,
+                   "refusal": answer.refusal}
         return {
             "id": f"chatcmpl-fake{answer.id}", "object": "chat.completion", "created": int(time.time()),
             "model": answer.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text, "refusal": None},
+            "choices": [{"index": 0, "message": message,
                          "logprobs": None, "finish_reason": answer.finish_reason or "stop"}],
             "usage": _openai_usage(answer.usage),
         }
+
+    def empty_body(self, record: RecordedRequest) -> dict[str, Any]:
+        return {"id": "chatcmpl-fake-empty", "object": "chat.completion", "created": int(time.time()),
+                "model": record.model, "choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+                                                    "logprobs": None, "finish_reason": None}]}
+
+    def empty_frames(self, record: RecordedRequest) -> list[bytes]:
+        return [b"data: [DONE]\n\n"]
 
     def frames(self, answer: _Answer) -> list[bytes]:
         head = {"id": f"chatcmpl-fake{answer.id}", "object": "chat.completion.chunk", "created": int(time.time()),
@@ -494,7 +592,11 @@ class _OpenAI(_Format):
             return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
         frames = [chunk({"role": "assistant", "content": ""})]
-        frames += [chunk({"content": piece}) for piece in answer.pieces()]
+        if answer.refusal:
+            size = max(1, len(answer.refusal) // 3)
+            frames += [chunk({"refusal": answer.refusal[i:i + size]}) for i in range(0, len(answer.refusal), size)]
+        else:
+            frames += [chunk({"content": piece}) for piece in answer.pieces()]
         frames.append(chunk({}, answer.finish_reason or "stop"))
         if (self.request.get("stream_options") or {}).get("include_usage"):
             frames.append(_sse({**head, "choices": [], "usage": _openai_usage(answer.usage)}))
@@ -511,6 +613,17 @@ class _OpenAI(_Format):
 
 class _Anthropic(_Format):
     overloaded_status = 529
+    malformed_frame = b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": \n\n'
+
+    def empty_body(self, record: RecordedRequest) -> dict[str, Any]:
+        return {"id": "msg_fake_empty", "type": "message", "role": "assistant", "model": record.model,
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0}}
+
+    def empty_frames(self, record: RecordedRequest) -> list[bytes]:
+        message = {**self.empty_body(record), "usage": {"input_tokens": 0, "output_tokens": 0}}
+        return [_sse({"type": "message_start", "message": message}, "message_start"),
+                _sse({"type": "message_stop"}, "message_stop")]
 
     def __init__(self, request: Mapping[str, Any], tool: Mapping[str, Any] | None) -> None:
         self.request = request
@@ -567,8 +680,17 @@ class _Anthropic(_Format):
 
 
 class _Gemini(_Format):
+    malformed_frame = b'data: {"candidates": [{"content": {"parts": \r\n\r\n'
+
     def __init__(self, request: Mapping[str, Any]) -> None:
         self.request = request
+
+    def empty_body(self, record: RecordedRequest) -> dict[str, Any]:
+        return {"candidates": [{"content": {"role": "model", "parts": []}, "index": 0}],
+                "modelVersion": record.model}
+
+    def empty_frames(self, record: RecordedRequest) -> list[bytes]:
+        return [_sse(self.empty_body(record), crlf=True)]
 
     def _response(self, answer: _Answer, text: str, *, final: bool) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}

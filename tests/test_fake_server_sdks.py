@@ -1,0 +1,160 @@
+"""The fake provider server checked against the official SDKs (openai, anthropic, google-genai): what the real APIs'
+own clients parse from it, including its error bodies, must be what they would parse from the real APIs.
+
+Development-only: the SDKs are in the ``dev`` extra, never in conclave's own dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+genai = pytest.importorskip("google.genai")
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}
+ANSWER = {"answer": "yes"}
+
+
+@pytest.fixture
+async def fake() -> Any:
+    async with FakeProviderServer(keys={"openai": "sk-fake", "anthropic": "sk-ant-fake", "gemini": "g-fake"}) as f:
+        yield f
+
+
+def _openai(fake: FakeProviderServer, **kw: Any) -> Any:
+    return openai.AsyncOpenAI(api_key="sk-fake", base_url=fake.base_url("openai"), **kw)
+
+
+def _anthropic(fake: FakeProviderServer, **kw: Any) -> Any:
+    kw.setdefault("api_key", "sk-ant-fake")
+    return anthropic.AsyncAnthropic(base_url=fake.base_url("anthropic"), **kw)
+
+
+def _gemini(fake: FakeProviderServer) -> Any:
+    from google.genai import types
+
+    return genai.Client(api_key="g-fake", http_options=types.HttpOptions(
+        base_url=fake.url + "/gemini", api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)))
+
+
+# ------------------------------------------------------------------------------------- OpenAI
+
+
+async def test_openai_sdk_parses_a_structured_answer_and_a_streamed_one(fake):
+    fake.script("gpt-4o", Reply(json=ANSWER, usage=(30, 5, 10)))
+    client = _openai(fake)
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA, "strict": True}}
+    answer = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}],
+                                                  response_format=fmt)
+    assert json.loads(answer.choices[0].message.content) == ANSWER
+    assert answer.usage.prompt_tokens_details.cached_tokens == 10
+    stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}],
+                                                  response_format=fmt, stream=True,
+                                                  stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert json.loads(text) == ANSWER and chunks[-1].usage.completion_tokens == 5
+
+
+async def test_openai_sdk_sees_a_refusal_streamed_and_not(fake):
+    fake.script("gpt-4o", Reply(refusal="I can't help with that."))
+    client = _openai(fake)
+    answer = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}])
+    assert (answer.choices[0].message.refusal, answer.choices[0].message.content) == ("I can't help with that.", None)
+    stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}],
+                                                  stream=True)
+    refusal = "".join([c.choices[0].delta.refusal or "" async for c in stream if c.choices])
+    assert refusal == "I can't help with that."
+
+
+async def test_openai_sdk_reads_insufficient_quota_as_the_real_api_sends_it(fake):
+    fake.script("gpt-4o", Fault.insufficient_quota())
+    with pytest.raises(openai.RateLimitError) as caught:
+        await _openai(fake, max_retries=0).chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "q"}])
+    assert caught.value.code == "insufficient_quota" and caught.value.type == "insufficient_quota"
+
+
+@pytest.mark.parametrize(("fault", "requests"), [
+    (Fault.server_error(500, should_retry=False), 1),  # the SDK obeys x-should-retry: false
+    (Fault.conflict(), 2),  # and retries 409
+    (Fault.request_timeout(), 2),  # and 408
+])
+async def test_openai_sdk_retries_what_the_fake_says_to_retry(fake, fault, requests):
+    fake.script("gpt-4o", fault)
+    with pytest.raises(openai.APIStatusError):
+        await _openai(fake, max_retries=1).with_options(timeout=5).chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "q"}])
+    assert len(fake.requests_for("gpt-4o")) == requests
+
+
+async def test_openai_sdk_rejects_a_wrong_key_from_the_fake(fake):
+    with pytest.raises(openai.AuthenticationError):
+        await openai.AsyncOpenAI(api_key="sk-wrong", base_url=fake.base_url("openai"), max_retries=0).models.list()
+
+
+# ------------------------------------------------------------------------------------- Anthropic
+
+
+async def test_anthropic_sdk_parses_a_forced_tool_call_and_its_stream(fake):
+    fake.script("claude-sonnet-4-6", Reply(json=ANSWER))
+    client = _anthropic(fake)
+    tool = {"name": "record", "description": "d", "input_schema": SCHEMA}
+    kw: dict[str, Any] = {"model": "claude-sonnet-4-6", "max_tokens": 100, "tools": [tool],
+                          "tool_choice": {"type": "tool", "name": "record"},
+                          "messages": [{"role": "user", "content": "q"}]}
+    message = await client.messages.create(**kw)
+    assert message.content[0].type == "tool_use" and message.content[0].input == ANSWER
+    async with client.messages.stream(**kw) as stream:
+        final = await stream.get_final_message()
+    assert final.content[0].input == ANSWER and final.stop_reason == "tool_use"
+
+
+async def test_anthropic_sdk_may_send_the_key_as_a_bearer_token(fake):
+    fake.script("claude-sonnet-4-6", Reply(text="hello"))
+    client = _anthropic(fake, api_key=None, auth_token="sk-ant-fake")
+    message = await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
+                                           messages=[{"role": "user", "content": "q"}])
+    assert message.content[0].text == "hello"
+    assert fake.requests_for("claude-sonnet-4-6")[0].carries("sk-ant-fake")
+
+
+async def test_anthropic_sdk_reads_the_fakes_overloaded_error(fake):
+    fake.script("claude-sonnet-4-6", Fault.overloaded())
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        await _anthropic(fake, max_retries=0).messages.create(
+            model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user", "content": "q"}])
+    assert caught.value.status_code == 529 and caught.value.body["error"]["type"] == "overloaded_error"
+
+
+# ------------------------------------------------------------------------------------- Gemini
+
+
+async def test_google_genai_sdk_parses_a_json_answer_and_its_stream(fake):
+    fake.script("gemini-2.5-pro", Reply(json=ANSWER, usage=(20, 4, 0)))
+    client = _gemini(fake)
+    config = {"response_mime_type": "application/json", "response_json_schema": SCHEMA}
+    answer = await client.aio.models.generate_content(model="gemini-2.5-pro", contents="q", config=config)
+    assert json.loads(answer.text) == ANSWER and answer.usage_metadata.prompt_token_count == 20
+    text = "".join([c.text or "" async for c in await client.aio.models.generate_content_stream(
+        model="gemini-2.5-pro", contents="q", config=config)])
+    assert json.loads(text) == ANSWER
+
+
+async def test_google_genai_sdk_reads_resource_exhausted_with_retry_info(fake):
+    from google.genai import errors
+
+    fake.script("gemini-2.5-pro", Fault.resource_exhausted("33s", per_day=True))
+    with pytest.raises(errors.ClientError) as caught:
+        await _gemini(fake).aio.models.generate_content(model="gemini-2.5-pro", contents="q")
+    assert caught.value.code == 429 and caught.value.status == "RESOURCE_EXHAUSTED"
+    details = {d["@type"].rsplit(".", 1)[-1]: d for d in caught.value.details["error"]["details"]}
+    assert details["RetryInfo"]["retryDelay"] == "33s"
+    assert "PerDay" in details["QuotaFailure"]["violations"][0]["quotaId"]
