@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "browse": "conclave.commands.browse",
     "index": "conclave.commands.index",
     "resume": "conclave.commands.resume",
+    "mcp": "conclave.commands.mcp",
 }
 
 # A Hydra override: key=value, +key=value, ++key=value, ~key[=value], group@pkg=option.
