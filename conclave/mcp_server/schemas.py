@@ -61,20 +61,29 @@ class ConsultOutput(BaseModel):
     resumable: bool = Field(description="True when conclave_resume can continue it (partial or aborted).")
 
 
+# Nullable columns as one ``type`` list rather than pydantic's ``anyOf``: the official Python client re-checks a
+# tool's output schema against the meta-schema on every call, at a cost that grows with the number of nodes.
+OptStr = Annotated[str | None, WithJsonSchema({"type": ["string", "null"]})]
+OptInt = Annotated[int | None, WithJsonSchema({"type": ["integer", "null"]})]
+OptFloat = Annotated[float | None, WithJsonSchema({"type": ["number", "null"]})]
+
+
 class SessionRow(BaseModel):
+    """One consultation as the index has it; ``origin`` is mcp for MCP runs, null for the CLI and library."""
+
     id: str
-    started_at: str | None
-    status: str | None
-    mode: str | None
-    question: str | None
-    rounds_completed: int | None
-    planned_rounds: int | None
-    total_cost: float | None
-    total_tokens: int | None
-    confidence: float | None
-    recommendation: str | None
-    origin: str | None = Field(description="mcp for consultations started over MCP, null for the CLI and library.")
-    client_name: str | None
+    started_at: OptStr
+    status: OptStr
+    mode: OptStr
+    question: OptStr
+    rounds_completed: OptInt
+    planned_rounds: OptInt
+    total_cost: OptFloat
+    total_tokens: OptInt
+    confidence: OptFloat
+    recommendation: OptStr
+    origin: OptStr
+    client_name: OptStr
 
 
 class SessionsOutput(BaseModel):
