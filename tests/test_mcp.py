@@ -412,3 +412,12 @@ def test_without_the_sdk_installed_the_command_says_which_extra_to_install(home:
     done = subprocess.run([sys.executable, "-m", "conclave", "mcp"], capture_output=True, text=True, env=env,
                           cwd=home, timeout=60, input="")
     assert done.returncode == 2 and "pip install 'conclave[mcp]'" in done.stderr and done.stdout == ""
+
+
+def test_a_bad_server_override_stops_the_server_at_start_with_one_line(home: Path) -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "conclave", "mcp", "mode=nope"], capture_output=True, text=True,
+                          env=clean_env(home, FAKE_KEYS), cwd=home, timeout=120, input="")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == ["conclave mcp: mode: 'nope' is not one of: converge, explore"]

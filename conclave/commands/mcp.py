@@ -12,8 +12,12 @@ import asyncio
 import ipaddress
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from conclave.errors import UsageError
+
+if TYPE_CHECKING:
+    from conclave.mcp_server.server import ServerConfig
 
 LOOPBACK = "127.0.0.1"
 
@@ -69,14 +73,13 @@ def run(argv: list[str]) -> int:
     return 0
 
 
-def _check_base_overrides(config: object) -> None:
+def _check_base_overrides(config: ServerConfig) -> None:
     """Fail at start (exit 2, one line) when the server's own overrides do not compose."""
-    from conclave.mcp_server.server import ServerConfig, compose
-
-    assert isinstance(config, ServerConfig)
     if not config.base_overrides:
         return
     from mcp.server.fastmcp.exceptions import ToolError
+
+    from conclave.mcp_server.server import compose
 
     try:
         compose("check", config.base_overrides)

@@ -180,15 +180,20 @@ def result_content(result: dict[str, Any], fmt: str) -> CallToolResult:
     return CallToolResult(content=list(blocks), structuredContent=consult_output(result))
 
 
+def refusal_reason(consultation: Any) -> str:
+    """Why the cost gate stopped ``consultation`` before it spent anything."""
+    return f"consultation {consultation.id} not started (nothing was spent): {consultation.refusal}"
+
+
 def refusal_error(consultation: Any, bridge: ProgressBridge) -> ToolError:
+    """The refusal as a tool error that says how an MCP client approves the estimate."""
     from conclave.engine.consent import round_up_to_cent
 
     estimate = bridge.estimated_cost
     how = 'call again with overrides: ["cost.auto_approve=true"]'
     if estimate is not None:
         how += f" or max_cost: {round_up_to_cent(estimate):.2f}"
-    return ToolError(f"consultation {consultation.id} not started (nothing was spent): {consultation.refusal} "
-                     f"Over MCP, {how}.")
+    return ToolError(f"{refusal_reason(consultation)} Over MCP, {how}.")
 
 
 # ----------------------------------------------------------------------------------------------- the server
@@ -305,9 +310,8 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             raise tool_error(exc) from None
         consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         if consultation.refusal is not None:
-            error = refusal_error(consultation, bridge)
-            if not await approved_by_elicitation(ctx, str(error).split(" Over MCP,")[0]):
-                raise error
+            if not await approved_by_elicitation(ctx, refusal_reason(consultation)):
+                raise refusal_error(consultation, bridge)
             settings = compose(question, [*everything, "cost.auto_approve=true"])
             consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         assert consultation.result is not None
