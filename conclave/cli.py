@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "show-prompt": "conclave.commands.show_prompt",
     "show": "conclave.commands.show",
     "serve": "conclave.commands.serve",
+    "mcp": "conclave.commands.mcp",
 }
 
 # A Hydra override: key=value, +key=value, ++key=value, ~key[=value], group@pkg=option.

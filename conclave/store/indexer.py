@@ -168,6 +168,7 @@ def _started(b: Batch, cid: str, seq: int, ts: float, d: dict[str, Any]) -> None
         judge_provider=judge.get("provider"), judge_model=judge.get("model"), config_hash=config_hash,
         prompt_versions=_json(d.get("prompt_versions")), conclave_version=d.get("conclave_version"),
         shuffle_seed=d.get("shuffle_seed"), secrets_scrubbed=scrub.get("total"),
+        origin=d.get("origin"), client_name=(d.get("client") or {}).get("name"),
     )
     for agent in agents:
         name = agent.get("name")

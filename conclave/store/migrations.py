@@ -174,3 +174,10 @@ def m004_stats(db: Any) -> None:
     db["consultations"].create_index(["mode", "total_cost"])
     db["calls"].create_index(["provider", "model"])
     db["artifacts"].create_index(["artifact_type"])
+
+
+@migrations()
+def m005_origin(db: Any) -> None:
+    # Which door started a consultation (``mcp``; null for the CLI and the library) and, over MCP, the client.
+    db["consultations"].add_column("origin", str)
+    db["consultations"].add_column("client_name", str)

@@ -1,0 +1,518 @@
+"""The MCP server: conclave's tools and resources on the official SDK (FastMCP), over stdio or Streamable HTTP.
+
+Tools run the same composition, validation, scrubbing, cost gate and journal as the CLI; errors come back as tool
+errors of one line per problem, naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
+from pydantic import Field
+
+from conclave.errors import ConclaveError, ConfigError
+from conclave.mcp_server import records
+from conclave.mcp_server.policy import Roots, check_overrides, check_settings_paths, split_context
+from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
+from conclave.mcp_server.schemas import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
+from conclave.store.paths import StoreLayout
+
+log = logging.getLogger(__name__)
+
+RESUMABLE = ("partial", "aborted")
+INSTRUCTIONS = (
+    "conclave puts a question to a panel of LLMs and runs a structured debate (independent answers, synthesis, "
+    "cross-examination, verdict). Call conclave_consult with the question; it blocks until the verdict and sends "
+    "progress notifications meanwhile. A cancelled or failed consultation keeps its completed rounds: "
+    "conclave_resume continues it without paying for them again. conclave_sessions lists past consultations; "
+    "conclave_show gives every artifact, call and cost of a round."
+)
+
+
+@dataclass
+class ServerConfig:
+    """What the operator fixed on ``conclave mcp``'s command line; tool calls cannot change it."""
+
+    home: Path
+    roots: Roots
+    base_overrides: list[str] = field(default_factory=list)
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    #: consultations this process is running or still saving, by id (set when their journal is closed)
+    active: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> StoreLayout:
+        return StoreLayout(self.home)
+
+
+class ConclaveMCP(FastMCP):
+    """FastMCP whose resource list also names the most recent consultations."""
+
+    def __init__(self, config: ServerConfig, **kwargs: Any) -> None:
+        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", **kwargs)
+        self.config = config
+
+    async def list_resources(self) -> list[Resource]:
+        listed = await super().list_resources()
+        try:
+            rows = records.sessions(self.config.layout, limit=50)
+        except Exception as exc:  # an unreadable index must not hide the tools
+            log.warning("cannot list consultations: %s", exc)
+            rows = []
+        for row in rows:
+            question = (row["question"] or "").replace("\n", " ")
+            listed.append(Resource(
+                uri=f"conclave://consultations/{row['id']}",  # type: ignore[arg-type]
+                name=row["id"],
+                title=question[:80] or row["id"],
+                description=f"{row['status']} · {row['mode']} · started {row['started_at']}",
+                mimeType="application/json",
+            ))
+        return listed
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def tool_error(exc: BaseException) -> ToolError:
+    """One line per problem, as the CLI prints them (without a traceback)."""
+    if isinstance(exc, ConfigError):
+        return ToolError("; ".join(exc.problems))
+    return ToolError(str(exc).strip() or type(exc).__name__)
+
+
+def compose(question: str, overrides: list[str]) -> Any:
+    """Compose and validate like the CLI; Hydra's errors become the CLI's one-line messages."""
+    from conclave.api import compose_settings
+    from conclave.cli import _hydra_error_message
+
+    if not question.strip():
+        raise ToolError("question: the question is empty")
+    try:
+        return compose_settings(question, overrides)
+    except ConclaveError as exc:
+        raise tool_error(exc) from None
+    except Exception as exc:
+        message = _hydra_error_message(exc)
+        if message is None:
+            raise
+        raise ToolError(message) from None
+
+
+def param_overrides(*, mode: str | None, rounds: int | None, quick: bool | None, panel: str | None,
+                    judge: str | None, high_stakes: bool, max_cost: float | None) -> list[str]:
+    """The overrides the named tool arguments stand for (they win over ``overrides``)."""
+    from conclave.cli import hydra_quote
+
+    out: list[str] = []
+    if mode is not None:
+        out.append(f"mode={mode}")
+    if rounds is not None:
+        out.append(f"rounds={rounds}")
+    if quick is not None:
+        out.append(f"quick={str(quick).lower()}")
+    if panel is not None:
+        out.append(f"agents={panel}")
+    if judge is not None:
+        provider, slash, model = judge.partition("/")
+        if slash:
+            out += [f"judge.provider={provider}", f"judge.model={hydra_quote(model)}"]
+        else:
+            out.append(f"judge.model={hydra_quote(judge)}")
+    if high_stakes:
+        # every round runs (no early termination) and no agent is silently replaced by another model
+        out += ["early_termination.non_interactive=decline", "strict_models=true"]
+    if max_cost is not None:
+        out.append(f"cost.always_allow_under={max_cost}")
+    return out
+
+
+def client_info(ctx: Context[Any, Any, Any]) -> dict[str, Any] | None:
+    try:
+        params = ctx.session.client_params
+    except Exception:
+        return None
+    if params is None:
+        return None
+    return {"name": params.clientInfo.name, "version": params.clientInfo.version}
+
+
+def progress_reporter(ctx: Context[Any, Any, Any]) -> Any:
+    """``ctx.report_progress`` when the client asked for progress (gave a token), else None."""
+    meta = ctx.request_context.meta
+    if meta is None or meta.progressToken is None:
+        return None
+    return ctx.report_progress
+
+
+def consult_output(result: dict[str, Any]) -> dict[str, Any]:
+    return ConsultOutput(
+        consultation_id=result["consultation_id"], status=result["status"], question=result["question"],
+        mode=result["mode"], planned_rounds=result["planned_rounds"], completed_rounds=result["completed_rounds"],
+        recommendation=result.get("recommendation"), confidence=result.get("confidence"),
+        verdict=result.get("verdict"), dissent=result.get("dissent") or [], concerns=result.get("concerns") or [],
+        cost=result.get("cost") or {}, tokens=result.get("tokens") or {}, duration_s=result.get("duration_s") or 0.0,
+        abort_reason=result.get("abort_reason"), resumable=result["status"] in RESUMABLE,
+    ).model_dump(mode="json")
+
+
+def result_content(result: dict[str, Any], fmt: str) -> CallToolResult:
+    from conclave.render.markdown import render_markdown
+
+    blocks = []
+    if fmt in ("markdown", "both"):
+        text = render_markdown(result)
+        if result["status"] in RESUMABLE:
+            text += (f"\nThis consultation can be continued: conclave_resume with id "
+                     f"{result['consultation_id']} (completed rounds are not paid for again).\n")
+        blocks.append(TextContent(type="text", text=text))
+    if fmt in ("json", "both"):
+        blocks.append(TextContent(type="text", text=json.dumps(result, indent=2, ensure_ascii=False)))
+    return CallToolResult(content=list(blocks), structuredContent=consult_output(result))
+
+
+def refusal_reason(consultation: Any) -> str:
+    """Why the cost gate stopped ``consultation`` before it spent anything."""
+    return f"consultation {consultation.id} not started (nothing was spent): {consultation.refusal}"
+
+
+def refusal_error(consultation: Any, bridge: ProgressBridge) -> ToolError:
+    """The refusal as a tool error that says how an MCP client approves the estimate."""
+    from conclave.engine.consent import round_up_to_cent
+
+    estimate = bridge.estimated_cost
+    how = 'call again with overrides: ["cost.auto_approve=true"]'
+    if estimate is not None:
+        how += f" or max_cost: {round_up_to_cent(estimate):.2f}"
+    return ToolError(f"{refusal_reason(consultation)} Over MCP, {how}.")
+
+
+# ----------------------------------------------------------------------------------------------- the server
+
+
+def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
+    """The MCP server with every conclave tool and resource registered."""
+    mcp = ConclaveMCP(config, **kwargs)
+    layout = config.layout
+
+    async def run_consultation(ctx: Context[Any, Any, Any], settings: Any, *, stdin_text: str | None = None,
+                               **resume: Any) -> tuple[Any, ProgressBridge]:
+        from conclave.engine.interaction import Interaction
+        from conclave.engine.runner import Consultation
+        from conclave.plugins import get_plugins
+        from conclave.store.recorder import Recorder
+
+        plugins = get_plugins()
+        recorder = Recorder(settings.home)
+        origin = {"origin": "mcp", "client": client_info(ctx)}
+        bridge = ProgressBridge(report=progress_reporter(ctx), heartbeat_s=config.heartbeat_s)
+        done = asyncio.Event()
+        try:
+            consultation = Consultation(
+                settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[bridge],
+                recorder=OriginRecorder(recorder, origin), stdin_text=stdin_text, **resume,
+            )
+            config.active[consultation.id] = done
+            try:
+                await run_with_progress(consultation, bridge)
+            except ConclaveError as exc:
+                raise tool_error(exc) from None
+        finally:
+            recorder.close()
+            done.set()
+        config.active.pop(consultation.id, None)
+        return consultation, bridge
+
+    async def approved_by_elicitation(ctx: Context[Any, Any, Any], message: str) -> bool:
+        """Ask the user through the client to approve the estimate (only when the client supports elicitation)."""
+        from mcp.types import ClientCapabilities, ElicitationCapability
+        from pydantic import BaseModel
+
+        class Approval(BaseModel):
+            approve: bool = Field(description="Spend the estimated cost and run the consultation")
+
+        if not ctx.session.check_client_capability(ClientCapabilities(elicitation=ElicitationCapability())):
+            return False
+        try:
+            answer = await ctx.elicit(message, Approval)
+        except Exception as exc:
+            log.warning("elicitation failed: %s", exc)
+            return False
+        return answer.action == "accept" and bool(getattr(answer.data, "approve", False))
+
+    @mcp.tool(
+        name="conclave_consult",
+        title="Consult a panel of LLMs",
+        description=(
+            "Put a question to a panel of LLMs and run a structured debate to a verdict (round 1 independent "
+            "answers, 2 judge synthesis, 3 cross-examination, 4 verdict). Blocks until done; sends progress "
+            "notifications at every round and agent event and a heartbeat while waiting. Returns the verdict as "
+            "structured content and the Markdown report as text. Over the cost threshold it returns an error with "
+            "the estimate and how to approve it."
+        ),
+        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
+                                    openWorldHint=True),
+        structured_output=True,
+    )
+    async def conclave_consult(
+        ctx: Context[Any, Any, Any],
+        question: Annotated[str, Field(description="The question, sent verbatim (after secret scrubbing).")],
+        context: Annotated[list[str] | None, Field(description=(
+            "Context for the panel: file paths (absolute, or relative to the server's working directory; they "
+            "must lie under the server's allowed roots) or inline text (an item with a line break, or one that "
+            "names no file). Everything is scrubbed of secrets before it is sent."))] = None,
+        overrides: Annotated[list[str] | None, Field(description=(
+            "Hydra overrides exactly as on the command line, e.g. [\"filtering.round3.tensions=1\", "
+            "\"cost.auto_approve=true\"]. Provider endpoints, home, hydra.* and scrub are fixed by the server."
+        ))] = None,
+        mode: Annotated[str | None, Field(description="Debate strategy: converge (one verdict) or explore "
+                                                      "(a menu of options).")] = None,
+        rounds: Annotated[int | None, Field(ge=1, le=4, description="How many rounds to run (1-4, default 4).")]
+        = None,
+        quick: Annotated[bool | None, Field(description="Two rounds only (independent answers + synthesis).")]
+        = None,
+        panel: Annotated[str | None, Field(description=(
+            "A panel from conf/agents (e.g. default, openai_only, anthropic_only, local) or from "
+            "$CONCLAVE_HOME/conf/agents."))] = None,
+        judge: Annotated[str | None, Field(description="The judge's model, as model or provider/model "
+                                                       "(e.g. openai/gpt-4o).")] = None,
+        high_stakes: Annotated[bool, Field(description=(
+            "Run every round (no early termination) and refuse provider substitution (strict_models)."))] = False,
+        format: Annotated[Literal["markdown", "json", "both"], Field(description=(
+            "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
+        max_cost: Annotated[float | None, Field(ge=0, description=(
+            "Approve spending up to this many dollars (estimate) without asking; sets "
+            "cost.always_allow_under."))] = None,
+    ) -> Annotated[CallToolResult, ConsultOutput]:
+        try:
+            given = list(overrides or [])
+            check_overrides(given)
+            files, inline = split_context(context or [], config.roots)
+            extra = param_overrides(mode=mode, rounds=rounds, quick=quick, panel=panel, judge=judge,
+                                    high_stakes=high_stakes, max_cost=max_cost)
+            if files:
+                from conclave.cli import hydra_quote
+
+                extra.append("context=[" + ",".join(hydra_quote(f) for f in files) + "]")
+            everything = [*config.base_overrides, *given, *extra]
+            settings = compose(question, everything)
+            check_settings_paths(settings, config.roots)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
+        if consultation.refusal is not None:
+            if not await approved_by_elicitation(ctx, refusal_reason(consultation)):
+                raise refusal_error(consultation, bridge)
+            settings = compose(question, [*everything, "cost.auto_approve=true"])
+            consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
+        assert consultation.result is not None
+        return result_content(consultation.result.as_dict(), format)
+
+    @mcp.tool(
+        name="conclave_resume",
+        title="Resume an interrupted consultation",
+        description=(
+            "Continue a consultation that was cancelled, failed or killed. Completed rounds are restored from the "
+            "journal, neither re-run nor paid for again; the recorded configuration is reused. Same answer and "
+            "progress as conclave_consult."
+        ),
+        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
+                                    openWorldHint=True),
+        structured_output=True,
+    )
+    async def conclave_resume(
+        ctx: Context[Any, Any, Any],
+        id: Annotated[str | None, Field(description=(
+            "Consultation id or unique prefix; default: the most recent interrupted one."))] = None,
+        format: Annotated[Literal["markdown", "json", "both"], Field(description=(
+            "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
+    ) -> Annotated[CallToolResult, ConsultOutput]:
+        from conclave.config import check_against_plugins
+        from conclave.plugins import get_plugins
+        from conclave.store.indexer import RESUMED
+        from conclave.store.recorder import Recorder
+        from conclave.store.resume import latest_interrupted, load_resume_point
+
+        try:
+            cid = records.resolve_id(layout, id) if id else latest_interrupted(layout)
+            if cid is None:
+                raise ToolError(f"no interrupted consultation to resume in {layout.journal_dir}")
+            saving = config.active.get(cid)
+            if saving is not None:  # cancelled a moment ago: its partial result is still being saved
+                await asyncio.wait_for(saving.wait(), 60)
+            point = load_resume_point(layout, cid)
+            check_against_plugins(point.settings, get_plugins())
+            check_settings_paths(point.settings, config.roots)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        marker = Recorder(layout.home)
+        try:
+            marker.record(point.consultation_id, RESUMED, {
+                "restored_rounds": point.restored_rounds, "spent": point.resume_from["spent"],
+                "from_seq": point.next_seq,
+            })
+        finally:
+            marker.close()
+        consultation, bridge = await run_consultation(
+            ctx, point.settings, resume_from=point.resume_from, consultation_id=point.consultation_id,
+            first_seq=point.next_seq + 1,
+        )
+        if consultation.refusal is not None:
+            raise refusal_error(consultation, bridge)
+        assert consultation.result is not None
+        return result_content(consultation.result.as_dict(), format)
+
+    @mcp.tool(
+        name="conclave_sessions",
+        title="List consultations",
+        description="Recent consultations, newest first: id, status, mode, rounds, cost, confidence, question.",
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=True,
+    )
+    async def conclave_sessions(
+        limit: Annotated[int, Field(ge=1, le=500, description="How many (default 10).")] = 10,
+        status: Annotated[Literal["running", "complete", "completed_degraded", "partial", "aborted"] | None,
+                          Field(description="Only consultations with this status.")] = None,
+        mode: Annotated[str | None, Field(description="Only this mode (converge, explore, …).")] = None,
+    ) -> Annotated[CallToolResult, SessionsOutput]:
+        try:
+            rows = records.sessions(layout, limit, status, mode)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        return CallToolResult(content=[TextContent(type="text", text=records.sessions_text(rows))],
+                              structuredContent={"sessions": rows})
+
+    @mcp.tool(
+        name="conclave_show",
+        title="Show a consultation or one of its rounds",
+        description=(
+            "Without round: the consultation's panel, rounds and result. With round: every artifact (with the raw "
+            "answer), every provider call and its cost, for each run of that round."
+        ),
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=True,
+    )
+    async def conclave_show(
+        id: Annotated[str, Field(description="Consultation id or unique prefix.")],
+        round: Annotated[int | None, Field(ge=1, le=4, description="A round number (1-4).")] = None,
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
+        try:
+            cid = records.resolve_id(layout, id)
+            if round is None:
+                data = records.consultation(layout, cid)
+                text = json.dumps(data, indent=2, ensure_ascii=False)
+            else:
+                data = records.round_details(layout, cid, round)
+                text = records.round_text(data)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+
+    @mcp.tool(
+        name="conclave_stats",
+        title="Usage statistics",
+        description="Consultations, cost, tokens, duration, confidence, early termination and filtering savings, "
+                    "per provider and per mode, for a period.",
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=True,
+    )
+    async def conclave_stats(
+        period: Annotated[str, Field(description="all (default), week (last 7 days), month (last 30 days) or "
+                                                 "a calendar month YYYY-MM.")] = "all",
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
+        from conclave.store.index import connect
+        from conclave.store.stats import compute_stats, period_from_args, render_text
+
+        try:
+            if period not in ("all", "week", "month") and not period[:4].isdigit():
+                raise ConfigError([f"period: {period!r} is not one of: all, week, month, YYYY-MM"])
+            chosen = period_from_args(week=period == "week", month="" if period == "month" else (
+                period if period not in ("all", "week") else None))
+            db = connect(layout.index_path)
+            try:
+                stats = compute_stats(db, chosen)
+            finally:
+                db.close()
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        return CallToolResult(content=[TextContent(type="text", text=render_text(stats))], structuredContent=stats)
+
+    @mcp.tool(
+        name="conclave_verify",
+        title="Verify the journal",
+        description="Check the hash chain of one consultation's journal (or all) against the recorded heads: an "
+                    "edited, inserted, dropped or truncated record is named.",
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=True,
+    )
+    async def conclave_verify(
+        id: Annotated[str | None, Field(description="Consultation id or unique prefix; default: all.")] = None,
+    ) -> Annotated[CallToolResult, VerifyOutput]:
+        from conclave.store.verify import verify_store
+
+        try:
+            report = verify_store(layout, [records.resolve_id(layout, id)] if id else None)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        problems = [str(p) for p in report.problems]
+        data = {"ok": report.ok, "journals": report.journals, "records": report.records, "problems": problems,
+                "torn": list(report.torn)}
+        text = (f"OK: {report.journals} journal(s), {report.records} record(s) verified" if report.ok
+                else "\n".join(f"FAIL {p}" for p in problems))
+        return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+
+    @mcp.tool(
+        name="conclave_export_record",
+        title="Export an audit record",
+        description=(
+            "An audit record of one consultation: question, panel, rounds, verdict, dissent, costs, prompt versions, "
+            "config hash and the journal's head hash (with its verification). Read-only; nothing is sent to a model."
+        ),
+        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        structured_output=True,
+    )
+    async def conclave_export_record(
+        id: Annotated[str, Field(description="Consultation id or unique prefix.")],
+        format: Annotated[Literal["markdown", "html", "json"], Field(description="markdown, html or json.")]
+        = "markdown",
+    ) -> Annotated[CallToolResult, ExportOutput]:
+        try:
+            record = records.audit_record(layout, records.resolve_id(layout, id))
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        if format == "markdown":
+            text = records.audit_markdown(record)
+        elif format == "html":
+            text = records.audit_html(record)
+        else:
+            text = json.dumps(record, indent=2, ensure_ascii=False)
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structuredContent={"format": format, "record": record})
+
+    @mcp.resource("conclave://consultations/{id}", name="consultation", mime_type="application/json",
+                  description="One consultation: panel, rounds and (once it ended) its result JSON.")
+    def consultation_resource(id: str) -> str:
+        return json.dumps(records.consultation(layout, records.resolve_id(layout, id)), ensure_ascii=False)
+
+    @mcp.resource("conclave://consultations/{id}/rounds/{n}", name="consultation-round",
+                  mime_type="application/json",
+                  description="One round of a consultation: every artifact, provider call and cost of each run.")
+    def round_resource(id: str, n: str) -> str:
+        if not n.isdigit() or not 1 <= int(n) <= 4:
+            raise ValueError(f"round: {n!r} is not one of: 1, 2, 3, 4")
+        return json.dumps(records.round_details(layout, records.resolve_id(layout, id), int(n)), ensure_ascii=False)
+
+    return mcp
+
+
+def print_to_stderr(message: str) -> None:
+    print(f"conclave mcp: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,88 @@
+"""Serving the MCP server: stdio (stdout carries protocol messages only) or Streamable HTTP behind a bearer token."""
+
+from __future__ import annotations
+
+import hmac
+import io
+import os
+import secrets
+import socket
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+
+TOKEN_ENV = "CONCLAVE_MCP_TOKEN"
+
+
+async def serve_stdio(server: Any) -> None:
+    """Speak MCP on stdin/stdout. File descriptor 1 is pointed at stderr first, so nothing else that writes to
+    stdout (a print, a C library, a plugin) can corrupt the protocol stream."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    stdout = anyio.wrap_file(io.TextIOWrapper(protocol_out, encoding="utf-8", line_buffering=True))
+    async with stdio_server(stdout=stdout) as (read_stream, write_stream):
+        low = server._mcp_server
+        await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request needs ``Authorization: Bearer <token>`` (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self._authorized(scope):
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="conclave"')]})
+            await send({"type": "http.response.body",
+                        "body": b'{"error": "unauthorized", "error_description": "a valid bearer token is required"}'})
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        given = b""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, credential = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = credential.strip()
+                break
+        return hmac.compare_digest(given, self._token)
+
+
+def http_token() -> tuple[str, bool]:
+    """The bearer token: ``$CONCLAVE_MCP_TOKEN``, or a new random one (second value True: print it once)."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, False
+    return secrets.token_urlsafe(32), True
+
+
+async def serve_http(server: Any, host: str, port: int, announce: Callable[[str], None]) -> None:
+    """Serve Streamable HTTP at ``http://host:port/mcp``; ``port`` 0 picks a free one (announced on stderr)."""
+    import uvicorn
+
+    token, generated = http_token()
+    app = BearerAuth(server.streamable_http_app(), token)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    if generated:
+        announce(f"bearer token (set {TOKEN_ENV} to choose one): {token}")
+    announce(f"listening on http://{shown}:{bound}/mcp")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    await uvicorn.Server(config).serve(sockets=[sock])

@@ -1,0 +1,423 @@
+"""``conclave mcp``: the MCP server started as a subprocess and driven by the official MCP SDK client, over stdio
+and Streamable HTTP, against the fake provider server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cli_helpers import clean_env
+from mcp import ClientSession, McpError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import (
+    CancelledNotification,
+    CancelledNotificationParams,
+    ClientNotification,
+    ElicitResult,
+    Implementation,
+    ProgressNotification,
+)
+
+from conclave import events as ev
+from conclave.store.index import connect
+from conclave.store.journal import read_journal
+from conclave.store.paths import StoreLayout
+from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
+from conclave.testing.schema_instances import instance_for
+
+HEARTBEAT_S = 0.15
+TOOLS = {"conclave_consult", "conclave_resume", "conclave_sessions", "conclave_show", "conclave_stats",
+         "conclave_verify", "conclave_export_record"}
+ROUND_TITLE = re.compile(r"^Round (\d)")
+CLIENT = Implementation(name="test-agent", version="1.0")
+
+
+def round_of(request: Any) -> int | None:
+    """Which round a provider request belongs to, from the title of the artifact schema it carries."""
+    match = ROUND_TITLE.match(str((request.schema or {}).get("title", "")))
+    return int(match.group(1)) if match else None
+
+
+def slow_replies(fake: FakeProviderServer, latency: float) -> None:
+    for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-2.5-pro"):
+        fake.script(model, lambda request: Reply(json=instance_for(request.schema), latency=latency))
+
+
+def journal_records(home: Path) -> list[dict[str, Any]]:
+    paths = list(StoreLayout(home).journal_dir.glob("*.jsonl"))
+    assert len(paths) == 1, f"expected one journal under {home}, found {len(paths)}"
+    return read_journal(paths[0]).records
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(home: Path, fake: FakeProviderServer, *, cwd: Path | None = None,
+                      **session_options: Any) -> AsyncIterator[ClientSession]:
+    """A client session with ``conclave mcp`` over stdio; the fake's endpoints are the server's own overrides."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "conclave", "mcp", "--heartbeat", str(HEARTBEAT_S), *fake.overrides()],
+        env=clean_env(home, FAKE_KEYS), cwd=str(cwd or home),
+    )
+    with (home / "mcp-server.stderr").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(
+            read, write, client_info=CLIENT, **session_options
+        ) as session:
+            await session.initialize()
+            yield session
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+async def test_lists_every_tool_with_schemas_and_the_resource_templates(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with mcp_session(home, fake_provider_server) as session:
+        tools = (await session.list_tools()).tools
+        templates = (await session.list_resource_templates()).resourceTemplates
+    assert {t.name for t in tools} == TOOLS
+    for tool in tools:
+        assert tool.description and tool.outputSchema, tool.name
+        undescribed = [name for name, prop in tool.inputSchema["properties"].items() if not prop.get("description")]
+        assert undescribed == [], (tool.name, undescribed)
+    consult = next(t for t in tools if t.name == "conclave_consult")
+    verdict = consult.outputSchema["properties"]["verdict"]
+    assert {s.get("title") for s in verdict["anyOf"]} >= {"Round 4 · Verdict (converge)"}
+    assert {t.uriTemplate for t in templates} == {"conclave://consultations/{id}",
+                                                  "conclave://consultations/{id}/rounds/{n}"}
+
+
+async def test_a_consultation_reports_progress_and_returns_the_verdict(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    fake = fake_provider_server
+    slow_replies(fake, 0.4)  # longer than the heartbeat interval: heartbeats go out while agents think
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async with mcp_session(home, fake) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Should we shard the database?",
+                                                              "overrides": ["cost.auto_approve=true"]},
+                                         progress_callback=on_progress)
+        listed = {str(r.uri) for r in (await session.list_resources()).resources}
+        cid = result.structuredContent["consultation_id"]
+        round_1 = json.loads((await session.read_resource(f"conclave://consultations/{cid}/rounds/1"))
+                             .contents[0].text)
+
+    assert not result.isError, text_of(result)
+    data = result.structuredContent
+    assert data["status"] == "complete" and data["completed_rounds"] == 4
+    assert data["verdict"]["artifact_type"] == "verdict"
+    assert data["recommendation"] == data["verdict"]["recommendation"]
+    assert data["recommendation"] in text_of(result)  # the Markdown report
+    messages = [m or "" for _, _, m in progress]
+    assert "round 1 · independent started" in messages and "round 4 · verdict completed in" in " ".join(messages)
+    assert sum(m.startswith("round 1: ") and "✓" in m for m in messages) == 3  # each agent's answer
+    assert any(m.startswith("working: ") for m in messages)  # heartbeats
+    values = [v for v, _, _ in progress]
+    assert values == sorted(values) and len(set(values)) == len(values)  # strictly increasing
+    assert progress[-1][1] == 4.0
+    assert f"conclave://consultations/{cid}" in listed
+    assert len(round_1["runs"][0]["artifacts"]) == 3 and len(round_1["runs"][0]["calls"]) == 3
+
+
+async def test_progress_is_sent_only_when_the_client_asks_for_it(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    notifications: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if hasattr(message, "root") and isinstance(message.root, ProgressNotification):
+            notifications.append(message)
+
+    async with mcp_session(home, fake_provider_server, message_handler=on_message) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Quick check?", "rounds": 1,
+                                                              "overrides": ["cost.auto_approve=true"]})
+    assert not result.isError and result.structuredContent["completed_rounds"] == 1
+    assert notifications == []
+
+
+async def test_mcp_runs_are_journaled_and_indexed_with_their_origin(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with mcp_session(home, fake_provider_server) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Where from?", "rounds": 1,
+                                                              "overrides": ["cost.auto_approve=true"]})
+        listed = await session.call_tool("conclave_sessions", {"limit": 5})
+    cid = result.structuredContent["consultation_id"]
+    started = next(r for r in journal_records(home) if r["type"] == ev.CONSULTATION_STARTED)
+    assert started["data"]["origin"] == "mcp" and started["data"]["client"] == {"name": "test-agent", "version": "1.0"}
+    db = connect(StoreLayout(home).index_path)
+    row = db.conn.execute("select origin, client_name, status from consultations where id = ?", [cid]).fetchone()
+    db.close()
+    assert row == ("mcp", "test-agent", "complete")
+    assert [s["id"] for s in listed.structuredContent["sessions"]] == [cid]
+    assert listed.structuredContent["sessions"][0]["origin"] == "mcp"
+
+
+async def test_a_cancelled_consultation_keeps_its_rounds_and_resumes_without_paying_for_them_again(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    fake = fake_provider_server
+    slow_replies(fake, 0.6)
+    round_3 = asyncio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if message == "round 3 · cross_exam started":
+            round_3.set()
+
+    async with mcp_session(home, fake) as session:
+        # the id the next request gets: the SDK uses it as the progress token, and a cancellation names it
+        request_id = session._request_id
+        call = asyncio.create_task(session.call_tool(
+            "conclave_consult", {"question": "Should we shard the database?",
+                                 "overrides": ["cost.auto_approve=true"]}, progress_callback=on_progress))
+        await asyncio.wait_for(round_3.wait(), 60)
+        await asyncio.sleep(0.3)  # the round-3 calls are in flight
+        await session.send_notification(ClientNotification(CancelledNotification(
+            params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
+        with pytest.raises(McpError, match="cancelled"):
+            await call
+        asked_before = len(fake.requests)
+        resumed = await session.call_tool("conclave_resume", {})
+        asked_after = Counter(round_of(r) for r in fake.requests[asked_before:])
+
+    assert not resumed.isError, text_of(resumed)
+    assert resumed.structuredContent["status"] == "complete"
+    assert asked_after[1] == 0 and asked_after[2] == 0, asked_after  # completed rounds: not asked, not billed
+    assert asked_after[3] > 0 and asked_after[4] > 0, asked_after
+    records = journal_records(home)
+    interrupted = [r["data"] for r in records if r["type"] == ev.ROUND_INTERRUPTED]
+    assert [(d["round_number"], d["reason"]) for d in interrupted] == [(3, "cancelled")]
+    first_end = next(r for r in records if r["type"] == ev.CONSULTATION_COMPLETED)
+    assert first_end["data"]["status"] == "partial"
+    marker = next(r for r in records if r["type"] == ev.CONSULTATION_RESUMED)
+    assert marker["data"]["restored_rounds"] == [1, 2]
+    attempts = [r["data"] for r in records if r["type"] == ev.PROVIDER_ATTEMPT]
+    assert resumed.structuredContent["cost"]["actual"] == pytest.approx(sum(a["cost"] or 0 for a in attempts),
+                                                                         abs=2e-6)
+
+
+async def test_a_bad_override_is_a_tool_error_naming_the_key_and_the_allowed_values(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with mcp_session(home, fake_provider_server) as session:
+        bad_mode = await session.call_tool("conclave_consult", {"question": "Q?", "overrides": ["mode=nope"]})
+        bad_rounds = await session.call_tool("conclave_consult", {"question": "Q?", "overrides": ["rounds=7"]})
+        endpoint = await session.call_tool("conclave_consult", {
+            "question": "Q?", "overrides": ["providers.openai.base_url=http://attacker.example"]})
+        env_read = await session.call_tool("conclave_consult", {
+            "question": "Q?", "overrides": ["judge.model=${oc.env:OPENAI_API_KEY}"]})
+    assert bad_mode.isError and "mode: 'nope' is not one of: converge, explore" in text_of(bad_mode)
+    assert bad_rounds.isError and "rounds:" in text_of(bad_rounds)
+    assert "Traceback" not in text_of(bad_mode) + text_of(bad_rounds)
+    assert endpoint.isError and "providers.openai.base_url: cannot be overridden by an MCP client" in text_of(endpoint)
+    assert env_read.isError and "judge.model: interpolations" in text_of(env_read)
+    assert FAKE_KEYS["OPENAI_API_KEY"] not in text_of(env_read)
+    assert fake_provider_server.requests == []
+
+
+async def test_file_context_must_stay_under_the_allowed_roots(
+    tmp_path: Path, home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not for the panel")
+    (project / "escape.txt").symlink_to(outside / "secret.txt")
+    async with mcp_session(home, fake_provider_server, cwd=project) as session:
+        direct = await session.call_tool("conclave_consult", {
+            "question": "Q?", "context": [str(outside / "secret.txt")], "overrides": ["cost.auto_approve=true"]})
+        via_link = await session.call_tool("conclave_consult", {
+            "question": "Q?", "context": ["escape.txt"], "overrides": ["cost.auto_approve=true"]})
+        as_override = await session.call_tool("conclave_consult", {
+            "question": "Q?", "overrides": [f"project={outside}", "cost.auto_approve=true"]})
+    assert direct.isError and f"{outside / 'secret.txt'} is outside the allowed roots" in text_of(direct)
+    assert via_link.isError and "escape.txt is a symlink that resolves to" in text_of(via_link)
+    assert str(outside / "secret.txt") in text_of(via_link)
+    assert as_override.isError and "project:" in text_of(as_override)
+    assert fake_provider_server.requests == []
+
+
+async def test_everything_a_client_sends_is_scrubbed(
+    tmp_path: Path, home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    file_secret = "sk-proj-" + "A1b2C3d4" * 6
+    inline_secret = "ghp_" + "Z9y8X7w6" * 5
+    question_secret = "AKIA" + "ABCDEFGHIJKLMNOP"
+    (project / "notes.txt").write_text(f"billing service notes\nOPENAI_API_KEY={file_secret}\n")
+    async with mcp_session(home, fake_provider_server, cwd=project) as session:
+        result = await session.call_tool("conclave_consult", {
+            "question": f"Is key {question_secret} safe to log?", "rounds": 1,
+            "context": ["notes.txt", f"deploy log:\ntoken {inline_secret}\n"],
+            "overrides": ["cost.auto_approve=true"]})
+    assert not result.isError, text_of(result)
+    sent = json.dumps([r.json for r in fake_provider_server.requests])
+    assert "billing service notes" in sent and "deploy log:" in sent
+    for secret in (file_secret, inline_secret, question_secret):
+        assert secret not in sent
+    assert "[REDACTED" in sent
+
+
+async def test_an_estimate_over_the_threshold_is_a_tool_error_saying_how_to_approve(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with mcp_session(home, fake_provider_server) as session:
+        result = await session.call_tool("conclave_consult", {
+            "question": "Costly?", "overrides": ["cost.always_allow_under=0"]})
+    text = text_of(result)
+    assert result.isError and "nothing was spent" in text
+    assert re.search(r"estimated cost \$\d+\.\d{4}", text)
+    assert 'overrides: ["cost.auto_approve=true"]' in text and re.search(r"max_cost: \d+\.\d\d", text)
+    assert fake_provider_server.requests == []
+
+
+async def test_a_client_with_elicitation_is_asked_to_approve_the_estimate(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    asked: list[str] = []
+
+    async def approve(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async with mcp_session(home, fake_provider_server, elicitation_callback=approve) as session:
+        result = await session.call_tool("conclave_consult", {
+            "question": "Costly?", "rounds": 1, "overrides": ["cost.always_allow_under=0"]})
+    assert len(asked) == 1 and re.search(r"estimated cost \$\d+\.\d{4}", asked[0])
+    assert not result.isError and result.structuredContent["status"] == "complete"
+
+
+async def test_show_verify_stats_and_export_read_the_store(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with mcp_session(home, fake_provider_server) as session:
+        done = await session.call_tool("conclave_consult", {"question": "Audit me?", "rounds": 2,
+                                                            "overrides": ["cost.auto_approve=true"]})
+        cid = done.structuredContent["consultation_id"]
+        shown = await session.call_tool("conclave_show", {"id": cid[:10], "round": 2})
+        verified = await session.call_tool("conclave_verify", {"id": cid})
+        stats = await session.call_tool("conclave_stats", {"period": "week"})
+        exported = {fmt: await session.call_tool("conclave_export_record", {"id": cid, "format": fmt})
+                    for fmt in ("markdown", "html", "json")}
+        missing = await session.call_tool("conclave_show", {"id": "c-nope"})
+    run = shown.structuredContent["runs"][0]
+    assert run["ended"] == "completed" and [a["artifact_type"] for a in run["artifacts"]] == ["synthesis"]
+    assert run["calls"][0]["agent"] == "judge" and run["calls"][0]["cost"] is not None
+    assert verified.structuredContent["ok"] is True and verified.structuredContent["journals"] == 1
+    assert stats.structuredContent["period"]["label"] == "last 7 days"
+    assert stats.structuredContent["consultations"] == 1 and stats.structuredContent["by_status"] == {"complete": 1}
+    record = exported["json"].structuredContent["record"]
+    records = journal_records(home)
+    assert record["journal"]["head_hash"] == records[-1]["hash"] and record["journal"]["verified"] is True
+    assert record["config_hash"] == records[0]["data"]["config_hash"]
+    assert record["prompt_versions"] == records[0]["data"]["prompt_versions"]
+    assert records[-1]["hash"] in text_of(exported["markdown"]) and "<h1>Audit record" in text_of(exported["html"])
+    assert missing.isError and "no consultation 'c-nope'" in text_of(missing)
+
+
+# ----------------------------------------------------------------------------------------- Streamable HTTP
+
+
+@contextlib.asynccontextmanager
+async def http_server(home: Path, fake: FakeProviderServer) -> AsyncIterator[tuple[str, str]]:
+    """``conclave mcp --http --port 0`` (no token in the environment): yields (url, the token it printed)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", "mcp", "--http", "--port", "0", "--heartbeat", str(HEARTBEAT_S),
+        *fake.overrides(), env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    token = url = None
+    try:
+        while url is None:
+            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+            assert line, "the server exited before listening"
+            if "bearer token" in line:
+                token = line.rsplit(" ", 1)[1].strip()
+            found = re.search(r"listening on (http://\S+)", line)
+            url = found.group(1) if found else None
+        assert token is not None
+        yield url, token
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def test_streamable_http_needs_the_bearer_token_and_serves_consultations(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with http_server(home, fake_provider_server) as (url, token):
+        assert url.startswith("http://127.0.0.1:")
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}
+        headers = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient() as plain:
+            no_token = await plain.post(url, json=initialize, headers=headers)
+            wrong = await plain.post(url, json=initialize, headers={**headers, "authorization": "Bearer " + "x" * 43})
+        assert no_token.status_code == 401 and wrong.status_code == 401
+        assert no_token.headers["www-authenticate"].startswith("Bearer")
+
+        progress: list[str] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(message or "")
+
+        authorized = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                       timeout=httpx.Timeout(30, read=300))
+        async with authorized, streamable_http_client(url, http_client=authorized) as (read, write, _), \
+                ClientSession(read, write, client_info=CLIENT) as session:
+            await session.initialize()
+            names = {t.name for t in (await session.list_tools()).tools}
+            result = await session.call_tool("conclave_consult", {
+                "question": "Over HTTP?", "rounds": 2, "overrides": ["cost.auto_approve=true"]},
+                progress_callback=on_progress)
+    assert names == TOOLS
+    assert not result.isError and result.structuredContent["status"] == "complete"
+    assert "round 2 · synthesis started" in progress
+    assert token not in (home / "index.db").read_bytes().decode("latin-1")
+
+
+def test_without_the_sdk_installed_the_command_says_which_extra_to_install(home: Path) -> None:
+    import subprocess
+
+    blocker = home / "blocker"
+    blocker.mkdir()
+    (blocker / "mcp.py").write_text("raise ImportError('blocked for this test')\n")
+    env = clean_env(home, {"PYTHONPATH": str(blocker) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    done = subprocess.run([sys.executable, "-m", "conclave", "mcp"], capture_output=True, text=True, env=env,
+                          cwd=home, timeout=60, input="")
+    assert done.returncode == 2 and "pip install 'conclave[mcp]'" in done.stderr and done.stdout == ""
+
+
+def test_a_bad_server_override_stops_the_server_at_start_with_one_line(home: Path) -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "conclave", "mcp", "mode=nope"], capture_output=True, text=True,
+                          env=clean_env(home, FAKE_KEYS), cwd=home, timeout=120, input="")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == ["conclave mcp: mode: 'nope' is not one of: converge, explore"]
