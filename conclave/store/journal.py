@@ -10,99 +10,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from conclave.errors import ConclaveError
 from conclave.store.chain import GENESIS, canonical_json
 from conclave.store.heads import HeadsLog
+from conclave.store.journal_file import (
+    JournalFile,
+    JournalLine,
+    last_record,
+    parse_records,
+    read_journal,
+    read_records,
+)
 from conclave.store.redact import Redactor
+from conclave.store.verify import check_journal
+
+# The reading side lives in journal_file.py; re-exported because readers have long imported it from here.
+__all__ = ["JournalError", "JournalFile", "JournalLine", "JournalWriter", "encode_line", "is_being_written",
+           "last_record", "parse_records", "read_journal", "read_records", "try_lock"]
 
 
 class JournalError(ConclaveError):
     """A journal cannot be appended to (it fails verification) or read."""
-
-
-class JournalLine:
-    """One complete line of a journal; parsed on first use (``logs verify`` rarely needs to)."""
-
-    __slots__ = ("_parsed", "_record", "number", "raw")
-
-    def __init__(self, number: int, raw: bytes) -> None:
-        self.number = number  # 1-based
-        self.raw = raw  # without its newline
-        self._parsed = False
-        self._record: dict[str, Any] | None = None
-
-    @property
-    def record(self) -> dict[str, Any] | None:
-        """The parsed record, or None when the line is not a JSON object."""
-        if not self._parsed:
-            self._record, self._parsed = _parse(self.raw), True
-        return self._record
-
-
-@dataclass
-class JournalFile:
-    lines: list[JournalLine]
-    # Byte offset of a last line with no newline: a write cut short by a crash. Never part of the chain.
-    torn_at: int | None = None
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return [r for r in (line.record for line in self.lines) if r is not None]
-
-
-def read_journal(path: Path) -> JournalFile:
-    data = path.read_bytes()
-    pieces = data.split(b"\n")
-    last = pieces.pop()  # b"" when the file ends with a newline, as every complete write does
-    lines = [JournalLine(number, raw) for number, raw in enumerate(pieces, 1)]
-    return JournalFile(lines, len(data) - len(last) if last else None)
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a journal, fast: one JSON parse for the whole file (``index rebuild``).
-
-    Falls back to :func:`read_journal` line by line when any line is not JSON (``logs verify`` says which).
-    """
-    data = path.read_bytes()
-    body = data[: data.rfind(b"\n")]  # complete lines only; a torn last line was never durable
-    if not body:
-        return []
-    try:
-        # Raw newlines cannot occur inside JSON strings, so each one separates two records.
-        records = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-    except ValueError:
-        return read_journal(path).records
-    return [r for r in records if isinstance(r, dict)]
-
-
-def last_record(path: Path, block: int = 1 << 16) -> dict[str, Any] | None:
-    """The last complete record of a journal, reading backwards from the end (a torn last line is skipped)."""
-    with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        tail = b""
-        position = end
-        while position > 0:
-            step = min(block, position)
-            position -= step
-            f.seek(position)
-            tail = f.read(step) + tail
-            complete = tail[: tail.rfind(b"\n")] if b"\n" in tail else b""
-            start = complete.rfind(b"\n")
-            if start >= 0 or (position == 0 and complete):
-                return _parse(complete[start + 1 :])
-    return None
-
-
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def encode_line(body: str) -> tuple[str, bytes]:
@@ -141,8 +72,6 @@ class JournalWriter:
                 raise
 
     def _continue_existing(self) -> None:
-        from conclave.store.verify import check_journal
-
         journal = read_journal(self.path)
         heads = self._heads.load(self.consultation_id).get(self.consultation_id, [])
         problem = check_journal(self.consultation_id, journal, heads)

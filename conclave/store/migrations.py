@@ -12,6 +12,12 @@ from sqlite_utils import Migrations
 
 migrations = Migrations("conclave.index")
 
+#: ``index rebuild`` applies the migrations before this one, loads every row, then applies this one and the rest:
+#: building the search index and the secondary indexes over loaded tables is cheaper than maintaining them row
+#: by row. Migrations from here on may only add what can be built over existing rows (indexes, full-text
+#: search, views, tables the rows do not depend on); anything the indexer writes to goes before it.
+REBUILD_DEFERS_FROM = "m002_search"
+
 @migrations()
 def m001_core_tables(db: Any) -> None:
     db["config_snapshots"].create({"config_hash": str, "config": str}, pk="config_hash")

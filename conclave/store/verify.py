@@ -19,7 +19,7 @@ from typing import Any
 
 from conclave.store.chain import GENESIS, record_hash
 from conclave.store.heads import HeadsLog
-from conclave.store.journal import JournalFile, JournalLine, read_journal
+from conclave.store.journal_file import JournalFile, JournalLine, read_journal
 from conclave.store.paths import StoreLayout
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
