@@ -1,4 +1,5 @@
-"""Defence in depth: no provider API key value ever reaches the journal, whatever a caller put in an event."""
+"""Defence in depth: no provider API key value (nor the journal's HMAC key) ever reaches the journal, whatever a
+caller put in an event."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 KEY_ENV_VARS = (
     "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY",
+    "CONCLAVE_JOURNAL_KEY",  # keyed heads (store/heads.py): a journal holding it could forge its own heads
 )
 REDACTED = "[REDACTED]"
 # Shorter values are not real keys, and redacting them would shred ordinary words in questions and answers.
