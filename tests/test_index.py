@@ -19,7 +19,7 @@ from conclave import events as ev
 from conclave.store import index as index_module
 from conclave.store.index import connect, rebuild
 from conclave.store.indexer import RESUMED
-from conclave.store.migrations import VIEWS, migrations
+from conclave.store.migrations import REBUILD_DEFERRED, VIEWS, migrations
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.synthetic import consultation_id, synthetic_events
@@ -131,7 +131,7 @@ def test_a_failing_index_warns_but_never_stops_the_journal(tmp_path: Path, caplo
         for event in synthetic_events(1):
             recorder(event)
         recorder.close()
-    assert "index write failed" in caplog.text and "conclave index rebuild" in caplog.text
+    assert "the index is missing" in caplog.text and "conclave index rebuild" in caplog.text
     journal = StoreLayout(tmp_path).journal_path(consultation_id(1))
     assert len(journal.read_text().splitlines()) == len(synthetic_events(1))
     (tmp_path / "index.db").rmdir()
@@ -219,16 +219,23 @@ def test_rebuild_in_large_chunks_matches_live_indexing(tmp_path: Path) -> None:
     assert dump(tmp_path) == live
 
 
-def test_consultations_sharing_a_config_hash_keep_the_first_snapshot(tmp_path: Path) -> None:
-    """The hash leaves the question out, so snapshots under one hash differ: live and rebuild keep the first."""
+def test_a_config_snapshot_holds_what_its_hash_covers_not_one_consultations_question(tmp_path: Path) -> None:
+    """config_hash leaves out the question and the home, so the snapshot stored under it does too (it used to
+    keep the first consultation's question, shown for every other consultation sharing the hash)."""
+    from conclave.engine.ids import config_hash
+
     streams = []
     for n in range(9):
-        stream = synthetic_events(n, config={"mode": {"strategy": "converge"}, "question": f"question {n}"})
-        stream[0].data["config_hash"] = "f" * 64
+        config = {"mode": {"strategy": "converge"}, "question": f"question {n}", "home": f"/home/{n}"}
+        stream = synthetic_events(n, config=config)
+        stream[0].data["config"] = config
+        stream[0].data["config_hash"] = config_hash(config)
         streams.append(stream)
     record_interleaved(tmp_path, streams, writers=1)
     live = dump(tmp_path)
-    assert [json.loads(config)["question"] for _, config in live["config_snapshots"]] == ["question 0"]
+    [(stored_hash, stored)] = live["config_snapshots"]
+    assert json.loads(stored) == {"mode": {"strategy": "converge"}}
+    assert stored_hash == config_hash(json.loads(stored))  # the key is the hash of exactly what is stored
     rebuild(StoreLayout(tmp_path), chunk=4, workers=0)
     assert dump(tmp_path) == live
 
@@ -302,8 +309,10 @@ def test_rebuild_leaves_the_schema_a_fresh_index_has(tmp_path: Path) -> None:
     try:
         assert rebuilt.conn.execute(schema).fetchall() == fresh.conn.execute(schema).fetchall()
         assert not migrations.pending(rebuilt)
+        # every migration, the deferred ones last (they build over the loaded rows)
         applied = [r[0] for r in rebuilt.conn.execute("select name from _sqlite_migrations order by id")]
-        assert applied == [m.name for m in migrations._migrations]
+        assert sorted(applied) == sorted(m.name for m in migrations._migrations)
+        assert applied[-len(REBUILD_DEFERRED):] == list(REBUILD_DEFERRED)
     finally:
         fresh.close()
         rebuilt.close()
@@ -334,10 +343,10 @@ def test_an_interrupted_rebuild_leaves_migrations_any_connection_completes(tmp_p
 
 
 def _apply_only_before_deferred(apply: Any) -> Any:
-    from conclave.store.migrations import REBUILD_DEFERS_FROM
+    from conclave.store.migrations import apply_all_but_deferred
 
     def partial(db: Any, *, stop_before: Any = None) -> None:
-        apply(db, stop_before=REBUILD_DEFERS_FROM)
+        apply_all_but_deferred(db)
 
     return partial
 
@@ -470,3 +479,89 @@ def test_parse_records_matches_json_loads_on_any_canonical_journal() -> None:
         assert repr(parse_records(b"".join(lines), "unused")) == repr(expected)
 
     check()
+
+
+# --- index truth: how each round run ended, and a killed consultation --------------------------------------------
+
+def _rounds_story() -> list[Any]:
+    """Round 1 ok and round 2 failed; a resume whose round 2 is cancelled; a resume that re-runs round 1."""
+    started = synthetic_events(7)[0]
+    cid, t0 = started.consultation_id, started.ts
+
+    def event(t: float, type_: str, **data: Any) -> Any:
+        return ev.Event(type_, cid, 0, t0 + t, data)
+
+    def end(t: float, number: int, **more: Any) -> Any:
+        kind = ev.ROUND_INTERRUPTED if "reason" in more else ev.ROUND_COMPLETED
+        return event(t, kind, round_number=number, round_type=f"type{number}", duration_s=1.0, input_tokens=10,
+                     output_tokens=5, cost=0.25, **more)
+
+    def final(t: float) -> Any:
+        return event(t, ev.CONSULTATION_COMPLETED, status="partial", result={"status": "partial"})
+
+    again = [event(0, RESUMED, restored_rounds=[]), ev.Event(started.type, cid, 0, started.ts, started.data)]
+    return [
+        started,
+        event(1, ev.ROUND_STARTED, round_number=1, round_type="type1"), end(2, 1, ok=True),
+        event(3, ev.ROUND_STARTED, round_number=2, round_type="type2"), end(4, 2, ok=False), final(5),
+        *[ev.Event(e.type, cid, 0, t0 + 6, e.data) for e in again],
+        event(7, ev.ROUND_STARTED, round_number=2, round_type="type2"), end(8, 2, reason="cancelled"), final(9),
+        *[ev.Event(e.type, cid, 0, t0 + 10, e.data) for e in again],
+        event(11, ev.ROUND_STARTED, round_number=1, round_type="type1"),
+    ]
+
+
+def _rounds(home: Path) -> tuple[list[tuple[Any, ...]], int]:
+    db = connect(StoreLayout(home).index_path)
+    try:
+        rows = db.conn.execute("select round_number, status, end_reason, completed_at is not null from rounds "
+                               "order by round_number").fetchall()
+        return rows, db.conn.execute("select rounds_completed from consultations").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_rounds_record_how_their_last_run_ended(tmp_path: Path) -> None:
+    """Failed and interrupted rounds used to be indexed as completed, and a re-run kept its stale completion."""
+    story = _rounds_story()
+    cut_after_failure = story.index(next(e for e in story if e.type == ev.CONSULTATION_COMPLETED)) + 1
+    cut_after_cancel = len(story) - 3
+    home = tmp_path / "a"
+    record_interleaved(home, [story[:cut_after_failure]], writers=1)
+    assert _rounds(home) == ([(1, "ok", None, 1), (2, "failed", None, 1)], 1)
+    home = tmp_path / "b"
+    record_interleaved(home, [story[:cut_after_cancel]], writers=1)
+    assert _rounds(home) == ([(1, "ok", None, 1), (2, "interrupted", "cancelled", 0)], 1)
+    home = tmp_path / "c"
+    record_interleaved(home, [story], writers=1)
+    # round 1 starts again: its earlier completion is gone, and round 2, which built on it, is superseded
+    assert _rounds(home) == ([(1, "running", None, 0), (2, "superseded", "cancelled", 0)], 0)
+    live = dump(home)
+    rebuild(StoreLayout(home), workers=0)
+    assert dump(home) == live
+
+
+def test_logs_list_shows_a_killed_consultation_as_interrupted(tmp_path: Path) -> None:
+    from conclave.store.heads import HeadsLog
+    from conclave.store.journal import JournalWriter
+    from conclave.store.redact import Redactor
+
+    events = synthetic_events(4)
+    killed = events[: next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED) + 1]
+    record_interleaved(tmp_path, [killed], writers=1)  # the process is gone: nobody holds its journal
+    env = {"CONCLAVE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def listed() -> str:
+        done = subprocess.run([sys.executable, "-m", "conclave", "logs", "list", "--json"], capture_output=True,
+                              text=True, env=env, timeout=60, check=True)
+        [row] = json.loads(done.stdout)
+        return str(row["status"])
+
+    assert listed() == "interrupted"
+    layout = StoreLayout(tmp_path)
+    cid = killed[0].consultation_id
+    live = JournalWriter(layout.journal_path(cid), cid, HeadsLog(layout.heads_path), Redactor([]))
+    try:  # a process still writing it: running
+        assert listed() == "running"
+    finally:
+        live.close()

@@ -36,6 +36,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     from conclave.engine.runner import Consultation
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
+    from conclave.signals import termination_as_interrupt
     from conclave.store.recorder import Recorder
 
     plugins = get_plugins()
@@ -50,7 +51,8 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         **resume,
     )
     try:
-        result = asyncio.run(consultation.run())
+        with termination_as_interrupt():  # SIGTERM and SIGHUP end it as Ctrl-C does
+            result = asyncio.run(consultation.run())
     except KeyboardInterrupt:
         print("conclave: interrupted", file=sys.stderr)
         if consultation.result is not None:

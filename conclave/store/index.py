@@ -207,10 +207,10 @@ def _read_in_background(path: Path) -> Iterator[None]:
 
 
 def _recreate_schema(db: Any) -> None:
-    """Drop everything and apply the migrations before :data:`REBUILD_DEFERS_FROM`: the tables rows go to. The
-    rest stay pending until the rows are loaded; a process that connects meanwhile (or after a rebuild that
-    died) applies them itself, so the index is never left without them."""
-    from conclave.store.migrations import REBUILD_DEFERS_FROM, migrations
+    """Drop everything and apply every migration but :data:`~conclave.store.migrations.REBUILD_DEFERRED`: the
+    tables rows go to. Those stay pending until the rows are loaded; a process that connects meanwhile (or after
+    a rebuild that died) applies them itself, so the index is never left without them."""
+    from conclave.store.migrations import apply_all_but_deferred, migrations
 
     with write_txn(db):
         conn = db.conn
@@ -225,7 +225,7 @@ def _recreate_schema(db: Any) -> None:
             conn.execute(f"drop table [{table}]")
         if db[migrations.migrations_table].exists():
             conn.execute(f"delete from {migrations.migrations_table} where migration_set = ?", [migrations.name])
-        migrations.apply(db, stop_before=REBUILD_DEFERS_FROM)
+        apply_all_but_deferred(db)
 
 
 class _ChunkWriter:

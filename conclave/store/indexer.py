@@ -113,7 +113,7 @@ update consultations set
   (filter_tokens_before, filter_tokens_saved) = (
     select coalesce(sum(tokens_before), 0), coalesce(sum(tokens_saved), 0)
     from filters_applied where consultation_id = :id),
-  rounds_completed = (select count(*) from rounds where consultation_id = :id and completed_at is not null),
+  rounds_completed = (select count(*) from rounds where consultation_id = :id and status = 'ok'),
   duration_s = coalesce(duration_s, round((julianday(completed_at) - julianday(started_at)) * 86400.0, 3))
 where id = :id
 """
@@ -132,6 +132,9 @@ class Batch:
     rounds: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=lambda: {t: [] for t in _CHILD_COLUMNS})
     configs: dict[str, str] = field(default_factory=dict)
+    # (consultation, round number, started_at) of each round start: it supersedes the later rounds that an
+    # earlier run completed on top of that round's earlier run (see :data:`_SUPERSEDE`)
+    restarts: list[tuple[str, int, str]] = field(default_factory=list)
 
     def consultation(self, cid: str) -> dict[str, Any]:
         return self.consultations.setdefault(cid, {})
@@ -150,6 +153,8 @@ class Batch:
         and rollups are left to the caller."""
         for sql, rows in self.statements():
             _insert_rows(conn, sql, rows)
+        if self.restarts:
+            conn.executemany(_SUPERSEDE, self.restarts)
 
     def statements(self) -> list[tuple[str, list[tuple[Any, ...]]]]:
         """``(sql, rows)`` pairs that upsert the batch, in order: config snapshots, consultations, child rows,
@@ -239,6 +244,7 @@ def _upsert_sql(table: str, keys: tuple[str, ...], columns: tuple[str, ...]) -> 
     return sql
 
 
+_NOT_HASHED = ("question", "home")  # what conclave.engine.ids.config_hash leaves out
 _RECORD = operator.itemgetter("consultation_id", "data", "type", "seq", "ts")
 
 
@@ -277,10 +283,11 @@ def _started(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
     agents = get("agents") or []
     labels = get("judge_labels") or {}
     config_hash = get("config_hash")
-    # The first snapshot of a hash is kept, in the batch as in the table ("insert or ignore"): the hash leaves
-    # out the question, so consultations that share it still differ in their snapshots.
-    if config_hash and config_hash not in b.configs and get("config") is not None:
-        b.configs[config_hash] = _json(d["config"]) or ""
+    config = get("config")
+    # A snapshot is stored under config_hash, which leaves out the question and the data home: so is the snapshot,
+    # or the first consultation's question would stand in every later one's (the question is a column of its own).
+    if config_hash and config_hash not in b.configs and isinstance(config, dict):
+        b.configs[config_hash] = _json({k: v for k, v in config.items() if k not in _NOT_HASHED}) or ""
     scrub = get("scrub_report") or {}
     if "started_at" not in columns:
         columns["started_at"] = iso(ts)
@@ -311,13 +318,27 @@ def _consent(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
     columns.update(consent_approved=_flag(d.get("approved")), consent_auto=_flag(d.get("auto_approved")))
 
 
+# A round run is ``running`` from its start until its end record: ``ok`` or ``failed`` (round:completed with its
+# ``ok``; journals from before ``ok`` existed only recorded rounds that ran to their end), ``interrupted``
+# (round:interrupted, with its reason), or ``superseded`` when an earlier round started again after it (a resume
+# re-runs that round and every round after it, which built on it). A round that starts again replaces its own
+# earlier run's columns entirely, so a stale completion never survives.
+_ROUND_RUN = ("completed_at", "duration_s", "input_tokens", "output_tokens", "cost", "end_reason")
+_SUPERSEDE = """
+update rounds set status = 'superseded'
+where consultation_id = ? and round_number > ? and started_at < ? and status != 'superseded'
+"""
+
+
 def _round_started(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
-    key = (cid, d["round_number"])
+    number = d["round_number"]
+    key = (cid, number)
     round_ = b.rounds.get(key)
     if round_ is None:
         round_ = b.rounds[key] = {}
-    round_["round_type"] = d.get("round_type")
-    round_["started_at"] = iso(ts)
+    started = iso(ts)
+    round_.update(dict.fromkeys(_ROUND_RUN), round_type=d.get("round_type"), started_at=started, status="running")
+    b.restarts.append((cid, number, started))
 
 
 def _round_completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
@@ -329,6 +350,20 @@ def _round_completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: 
     round_.update(
         round_type=get("round_type"), completed_at=iso(ts), duration_s=get("duration_s"),
         input_tokens=get("input_tokens"), output_tokens=get("output_tokens"), cost=get("cost"),
+        status="failed" if get("ok", True) is False else "ok", end_reason=None,
+    )
+
+
+def _round_interrupted(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    key = (cid, d["round_number"])
+    round_ = b.rounds.get(key)
+    if round_ is None:
+        round_ = b.rounds[key] = {}
+    get = d.get
+    round_.update(
+        round_type=get("round_type"), completed_at=None, duration_s=get("duration_s"),
+        input_tokens=get("input_tokens"), output_tokens=get("output_tokens"), cost=get("cost"),
+        status="interrupted", end_reason=get("reason"),
     )
 
 
@@ -435,6 +470,7 @@ _HANDLERS: dict[str, Handler] = {
     ev.USER_CONSENT: _consent,
     ev.ROUND_STARTED: _round_started,
     ev.ROUND_COMPLETED: _round_completed,
+    ev.ROUND_INTERRUPTED: _round_interrupted,
     ev.PROVIDER_ATTEMPT: _attempt,
     ev.PROVIDER_SUBSTITUTED: _substituted,
     ev.AGENT_COMPLETED: _agent_completed,
