@@ -262,3 +262,11 @@ def test_a_forgery_after_the_anchor_was_taken_fails_verify_against_it(tmp_path: 
     assert anchored.returncode == 1 and "FAIL (heads log): anchor" in anchored.stdout
     bad = logs("verify", "--against", "not-a-digest")
     assert bad.returncode == 2 and "not a heads digest" in bad.stderr
+
+
+def test_verify_and_the_journal_writer_do_not_import_each_other() -> None:
+    """Both read journals through journal_file.py: the writer uses verify, verify never loads the writer."""
+    code = ("import sys, conclave.store.verify; "
+            "assert 'conclave.store.journal' not in sys.modules, 'verify imports the journal writer'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
