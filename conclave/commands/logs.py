@@ -153,8 +153,9 @@ def _verify(layout: StoreLayout, ids: list[str] | None, against: str | None) -> 
     from conclave.store.heads import key_from_env
     from conclave.store.verify import verify_store
 
+    key = key_from_env()
     try:
-        report = verify_store(layout, ids, key=key_from_env(), against=against)
+        report = verify_store(layout, ids, key=key, against=against)
     except ValueError as exc:  # a malformed --against digest
         raise UsageError(str(exc)) from None
     for problem in report.problems:
@@ -163,7 +164,10 @@ def _verify(layout: StoreLayout, ids: list[str] | None, against: str | None) -> 
         print(f"note {cid}: the last write was cut short by a crash (never durable); `conclave resume` repairs it",
               file=sys.stderr)
     if report.ok:
-        print(f"OK: {report.journals} journal(s), {report.records} record(s) verified")
+        modes = (["heads authenticated with CONCLAVE_JOURNAL_KEY"] if key else []) + (
+            ["the heads log still starts as the digest says"] if against else [])
+        print(f"OK: {report.journals} journal(s), {report.records} record(s) verified"
+              + (f" ({'; '.join(modes)})" if modes else ""))
         return 0
     print(f"{len(report.problems)} of {report.journals + sum(p.kind == 'missing' for p in report.problems)} "
           "journal(s) failed verification", file=sys.stderr)
