@@ -30,3 +30,10 @@ class PluginError(ConclaveError):
     """A plugin failed to load, clashed with another plugin, or implements an unknown hook."""
 
     exit_code = 2
+
+
+class StorageError(ConclaveError):
+    """The data home refuses a read or write (full disk, read-only, not a directory): one line naming the path
+    and the operating system's reason."""
+
+    exit_code = 1

@@ -156,3 +156,117 @@ def test_cli_exits_0_with_ok_and_1_naming_the_record(tmp_path: Path) -> None:
     bad = run_verify(tmp_path)
     assert bad.returncode == 1
     assert f"FAIL {CID}: dropped (seq 4, line 5)" in bad.stdout
+
+
+# --- seal, heads log, keyed and anchored modes ----------------------------------------------------------------------
+
+def finished(home: Path, status: str = "complete", key: bytes | None = None) -> JournalWriter:
+    """A journal that ended with consultation:completed (``status``), its writer still open to append more."""
+    layout = StoreLayout(home)
+    w = JournalWriter(layout.journal_path(CID), CID, HeadsLog(layout.heads_path, key), Redactor([]))
+    w.append("consultation:started", 1000.0, {"question": "q"})
+    w.append("state:transition", 1001.0, {"from": "idle", "to": "complete"})
+    w.append("consultation:completed", 1002.0, {"status": status, "result": {"status": status}})
+    w.flush()
+    return w
+
+
+def test_a_record_appended_after_the_final_record_breaks_the_seal(tmp_path: Path) -> None:
+    w = finished(tmp_path)
+    w.append("consultation:completed", 1003.0, {"status": "aborted", "result": {"status": "aborted"}})
+    w.close()  # correctly chained and with a head: only the seal shows it
+    [problem] = verify_store(StoreLayout(tmp_path)).problems
+    assert (problem.kind, problem.seq) == ("appended", 3)
+    assert "sealed" in problem.detail
+
+
+def test_logs_show_reports_the_sealed_status_not_an_appended_one(tmp_path: Path) -> None:
+    w = finished(tmp_path)
+    w.append("consultation:completed", 1003.0, {"status": "aborted", "result": {"status": "aborted"}})
+    w.close()
+    shown = subprocess.run([sys.executable, "-m", "conclave", "logs", "show", CID], capture_output=True, text=True,
+                           env={"CONCLAVE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert shown.returncode == 0
+    assert "\ncomplete ·" in shown.stdout and "aborted" not in shown.stdout
+    assert f"{CID} fails verification: {CID}: appended (seq 3" in shown.stderr
+
+
+def test_a_partial_consultation_may_continue_only_with_a_resume(tmp_path: Path) -> None:
+    w = finished(tmp_path, "partial")
+    w.append("consultation:resumed", 1003.0, {"restored_rounds": [1]})
+    w.append("consultation:started", 1004.0, {"question": "q"})
+    w.flush()
+    assert verify_store(StoreLayout(tmp_path)).ok
+    w.append("consultation:completed", 1005.0, {"status": "partial", "result": {}})
+    w.append("state:transition", 1006.0, {"from": "idle", "to": "estimating"})  # not a resume
+    w.close()
+    [problem] = verify_store(StoreLayout(tmp_path)).problems
+    assert (problem.kind, problem.seq) == ("appended", 6)
+
+
+def test_journals_without_a_heads_log_fail_verification(tmp_path: Path) -> None:
+    """Deleting the heads log and re-hashing an edited journal used to verify as OK."""
+    path = build(tmp_path)
+    StoreLayout(tmp_path).heads_path.unlink()
+    rewrite(path, rewrite_chain_from, fmt=as_written)
+    problems = verify_store(StoreLayout(tmp_path)).problems
+    assert [p.kind for p in problems] == ["missing"]
+    assert "HEADS is missing while journals exist" in problems[0].detail
+
+
+def forge_with_heads(home: Path) -> None:
+    """Edit a record, re-hash the chain from there and rewrite the heads log to match: plain mode cannot tell."""
+    layout = StoreLayout(home)
+    rewrite(layout.journal_path(CID), rewrite_chain_from, fmt=as_written)
+    records = [json.loads(line) for line in layout.journal_path(CID).read_text().splitlines()]
+    layout.heads_path.write_text("".join(f"{CID} {seq} {records[seq]['hash']}\n" for seq in sorted(FLUSH_AFTER)))
+
+
+def test_a_journal_forged_with_its_heads_passes_plain_but_not_keyed_verification(tmp_path: Path) -> None:
+    key = b"kept out of the data home"
+    layout = StoreLayout(tmp_path)
+    w = JournalWriter(layout.journal_path(CID), CID, HeadsLog(layout.heads_path, key), Redactor([]))
+    for seq in range(10):
+        w.append("state:transition", 1000.0 + seq, {"n": seq})
+        if seq in FLUSH_AFTER:
+            w.flush()
+    w.close()
+    assert verify_store(layout, key=key).ok
+    forge_with_heads(tmp_path)
+    assert verify_store(layout).ok  # what plain mode cannot prove (README, "Tamper evidence")
+    [problem] = verify_store(layout, key=key).problems
+    assert problem.kind == "unkeyed" and "CONCLAVE_JOURNAL_KEY" in problem.detail
+    assert not verify_store(layout, key=b"another key").ok
+
+
+def test_a_forgery_after_the_anchor_was_taken_fails_verify_against_it(tmp_path: Path) -> None:
+    env = {"CONCLAVE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def logs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "conclave", "logs", *args], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    build(tmp_path)
+    head = logs("head")
+    assert head.returncode == 0 and head.stdout.startswith("heads-v1:")
+    digest = head.stdout.strip()
+    # more consultations later keep the anchor valid: the heads log only grows
+    w = JournalWriter(StoreLayout(tmp_path).journal_path("c-later"), "c-later",
+                      HeadsLog(StoreLayout(tmp_path).heads_path), Redactor([]))
+    w.append("state:transition", 2000.0, {"n": 1})
+    w.close()
+    assert logs("verify", "--against", digest).returncode == 0
+    forge_with_heads(tmp_path)
+    assert logs("verify").returncode == 0
+    anchored = logs("verify", "--against", digest)
+    assert anchored.returncode == 1 and "FAIL (heads log): anchor" in anchored.stdout
+    bad = logs("verify", "--against", "not-a-digest")
+    assert bad.returncode == 2 and "not a heads digest" in bad.stderr
+
+
+def test_verify_and_the_journal_writer_do_not_import_each_other() -> None:
+    """Both read journals through journal_file.py: the writer uses verify, verify never loads the writer."""
+    code = ("import sys, conclave.store.verify; "
+            "assert 'conclave.store.journal' not in sys.modules, 'verify imports the journal writer'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -426,3 +426,51 @@ async def test_a_consultation_interrupted_by_ctrl_c_mid_round_1_resumes_asking_o
 async def test_resume_without_an_interrupted_consultation_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = await conclave(tmp_path, "resume")
     assert code == 2 and "no interrupted consultation" in err
+
+
+# --------------------------------------------------------------------------------- SIGTERM and SIGHUP, as Ctrl-C
+
+async def signal_during_round_1(home: Path, fake: FakeProviderServer, signum: int) -> tuple[int, str]:
+    """As :func:`interrupt_during_round_1`, with ``signum`` instead of SIGINT."""
+    fake.script(FAST_AGENT_MODEL, lambda request: Reply(json=instance_for(request.schema)))
+    for model in HANGING_AGENT_MODELS:
+        fake.script(model, Fault.hang())
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        if len([r for r in fake.requests if round_of(r) == 1]) == 3:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        process.kill()
+        pytest.fail("round 1 never asked all three agents")
+    await asyncio.sleep(0.5)
+    process.send_signal(signum)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, err.decode()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_sigterm_and_sighup_end_a_consultation_as_ctrl_c_does(tmp_path: Path, signum: int) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        code, err = await signal_during_round_1(home, fake, signum)
+    assert code == 130, err  # it used to die at once, leaving `running` and no end record
+    assert "conclave: interrupted" in err and "Traceback" not in err
+    records = journal_records(home)
+    round_ends = [(r["type"], r["data"]["round_number"], r["data"].get("reason")) for r in records
+                  if r["type"] in (ev.ROUND_COMPLETED, ev.ROUND_INTERRUPTED)]
+    assert round_ends == [(ev.ROUND_INTERRUPTED, 1, "cancelled")]
+    assert records[-1]["type"] == ev.CONSULTATION_COMPLETED and records[-1]["data"]["status"] == "partial"
+    assert load_resume_point(StoreLayout(home), records[0]["consultation_id"]).restored_rounds == []
+    db = connect(StoreLayout(home).index_path)
+    status, round_status = db.conn.execute(
+        "select c.status, r.status from consultations c join rounds r on r.consultation_id = c.id").fetchone()
+    db.close()
+    assert (status, round_status) == ("partial", "interrupted")

@@ -1,5 +1,6 @@
-"""``conclave logs path | list | show ID | verify [ID ...]``: where the records are, what they hold, and whether
-they are intact (``verify`` exits 1 naming the first edited, inserted, dropped or truncated record)."""
+"""``conclave logs path | list | show ID | verify [ID ...] | head``: where the records are, what they hold, and
+whether they are intact (``verify`` exits 1 naming the first edited, inserted, dropped, truncated or appended
+record; ``head`` prints a digest to keep elsewhere and check later with ``verify --against``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def run(argv: list[str]) -> int:
     show.add_argument("--json", action="store_true", help="print the raw journal records")
     verify = sub.add_parser("verify", help="check every journal's hash chain against the recorded heads")
     verify.add_argument("ids", nargs="*", help="only these consultations")
+    verify.add_argument("--against", metavar="DIGEST",
+                        help="also check that the heads log still starts with what `conclave logs head` printed")
+    sub.add_parser("head", help="print a digest of the heads log as it is now; keep it elsewhere and check it later "
+                                "with `conclave logs verify --against DIGEST`")
     args = parser.parse_args(argv)
     layout = StoreLayout(default_home())
     if args.command == "path":
@@ -34,7 +39,12 @@ def run(argv: list[str]) -> int:
         return _list(layout, args.count, args.json)
     if args.command == "show":
         return _show(layout, resolve_id(layout, args.id), args.json)
-    return _verify(layout, [resolve_id(layout, i) for i in args.ids] or None)
+    if args.command == "head":
+        from conclave.store.heads import HeadsLog
+
+        print(HeadsLog(layout.heads_path).anchor())
+        return 0
+    return _verify(layout, [resolve_id(layout, i) for i in args.ids] or None, args.against)
 
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:
@@ -60,6 +70,12 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
             "from consultations order by started_at desc limit ?", [count])]
     finally:
         db.close()
+    from conclave.store.journal import is_being_written
+
+    for r in rows:
+        # The index says running until the final record; a run that no process is writing any more was killed.
+        if r["status"] == "running" and not is_being_written(layout.journal_path(r["id"])):
+            r["status"] = "interrupted"
     if as_json:
         json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -84,10 +100,17 @@ def _list_line(cid: str, started: str, status: str, mode: str, cost: str, conf: 
 
 
 def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
+    from conclave.store.heads import HeadsLog
     from conclave.store.journal import read_journal
+    from conclave.store.verify import check_journal
 
     journal = read_journal(layout.journal_path(cid))
     records = journal.records
+    problem = check_journal(cid, journal, HeadsLog(layout.heads_path).load(cid).get(cid, []))
+    if problem is not None:
+        print(f"conclave logs: {cid} fails verification: {problem}", file=sys.stderr)
+        if problem.seq is not None:  # what follows the first bad record is not the consultation's
+            records = [r for r in records if isinstance(r.get("seq"), int) and r["seq"] < problem.seq]
     if as_json:
         json.dump(records, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -135,17 +158,25 @@ def _seconds(value: Any) -> str:
     return f"{value:.2f} s" if isinstance(value, int | float) else "- s"
 
 
-def _verify(layout: StoreLayout, ids: list[str] | None) -> int:
+def _verify(layout: StoreLayout, ids: list[str] | None, against: str | None) -> int:
+    from conclave.store.heads import key_from_env
     from conclave.store.verify import verify_store
 
-    report = verify_store(layout, ids)
+    key = key_from_env()
+    try:
+        report = verify_store(layout, ids, key=key, against=against)
+    except ValueError as exc:  # a malformed --against digest
+        raise UsageError(str(exc)) from None
     for problem in report.problems:
         print(f"FAIL {problem}")
     for cid in report.torn:
         print(f"note {cid}: the last write was cut short by a crash (never durable); `conclave resume` repairs it",
               file=sys.stderr)
     if report.ok:
-        print(f"OK: {report.journals} journal(s), {report.records} record(s) verified")
+        modes = (["heads authenticated with CONCLAVE_JOURNAL_KEY"] if key else []) + (
+            ["the heads log still starts as the digest says"] if against else [])
+        print(f"OK: {report.journals} journal(s), {report.records} record(s) verified"
+              + (f" ({'; '.join(modes)})" if modes else ""))
         return 0
     print(f"{len(report.problems)} of {report.journals + sum(p.kind == 'missing' for p in report.problems)} "
           "journal(s) failed verification", file=sys.stderr)

@@ -45,6 +45,8 @@ def _continue(layout: StoreLayout, point: ResumePoint) -> int:
     check_against_plugins(point.settings, get_plugins())
     recorder = Recorder(layout.home)
     try:
+        # The run before may have stopped before its last records reached the index (a full disk): catch up.
+        recorder.reindex(point.consultation_id)
         recorder.record(point.consultation_id, RESUMED, {
             "restored_rounds": point.restored_rounds, "spent": point.resume_from["spent"],
             "from_seq": point.next_seq,

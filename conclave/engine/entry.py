@@ -39,6 +39,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     from conclave.engine.runner import Consultation
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
+    from conclave.signals import termination_as_interrupt
     from conclave.store.recorder import Recorder
 
     plugins = get_plugins()
@@ -54,12 +55,13 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         **resume,
     )
     try:
-        if settings.live:
-            from conclave.web.server import run_watched
+        with termination_as_interrupt():  # SIGTERM and SIGHUP end it as Ctrl-C does
+            if settings.live:
+                from conclave.web.server import run_watched
 
-            result = asyncio.run(run_watched(consultation, settings.home, settings.live_port))
-        else:
-            result = asyncio.run(consultation.run())
+                result = asyncio.run(run_watched(consultation, settings.home, settings.live_port))
+            else:
+                result = asyncio.run(consultation.run())
     except KeyboardInterrupt:
         print("conclave: interrupted", file=sys.stderr)
         if consultation.result is not None:

@@ -25,6 +25,7 @@ consultation's spend against the estimate of every planned round (restored ones 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -47,7 +48,7 @@ from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine, Transition
 from conclave.engine.termination import decide_early_termination
-from conclave.errors import ConfigError
+from conclave.errors import ConfigError, StorageError
 from conclave.events import (
     CONSULTATION_COMPLETED,
     CONSULTATION_STARTED,
@@ -185,14 +186,19 @@ class Consultation:
                 session.record.abort_reason = session.record.abort_reason or "interrupted by the user"
                 if self._exact is not None:
                     self._exact.cancel()
-                self.machine.abort("interrupted")
+                with contextlib.suppress(StorageError):  # a failed journal refuses the transition's record
+                    self.machine.abort("interrupted")
                 self._finish(session, provenance)
                 raise
             except Exception as exc:
                 # A bug, or the journal failing (a critical subscriber): stop spending, keep what exists.
-                log.exception("consultation %s stopped by an unexpected error", self.id)
-                session.record.abort_reason = f"internal error: {_describe(exc)}"
-                self.machine.abort("internal error")
+                if isinstance(exc, StorageError):  # says in one line which path failed and why
+                    session.record.abort_reason = str(exc)
+                else:
+                    log.exception("consultation %s stopped by an unexpected error", self.id)
+                    session.record.abort_reason = f"internal error: {_describe(exc)}"
+                with contextlib.suppress(StorageError):
+                    self.machine.abort("internal error")
             return self._finish(session, provenance)
 
     def _finish(self, session: Session, provenance: Provenance) -> ConsultationResult:
@@ -201,6 +207,8 @@ class Consultation:
         try:
             self.bus.emit(CONSULTATION_COMPLETED, status=result.status, result=result.as_dict())
             self._flush()
+        except StorageError:
+            pass  # the journal failed earlier and the abort reason says so
         except Exception:
             log.exception("could not record the end of consultation %s", self.id)
         return result
@@ -303,6 +311,8 @@ class Consultation:
             self.bus.emit(ROUND_INTERRUPTED, **self._round_totals(number, name, session, since, t0), reason=reason,
                           detail=detail)
             self._flush()
+        except StorageError:
+            pass  # the journal failing is what interrupted the round: the caller reports it
         except Exception:
             log.exception("could not record that round %d of consultation %s was interrupted", number, self.id)
 

@@ -7,21 +7,24 @@ timeout instead of failing when a deferred transaction tries to upgrade its lock
 from __future__ import annotations
 
 import contextlib
-import itertools
+import gc
 import multiprocessing
+import multiprocessing.util
 import os
 import sqlite3
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Generator, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conclave.store.indexer import Batch, build_batch
-from conclave.store.journal import read_records
-from conclave.store.paths import StoreLayout
+from conclave.store.indexer import Batch, build_batch, refresh_totals
+from conclave.store.journal import parse_records
+from conclave.store.paths import StoreLayout, check_consultation_id
+from conclave.store.rollups import refresh_days
 
 BUSY_TIMEOUT_S = 30.0
 # A consultation waits at most this long for the index lock at a round boundary (it blocks the event loop);
@@ -101,34 +104,113 @@ class RebuildReport:
     seconds: float
 
 
+# Writing a chunk takes about half as long as reading and folding it, so past this many workers more of them only
+# queue for the write lock (each holding a chunk in memory and a page cache).
+MAX_DEFAULT_WORKERS = 4
+
+
+def _default_workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_DEFAULT_WORKERS))
+
+
+# Pragmas for the connections that write a rebuild: no fsync at WAL checkpoints (an index lost to a power cut is
+# rebuilt from the journal; rebuild() makes the result durable once at the end), a larger page cache, and freed
+# pages not zeroed one by one (SQLite builds with secure_delete on in some distributions, Debian's among them:
+# dropping the old tables then writes the whole old index again). Whatever the old index held is in the journal.
+_BULK_PRAGMAS = ("PRAGMA synchronous=OFF", "PRAGMA cache_size=-65536", "PRAGMA secure_delete=FAST")
+
+
 def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None) -> RebuildReport:
     """Recreate the index from every journal through the same indexing code path as live recording.
 
-    The schema is dropped and migrated afresh in one transaction; journals are then replayed in chunks of
-    ``chunk`` consultations, one ``BEGIN IMMEDIATE`` transaction each, so concurrent writers wait at most one
-    chunk. Reading and parsing runs in ``workers`` other processes (default: one per CPU but this one, which
-    writes meanwhile; 0 = read here too). An index that is not a SQLite database is replaced.
+    The schema is dropped and migrated afresh in one transaction. Journals are then read, folded and written in
+    chunks of ``chunk`` consultations, one ``BEGIN IMMEDIATE`` transaction each (rows and totals), so concurrent
+    writers wait at most one chunk; the daily rollups are refreshed once at the end. ``workers`` forked processes
+    (default: one per CPU, at most :data:`MAX_DEFAULT_WORKERS`) each read, fold and write whole chunks, taking
+    turns at the write lock, so one parses while another writes (0 = everything in this process). Journals are
+    not verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
     """
+    from conclave.store.migrations import migrations
+
     started = time.perf_counter()
     db = _connect_or_recreate(layout.index_path)
     try:
-        _recreate_schema(db)
+        for pragma in _BULK_PRAGMAS:
+            db.conn.execute(pragma)
+        with _read_in_background(layout.index_path):  # dropping the old tables reads every page of them
+            _recreate_schema(db)
         ids = layout.journal_ids()
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
         records = 0
-        if workers is None:
-            workers = max(1, (os.cpu_count() or 1) - 1)
-        for batch, count in _load_batches(layout, chunks, workers):
-            with write_txn(db):
-                batch.write(db)
+        days: dict[str, str] = {}  # day -> a consultation that started on it
+        for count, chunk_days in _index_chunks(layout, chunks, _default_workers() if workers is None else workers):
             records += count
+            for day, cid in chunk_days.items():
+                days.setdefault(day, cid)
+        with write_txn(db):  # search, views, rollup tables and indexes, built over the loaded rows
+            migrations.apply(db)
+        with write_txn(db):  # refresh_days() recomputes whole days: one consultation per day names them all
+            refresh_days(db.conn, sorted(days.values()))
+        db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     finally:
         db.close()
+    _fsync(layout.index_path)  # the rebuild's connections never fsync: make the new index durable once
     return RebuildReport(len(ids), records, time.perf_counter() - started)
 
 
+def _fsync(index_path: Path) -> None:
+    """fsync the database file and its write-ahead log (whatever part of it was not checkpointed)."""
+    for path in (index_path, index_path.with_name(index_path.name + "-wal")):
+        try:
+            fd = os.open(path, os.O_RDWR)  # (Windows flushes only what is open for writing)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _read_in_background(path: Path) -> Iterator[None]:
+    """Read ``path`` through the page cache in another thread meanwhile, when it fits in a quarter of memory.
+
+    Dropping a table reads each of its pages, one at a time and out of order: when the old index is no longer
+    in the page cache (it is usually cold when it is rebuilt), that costs several times a sequential read."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        size = path.stat().st_size
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no index yet
+        yield
+        return
+    if not 0 < size <= memory // 4:
+        yield
+        return
+    stop = threading.Event()
+
+    def read() -> None:
+        with contextlib.suppress(OSError), open(path, "rb", buffering=0) as f:
+            while not stop.is_set() and f.read(1 << 20):
+                pass
+
+    reader = threading.Thread(target=read, name="conclave-index-read", daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        reader.join()  # before any worker is forked
+
+
 def _recreate_schema(db: Any) -> None:
-    from conclave.store.migrations import migrations
+    """Drop everything and apply every migration but :data:`~conclave.store.migrations.REBUILD_DEFERRED`: the
+    tables rows go to. Those stay pending until the rows are loaded; a process that connects meanwhile (or after
+    a rebuild that died) applies them itself, so the index is never left without them."""
+    from conclave.store.migrations import apply_all_but_deferred, migrations
 
     with write_txn(db):
         conn = db.conn
@@ -143,38 +225,122 @@ def _recreate_schema(db: Any) -> None:
             conn.execute(f"drop table [{table}]")
         if db[migrations.migrations_table].exists():
             conn.execute(f"delete from {migrations.migrations_table} where migration_set = ?", [migrations.name])
-        migrations.apply(db)
+        apply_all_but_deferred(db)
 
 
-def _load_chunk(home: str, ids: list[str]) -> tuple[Batch, int]:
-    """Read and fold the journals of ``ids`` (runs in a worker process)."""
-    layout = StoreLayout(Path(home))
-    batch = Batch()
-    count = 0
-    for cid in ids:
-        records = read_records(layout.journal_path(cid))
-        build_batch(records, batch)
-        count += len(records)
-    return batch, count
+class _ChunkWriter:
+    """Reads, folds and writes chunks of consultations (rows and totals; not rollups) on its own connection."""
+
+    def __init__(self, layout: StoreLayout, lock: Any = None) -> None:
+        self.layout = layout
+        self.lock = lock  # taken around each write transaction, so writer processes queue without polling
+        self._db: Any = None
+
+    def __call__(self, ids: list[str]) -> tuple[int, dict[str, str]]:
+        """Index the consultations ``ids``; their record count and the days they started on (day -> one of
+        them), whose rollups the caller refreshes."""
+        batch = Batch()
+        count = 0
+        journal_dir = str(self.layout.journal_dir)
+        paths = [f"{journal_dir}/{check_consultation_id(cid)}.jsonl" for cid in ids]
+        for path, data in _read_ahead(paths):
+            records = parse_records(data, path)
+            build_batch(records, batch)
+            count += len(records)
+        if self._db is None:
+            self._db = connect(self.layout.index_path, migrate=False)
+            for pragma in _BULK_PRAGMAS:
+                self._db.conn.execute(pragma)
+        turn = self.lock if self.lock is not None else contextlib.nullcontext()
+        with turn, write_txn(self._db):
+            batch.write_rows(self._db.conn)
+            refresh_totals(self._db.conn, sorted(batch.consultations))
+        days: dict[str, str] = {}
+        for cid, columns in batch.consultations.items():
+            started = columns.get("started_at")
+            if isinstance(started, str):
+                days.setdefault(started[:10], cid)
+        return count, days
+
+    def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            db.close()
 
 
-def _load_batches(layout: StoreLayout, chunks: list[list[str]], workers: int) -> Iterator[tuple[Batch, int]]:
-    """Batches in chunk order; with workers, at most two chunks per worker are in flight (bounded memory)."""
+# Journals not read since they were written are often no longer in the page cache: ask the kernel to read this
+# many files ahead of the one being parsed, so parsing does not wait for the disk.
+READ_AHEAD = 32
+
+
+def _read_ahead(paths: list[str], window: int = READ_AHEAD) -> Generator[tuple[str, bytes], None, None]:
+    """``(path, contents)`` of each file in order, the next ``window`` files opened and their reading started."""
+    advise = getattr(os, "posix_fadvise", None)
+    opened: deque[tuple[str, int]] = deque()
+    pending = iter(paths)
+
+    def open_next() -> None:
+        path = next(pending, None)
+        if path is not None:
+            fd = os.open(path, os.O_RDONLY)
+            opened.append((path, fd))
+            if advise is not None:
+                advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+
+    try:
+        for _ in range(max(1, window)):
+            open_next()
+        while opened:
+            path, fd = opened.popleft()
+            with open(fd, "rb", buffering=0) as f:  # closes fd
+                data = f.readall()
+            open_next()
+            yield path, data
+    finally:
+        for _, fd in opened:
+            os.close(fd)
+
+
+_worker: _ChunkWriter | None = None  # in a worker process
+
+
+def _start_worker(layout: StoreLayout, lock: Any) -> None:
+    global _worker
+    # Folding makes no reference cycles, and what the worker inherited is never garbage: without the collector,
+    # parsing runs ~10% faster (it would otherwise walk every live record and row again and again).
+    gc.disable()
+    _worker = _ChunkWriter(layout, lock)
+    multiprocessing.util.Finalize(_worker, _worker.close, exitpriority=10)
+
+
+def _write_chunk(ids: list[str]) -> tuple[int, dict[str, str]]:
+    assert _worker is not None
+    return _worker(ids)
+
+
+def _index_chunks(layout: StoreLayout, chunks: list[list[str]], workers: int) -> Iterator[tuple[int, dict[str, str]]]:
+    """Index every chunk; yields what :meth:`_ChunkWriter.__call__` returns for each (chunk order in this process,
+    completion order with workers)."""
     # fork only: a spawned worker would re-import ``python -m conclave``'s __main__ and run the CLI again.
     if workers < 1 or len(chunks) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        for ids in chunks:
-            yield _load_chunk(str(layout.home), ids)
+        writer = _ChunkWriter(layout)
+        try:
+            for ids in chunks:
+                yield writer(ids)
+        finally:
+            writer.close()
         return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        pending: deque[Future[tuple[Batch, int]]] = deque()
-        queue = iter(chunks)
-        for ids in itertools.islice(queue, 2 * workers):
-            pending.append(pool.submit(_load_chunk, str(layout.home), ids))
-        while pending:
-            result = pending.popleft().result()
-            for ids in itertools.islice(queue, 1):
-                pending.append(pool.submit(_load_chunk, str(layout.home), ids))
-            yield result
+    context = multiprocessing.get_context("fork")
+    lock = context.Lock()
+    with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context, initializer=_start_worker,
+                             initargs=(layout, lock)) as pool:
+        futures = [pool.submit(_write_chunk, ids) for ids in chunks]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def _connect_or_recreate(path: Path) -> Any:

@@ -7,102 +7,43 @@ for the first) and ``hash`` the sha256 of the canonical JSON of the record witho
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conclave.errors import ConclaveError
+from conclave.errors import StorageError
 from conclave.store.chain import GENESIS, canonical_json
 from conclave.store.heads import HeadsLog
+from conclave.store.journal_file import (
+    JournalFile,
+    JournalLine,
+    last_record,
+    parse_records,
+    read_journal,
+    read_records,
+)
 from conclave.store.redact import Redactor
+from conclave.store.verify import check_journal
+
+# The reading side lives in journal_file.py; re-exported because readers have long imported it from here.
+__all__ = ["JournalError", "JournalFile", "JournalLine", "JournalWriter", "encode_line", "is_being_written",
+           "last_record", "parse_records", "read_journal", "read_records", "try_lock"]
 
 
-class JournalError(ConclaveError):
-    """A journal cannot be appended to (it fails verification) or read."""
+class JournalError(StorageError):
+    """A journal cannot be appended to (it fails verification, or the disk refuses the write) or read."""
 
 
-class JournalLine:
-    """One complete line of a journal; parsed on first use (``logs verify`` rarely needs to)."""
-
-    __slots__ = ("_parsed", "_record", "number", "raw")
-
-    def __init__(self, number: int, raw: bytes) -> None:
-        self.number = number  # 1-based
-        self.raw = raw  # without its newline
-        self._parsed = False
-        self._record: dict[str, Any] | None = None
-
-    @property
-    def record(self) -> dict[str, Any] | None:
-        """The parsed record, or None when the line is not a JSON object."""
-        if not self._parsed:
-            self._record, self._parsed = _parse(self.raw), True
-        return self._record
-
-
-@dataclass
-class JournalFile:
-    lines: list[JournalLine]
-    # Byte offset of a last line with no newline: a write cut short by a crash. Never part of the chain.
-    torn_at: int | None = None
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return [r for r in (line.record for line in self.lines) if r is not None]
-
-
-def read_journal(path: Path) -> JournalFile:
-    data = path.read_bytes()
-    pieces = data.split(b"\n")
-    last = pieces.pop()  # b"" when the file ends with a newline, as every complete write does
-    lines = [JournalLine(number, raw) for number, raw in enumerate(pieces, 1)]
-    return JournalFile(lines, len(data) - len(last) if last else None)
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a journal, fast: one JSON parse for the whole file (``index rebuild``).
-
-    Falls back to :func:`read_journal` line by line when any line is not JSON (``logs verify`` says which).
-    """
-    data = path.read_bytes()
-    body = data[: data.rfind(b"\n")]  # complete lines only; a torn last line was never durable
-    if not body:
-        return []
-    try:
-        # Raw newlines cannot occur inside JSON strings, so each one separates two records.
-        records = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-    except ValueError:
-        return read_journal(path).records
-    return [r for r in records if isinstance(r, dict)]
-
-
-def last_record(path: Path, block: int = 1 << 16) -> dict[str, Any] | None:
-    """The last complete record of a journal, reading backwards from the end (a torn last line is skipped)."""
-    with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        tail = b""
-        position = end
-        while position > 0:
-            step = min(block, position)
-            position -= step
-            f.seek(position)
-            tail = f.read(step) + tail
-            complete = tail[: tail.rfind(b"\n")] if b"\n" in tail else b""
-            start = complete.rfind(b"\n")
-            if start >= 0 or (position == 0 and complete):
-                return _parse(complete[start + 1 :])
-    return None
-
-
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def os_cause(exc: OSError) -> str:
+    """The operating system's reason for ``exc`` in a few words ("No space left on device")."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno == errno.ENOSPC:
+        return f"{reason} (the disk is full)"
+    return reason
 
 
 def encode_line(body: str) -> tuple[str, bytes]:
@@ -116,6 +57,12 @@ class JournalWriter:
 
     Opening an existing journal continues its chain (``conclave resume``): it must verify, and a torn last line
     left by a crash is cut off first.
+
+    A write, fsync or head the disk refuses (full, read-only, gone) raises :class:`JournalError` naming the path
+    and the cause, and the writer is then failed: every later append or flush raises the same error and nothing
+    more is written, so the journal ends with its last complete record (a last line cut short by the failed write
+    is torn, which ``logs verify`` notes and ``resume`` cuts off). A new journal whose first flush fails is
+    removed: nothing was durable, so nothing can be resumed.
     """
 
     def __init__(self, path: Path, consultation_id: str, heads: HeadsLog, redactor: Redactor) -> None:
@@ -125,40 +72,57 @@ class JournalWriter:
         self._redactor = redactor
         self.next_seq = 0
         self.prev = GENESIS
-        self._unflushed = 0
+        self._buffer: list[bytes] = []
+        self._failed: str | None = None
+        self._durable = False  # some record of this journal was made durable (by this writer or an earlier one)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JournalError(f"cannot create the journal directory {_missing_part(path.parent)}: "
+                               f"{os_cause(exc)}") from None
         self._new_file = not path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "ab", buffering=1 << 16)  # noqa: SIM115 - lives as long as the writer
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise JournalError(f"cannot open the journal {path}: {os_cause(exc)}") from None
         # One writer per journal: the lock dies with its process, so a killed run never blocks `resume`.
-        if not try_lock(self._file.fileno(), exclusive=True):
-            self._file.close()
+        if not try_lock(self._fd, exclusive=True):
+            os.close(self._fd)
             raise JournalError(f"consultation {consultation_id} is being recorded by another process")
         if not self._new_file:
             try:
                 self._continue_existing()
             except BaseException:
-                self._file.close()
+                os.close(self._fd)
                 raise
 
     def _continue_existing(self) -> None:
-        from conclave.store.verify import check_journal
-
         journal = read_journal(self.path)
         heads = self._heads.load(self.consultation_id).get(self.consultation_id, [])
         problem = check_journal(self.consultation_id, journal, heads)
         if problem is not None:
             raise JournalError(f"refusing to append to {self.path}: {problem}")
         if journal.torn_at is not None:
-            with open(self.path, "r+b") as f:
-                f.truncate(journal.torn_at)
-                os.fsync(f.fileno())
+            try:
+                os.ftruncate(self._fd, journal.torn_at)
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise JournalError(f"cannot cut the torn last line of {self.path}: {os_cause(exc)}") from None
         records = journal.records
         if records:
             self.next_seq = records[-1]["seq"] + 1
             self.prev = records[-1]["hash"]
+            self._durable = True
+
+    @property
+    def failed(self) -> str | None:
+        """Why the disk refused this journal (the message of the :class:`JournalError` raised), or None."""
+        return self._failed
 
     def append(self, type_: str, ts: float, data: dict[str, Any]) -> dict[str, Any]:
         """Buffer one record; return it exactly as a reader will parse it back (secrets redacted, hash set)."""
+        if self._failed is not None:
+            raise JournalError(self._failed)
         record: dict[str, Any] = {
             "consultation_id": self.consultation_id, "data": data, "prev": self.prev, "seq": self.next_seq,
             "ts": ts, "type": type_,
@@ -168,34 +132,74 @@ class JournalWriter:
             record = self._redactor.scrub(record)
             body = canonical_json(record)
         digest, line = encode_line(body)
-        self._file.write(line)
+        self._buffer.append(line)
         self.prev = digest
         self.next_seq += 1
-        self._unflushed += 1
         # Parsed back from the line, so the live index sees exactly what ``index rebuild`` will read.
         parsed: dict[str, Any] = json.loads(line)
         return parsed
 
     def flush(self) -> bool:
-        """fsync what was appended and record the new head; False when there was nothing to flush."""
-        if not self._unflushed:
+        """Write and fsync what was appended and record the new head; False when there was nothing to flush."""
+        if self._failed is not None:
+            raise JournalError(self._failed)
+        if not self._buffer:
             return False
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        if self._new_file:  # the file's directory entry must be durable too, once
-            _fsync_dir(self.path.parent)
-            self._new_file = False
-        self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
-        self._unflushed = 0
+        data = b"".join(self._buffer)
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+            if self._new_file:  # the file's directory entry must be durable too, once
+                _fsync_dir(self.path.parent)
+                self._new_file = False
+        except OSError as exc:
+            self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
+        self._buffer.clear()
+        self._durable = True
+        try:
+            self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
+        except OSError as exc:
+            # The records are durable; only their head is not (``logs verify`` then checks the older heads).
+            self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
         return True
 
+    def _fail(self, message: str) -> None:
+        if not self._durable:  # nothing of this journal was ever durable: leave no empty or torn file behind
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            message += "; nothing was recorded"
+        else:
+            message += (f"; the journal keeps every record made durable before it (`conclave resume "
+                        f"{self.consultation_id}` continues once that is fixed)")
+        self._failed = message
+        self._buffer.clear()
+        raise JournalError(message)
+
     def close(self) -> None:
-        if self._file.closed:
+        """Flush (unless failed) and close; a failed writer closes without writing anything more."""
+        if self._fd < 0:
             return
         try:
-            self.flush()
+            if self._failed is None:
+                self.flush()
         finally:
-            self._file.close()
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _missing_part(path: Path) -> Path:
+    """The first part of ``path`` that is not a directory (a file where a directory should be), else ``path``."""
+    for parent in (*reversed(path.parents), path):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return path
 
 
 def try_lock(fd: int, *, exclusive: bool) -> bool:

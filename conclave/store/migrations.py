@@ -12,6 +12,25 @@ from sqlite_utils import Migrations
 
 migrations = Migrations("conclave.index")
 
+#: ``index rebuild`` applies every other migration, loads every row, then applies these: building the search
+#: index and the secondary indexes over loaded tables is cheaper than maintaining them row by row. Only a
+#: migration that adds what can be built over existing rows (indexes, full-text search, views, tables the
+#: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
+REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats")
+
+
+def apply_all_but_deferred(db: Any) -> None:
+    """Apply every pending migration except :data:`REBUILD_DEFERRED`, in order (``index rebuild``, before
+    loading rows; a later ``migrations.apply`` applies the deferred ones, as any connecting process would)."""
+    migrations.ensure_migrations_table(db)
+    for migration in migrations.pending(db):
+        if migration.name in REBUILD_DEFERRED:
+            continue
+        with db.atomic():
+            migration.fn(db)
+            migrations._record_applied(db, migration.name)
+
+
 @migrations()
 def m001_core_tables(db: Any) -> None:
     db["config_snapshots"].create({"config_hash": str, "config": str}, pk="config_hash")
@@ -181,3 +200,15 @@ def m005_origin(db: Any) -> None:
     # Which door started a consultation (``mcp``; null for the CLI and the library) and, over MCP, the client.
     db["consultations"].add_column("origin", str)
     db["consultations"].add_column("client_name", str)
+
+
+@migrations()
+def m006_round_status(db: Any) -> None:
+    # How each round's last run ended: running | ok | failed | interrupted | superseded (see indexer.py), and
+    # why an interrupted one was (cancelled | stopped | error). Rows indexed before can only tell whether the
+    # round completed; `conclave index rebuild` recomputes them from the journal.
+    db["rounds"].add_column("status", str)
+    db["rounds"].add_column("end_reason", str)
+    db.execute("update rounds set status = case when completed_at is null then 'running' else 'ok' end")
+    # Snapshots are keyed by config_hash, which leaves out the question and the data home: so do they now.
+    db.execute("update config_snapshots set config = json_remove(config, '$.question', '$.home')")

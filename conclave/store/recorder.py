@@ -2,8 +2,12 @@
 
 Contract with the runner: ``recorder(event)`` for every event (subscribed as a critical subscriber, so a journal
 that cannot be written stops the consultation), ``flush()`` at each round boundary before the next round starts,
-``close()`` at the end. The index is best effort: a failed index write is retried at the next flush and only
-ever warns — the journal is the truth and ``conclave index rebuild`` repairs the index.
+``close()`` at the end. The start of a consultation (its question and configuration) is durable before anything
+else happens, so even a run killed at once can be resumed. A journal the disk refuses raises
+:class:`~conclave.store.journal.JournalError` (one line: path and cause) from then on; ``close()`` never raises
+it again. The index is best effort: a failed index write is retried at the next flush, and ``close()`` warns
+once when records are still missing from it — the journal is the truth, ``conclave resume`` re-indexes the
+consultation it continues and ``conclave index rebuild`` repairs the whole index.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
 from conclave.store.index import IndexWriter
-from conclave.store.journal import JournalWriter
+from conclave.store.journal import JournalError, JournalWriter
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 
@@ -36,7 +40,7 @@ class Recorder:
         self._writers: dict[str, JournalWriter] = {}
         self._index = IndexWriter(self.layout.index_path) if index else None
         self._pending: list[dict[str, Any]] = []
-        self._index_failures = 0
+        self._index_error: str | None = None
 
     def __call__(self, event: ev.Event) -> None:
         self.record(event.consultation_id, event.type, event.data, event.ts)
@@ -50,7 +54,10 @@ class Recorder:
             )
             self._writers[consultation_id] = writer
         self._pending.append(writer.append(type_, time.time() if ts is None else ts, data))
-        if type_ == ev.ROUND_STARTED:
+        if type_ == ev.CONSULTATION_STARTED:
+            # Durable before the first provider call: a run killed from here on can be resumed.
+            self.flush()
+        elif type_ == ev.ROUND_STARTED:
             # Before the round spends anything, the rounds before it are durable (even if the runner did not
             # flush), and so is its start, which shows where a crash interrupted the consultation.
             self.flush()
@@ -60,20 +67,36 @@ class Recorder:
             writer.close()
 
     def flush(self) -> None:
-        """Make every appended record durable (fsync + head), then index them."""
+        """Make every appended record durable (fsync + head), then index them. A journal the disk refuses
+        raises :class:`JournalError`, and its records are not indexed (the index never runs ahead of it)."""
         for writer in self._writers.values():
             writer.flush()
         self._write_index()
 
+    def reindex(self, consultation_id: str) -> None:
+        """Index every record of ``consultation_id``'s journal again at the next flush (``conclave resume``):
+        whatever the run before could not index (a full disk, a locked index) catches up. Rows are keyed by
+        journal position, so records indexed already are only rewritten as they were."""
+        from conclave.store.journal import read_records
+
+        self._pending[:0] = read_records(self.layout.journal_path(consultation_id))
+
     def close(self) -> None:
+        """Flush what can be flushed and close every journal. Never raises a journal's failure again: the
+        consultation already stopped on it and said why."""
         try:
             self.flush()
+        except JournalError:
+            pass
         finally:
+            failed = False
             for writer in self._writers.values():
+                failed = failed or writer.failed is not None
                 writer.close()
             if self._index is not None:
-                if self._pending:
-                    log.warning("the index is missing %d record(s); run `conclave index rebuild`", len(self._pending))
+                if self._pending and not failed:
+                    log.warning("the index is missing %d record(s) (%s); the journal has them: run `conclave "
+                                "index rebuild`", len(self._pending), self._index_error or "not written")
                 self._index.close()
 
     def _write_index(self) -> None:
@@ -82,9 +105,9 @@ class Recorder:
         try:
             self._index.write(self._pending)
         except Exception as exc:
-            # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself.
-            self._index_failures += 1
-            if self._index_failures == 1:
-                log.warning("index write failed (%s); the journal is intact, retrying at the next round", exc)
+            # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself;
+            # close() says so once if they never made it.
+            self._index_error = str(exc) or type(exc).__name__
             return
         self._pending = []
+        self._index_error = None

@@ -1,4 +1,4 @@
-"""The provider key values conclave holds, kept out of everything it writes and sends.
+"""The provider key values conclave holds (and the journal's HMAC key), kept out of everything it writes and sends.
 
 The journal redacts them from every record (defence in depth: whatever a caller put in an event), and the
 scrubber (:mod:`conclave.scrub`) removes them from the question and context before anything reaches a provider,
@@ -14,6 +14,7 @@ from typing import Any
 
 KEY_ENV_VARS = (
     "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY",
+    "CONCLAVE_JOURNAL_KEY",  # keyed heads (store/heads.py): a journal holding it could forge its own heads
 )
 REDACTED = "[REDACTED]"
 # Shorter values are not real keys, and redacting them would shred ordinary words in questions and answers.

@@ -6,8 +6,15 @@ edited    a record's content no longer matches its hash, or it was re-hashed so 
 inserted  a line that is not part of the chain (the chain continues as if it were absent);
 dropped   the chain skips one or more sequence numbers;
 truncated the journal ends before a head that was recorded durable;
-missing   the heads log knows a consultation whose journal file is gone.
+appended  a record follows the journal's seal: a ``consultation:completed`` that ended it for good (complete,
+          completed_degraded), or a partial/aborted one followed by anything but ``consultation:resumed``;
+missing   the heads log knows a consultation whose journal file is gone, or journals exist without a heads log;
+unkeyed   (``CONCLAVE_JOURNAL_KEY`` set) a head without a valid MAC under that key, or a journal with no such
+          head at all;
+anchor    (``verify --against DIGEST``) the heads log no longer starts with what ``conclave logs head`` printed.
 A torn last line (a crash mid-write) is not a problem: it was never durable and ``resume`` cuts it off.
+
+What each check proves is in the README ("Tamper evidence").
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conclave.store.chain import GENESIS, record_hash
-from conclave.store.heads import HeadsLog
-from conclave.store.journal import JournalFile, JournalLine, read_journal
+from conclave.store.heads import KEY_VARIABLE, HeadsLog
+from conclave.store.journal_file import JournalFile, JournalLine, read_journal
 from conclave.store.paths import StoreLayout
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -30,7 +37,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 @dataclass(frozen=True)
 class Problem:
     consultation_id: str
-    kind: str  # edited | inserted | dropped | truncated | missing
+    kind: str  # edited | inserted | dropped | truncated | appended | missing | unkeyed | anchor
     seq: int | None
     line: int | None
     detail: str
@@ -88,12 +95,26 @@ def _link(line: JournalLine) -> _Link | None:
                  record_hash(record) == record["hash"])
 
 
+# Final statuses after which a journal may only continue with ``consultation:resumed`` (see store/resume.py).
+_RESUMABLE = frozenset({"partial", "aborted"})
+_COMPLETED = b'"type":"consultation:completed"'
+_RESUMED = "consultation:resumed"
+
+
 def check_journal(consultation_id: str, journal: JournalFile, heads: list[tuple[int, str]]) -> Problem | None:
-    """The first problem in one journal, or None when its chain and every recorded head agree."""
+    """The first problem in one journal, or None when its chain, its seal and every recorded head agree."""
     lines = journal.lines
     links = [_link(line) for line in lines]
     last, before_last = GENESIS, GENESIS
+    sealed: tuple[int, str] | None = None  # (seq, status) of the consultation:completed the journal ended with
     for i, (line, link) in enumerate(zip(lines, links, strict=True)):
+        if sealed is not None:
+            record = line.record
+            if sealed[1] not in _RESUMABLE or record is None or record.get("type") != _RESUMED:
+                return Problem(consultation_id, "appended", i, line.number,
+                               f"a record follows the consultation:completed ({sealed[1]}) at seq {sealed[0]} "
+                               "that sealed the journal")
+            sealed = None
         expected = i  # a record's seq is its position in the chain
         if link is None:
             return Problem(consultation_id, "edited", None, line.number, "not a valid journal record")
@@ -108,6 +129,11 @@ def check_journal(consultation_id: str, journal: JournalFile, heads: list[tuple[
                       else f"sequence jumps from {expected - 1} to {link.seq}")
             return Problem(consultation_id, kind, expected, line.number, detail)
         before_last, last = last, link.hash
+        if _COMPLETED in line.raw:  # a cheap test first: most lines are not
+            record = line.record
+            if record is not None and record.get("type") == "consultation:completed":
+                status = (record.get("data") or {}).get("status")
+                sealed = (i, str(status))
     hashes = [link.hash for link in links if link is not None]
     for head_seq, head_hash in sorted(heads):
         if head_seq >= len(hashes):
@@ -152,11 +178,32 @@ class VerifyReport:
         return not self.problems
 
 
-def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None) -> VerifyReport:
-    """Verify the given journals (default: every journal, and every consultation the heads log knows)."""
-    all_heads = HeadsLog(layout.heads_path).load()
+STORE = "(heads log)"  # the consultation_id of problems of the heads log itself
+
+
+def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None, *,
+                 key: bytes | None = None, against: str | None = None) -> VerifyReport:
+    """Verify the given journals (default: every journal, and every consultation the heads log knows).
+
+    ``key``: also require every head of a verified journal to carry a valid HMAC under it (keyed mode).
+    ``against``: also require the heads log to start with what :meth:`HeadsLog.anchor` gave (anchored mode).
+    """
+    heads_log = HeadsLog(layout.heads_path, key)
+    entries = heads_log.entries()
+    all_heads: dict[str, list[tuple[int, str]]] = {}
+    for head in entries:
+        all_heads.setdefault(head.consultation_id, []).append((head.seq, head.hash))
     ids = consultation_ids if consultation_ids is not None else sorted(set(layout.journal_ids()) | set(all_heads))
     report = VerifyReport()
+    if against is not None:
+        changed = heads_log.check_anchor(against)
+        if changed is not None:
+            report.problems.append(Problem(STORE, "anchor", None, None, changed))
+    if not layout.heads_path.exists() and any(_has_records(layout, cid) for cid in layout.journal_ids()):
+        report.problems.append(Problem(
+            STORE, "missing", None, None,
+            f"{layout.heads_path} is missing while journals exist: every recorded head is gone, so a rewritten "
+            "journal would pass unnoticed"))
     for cid in ids:
         path = layout.journal_path(cid)
         heads = all_heads.get(cid, [])
@@ -172,6 +219,29 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None)
         if journal.torn_at is not None:
             report.torn.append(cid)
         problem = check_journal(cid, journal, heads)
+        if problem is None and key is not None:
+            problem = _check_keyed(heads_log, [h for h in entries if h.consultation_id == cid], cid, journal)
         if problem is not None:
             report.problems.append(problem)
     return report
+
+
+def _has_records(layout: StoreLayout, cid: str) -> bool:
+    """True when the journal is not empty (a run killed before its first flush used to leave an empty one)."""
+    try:
+        return layout.journal_path(cid).stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _check_keyed(heads_log: HeadsLog, heads: list[Any], cid: str, journal: JournalFile) -> Problem | None:
+    """Keyed mode: every head carries a valid MAC, and a journal with records has at least one such head."""
+    for head in heads:
+        if not heads_log.authentic(head):
+            why = "no MAC" if head.mac is None else "a MAC that does not match"
+            return Problem(cid, "unkeyed", head.seq, None,
+                           f"its head at seq {head.seq} has {why} under {KEY_VARIABLE} (forged, or recorded "
+                           "without the key)")
+    if not heads and journal.lines:
+        return Problem(cid, "unkeyed", None, None, f"no head recorded under {KEY_VARIABLE}")
+    return None

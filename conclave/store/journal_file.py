@@ -1,0 +1,137 @@
+"""Reading journals: their lines, their complete records, their last record. Writing is
+:mod:`conclave.store.journal`'s; ``logs verify`` (:mod:`conclave.store.verify`) and the writer both read through
+this module, so neither depends on the other's import.
+
+A journal is JSONL, one hash-chained record per line (see :mod:`conclave.store.journal`). A last line with no
+newline is a write cut short by a crash: it was never durable and is never part of the chain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class JournalLine:
+    """One complete line of a journal; parsed on first use (``logs verify`` rarely needs to)."""
+
+    __slots__ = ("_parsed", "_record", "number", "raw")
+
+    def __init__(self, number: int, raw: bytes) -> None:
+        self.number = number  # 1-based
+        self.raw = raw  # without its newline
+        self._parsed = False
+        self._record: dict[str, Any] | None = None
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """The parsed record, or None when the line is not a JSON object."""
+        if not self._parsed:
+            self._record, self._parsed = _parse(self.raw), True
+        return self._record
+
+
+@dataclass
+class JournalFile:
+    lines: list[JournalLine]
+    # Byte offset of a last line with no newline: a write cut short by a crash. Never part of the chain.
+    torn_at: int | None = None
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [r for r in (line.record for line in self.lines) if r is not None]
+
+
+def read_journal(path: Path) -> JournalFile:
+    data = path.read_bytes()
+    pieces = data.split(b"\n")
+    last = pieces.pop()  # b"" when the file ends with a newline, as every complete write does
+    lines = [JournalLine(number, raw) for number, raw in enumerate(pieces, 1)]
+    return JournalFile(lines, len(data) - len(last) if last else None)
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete record of a journal, fast: one JSON parse for the whole file (``index rebuild``).
+
+    Falls back to :func:`read_journal` line by line when any line is not JSON (``logs verify`` says which).
+    """
+    with open(path, "rb", buffering=0) as f:
+        data = f.readall()
+    return parse_records(data, path)
+
+
+def parse_records(data: bytes, path: str | Path) -> list[dict[str, Any]]:
+    """:func:`read_records` of a journal already read into ``data`` (``path`` is read again line by line only if
+    some line is not JSON).
+
+    Parses with orjson when it is installed (the ``fast`` extra) whenever that gives exactly what ``json.loads``
+    — which the live index sees (:meth:`JournalWriter.append`) — gives: not when orjson rejects the text (NaN,
+    Infinity, lone surrogates, ...) nor when it holds an integer of 19 digits or more (orjson turns integers
+    beyond 64 bits into floats).
+    """
+    orjson = _orjson()
+    end = data.rfind(b"\n")
+    if end <= 0:  # no complete line; a torn last line was never durable
+        return []
+    # Complete lines only. Raw newlines cannot occur inside JSON strings, so each one separates two records.
+    text = b"[" + data[:end].replace(b"\n", b",") + b"]"
+    records: Any = None
+    if orjson is not None and not _may_hold_a_long_integer(text):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            records = orjson.loads(text)
+    if records is None:
+        try:
+            records = json.loads(text)
+        except ValueError:
+            return read_journal(Path(path)).records
+    return [r for r in records if isinstance(r, dict)]
+
+
+def _orjson() -> Any:
+    """The orjson module, or None when it is not installed (then the json module parses everything)."""
+    try:
+        import orjson  # only ``index rebuild`` reads whole journals; the recorder never needs it
+    except ImportError:
+        return None
+    return orjson
+
+
+# Digits become "0" and whatever can stand before a JSON number's digits becomes ":" (quotes and letters do not).
+_NUMBER_START = bytes.maketrans(b"123456789,[- \t\r", b"000000000::::::")
+_LONG_INTEGER = b":" + b"0" * 19
+
+
+def _may_hold_a_long_integer(text: bytes) -> bool:
+    """True when ``text`` has 19+ digits in a row that can be a JSON integer's (digits inside a string such as
+    a hex digest or the genesis hash follow a quote or a letter, as no number's digits can)."""
+    return text.translate(_NUMBER_START).find(_LONG_INTEGER) >= 0
+
+
+def last_record(path: Path, block: int = 1 << 16) -> dict[str, Any] | None:
+    """The last complete record of a journal, reading backwards from the end (a torn last line is skipped)."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        tail = b""
+        position = end
+        while position > 0:
+            step = min(block, position)
+            position -= step
+            f.seek(position)
+            tail = f.read(step) + tail
+            complete = tail[: tail.rfind(b"\n")] if b"\n" in tail else b""
+            start = complete.rfind(b"\n")
+            if start >= 0 or (position == 0 and complete):
+                return _parse(complete[start + 1 :])
+    return None
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

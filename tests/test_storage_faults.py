@@ -1,0 +1,192 @@
+"""A data home that refuses writes — a file where the directory should be, read-only, a full disk at start or
+in the middle of a run — ends the consultation with one stderr line naming the path and the cause, exit 1, and a
+journal that verifies and resumes. Full and read-only disks are real: a small tmpfs in a private mount namespace
+(``unshare -rm``), where the kernel itself refuses the writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import clean_env
+from fs_faults import unshare_available
+
+from conclave import events as ev
+from conclave.store.journal import read_journal
+from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
+from conclave.testing.schema_instances import instance_for
+
+CLI = [sys.executable, "-m", "conclave"]
+DRIVER = str(Path(__file__).with_name("fs_faults.py"))
+needs_namespace = pytest.mark.skipif(not unshare_available(), reason="cannot mount a tmpfs in a user namespace here")
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+async def consult(home: Path, fake: FakeProviderServer) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        env=clean_env(home, FAKE_KEYS), cwd=home.parent,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def in_namespace(tmp_path: Path, fake: FakeProviderServer, scenario: str) -> dict[str, Any]:
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    process = await asyncio.create_subprocess_exec(
+        "unshare", "-rm", sys.executable, DRIVER, scenario, str(tmp_path / "home"), str(report),
+        json.dumps(fake.overrides()), env=clean_env(tmp_path / "home", FAKE_KEYS), cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, (out + err).decode()
+    result: dict[str, Any] = json.loads(report.read_text())
+    return result
+
+
+async def test_a_home_that_is_a_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.write_text("not a directory\n")
+    async with FakeProviderServer() as fake:
+        code, _, err = await consult(home, fake)
+        assert not fake.requests  # nothing was spent
+    assert code == 1
+    assert one_line(err) == f"conclave: cannot create the journal directory {home}: Not a directory"
+
+
+@needs_namespace
+async def test_a_read_only_home_is_one_line_naming_it(tmp_path: Path) -> None:
+    async with FakeProviderServer() as fake:
+        report = await in_namespace(tmp_path, fake, "read_only")
+        assert not fake.requests
+    run = report["run"]
+    assert run["code"] == 1
+    line = one_line(run["stderr"])
+    assert str(tmp_path / "home" / "journal") in line and "Read-only file system" in line
+
+
+@needs_namespace
+async def test_a_full_disk_at_start_is_one_line_and_leaves_no_journal(tmp_path: Path) -> None:
+    async with FakeProviderServer() as fake:
+        report = await in_namespace(tmp_path, fake, "full_at_start")
+        assert not fake.requests  # the start could not be made durable: no provider was called
+    run = report["run"]
+    assert run["code"] == 1
+    line = one_line(run["stderr"])
+    assert str(tmp_path / "home" / "journal") in line and "No space left on device" in line
+    assert "nothing was recorded" in line
+    assert report["journals"] == []  # no empty journal that could never be resumed
+    assert report["verify"]["code"] == 0, report["verify"]
+
+
+def slow_replies(fake: FakeProviderServer, latency: float = 0.6) -> None:
+    for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-2.5-pro"):
+        fake.script(model, lambda request: Reply(json=instance_for(request.schema), latency=latency))
+
+
+@needs_namespace
+@pytest.mark.slow
+async def test_a_disk_filling_mid_run_stops_in_one_line_and_resumes_once_there_is_space(tmp_path: Path) -> None:
+    async with FakeProviderServer() as fake:
+        slow_replies(fake)
+        report = await in_namespace(tmp_path, fake, "full_mid_run")
+    run = report["run"]
+    assert run["code"] == 1
+    line = one_line(run["stderr"])
+    assert "No space left on device" in line and str(tmp_path / "home" / "journal") in line
+    assert "conclave resume" in line
+    # the partial result is still printed: round 1 was complete and durable before the disk filled
+    assert "Partial result" in run["stdout"] and "Agent perspectives" in run["stdout"]
+    assert report["verify"]["code"] == 0, report["verify"]
+    # still full: resume says so plainly, and nothing was spent meanwhile
+    full = report["resume_full"]
+    assert full["code"] == 1 and full["stdout"] == ""
+    assert full["stderr"].splitlines()[-1].startswith("conclave resume: cannot write the journal ")
+    assert "No space left on device" in full["stderr"] and "Stopped after" not in full["stderr"]
+    assert "Traceback" not in full["stderr"]
+    assert report["resume"]["code"] == 0, report["resume"]
+    assert report["verify_after"]["code"] == 0, report["verify_after"]
+    # the index caught up with the journal: every round and call the journal holds
+    [journal] = (tmp_path / "out" / "journal").glob("*.jsonl")
+    records = read_journal(journal).records
+    assert records[-1]["type"] == ev.CONSULTATION_COMPLETED and records[-1]["data"]["status"] == "complete"
+    db = sqlite3.connect(tmp_path / "out" / "index.db")
+    calls, rounds_ok, status = db.execute(
+        "select calls, (select count(*) from rounds where status = 'ok'), status from consultations").fetchone()
+    db.close()
+    assert calls == sum(r["type"] == ev.PROVIDER_ATTEMPT for r in records)
+    assert rounds_ok == 4 and status == "complete"
+
+
+def test_the_start_of_a_consultation_is_durable_before_anything_else(tmp_path: Path) -> None:
+    """A run killed right after it started (in the consent prompt, say) leaves its question and configuration
+    on disk, with a head: no empty journal that could never be resumed."""
+    from conclave.store.heads import HeadsLog
+    from conclave.store.paths import StoreLayout
+    from conclave.store.recorder import Recorder
+    from conclave.store.synthetic import synthetic_events
+
+    started = synthetic_events(1)[0]
+    assert started.type == ev.CONSULTATION_STARTED
+    recorder = Recorder(tmp_path, index=False)
+    recorder(started)  # and nothing else: no flush, no close, as if the process died here
+    layout = StoreLayout(tmp_path)
+    on_disk = read_journal(layout.journal_path(started.consultation_id)).records
+    assert [r["type"] for r in on_disk] == [ev.CONSULTATION_STARTED]
+    assert on_disk[0]["data"]["question"] == started.data["question"]
+    assert HeadsLog(layout.heads_path).load()[started.consultation_id] == [(0, on_disk[0]["hash"])]
+    recorder.close()
+
+
+async def test_a_journal_the_disk_refuses_mid_run_still_ends_run_with_the_partial_result(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    """Once round 2 starts, the journal's file descriptor points at /dev/full, which refuses every write with
+    ENOSPC as a full disk does: run() returns the partial result and says which file and why, it never raises
+    from its own error handler."""
+    import os
+
+    from test_engine_support import JUDGE_MODEL, script_panel
+
+    from conclave.api import compose_settings
+    from conclave.engine.runner import Consultation
+    from conclave.store.paths import StoreLayout
+    from conclave.store.recorder import Recorder
+    from conclave.store.verify import verify_store
+
+    fake = fake_provider_server
+    script_panel(fake)
+    settings = compose_settings("q", [*fake.overrides(), "cost.auto_approve=true", f"judge.model={JUDGE_MODEL}"])
+    recorder = Recorder(settings.home)
+
+    def fill_the_disk(event: Any) -> None:
+        if event.type == ev.ROUND_STARTED and event.data["round_number"] == 2:  # round 1 is durable by now
+            full = os.open("/dev/full", os.O_WRONLY)
+            os.dup2(full, recorder._writers[event.consultation_id]._fd)
+            os.close(full)
+
+    consultation = Consultation(settings, subscribers=[fill_the_disk], recorder=recorder)
+    result = await consultation.run()
+    recorder.close()
+    path = StoreLayout(settings.home).journal_path(consultation.id)
+    assert result.status == "partial" and result.completed_rounds == 1
+    assert result.abort_reason is not None
+    assert result.abort_reason.startswith(f"cannot write the journal {path}: No space left on device")
+    assert set(result.artifacts.round_1) == {"security", "architect", "pragmatist"}
+    records = read_journal(path).records
+    assert records[-1]["type"] == ev.ROUND_STARTED and records[-1]["data"]["round_number"] == 2
+    assert verify_store(StoreLayout(settings.home)).ok
