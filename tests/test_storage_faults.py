@@ -111,7 +111,7 @@ async def test_a_disk_filling_mid_run_stops_in_one_line_and_resumes_once_there_i
     assert "No space left on device" in line and str(tmp_path / "home" / "journal") in line
     assert "conclave resume" in line
     # the partial result is still printed: round 1 was complete and durable before the disk filled
-    assert "Partial result" in run["stdout"] and "Agent perspectives" in run["stdout"]
+    assert "Partial result" in run["stdout"] and "Independent positions" in run["stdout"]
     assert report["verify"]["code"] == 0, report["verify"]
     # still full: resume says so plainly, and nothing was spent meanwhile
     full = report["resume_full"]
