@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "browse": "conclave.commands.browse",
     "index": "conclave.commands.index",
     "resume": "conclave.commands.resume",
+    "eval": "conclave.eval.command",
 }
 
 # A Hydra override: key=value, +key=value, ++key=value, ~key[=value], group@pkg=option.
