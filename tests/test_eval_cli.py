@@ -1,0 +1,138 @@
+"""`conclave eval` as users run it: a subprocess against the fake server, sweeps with the joblib launcher,
+reports, one-line errors, `conclave index merge` and `index rebuild`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_conclave
+from eval_helpers import PERSONAS, evaluate
+
+from conclave.eval import store
+from conclave.testing.answer_panel import AnswerPanel
+from conclave.testing.fake_server import FakeProviderServer
+
+# the default panel, every agent on the fake's gpt-4o (told apart by persona), the judge on gpt-4.1
+PANEL = ["agents.security.provider=openai", "agents.security.model=gpt-4o",
+         "agents.pragmatist.provider=openai", "agents.pragmatist.model=gpt-4o", "judge.model=gpt-4.1"]
+NAMES = ("Security Expert", "Systems Architect", "Pragmatic Engineer")
+
+
+async def _conclave(*args: str, home: Path, limit: float = 300) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0", CONCLAVE_SWEEP_DIR=str(home / "multirun"))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(home), env=env)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=limit)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_eval_runs_a_generated_set_and_reports(fake_provider_server: FakeProviderServer,
+                                                     conclave_env: Path) -> None:
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
+    code, out, err = await _conclave("eval", "arithmetic", "eval.n=3", "rounds=2", "cost.auto_approve=true",
+                                     *PANEL, *fake_provider_server.overrides(), home=conclave_env)
+    assert code == 0, err
+    assert out.startswith("# Evaluation ev-") and "**debate vs vote: +0.0 pp (p = 1) at " in out
+    assert "| round-1 majority vote | 3/3 = 100.0% |" in out
+    (run_id,) = store.run_ids(conclave_env)
+    code, report, _ = await _conclave("eval", "report", run_id, "--format", "json", home=conclave_env)
+    assert code == 0 and json.loads(report)["summary"]["protocols"]["single"]["correct"] == 3
+    code, page, _ = await _conclave("eval", "report", "latest", "--format", "html", home=conclave_env)
+    assert code == 0 and "<svg" in page
+
+
+async def test_a_joblib_sweep_of_four_processes_loses_no_rows(fake_provider_server: FakeProviderServer,
+                                                             conclave_env: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    AnswerPanel({name: 0.7 for name in NAMES}).install(fake_provider_server)
+    code, out, err = await _conclave(
+        "eval", "-m", "arithmetic", "eval.n=3", "eval.seed=1,2,3,4", "rounds=2", "cost.auto_approve=true",
+        "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", *PANEL, *fake_provider_server.overrides(),
+        home=conclave_env, limit=600)
+    assert code == 0, err
+    runs = [store.read_run(conclave_env, r) for r in store.run_ids(conclave_env)]
+    assert len(runs) == 4 and len({r["pid"] for r in runs}) == 4  # four worker processes
+    db = sqlite3.connect(conclave_env / "index.db")
+    assert db.execute("select count(*) from eval_runs where status = 'complete'").fetchone()[0] == 4
+    assert db.execute("select count(*) from eval_items").fetchone()[0] == 12
+    assert db.execute("select count(*) from consultations where status = 'complete'").fetchone()[0] == 12
+    # one report, grouped by the swept value
+    assert out.startswith("# Sweep sw-") and "swept: eval.seed" in out
+    header, *rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert header.startswith("| eval.seed | items |")
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "2", "3", "4"]
+    verify = run_conclave("logs", "verify", home=conclave_env)
+    assert verify.returncode == 0, verify.stderr
+
+
+def test_a_bad_eval_value_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = run_conclave("eval", "arithmetic", "eval.concurrency=0", "agents=openai_only", home=tmp_path,
+                          env={"OPENAI_API_KEY": "sk-test"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == \
+        "conclave: eval.concurrency: input should be greater than or equal to 1 (got 0)"
+
+
+def test_eval_needs_answer_mode(tmp_path: Path) -> None:
+    result = run_conclave("eval", "arithmetic", "mode=converge", "agents=openai_only", home=tmp_path,
+                          env={"OPENAI_API_KEY": "sk-test"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("conclave: mode: conclave eval scores final answers, which only mode=answer "
+                                     "gives (got mode=converge)")
+
+
+def test_an_unknown_set_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = run_conclave("eval", "missing.jsonl", "agents=openai_only", home=tmp_path,
+                          env={"OPENAI_API_KEY": "sk-test"})
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("conclave: eval set 'missing.jsonl':")
+    assert "Traceback" not in result.stderr
+
+
+def test_report_rejects_an_unknown_format_and_an_unknown_run(tmp_path: Path) -> None:
+    result = run_conclave("eval", "report", "ev-x", "--format", "pdf", home=tmp_path)
+    assert (result.returncode, result.stderr.strip()) == (
+        2, "conclave eval: --format: 'pdf' is not one of: markdown, json, html")
+    result = run_conclave("eval", "report", "ev-x", home=tmp_path)
+    assert result.returncode == 2 and "eval run 'ev-x' not found" in result.stderr
+
+
+async def test_index_merge_brings_worker_homes_into_one_index_that_verifies(
+        fake_provider_server: FakeProviderServer, tmp_path: Path, conclave_env: Path) -> None:
+    homes = [tmp_path / "worker-1", tmp_path / "worker-2"]
+    for home in homes:
+        home.mkdir()
+        panel = AnswerPanel({name: 0.7 for name in PERSONAS.values()})
+        _, code, _, _ = await evaluate(fake_provider_server, home, panel, rounds=2, n=3)
+        assert code == 0
+    result = run_conclave("index", "merge", *map(str, homes), home=conclave_env)
+    assert result.returncode == 0, result.stderr
+    assert "6 journal(s) copied" in result.stderr and "2 eval run(s)" in result.stderr
+    assert "verify ok" in result.stderr
+    db = sqlite3.connect(conclave_env / "index.db")
+    assert db.execute("select count(*) from eval_items e join consultations c on c.id = e.consultation_id")\
+        .fetchone()[0] == 6
+    assert run_conclave("logs", "verify", home=conclave_env).returncode == 0
+    # merging again copies nothing and still verifies
+    again = run_conclave("index", "merge", *map(str, homes), home=conclave_env)
+    assert again.returncode == 0 and "0 journal(s) copied, 6 already present" in again.stderr
+
+
+async def test_index_rebuild_keeps_the_eval_tables(fake_provider_server: FakeProviderServer,
+                                                   conclave_env: Path) -> None:
+    panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=2)
+    assert code == 0
+    result = run_conclave("index", "rebuild", home=conclave_env)
+    assert result.returncode == 0 and "1 eval run(s)" in result.stderr
+    db = sqlite3.connect(conclave_env / "index.db")
+    assert db.execute("select count(*) from eval_items where run_id = ?", [ev.run_id]).fetchone()[0] == 2
