@@ -136,3 +136,39 @@ async def test_index_rebuild_keeps_the_eval_tables(fake_provider_server: FakePro
     assert result.returncode == 0 and "1 eval run(s)" in result.stderr
     db = sqlite3.connect(conclave_env / "index.db")
     assert db.execute("select count(*) from eval_items where run_id = ?", [ev.run_id]).fetchone()[0] == 2
+
+
+async def test_the_eval_canned_queries_answer_over_a_run(fake_provider_server: FakeProviderServer,
+                                                         conclave_env: Path) -> None:
+    import re
+    import subprocess
+    import time
+    import urllib.request
+
+    panel = AnswerPanel({"Alpha": 1.0, "Beta": 0.0, "Gamma": 0.0}, conformity=True)
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, n=2, sweep_id="sw-test",
+                                    overrides=["early_termination.threshold=0.8"])
+    assert code == 0
+    server = subprocess.Popen([sys.executable, "-m", "conclave", "browse", "--port", "0", "--no-open"],
+                              env={"CONCLAVE_HOME": str(conclave_env), "PATH": "/usr/bin:/bin"},
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        url, deadline = None, time.monotonic() + 60
+        assert server.stderr is not None
+        while url is None and time.monotonic() < deadline:
+            match = re.search(r"at (http://127\.0\.0\.1:\d+/index) ", server.stderr.readline())
+            url = match.group(1) if match else None
+        assert url is not None
+
+        def rows(name: str) -> list[dict]:
+            with urllib.request.urlopen(f"{url}/{name}.json?_shape=array", timeout=10) as response:
+                return json.load(response)
+
+        (overview,) = rows("eval_runs_overview")
+        assert overview["run_id"] == ev.run_id and overview["vote"] == 0.0 and overview["right_to_wrong"] == 2
+        assert [r["protocol"] for r in rows("eval_accuracy_vs_cost")] == ["single", "vote", "judge", "debate"]
+        assert rows("eval_sweep_by_value")[0]["sweep_id"] == "sw-test"
+        assert {r["item_id"] for r in rows("eval_lost_answers")} == {i.id for i in ev.items}
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
