@@ -140,17 +140,28 @@ async def test_index_rebuild_keeps_the_eval_tables(fake_provider_server: FakePro
 
 async def test_the_eval_canned_queries_answer_over_a_run(fake_provider_server: FakeProviderServer,
                                                          conclave_env: Path) -> None:
+    panel = AnswerPanel({"Alpha": 1.0, "Beta": 0.0, "Gamma": 0.0}, conformity=True)
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, n=2, sweep_id="sw-test",
+                                    overrides=["early_termination.threshold=0.8"])
+    assert code == 0
+    answers = _browse(conclave_env, ["eval_runs_overview", "eval_accuracy_vs_cost", "eval_sweep_by_value",
+                                     "eval_lost_answers"])
+    (overview,) = answers["eval_runs_overview"]
+    assert overview["run_id"] == ev.run_id and overview["vote"] == 0.0 and overview["right_to_wrong"] == 2
+    assert [r["protocol"] for r in answers["eval_accuracy_vs_cost"]] == ["single", "vote", "judge", "debate"]
+    assert answers["eval_sweep_by_value"][0]["sweep_id"] == "sw-test"
+    assert {r["item_id"] for r in answers["eval_lost_answers"]} == {i.id for i in ev.items}
+
+
+def _browse(home: Path, queries: list[str]) -> dict[str, list[dict]]:
+    """Rows of each canned query as `conclave browse` (a real Datasette on 127.0.0.1) serves them."""
     import re
     import subprocess
     import time
     import urllib.request
 
-    panel = AnswerPanel({"Alpha": 1.0, "Beta": 0.0, "Gamma": 0.0}, conformity=True)
-    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, n=2, sweep_id="sw-test",
-                                    overrides=["early_termination.threshold=0.8"])
-    assert code == 0
     server = subprocess.Popen([sys.executable, "-m", "conclave", "browse", "--port", "0", "--no-open"],
-                              env={"CONCLAVE_HOME": str(conclave_env), "PATH": "/usr/bin:/bin"},
+                              env={"CONCLAVE_HOME": str(home), "PATH": "/usr/bin:/bin"},
                               stderr=subprocess.PIPE, text=True)
     try:
         url, deadline = None, time.monotonic() + 60
@@ -159,16 +170,11 @@ async def test_the_eval_canned_queries_answer_over_a_run(fake_provider_server: F
             match = re.search(r"at (http://127\.0\.0\.1:\d+/index) ", server.stderr.readline())
             url = match.group(1) if match else None
         assert url is not None
-
-        def rows(name: str) -> list[dict]:
+        answers = {}
+        for name in queries:
             with urllib.request.urlopen(f"{url}/{name}.json?_shape=array", timeout=10) as response:
-                return json.load(response)
-
-        (overview,) = rows("eval_runs_overview")
-        assert overview["run_id"] == ev.run_id and overview["vote"] == 0.0 and overview["right_to_wrong"] == 2
-        assert [r["protocol"] for r in rows("eval_accuracy_vs_cost")] == ["single", "vote", "judge", "debate"]
-        assert rows("eval_sweep_by_value")[0]["sweep_id"] == "sw-test"
-        assert {r["item_id"] for r in rows("eval_lost_answers")} == {i.id for i in ev.items}
+                answers[name] = json.load(response)
+        return answers
     finally:
         server.terminate()
         server.wait(timeout=20)

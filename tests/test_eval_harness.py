@@ -10,6 +10,7 @@ import math
 import sqlite3
 from pathlib import Path
 
+import pytest
 from eval_helpers import PERSONAS, evaluate
 
 from conclave.eval import store
@@ -141,3 +142,29 @@ async def test_the_whole_run_goes_through_the_cost_gate_once(fake_provider_serve
     assert "run not started" in err and "cost.auto_approve=true" in err
     assert fake_provider_server.requests == []  # nothing was spent
     assert out == ""
+
+
+async def test_a_reasoning_gym_set_runs_through_the_harness(fake_provider_server: FakeProviderServer,
+                                                            conclave_env: Path) -> None:
+    pytest.importorskip("reasoning_gym")
+    from conclave.eval.items import load_set
+
+    items = load_set("gym:basic_arithmetic", n=4, seed=1)
+    assert items == load_set("gym:basic_arithmetic", n=4, seed=1)  # seeded
+    assert all(i.kind == "numeric" for i in items)
+    truth = {i.question: i.answer for i in items}
+    panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()}, truth=lambda q: truth[q.strip()])
+    ev, code, _, err = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=4,
+                                      set="gym:basic_arithmetic", seed=1)
+    assert code == 0, err
+    summary = store.read_run(conclave_env, ev.run_id)["summary"]
+    assert summary["protocols"]["vote"]["correct"] == 4
+
+
+def test_an_unknown_gym_task_is_one_line() -> None:
+    pytest.importorskip("reasoning_gym")
+    from conclave.errors import UsageError
+    from conclave.eval.items import load_set
+
+    with pytest.raises(UsageError, match=r"^eval set 'gym:no_such_task': .*tasks that score well: basic_arithmetic"):
+        load_set("gym:no_such_task", n=1, seed=0)

@@ -18,7 +18,7 @@ Kind = Literal["exact", "numeric", "choice", "yes_no"]
 KINDS: tuple[str, ...] = ("exact", "numeric", "choice", "yes_no")
 GENERATORS = ("arithmetic", "gym:<task>")
 #: reasoning-gym tasks known to give short, exactly scorable answers (any other gym task may be named too)
-GYM_TASKS = ("basic_arithmetic", "chain_sum", "leg_counting", "number_sorting", "gcd", "word_sorting")
+GYM_TASKS = ("basic_arithmetic", "chain_sum", "leg_counting", "gcd", "word_sorting")
 
 
 @dataclass(frozen=True)
