@@ -4,8 +4,10 @@ artifacts carry a scorable ``final_answer``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import conclave
+from conclave.events import FILTER_APPLIED
 from conclave.plugins import get_plugins
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer
@@ -27,7 +29,10 @@ async def test_every_round_asks_for_a_final_answer_and_the_verdict_has_one(
     fake = fake_provider_server
     AnswerPanel({"Security Expert": 1.0, "Systems Architect": 1.0, "Pragmatic Engineer": 0.0}).install(fake)
     overrides = [*fake.overrides(), *PANEL, "cost.auto_approve=true", "mode=answer"]
-    result = await conclave.consult_async(QUESTION, overrides)
+    seen: list[Any] = []
+    result = await conclave.consult_async(QUESTION, overrides, subscribers=[seen.append])
+    filtered = [e.data for e in seen if e.type == FILTER_APPLIED]
+    assert filtered and all(f["error"] is None for f in filtered)  # the synthesis' final_answer does not break it
     assert result.status == "complete" and result.strategy == "answer"
     assert result.verdict is not None and result.verdict["final_answer"] == "-27"
     assert {a["final_answer"] for a in result.artifacts.round_1.values()} == {"-27", "-26"}

@@ -178,3 +178,23 @@ def _browse(home: Path, queries: list[str]) -> dict[str, list[dict]]:
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def test_with_no_key_the_local_panel_runs_a_small_set_and_says_it_proves_nothing(tmp_path: Path) -> None:
+    # A finished run of the 3 items the offline default picks, so the check does not wait on the local model.
+    from conclave.eval.items import arithmetic
+    from conclave.eval.protocols import PROTOCOLS
+
+    items = arithmetic(3, 0)
+    store.write_run(tmp_path, {"run_id": "ev-offline", "set_spec": "arithmetic", "seed": 0, "items": 3})
+    for item in items:
+        row = {"item_id": item.id, "status": "complete", "question": item.question, "expected": item.answer}
+        for name in PROTOCOLS:
+            row.update({f"{name}_answer": "0", f"{name}_correct": 0, f"{name}_cost": 0.0, f"{name}_tokens": 10})
+        store.append_item(tmp_path, "ev-offline", row)
+    result = run_conclave("eval", "eval.run_id=ev-offline", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "offline panel on the local model — a 270M model's accuracy is not evidence about debate" in result.stderr
+    assert "0 of 3 item(s) to run (3 already finished)" in result.stderr
+    assert "> Offline panel on the local model: a 270M model's accuracy is not evidence about debate" in result.stdout
+

@@ -168,6 +168,11 @@ def test_an_unknown_price_reports_the_token_ratio_instead() -> None:
     assert summarise(rows)["verdict_line"].endswith("at 3.0× the tokens (cost unknown: a model has no price)")
 
 
+def test_a_free_local_run_reports_the_token_ratio() -> None:
+    rows = [_row(0, True, True, vote_cost=0.0, debate_cost=0.0)]
+    assert summarise(rows)["verdict_line"].endswith("at 3.0× the tokens (every call was free: a local model)")
+
+
 def test_reports_render_in_every_format() -> None:
     rows = [_row(i, vote=i % 2 == 0, debate=True, debate_confidence=0.9, agreement_confidence=0.67)
             for i in range(4)]

@@ -24,7 +24,7 @@ from conclave.eval.protocols import Capture, ItemResult, score
 from conclave.eval.summary import run_columns, summarise
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
-DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 5
+DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
 
 
 class EvalOptions(BaseModel):
@@ -33,7 +33,7 @@ class EvalOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     set: Annotated[str, Field(min_length=1)] = "arithmetic"
-    n: Annotated[int, Field(ge=0)] | None = None  # items; null = 20 (5 on the offline local panel); 0 = whole set
+    n: Annotated[int, Field(ge=0)] | None = None  # items; null = 20 (3 on the offline local panel); 0 = whole set
     seed: int = 0
     concurrency: Annotated[int, Field(ge=1, le=64)] = 4  # items in flight at once in this process
     run_id: str | None = None  # resume this run (or name a new one)
@@ -123,7 +123,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         print(f"conclave eval: run not started: {consent.reason}", file=err)
         return EXIT_FAILED
     snapshot = config_snapshot(ev.settings, "")
-    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot))
+    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel)
     store.write_run(home, run)
     store.index_run(home, run)
 

@@ -94,11 +94,13 @@ def verdict_line(protocols: dict[str, Any], comparison: dict[str, Any]) -> str:
     """The plain line: ``debate vs vote: +x pp (p = …) at y× the cost``."""
     if comparison["delta_pp"] is None:
         return "debate vs vote: no items"
-    ratio = comparison["cost_ratio"]
+    ratio, tokens = comparison["cost_ratio"], comparison["token_ratio"]
+    free = protocols["vote"]["cost"] == 0 and protocols["debate"]["cost"] == 0
     if ratio is not None:
         at = f"at {ratio:.1f}× the cost"
-    elif comparison["token_ratio"] is not None:
-        at = f"at {comparison['token_ratio']:.1f}× the tokens (cost unknown: a model has no price)"
+    elif tokens is not None:
+        why = "every call was free: a local model" if free else "cost unknown: a model has no price"
+        at = f"at {tokens:.1f}× the tokens ({why})"
     else:
         at = "cost unknown"
     return f"debate vs vote: {comparison['delta_pp']:+.1f} pp (p = {_p(comparison['p'])}) {at}"
