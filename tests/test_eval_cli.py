@@ -198,3 +198,25 @@ def test_with_no_key_the_local_panel_runs_a_small_set_and_says_it_proves_nothing
     assert "0 of 3 item(s) to run (3 already finished)" in result.stderr
     assert "> Offline panel on the local model: a 270M model's accuracy is not evidence about debate" in result.stdout
 
+
+
+async def test_a_ray_sweep_on_a_local_instance_journals_per_worker_and_merges(
+        fake_provider_server: FakeProviderServer, conclave_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ray is large and not in the dev extra: this runs where `conclave[ray]` is installed.
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    code, out, err = await _conclave(
+        "eval", "-m", "arithmetic", "eval.n=2", "eval.seed=1,2", "rounds=2", "cost.auto_approve=true",
+        "eval.sweep_id=sw-ray", f"home={conclave_env}/" + "${eval.sweep_id}/job-${hydra:job.num}",
+        "hydra/launcher=conclave_ray_local", "+hydra.launcher.ray.init.num_cpus=2", *PANEL,
+        *fake_provider_server.overrides(), home=conclave_env, limit=600)
+    assert code == 0, err
+    assert "Started a local Ray instance" in err and "ran in other data homes" in err
+    workers = sorted((conclave_env / "sw-ray").iterdir())
+    assert [w.name for w in workers] == ["job-0", "job-1"]
+    merged = run_conclave("index", "merge", *map(str, workers), home=conclave_env)
+    assert merged.returncode == 0 and "4 journal(s) copied" in merged.stderr and "verify ok" in merged.stderr
+    report = run_conclave("eval", "report", "sw-ray", home=conclave_env)
+    assert report.returncode == 0 and "swept: eval.seed" in report.stdout
+    assert report.stdout.count("| 100.0% | 100.0% | 100.0% | 100.0% |") == 2

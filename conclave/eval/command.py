@@ -45,11 +45,15 @@ def evaluate(argv: list[str]) -> int:
         extra.append("mode=answer")
     extra.append("question=eval")  # replaced by each item's question
     sweep_id = None
-    if multirun and not any(o.startswith("eval.sweep_id=") for o in overrides):
-        from conclave.eval.runner import new_run_id
+    if multirun:
+        given = [o.partition("=")[2].strip("'\"") for o in overrides if o.startswith("eval.sweep_id=")]
+        if given:
+            sweep_id = given[-1]
+        else:
+            from conclave.eval.runner import new_run_id
 
-        sweep_id = "sw" + new_run_id()[2:]
-        extra.append(f"eval.sweep_id={sweep_id}")
+            sweep_id = "sw" + new_run_id()[2:]
+            extra.append(f"eval.sweep_id={sweep_id}")
     panel = panel_override(overrides, os.environ, default_home())
     everything = [*([panel] if panel else []), *extra, *overrides]
     code = run_task(flags, everything)
@@ -63,6 +67,10 @@ def evaluate(argv: list[str]) -> int:
             sys.stdout.write(render_sweep(sweep_id, runs, "markdown"))
             if any(r.get("status") != "complete" for r in runs):
                 code = max(code, 1)
+        elif code == 0:
+            # the workers wrote to their own homes (home=…): their runs join this one by merging
+            print(f"conclave eval: sweep {sweep_id} ran in other data homes; bring them here with "
+                  f"`conclave index merge HOME…`, then `conclave eval report {sweep_id}`", file=sys.stderr)
     return code
 
 

@@ -26,6 +26,8 @@ def eval_entry(cfg: DictConfig) -> Any:
     from conclave.plugins import get_plugins
 
     try:
+        # resolved while the eval section is still there, so e.g. home=…/${eval.sweep_id}/job-${hydra:job.num} works
+        OmegaConf.resolve(cfg)
         with open_dict(cfg):
             section = cfg.pop("eval", None)
         data: dict[str, Any] = {}

@@ -176,7 +176,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     from conclave.eval.report import render
 
     if quiet:
-        print(f"conclave eval: run {ev.run_id} {' '.join(ev.options.overrides)}: {summary['verdict_line']}", file=err)
+        print(f"conclave eval: run {ev.run_id} ({len(rows)} item(s)): {summary['verdict_line']}", file=err)
     else:
         out.write(render(run, rows, "json" if ev.settings.output.format == "json" else "markdown"))
         out.flush()
