@@ -206,7 +206,7 @@ async def test_a_ray_sweep_on_a_local_instance_journals_per_worker_and_merges(
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    code, out, err = await _conclave(
+    code, _, err = await _conclave(
         "eval", "-m", "arithmetic", "eval.n=2", "eval.seed=1,2", "rounds=2", "cost.auto_approve=true",
         "eval.sweep_id=sw-ray", f"home={conclave_env}/" + "${eval.sweep_id}/job-${hydra:job.num}",
         "hydra/launcher=conclave_ray_local", "+hydra.launcher.ray.init.num_cpus=2", *PANEL,
