@@ -220,3 +220,23 @@ async def test_a_ray_sweep_on_a_local_instance_journals_per_worker_and_merges(
     report = run_conclave("eval", "report", "sw-ray", home=conclave_env)
     assert report.returncode == 0 and "swept: eval.seed" in report.stdout
     assert report.stdout.count("| 100.0% | 100.0% | 100.0% | 100.0% |") == 2
+
+
+async def test_optuna_searches_a_threshold_for_the_objective(fake_provider_server: FakeProviderServer,
+                                                             conclave_env: Path) -> None:
+    # hydra-optuna-sweeper is optional (conclave[optuna]): this runs where it is installed.
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
+    code, out, err = await _conclave(
+        "eval", "-m", "arithmetic", "eval.n=2", "rounds=2", "cost.auto_approve=true",
+        "eval.objective=vote_accuracy_per_dollar", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize", "early_termination.threshold=interval(0.5,0.99)", *PANEL,
+        *fake_provider_server.overrides(), home=conclave_env, limit=600)
+    assert code == 0, err
+    runs = [store.read_run(conclave_env, r) for r in store.run_ids(conclave_env)]
+    assert len(runs) == 2
+    per_dollar = [r["summary"]["protocols"]["vote"]["accuracy"] / r["summary"]["protocols"]["vote"]["cost_per_item"]
+                  for r in runs]
+    best = float(err.split("Best value: ")[1].split()[0])
+    assert best == pytest.approx(max(per_dollar))  # the sweeper saw what the runs measured
+    assert "swept: early_termination.threshold" in out

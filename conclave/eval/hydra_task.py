@@ -44,5 +44,8 @@ def eval_entry(cfg: DictConfig) -> Any:
     except ConclaveError as exc:
         report_error(exc)
         code = exc.exit_code
+        evaluation = None
     record_exit(code)
+    if evaluation is not None and evaluation.options.objective and evaluation.summary is not None:
+        return runner.objective(evaluation)  # what a sweeper such as optuna maximises
     return code

@@ -39,6 +39,9 @@ class EvalOptions(BaseModel):
     run_id: str | None = None  # resume this run (or name a new one)
     sweep_id: str | None = None  # set by `conclave eval -m`: the runs of one sweep
     single_agent: str | None = None  # the agent scored as "single"; null = the first agent of the panel
+    #: what the task returns to a Hydra sweeper (hydra/sweeper=optuna): <protocol>_accuracy or
+    #: <protocol>_accuracy_per_dollar; null = the exit code
+    objective: Annotated[str, Field(pattern=r"^(single|vote|judge|debate)_accuracy(_per_dollar)?$")] | None = None
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -64,6 +67,7 @@ class EvalRun:
     items: list[Item]
     run_id: str
     local_panel: bool = False
+    summary: dict[str, Any] | None = None  # set when the run ends
 
 
 def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
@@ -79,6 +83,19 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
     items = load_set(options.set, n=n, seed=options.seed)
     run_id = store.check_run_id(options.run_id) if options.run_id else new_run_id()
     return EvalRun(settings, options.model_copy(update={"single_agent": single, "n": n}), items, run_id, local)
+
+
+def objective(evaluation: EvalRun) -> float:
+    """The value ``eval.objective`` names, from the finished run (accuracy per dollar: accuracy ÷ cost per item;
+    0 when the cost is unknown or nothing was spent, so a sweeper never prefers a run it cannot price)."""
+    name = evaluation.options.objective or ""
+    protocol, _, rest = name.partition("_accuracy")
+    figures = ((evaluation.summary or {}).get("protocols") or {}).get(protocol) or {}
+    accuracy = float(figures.get("accuracy") or 0.0)
+    if not rest:
+        return accuracy
+    per_item = figures.get("cost_per_item")
+    return accuracy / per_item if per_item else 0.0
 
 
 def new_run_id() -> str:
@@ -161,7 +178,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         recorder.close()
         rows = [done[i.id] for i in ev.items if i.id in done]
         complete = len(rows) == len(ev.items)
-        summary = summarise(rows)
+        summary = ev.summary = summarise(rows)
         run.update(status="complete" if complete else "interrupted",
                    completed_at=_now() if complete else None,
                    wall_s=round(float(run.get("wall_s") or 0.0) + time.monotonic() - started, 3),
