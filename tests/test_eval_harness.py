@@ -168,3 +168,25 @@ def test_an_unknown_gym_task_is_one_line() -> None:
 
     with pytest.raises(UsageError, match=r"^eval set 'gym:no_such_task': .*tasks that score well: basic_arithmetic"):
         load_set("gym:no_such_task", n=1, seed=0)
+
+
+async def test_failed_items_count_wrong_and_are_retried_only_when_asked(fake_provider_server: FakeProviderServer,
+                                                                       conclave_env: Path) -> None:
+    fake = fake_provider_server
+    panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
+    panel.install(fake)
+    answer = fake._scripts["gpt-4o"].function
+    assert answer is not None
+    fake.script("gpt-4o", Fault.bad_request("model overloaded"))  # every agent call fails: no debate
+    _, code, _, _ = await evaluate(fake, conclave_env, None, n=2, run_id="ev-failing")
+    assert code == 1
+    rows = store.read_items(conclave_env, "ev-failing")
+    assert [r["status"] for r in rows] == ["aborted", "aborted"]
+    assert all(r[f"{p}_correct"] == 0 for r in rows for p in ("single", "vote", "judge", "debate"))
+    fake.script("gpt-4o", answer)
+    calls = len(fake.requests)
+    _, code, _, err = await evaluate(fake, conclave_env, None, n=2, run_id="ev-failing")
+    assert "0 of 2 item(s) to run" in err and len(fake.requests) == calls  # kept as they are
+    _, code, _, err = await evaluate(fake, conclave_env, None, n=2, run_id="ev-failing", retry_failed=True)
+    assert code == 0 and "2 of 2 item(s) to run" in err
+    assert store.read_run(conclave_env, "ev-failing")["summary"]["protocols"]["vote"]["correct"] == 2

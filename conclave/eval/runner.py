@@ -39,6 +39,9 @@ class EvalOptions(BaseModel):
     run_id: str | None = None  # resume this run (or name a new one)
     sweep_id: str | None = None  # set by `conclave eval -m`: the runs of one sweep
     single_agent: str | None = None  # the agent scored as "single"; null = the first agent of the panel
+    #: on resume, run again the items whose consultation failed (they are paid again); by default they stay as
+    #: they are, counted wrong for the protocols they never reached
+    retry_failed: bool = False
     #: what the task returns to a Hydra sweeper (hydra/sweeper=optuna): <protocol>_accuracy or
     #: <protocol>_accuracy_per_dollar; null = the exit code
     objective: Annotated[str, Field(pattern=r"^(single|vote|judge|debate)_accuracy(_per_dollar)?$")] | None = None
@@ -124,7 +127,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
 
     home = ev.settings.home
     run = _load_or_start(ev)
-    done = {row["item_id"]: row for row in store.read_items(home, ev.run_id)}
+    done = {row["item_id"]: row for row in store.read_items(home, ev.run_id)
+            if not ev.options.retry_failed or row.get("status") in ("complete", "completed_degraded")}
     todo = [item for item in ev.items if item.id not in done]
     if ev.local_panel:
         print("conclave eval: offline panel on the local model — a 270M model's accuracy is not evidence about "
