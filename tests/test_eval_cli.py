@@ -240,3 +240,25 @@ async def test_optuna_searches_a_threshold_for_the_objective(fake_provider_serve
     best = float(err.split("Best value: ")[1].split()[0])
     assert best == pytest.approx(max(per_dollar))  # the sweeper saw what the runs measured
     assert "swept: early_termination.threshold" in out
+
+
+async def test_eval_resume_replays_the_runs_own_overrides(fake_provider_server: FakeProviderServer,
+                                                          conclave_env: Path) -> None:
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
+    code, _, err = await _conclave("eval", "arithmetic", "eval.n=3", "eval.run_id=ev-cli", "rounds=2",
+                                   "cost.auto_approve=true", *PANEL, *fake_provider_server.overrides(),
+                                   home=conclave_env)
+    assert code == 0, err
+    # as if it had been interrupted after its first item
+    items = store.run_dir(conclave_env, "ev-cli") / "items.jsonl"
+    items.write_text(items.read_text().splitlines()[0] + "\n")
+    run = store.read_run(conclave_env, "ev-cli")
+    store.write_run(conclave_env, {**run, "status": "interrupted"})
+    before = len(fake_provider_server.requests)
+    code, out, err = await _conclave("eval", "resume", "ev-cli", home=conclave_env)
+    assert code == 0, err
+    assert "2 of 3 item(s) to run (1 already finished)" in err
+    assert len(fake_provider_server.requests) - before == 2 * 4  # two items × (3 agents + the judge)
+    assert "| round-1 majority vote | 3/3 = 100.0% |" in out
+    code, _, err = await _conclave("eval", "resume", "ev-cli", home=conclave_env)
+    assert code == 0 and "is complete; nothing to resume" in err
