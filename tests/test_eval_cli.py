@@ -262,3 +262,35 @@ async def test_eval_resume_replays_the_runs_own_overrides(fake_provider_server: 
     assert "| round-1 majority vote | 3/3 = 100.0% |" in out
     code, _, err = await _conclave("eval", "resume", "ev-cli", home=conclave_env)
     assert code == 0 and "is complete; nothing to resume" in err
+
+
+async def test_ctrl_c_saves_finished_items_and_exits_130(fake_provider_server: FakeProviderServer,
+                                                         conclave_env: Path) -> None:
+    import signal
+
+    from conclave.eval.items import arithmetic
+    from conclave.testing.fake_server import Fault
+
+    fake = fake_provider_server
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake)
+    answer = fake._scripts["gpt-4o"].function
+    assert answer is not None
+    second = arithmetic(2, 0)[1].question
+    fake.script("gpt-4o", lambda r: Fault.hang() if second in json.dumps(r.json) else answer(r))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(conclave_env), CONCLAVE_PROGRESS="0")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", "eval", "arithmetic", "eval.n=2", "eval.concurrency=1",
+        "eval.run_id=ev-int", "rounds=2", "cost.auto_approve=true", *PANEL, *fake.overrides(),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(conclave_env), env=env)
+    for _ in range(1200):  # until the first item is saved and the second is in flight
+        if store.read_items(conclave_env, "ev-int") and any(second in json.dumps(r.json) for r in fake.requests):
+            break
+        await asyncio.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 130, err.decode()
+    assert "resume with: conclave eval resume ev-int" in err.decode()
+    assert store.read_run(conclave_env, "ev-int")["status"] == "interrupted"
+    assert len(store.read_items(conclave_env, "ev-int")) == 1

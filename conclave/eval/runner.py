@@ -113,7 +113,7 @@ def run(evaluation: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = Fa
         return asyncio.run(run_async(evaluation, plugins, interaction, quiet=quiet, out=out, err=err))
     except KeyboardInterrupt:
         print(f"conclave eval: interrupted; finished items are saved — resume with: conclave eval resume "
-              f"{evaluation.run_id}", file=err)
+              f"{evaluation.run_id}", file=err or sys.stderr)
         return EXIT_INTERRUPTED
 
 
