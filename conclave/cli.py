@@ -34,6 +34,7 @@ SUBCOMMANDS = {
     "show": "conclave.commands.show",
     "serve": "conclave.commands.serve",
     "mcp": "conclave.commands.mcp",
+    "eval": "conclave.eval.command",
 }
 
 # A Hydra override: key=value, +key=value, ++key=value, ~key[=value], group@pkg=option.

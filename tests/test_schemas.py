@@ -34,12 +34,13 @@ from conclave.errors import ConclaveError
 FIXTURES = Path(__file__).parent / "fixtures" / "artifacts"
 SCHEMA_DIR = Path(__file__).parent.parent / "schemas"
 ARTIFACTS = [
-    "cross_exam", "cross_exam_reply", "cross_exam_reply_explore", "independent", "synthesis", "verdict",
-    "verdict_explore",
+    "cross_exam", "cross_exam_reply", "cross_exam_reply_answer", "cross_exam_reply_explore", "independent",
+    "independent_answer", "synthesis", "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
 ]
 # The only properties a schema may leave out of ``required``.
 OPTIONAL = {
     ("verdict", "$.properties.per_agent_contributions"),
+    ("verdict_answer", "$.properties.per_agent_contributions"),
     ("verdict_explore", "$.properties.recommendations.items.properties.best_when"),
     ("verdict_explore", "$.properties.evidence"),
     ("verdict_explore", "$.properties.dissent"),
@@ -107,6 +108,18 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     "cross_exam_reply.invalid.artifact_header.json": [("$", "additionalProperties", "'artifact_type'")],
     "cross_exam_reply_explore.invalid.gaps_string.json": [("$.gaps", "type", "'array'")],
     "cross_exam_reply_explore.invalid.missing_refined_position.json": [("$", "required", "'refined_position'")],
+    "independent_answer.invalid.missing_final_answer.json": [("$", "required", "'final_answer'")],
+    "independent_answer.invalid.blank_final_answer.json": [("$.final_answer", "pattern", "does not match")],
+    "independent_answer.invalid.final_answer_too_long.json": [("$.final_answer", "maxLength", "is too long")],
+    "synthesis_answer.invalid.missing_final_answer.json": [("$", "required", "'final_answer'")],
+    "synthesis_answer.invalid.blank_final_answer.json": [("$.final_answer", "pattern", "does not match")],
+    "synthesis_answer.invalid.final_answer_too_long.json": [("$.final_answer", "maxLength", "is too long")],
+    "cross_exam_reply_answer.invalid.missing_final_answer.json": [("$", "required", "'final_answer'")],
+    "cross_exam_reply_answer.invalid.blank_final_answer.json": [("$.final_answer", "pattern", "does not match")],
+    "cross_exam_reply_answer.invalid.final_answer_too_long.json": [("$.final_answer", "maxLength", "is too long")],
+    "verdict_answer.invalid.missing_final_answer.json": [("$", "required", "'final_answer'")],
+    "verdict_answer.invalid.blank_final_answer.json": [("$.final_answer", "pattern", "does not match")],
+    "verdict_answer.invalid.final_answer_too_long.json": [("$.final_answer", "maxLength", "is too long")],
 }
 
 
@@ -519,6 +532,10 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "extensions": _STRINGS, "bridges": _STRINGS, "gaps": _STRINGS, "refined_position": _NON_EMPTY,
     }),
 }
+# answer mode: each answer-bearing artifact of converge plus a short final_answer
+for _base in ("independent", "synthesis", "cross_exam_reply", "verdict"):
+    STRATEGIES[f"{_base}_answer"] = st.builds(lambda body, answer: {**body, "final_answer": answer},
+                                              STRATEGIES[_base], _NON_EMPTY)
 
 
 def test_there_is_a_strategy_for_every_artifact_schema() -> None:

@@ -212,3 +212,45 @@ def m006_round_status(db: Any) -> None:
     db.execute("update rounds set status = case when completed_at is null then 'running' else 'ok' end")
     # Snapshots are keyed by config_hash, which leaves out the question and the data home: so do they now.
     db.execute("update config_snapshots set config = json_remove(config, '$.question', '$.home')")
+
+
+@migrations()
+def m007_eval_results(db: Any) -> None:
+    # `conclave eval`: one row per evaluation run and per item of a run. The files under $CONCLAVE_HOME/eval/ are
+    # the source of truth; `conclave index rebuild` refills these tables from them.
+    protocols = ("single", "vote", "judge", "debate")
+    per_protocol_run: dict[str, type] = {}
+    for name in protocols:
+        per_protocol_run.update({f"{name}_accuracy": float, f"{name}_ci_low": float, f"{name}_ci_high": float,
+                                 f"{name}_cost": float, f"{name}_tokens": int, f"{name}_wall_s": float})
+    db["eval_runs"].create(
+        {
+            "run_id": str, "sweep_id": str, "set_spec": str, "seed": int, "items": int, "items_done": int,
+            "items_failed": int, "status": str, "started_at": str, "completed_at": str, "mode": str,
+            "panel": str, "judge": str, "overrides": str, "swept": str, "config_hash": str,
+            "estimated_cost": float, "total_cost": float, "total_tokens": int, "wall_s": float,
+            **per_protocol_run,
+            "oracle_gap": int, "right_to_wrong": int, "wrong_to_right": int, "early_terminated": int,
+            "debate_vs_vote_pp": float, "debate_vs_vote_p": float, "debate_vs_vote_cost_ratio": float,
+            "verdict_brier": float, "verdict_ece": float, "agreement_brier": float, "agreement_ece": float,
+            "summary": str,
+        },
+        pk="run_id",
+    )
+    per_protocol_item: dict[str, type] = {}
+    for name in protocols:
+        per_protocol_item.update({f"{name}_answer": str, f"{name}_correct": int, f"{name}_confidence": float,
+                                  f"{name}_cost": float, f"{name}_tokens": int, f"{name}_wall_s": float})
+    db["eval_items"].create(
+        {
+            "run_id": str, "item_id": str, "consultation_id": str, "status": str, "kind": str, "question": str,
+            "expected": str, **per_protocol_item,
+            "agreement": float, "agreement_confidence": float, "oracle": int, "oracle_gap": int,
+            "right_to_wrong": int, "wrong_to_right": int, "early_terminated": int, "rounds_completed": int,
+            "answers": str,
+        },
+        pk=("run_id", "item_id"),
+        foreign_keys=[("run_id", "eval_runs", "run_id"), ("consultation_id", "consultations", "id")],
+    )
+    db["eval_items"].create_index(["consultation_id"])
+    db["eval_runs"].create_index(["sweep_id"])

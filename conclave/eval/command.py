@@ -1,0 +1,161 @@
+"""``conclave eval``: run an evaluation (``conclave eval SET [overrides…]``, ``-m`` to sweep), resume one, report.
+
+    conclave eval [SET] [overrides…]            SET: a .jsonl file, `arithmetic` or `gym:<task>` (default arithmetic)
+    conclave eval -m SET key=a,b,c [hydra/launcher=joblib]      a sweep: one run per value, one grouped report
+    conclave eval resume RUN                   continue an interrupted run; finished items are not run again
+    conclave eval report RUN|SWEEP [--format markdown|json|html]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from conclave.errors import UsageError
+
+USAGE = __doc__ or ""
+
+
+def run(argv: list[str]) -> int:
+    if argv and argv[0] == "report":
+        return report(argv[1:])
+    if argv and argv[0] == "resume":
+        return resume(argv[1:])
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE.strip())
+        return 0
+    return evaluate(argv)
+
+
+def evaluate(argv: list[str]) -> int:
+    """Compose the configuration with Hydra (overrides, sweeps, launchers) and run the eval task."""
+    from conclave.cli import _split_question, hydra_quote
+    from conclave.eval import store
+    from conclave.home import default_home
+    from conclave.panel import panel_override
+
+    flags, overrides, spec = _split_question(argv)
+    multirun = any(f in ("-m", "--multirun") for f in flags)
+    extra = ["+eval=default"]
+    if spec is not None:
+        extra.append("eval.set=" + hydra_quote(spec))
+    if not any(o.lstrip("+~").startswith("mode=") for o in overrides):
+        extra.append("mode=answer")
+    extra.append("question=eval")  # replaced by each item's question
+    sweep_id = None
+    if multirun:
+        given = [o.partition("=")[2].strip("'\"") for o in overrides if o.startswith("eval.sweep_id=")]
+        if given:
+            sweep_id = given[-1]
+        else:
+            from conclave.eval.runner import new_run_id
+
+            sweep_id = "sw" + new_run_id()[2:]
+            extra.append(f"eval.sweep_id={sweep_id}")
+    panel = panel_override(overrides, os.environ, default_home())
+    everything = [*([panel] if panel else []), *extra, *overrides]
+    code = run_task(flags, everything)
+    if sweep_id is not None and code != 2:
+        home = default_home()
+        runs = [store.read_run(home, r) for r in store.run_ids(home)]
+        runs = [r for r in runs if r.get("sweep_id") == sweep_id]
+        if runs:
+            from conclave.eval.report import render_sweep
+
+            sys.stdout.write(render_sweep(sweep_id, runs, "markdown"))
+            if any(r.get("status") != "complete" for r in runs):
+                code = max(code, 1)
+        elif code == 0:
+            # the workers wrote to their own homes (home=…): their runs join this one by merging
+            print(f"conclave eval: sweep {sweep_id} ran in other data homes; bring them here with "
+                  f"`conclave index merge HOME…`, then `conclave eval report {sweep_id}`", file=sys.stderr)
+    return code
+
+
+def run_task(flags: list[str], overrides: list[str]) -> int:
+    """Hand ``flags`` and ``overrides`` to Hydra with the eval task; configuration errors become one line, exit 2."""
+    from conclave.cli import _hydra_error_message
+    from conclave.errors import ConclaveError
+    from conclave.eval.hydra_task import eval_entry
+    from conclave.hydra_app import prepare_hydra, report_error, worst_exit
+
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        prepare_hydra()
+        saved = sys.argv
+        sys.argv = [saved[0] if saved else "conclave", *flags, *overrides]
+        try:
+            eval_entry()
+        finally:
+            sys.argv = saved
+    except ConclaveError as exc:
+        report_error(exc)
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (2 if exc.code else 0)
+    except Exception as exc:
+        message = _hydra_error_message(exc)
+        if message is None:
+            raise
+        print(f"conclave: {message}", file=sys.stderr)
+        return 2
+    return worst_exit()
+
+
+def resume(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="conclave eval resume", description="Continue an interrupted run.")
+    parser.add_argument("run_id")
+    args = parser.parse_args(argv)
+    from conclave.eval import store
+    from conclave.home import default_home
+
+    run = store.read_run(default_home(), args.run_id)
+    if run.get("status") == "complete":
+        print(f"conclave eval: run {args.run_id} is complete; nothing to resume "
+              f"(conclave eval report {args.run_id})", file=sys.stderr)
+        return 0
+    kept = [o for o in run.get("overrides") or [] if not o.startswith("eval.run_id=")]
+    return run_task([], [*kept, f"eval.run_id={args.run_id}"])
+
+
+def report(argv: list[str]) -> int:
+    from conclave.eval.report import FORMATS, render, render_sweep
+
+    parser = argparse.ArgumentParser(prog="conclave eval report", description="Report an evaluation run or sweep.")
+    parser.add_argument("run", help="a run id, a sweep id, or 'latest'")
+    parser.add_argument("--format", default="markdown")
+    args = parser.parse_args(argv)
+    if args.format not in FORMATS:
+        raise UsageError(f"--format: {args.format!r} is not one of: {', '.join(FORMATS)}")
+    from conclave.eval import store
+    from conclave.home import default_home
+
+    home = default_home()
+    ids = store.run_ids(home)
+    target = args.run
+    if target == "latest":
+        if not ids:
+            raise UsageError(f"no eval runs under {store.eval_dir(home)}")
+        target = max(ids, key=lambda r: str(store.read_run(home, r).get("started_at")))
+    if target in ids:
+        run = store.read_run(home, target)
+        sys.stdout.write(render(run, _ordered(store.read_items(home, target)), args.format))
+        return 0
+    runs: list[dict[str, Any]] = [r for r in (store.read_run(home, i) for i in ids) if r.get("sweep_id") == target]
+    if not runs:
+        store.read_run(home, target)  # raises the one-line "not found" error listing known runs
+    sys.stdout.write(render_sweep(target, runs, args.format))
+    return 0
+
+
+def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in natural item-id order ("arith-0-2" before "arith-0-10"), whatever order they finished in."""
+    import re
+
+    def key(row: dict[str, Any]) -> list[Any]:
+        return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+                for part in re.split(r"(\d+)", str(row["item_id"])) if part]
+
+    return sorted(rows, key=key)

@@ -1,0 +1,155 @@
+"""Evaluation items: a JSONL set ``{id, question, answer, choices?, kind}`` or a built-in generator.
+
+Generators are seeded and offline: ``arithmetic`` (Du et al. 2023: ``a+b*c+d-e*f`` with integers below 30) and
+``gym:<task>`` (a procedural task of the ``reasoning-gym`` package, installed with ``conclave[eval]``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from conclave.errors import UsageError
+
+Kind = Literal["exact", "numeric", "choice", "yes_no"]
+KINDS: tuple[str, ...] = ("exact", "numeric", "choice", "yes_no")
+GENERATORS = ("arithmetic", "gym:<task>")
+#: reasoning-gym tasks known to give short, exactly scorable answers (any other gym task may be named too)
+GYM_TASKS = ("basic_arithmetic", "chain_sum", "leg_counting", "gcd", "word_sorting")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One question with its known answer; ``kind`` says how an answer is scored (:mod:`conclave.eval.scoring`)."""
+
+    id: str
+    question: str
+    answer: str
+    kind: Kind = "exact"
+    choices: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if not self.choices:
+            data.pop("choices")
+        return data
+
+
+def load_set(spec: str, *, n: int, seed: int) -> list[Item]:
+    """The items of ``spec``: a ``.jsonl`` file (its first ``n`` items; ``n=0`` = all) or a generator (``n`` items
+    from ``seed``). Raises :class:`UsageError` naming what is wrong."""
+    if spec == "arithmetic":
+        return arithmetic(n or 20, seed)
+    if spec.startswith("gym:"):
+        return reasoning_gym(spec[4:], n or 20, seed)
+    path = Path(spec).expanduser()
+    if path.suffix == ".jsonl" or path.exists():
+        items = read_jsonl(path)
+        return items[:n] if n else items
+    raise UsageError(f"eval set {spec!r}: not a .jsonl file nor a generator; allowed: a path to a .jsonl file, "
+                     f"{', '.join(GENERATORS)} (gym tasks such as {', '.join(GYM_TASKS)})")
+
+
+def read_jsonl(path: Path) -> list[Item]:
+    """Parse and check a JSONL set; the first bad line is reported with its number and the key at fault."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"eval set {str(path)!r}: {exc.strerror or exc}") from None
+    items: list[Item] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path.name}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+        item = item_from_dict(data, where)
+        if item.id in seen:
+            raise UsageError(f"{where}: id: {item.id!r} is used twice; every item needs its own id")
+        seen.add(item.id)
+        items.append(item)
+    if not items:
+        raise UsageError(f"eval set {str(path)!r}: no items")
+    return items
+
+
+def item_from_dict(data: Any, where: str) -> Item:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: an item is a JSON object with keys id, question, answer, kind, choices")
+    unknown = sorted(set(data) - {"id", "question", "answer", "kind", "choices"})
+    if unknown:
+        raise UsageError(f"{where}: {unknown[0]}: unknown key; allowed: id, question, answer, kind, choices")
+    for key in ("id", "question", "answer"):
+        value = data.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and key != "question":
+            value = str(value)
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"{where}: {key}: required, a non-empty string")
+    kind = data.get("kind", "exact")
+    if kind not in KINDS:
+        raise UsageError(f"{where}: kind: {kind!r} is not one of: {', '.join(KINDS)}")
+    choices = data.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, str) and c.strip() for c in choices):
+        raise UsageError(f"{where}: choices: a list of non-empty strings")
+    if kind == "choice" and len(choices) < 2:
+        raise UsageError(f"{where}: choices: kind 'choice' needs at least 2 choices")
+    answer = str(data["answer"]).strip()
+    if kind == "choice" and _choice_index(answer, choices) is None:
+        raise UsageError(f"{where}: answer: {answer!r} is neither a choice letter nor one of the choices")
+    if kind == "yes_no" and answer.lower() not in ("yes", "no"):
+        raise UsageError(f"{where}: answer: kind 'yes_no' needs 'yes' or 'no', got {answer!r}")
+    if kind == "numeric":
+        try:
+            float(answer.replace(",", ""))
+        except ValueError:
+            raise UsageError(f"{where}: answer: kind 'numeric' needs a number, got {answer!r}") from None
+    return Item(id=str(data["id"]).strip(), question=data["question"], answer=answer, kind=kind, choices=choices)
+
+
+def _choice_index(answer: str, choices: list[str]) -> int | None:
+    from conclave.eval.scoring import choice_index
+
+    return choice_index(answer, choices)
+
+
+def arithmetic(n: int, seed: int) -> list[Item]:
+    """Du et al.'s arithmetic items ``a+b*c+d-e*f``, six integers drawn uniformly from 0..29 (seeded)."""
+    rng = random.Random(f"arithmetic:{seed}")
+    items = []
+    for i in range(n):
+        a, b, c, d, e, f = (rng.randrange(30) for _ in range(6))
+        question = (f"What is the result of {a}+{b}*{c}+{d}-{e}*{f}? "
+                    "Give the final answer as a single integer.")
+        items.append(Item(id=f"arith-{seed}-{i}", question=question, answer=str(a + b * c + d - e * f),
+                          kind="numeric"))
+    return items
+
+
+def reasoning_gym(task: str, n: int, seed: int) -> list[Item]:
+    """``n`` items of reasoning-gym's ``task`` (procedural, offline). Answers that parse as numbers are scored as
+    numbers, others exactly."""
+    try:
+        import reasoning_gym as gym
+    except ImportError:
+        raise UsageError("eval set 'gym:…' needs reasoning-gym: pip install 'conclave[eval]'") from None
+    try:
+        dataset = gym.create_dataset(task, size=n, seed=seed)
+    except Exception as exc:
+        raise UsageError(f"eval set 'gym:{task}': {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
+                         f"(tasks that score well: {', '.join(GYM_TASKS)})") from None
+    items = []
+    for i, entry in enumerate(dataset):
+        answer = str(entry["answer"]).strip()
+        try:
+            float(answer.replace(",", ""))
+            kind: Kind = "numeric"
+        except ValueError:
+            kind = "exact"
+        items.append(Item(id=f"gym-{task}-{seed}-{i}", question=str(entry["question"]), answer=answer, kind=kind))
+    return items

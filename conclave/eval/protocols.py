@@ -1,0 +1,190 @@
+"""Protocols read from one ``mode=answer`` consultation, so all of them share the same round-1 answers.
+
+=========  ====================================================  =======================================
+protocol   answer                                                what it costs (tokens, dollars, wall)
+=========  ====================================================  =======================================
+single     one agent's round-1 ``final_answer``                  that agent's round-1 call
+vote       the most common round-1 answer (self-consistency)     round 1
+judge      the round-2 synthesis' ``final_answer``               rounds 1 and 2 (a ``rounds=2`` run)
+debate     the verdict's ``final_answer`` (derived from round 2  every round the consultation ran
+           when it stopped early)
+=========  ====================================================  =======================================
+
+A vote counts canonical answers (:func:`conclave.eval.scoring.canonical`); a tie goes to the tied answer of the
+agent listed first in the panel. A protocol with no answer (the consultation stopped before it) is wrong.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conclave import events as ev
+from conclave.eval.items import Item
+from conclave.eval.scoring import canonical, is_correct
+
+PROTOCOLS = ("single", "vote", "judge", "debate")
+#: the rounds each protocol's cost and wall time cover (single: one agent's round-1 call only)
+PROTOCOL_ROUNDS = {"single": (1,), "vote": (1,), "judge": (1, 2), "debate": (1, 2, 3, 4)}
+
+
+class Capture:
+    """An event subscriber keeping what scoring needs: per-round and per-agent totals of one consultation."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[int, dict[str, Any]] = {}
+        self.agents: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def __call__(self, event: ev.Event) -> None:
+        if event.type == ev.ROUND_COMPLETED:
+            self.rounds[int(event.data["round_number"])] = dict(event.data)
+        elif event.type == ev.AGENT_COMPLETED:
+            key = (int(event.data["round_number"]), str(event.data["agent"]))
+            self.agents[key] = dict(event.data)
+
+
+@dataclass
+class Outcome:
+    """One protocol's result on one item."""
+
+    answer: str | None
+    correct: bool
+    confidence: float | None
+    cost: float | None
+    tokens: int
+    wall_s: float
+
+
+@dataclass
+class ItemResult:
+    """Everything measured on one item: the protocols, the answers of every round, flips, agreement."""
+
+    item: Item
+    consultation_id: str
+    status: str
+    protocols: dict[str, Outcome]
+    round_1: dict[str, str | None] = field(default_factory=dict)  # agent -> final_answer
+    round_3: dict[str, str | None] = field(default_factory=dict)
+    agreement: float = 0.0  # share of the answering round-1 agents that gave the most common answer
+    agreement_confidence: float | None = None  # the same share, as a confidence in the vote's answer
+    oracle: bool = False  # some round-1 agent was right
+    right_to_wrong: int = 0  # agents right in round 1 and wrong in round 3
+    wrong_to_right: int = 0
+    early_terminated: bool = False
+    rounds_completed: int = 0
+
+    @property
+    def oracle_gap(self) -> bool:
+        """The right answer was on the table in round 1, and the debate's final answer is wrong."""
+        return self.oracle and not self.protocols["debate"].correct
+
+    def as_row(self) -> dict[str, Any]:
+        """The ``eval_items`` row (without the run id)."""
+        row: dict[str, Any] = {
+            "item_id": self.item.id, "consultation_id": self.consultation_id, "status": self.status,
+            "kind": self.item.kind, "question": self.item.question, "expected": self.item.answer,
+            "agreement": round(self.agreement, 4), "oracle": int(self.oracle), "oracle_gap": int(self.oracle_gap),
+            "right_to_wrong": self.right_to_wrong, "wrong_to_right": self.wrong_to_right,
+            "early_terminated": int(self.early_terminated), "rounds_completed": self.rounds_completed,
+            "agreement_confidence": self.agreement_confidence,
+        }
+        for name, outcome in self.protocols.items():
+            row[f"{name}_answer"] = outcome.answer
+            row[f"{name}_correct"] = int(outcome.correct)
+            row[f"{name}_confidence"] = outcome.confidence
+            row[f"{name}_cost"] = outcome.cost
+            row[f"{name}_tokens"] = outcome.tokens
+            row[f"{name}_wall_s"] = round(outcome.wall_s, 4)
+        row["answers"] = {"round_1": self.round_1, "round_3": self.round_3}
+        return row
+
+
+def majority(answers: Sequence[tuple[str, str | None]], kind: str, choices: list[str]) -> tuple[str | None, float]:
+    """The vote over ``(agent, answer)`` in panel order: (winning raw answer, share of answering agents behind it)."""
+    readable = [(agent, raw, canonical(raw, kind, choices)) for agent, raw in answers]
+    counted = [(agent, raw, form) for agent, raw, form in readable if form is not None]
+    if not counted:
+        return None, 0.0
+    tally = Counter(form for _, _, form in counted)
+    top = max(tally.values())
+    for _, raw, form in counted:  # panel order breaks ties
+        if tally[form] == top:
+            return raw, top / len([a for a in answers if a[1] is not None])
+    return None, 0.0  # unreachable
+
+
+def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: Sequence[str],
+          single_agent: str) -> ItemResult:
+    """Score every protocol of one consultation's ``result`` (its result JSON) on ``item``."""
+    arts = result.get("artifacts") or {}
+    round_1 = {a: _answer(arts.get("round_1", {}).get(a)) for a in agent_order if a in arts.get("round_1", {})}
+    round_3 = {a: _answer(r) for a, r in (arts.get("round_3_replies") or {}).items()}
+    synthesis = arts.get("round_2")
+    verdict = result.get("verdict")
+    completed = int(result.get("completed_rounds") or 0)
+
+    def cost_of(rounds: Sequence[int]) -> tuple[float | None, int, float]:
+        cost: float | None = 0.0
+        tokens, wall = 0, 0.0
+        for n in rounds:
+            data = capture.rounds.get(n)
+            if data is None:
+                continue
+            cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+            tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+            wall += float(data.get("duration_s") or 0.0)
+        return cost, tokens, wall
+
+    protocols: dict[str, Outcome] = {}
+    first = capture.agents.get((1, single_agent), {})
+    single_answer = round_1.get(single_agent)
+    r1_single = (arts.get("round_1") or {}).get(single_agent) or {}
+    protocols["single"] = Outcome(
+        single_answer, is_correct(single_answer, item), _confidence(r1_single),
+        None if first.get("cost") is None else float(first["cost"]),
+        int(first.get("input_tokens") or 0) + int(first.get("output_tokens") or 0),
+        float(first.get("duration_s") or 0.0),
+    )
+    vote_answer, agreement = majority([(a, round_1[a]) for a in round_1], item.kind, item.choices)
+    protocols["vote"] = Outcome(vote_answer, is_correct(vote_answer, item), agreement if vote_answer else None,
+                                *cost_of((1,)))
+    judge_answer = _answer(synthesis)
+    protocols["judge"] = Outcome(judge_answer, is_correct(judge_answer, item), _consensus(synthesis),
+                                 *cost_of((1, 2)))
+    debate_answer = _answer(verdict) if result.get("status") in ("complete", "completed_degraded") else None
+    protocols["debate"] = Outcome(debate_answer, is_correct(debate_answer, item), _confidence(verdict),
+                                  *cost_of((1, 2, 3, 4)))
+
+    right_1 = {a: is_correct(ans, item) for a, ans in round_1.items()}
+    flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))
+    flips_wr = sum(1 for a, ans in round_3.items() if a in right_1 and not right_1[a] and is_correct(ans, item))
+    early = bool((result.get("early_termination") or {}).get("accepted"))
+    return ItemResult(
+        item=item, consultation_id=str(result.get("consultation_id")), status=str(result.get("status")),
+        protocols=protocols, round_1=round_1, round_3=round_3, agreement=agreement,
+        agreement_confidence=agreement if vote_answer else None, oracle=any(right_1.values()),
+        right_to_wrong=flips_rw, wrong_to_right=flips_wr, early_terminated=early, rounds_completed=completed,
+    )
+
+
+def _answer(artifact: Mapping[str, Any] | None) -> str | None:
+    if not isinstance(artifact, Mapping):
+        return None
+    value = artifact.get("final_answer")
+    return str(value).strip() if isinstance(value, str | int | float) and str(value).strip() else None
+
+
+def _confidence(artifact: Mapping[str, Any] | None) -> float | None:
+    if not isinstance(artifact, Mapping) or not isinstance(artifact.get("confidence"), int | float):
+        return None
+    return float(artifact["confidence"])
+
+
+def _consensus(synthesis: Mapping[str, Any] | None) -> float | None:
+    if not isinstance(synthesis, Mapping):
+        return None
+    from conclave.engine.strategy import consensus_confidence
+
+    return round(consensus_confidence(synthesis), 4)

@@ -1,0 +1,212 @@
+"""The report of an evaluation run (or of a sweep's runs) as Markdown, JSON or a self-contained HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from conclave.eval.protocols import PROTOCOLS
+
+LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
+          "debate": "full debate (rounds=4)"}
+FORMATS = ("markdown", "json", "html")
+
+
+def render(run: dict[str, Any], rows: Sequence[dict[str, Any]], fmt: str) -> str:
+    summary = run.get("summary") or {}
+    if fmt == "json":
+        return json.dumps({"run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary,
+                           "items": list(rows)}, ensure_ascii=False, indent=2) + "\n"
+    if fmt == "html":
+        return _html(run, summary, rows)
+    return _markdown(run, summary)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.4f}"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
+    lines = [f"# Evaluation {run['run_id']} · {run.get('set_spec')} · {summary.get('items', 0)} item(s)", ""]
+    if run.get("local_panel"):
+        lines += ["> Offline panel on the local model: a 270M model's accuracy is not evidence about debate; this "
+                  "run only shows the harness working.", ""]
+    if run.get("status") != "complete":
+        lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
+    lines += [f"**{summary.get('verdict_line', '')}**", ""]
+    lines += _protocol_table(summary)
+    flips, oracle, agreement = summary.get("flips", {}), summary.get("oracle", {}), summary.get("agreement", {})
+    lines += ["", "## Paired comparisons (McNemar exact test)", "",
+              "| comparison | Δ accuracy | A right, B wrong | A wrong, B right | p | cost ratio |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for c in (summary.get("comparisons") or {}).values():
+        a, b = c["a"], c["b"]
+        ratio = "—" if c.get("cost_ratio") is None else f"{c['cost_ratio']:.1f}×"
+        lines.append(f"| {b} vs {a} | {c['delta_pp']:+.1f} pp | {c[f'{a}_right_{b}_wrong']} | "
+                     f"{c[f'{a}_wrong_{b}_right']} | {c['p']:.3g} | {ratio} |" if c["delta_pp"] is not None else
+                     f"| {b} vs {a} | — | — | — | — | — |")
+    lines += ["", "## Flips and the oracle", "",
+              f"- Agents right in round 1 and wrong after cross-examination (round 3): "
+              f"**{flips.get('agent_right_to_wrong', 0)}** (on {flips.get('items_with_right_to_wrong', 0)} item(s)); "
+              f"wrong → right: **{flips.get('agent_wrong_to_right', 0)}**.",
+              f"- Vote right, debate wrong: {flips.get('vote_right_debate_wrong', 0)}; vote wrong, debate right: "
+              f"{flips.get('vote_wrong_debate_right', 0)}.",
+              f"- Oracle (some round-1 answer right): {oracle.get('items_with_a_right_round_1_answer', 0)} item(s), "
+              f"{_pct(oracle.get('oracle_accuracy'))}; **oracle gap** (right answer present in round 1, final answer "
+              f"wrong): **{oracle.get('oracle_gap', 0)}**.",
+              f"- Round-1 agreement: mean {_pct(agreement.get('mean'))}; unanimous on "
+              f"{agreement.get('unanimous_items', 0)} item(s). Early termination after round 2: "
+              f"{summary.get('early_terminated', 0)} item(s).", ""]
+    lines += ["## Calibration", "",
+              "| confidence | n | mean | min | s.d. | Brier | ECE |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, cal in (summary.get("calibration") or {}).items():
+        lines.append(f"| {name} | {cal['n']} | {_num(cal['mean_confidence'])} | {_num(cal['min_confidence'])} | "
+                     f"{_num(cal['sd_confidence'])} | {_num(cal['brier'])} | {_num(cal['ece'])} |")
+    lines += ["", "Self-reported confidence (verdict, single agent) is known to saturate; the agreement confidence "
+              "is the share of round-1 agents behind the vote's answer.", ""]
+    for name in ("verdict", "agreement"):
+        table = (summary.get("calibration") or {}).get(name, {}).get("reliability") or []
+        if table:
+            lines += [f"Reliability ({name}):", "", "| bin | items | mean confidence | accuracy |",
+                      "|---|---:|---:|---:|"]
+            lines += [f"| {r['bin']} | {r['count']} | {_num(r['mean_confidence'])} | {_pct(r['accuracy'])} |"
+                      for r in table]
+            lines.append("")
+    lines.append(f"Browse: `conclave browse` (tables eval_runs, eval_items) · report: "
+                 f"`conclave eval report {run['run_id']} --format html`")
+    return "\n".join(lines) + "\n"
+
+
+def _protocol_table(summary: dict[str, Any]) -> list[str]:
+    lines = ["| protocol | accuracy | 95% CI (Wilson) | exact CI | cost | tokens | wall s |",
+             "|---|---:|---|---|---:|---:|---:|"]
+    for name in PROTOCOLS:
+        p = (summary.get("protocols") or {}).get(name)
+        if not p:
+            continue
+        lines.append(f"| {LABELS[name]} | {p['correct']}/{p['n']} = {_pct(p['accuracy'])} | "
+                     f"{_pct(p['ci_low'])}–{_pct(p['ci_high'])} | {_pct(p['exact_ci_low'])}–{_pct(p['exact_ci_high'])}"
+                     f" | {_money(p['cost'])} | {p['tokens']:,} | {p['wall_s']:.1f} |")
+    return lines
+
+
+def swept_keys(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The override keys whose values differ between ``runs`` (what a sweep swept)."""
+    values: dict[str, set[str]] = {}
+    for run in runs:
+        for override in run.get("overrides") or []:
+            key, _, value = str(override).partition("=")
+            values.setdefault(key, set()).add(value)
+    keys = [k for k, v in values.items() if len(v) > 1 or any(k not in _keys(r) for r in runs)]
+    return sorted(keys)
+
+
+def _keys(run: dict[str, Any]) -> set[str]:
+    return {str(o).partition("=")[0] for o in run.get("overrides") or []}
+
+
+def swept_values(run: dict[str, Any], keys: Sequence[str]) -> dict[str, str]:
+    found = {str(o).partition("=")[0]: str(o).partition("=")[2] for o in run.get("overrides") or []}
+    return {k: found.get(k, "(default)") for k in keys}
+
+
+def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str:
+    """One row per run of a sweep, grouped (sorted) by the swept values."""
+    keys = swept_keys(runs)
+    ordered = sorted(runs, key=lambda r: tuple(swept_values(r, keys).values()))
+    if fmt == "json":
+        return json.dumps({"sweep_id": sweep_id, "swept": keys, "runs": [
+            {"run_id": r["run_id"], "swept": swept_values(r, keys), "status": r.get("status"),
+             "summary": r.get("summary")} for r in ordered]}, ensure_ascii=False, indent=2) + "\n"
+    head = " | ".join(keys) or "run"
+    lines = [f"# Sweep {sweep_id} · {len(runs)} run(s) · swept: {', '.join(keys) or 'nothing'}", "",
+             f"| {head} | items | single | vote | judge | debate | debate cost | debate vs vote |",
+             "|" + "---|" * (len(keys) or 1) + "---:|---:|---:|---:|---:|---:|---|"]
+    for run in ordered:
+        s = run.get("summary") or {}
+        p = s.get("protocols") or {}
+        cells = " | ".join(swept_values(run, keys).values()) or run["run_id"]
+        accs = " | ".join(_pct((p.get(name) or {}).get("accuracy")) for name in PROTOCOLS)
+        line = str(s.get("verdict_line", "")).removeprefix("debate vs vote: ")
+        lines.append(f"| {cells} | {s.get('items', 0)} | {accs} | {_money((p.get('debate') or {}).get('cost'))} | "
+                     f"{line} |")
+    if fmt == "html":
+        return _page(f"Sweep {sweep_id}", "<pre>" + html.escape("\n".join(lines)) + "</pre>")
+    return "\n".join(lines) + "\n"
+
+
+def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
+            f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
+    if run.get("local_panel"):
+        body.append("<p class=warn>Offline panel on the local model: a 270M model's accuracy is not evidence about "
+                    "debate.</p>")
+    body.append("<table><tr><th>protocol</th><th>accuracy</th><th>95% CI</th><th>cost</th><th>tokens</th></tr>")
+    for name in PROTOCOLS:
+        p = (summary.get("protocols") or {}).get(name)
+        if p:
+            body.append(f"<tr><td>{LABELS[name]}</td><td>{_pct(p['accuracy'])}</td><td>{_pct(p['ci_low'])}–"
+                        f"{_pct(p['ci_high'])}</td><td>{_money(p['cost'])}</td><td>{p['tokens']:,}</td></tr>")
+    body.append("</table>")
+    body.append(accuracy_cost_chart(summary))
+    body.append("<h2>Items</h2><table><tr><th>item</th><th>expected</th>"
+                + "".join(f"<th>{p}</th>" for p in PROTOCOLS) + "<th>agreement</th><th>flips r→w</th></tr>")
+    for r in rows:
+        cells = "".join(f"<td class={'ok' if r.get(f'{p}_correct') else 'bad'}>"
+                        f"{html.escape(str(r.get(f'{p}_answer') or '—'))}</td>" for p in PROTOCOLS)
+        body.append(f"<tr><td>{html.escape(str(r['item_id']))}</td><td>{html.escape(str(r.get('expected')))}</td>"
+                    f"{cells}<td>{_pct(r.get('agreement'))}</td><td>{r.get('right_to_wrong', 0)}</td></tr>")
+    body.append("</table>")
+    body.append("<h2>Full report</h2><pre>" + html.escape(_markdown(run, summary)) + "</pre>")
+    return _page(f"Evaluation {run['run_id']}", "\n".join(body))
+
+
+def accuracy_cost_chart(summary: dict[str, Any], width: int = 520, height: int = 300) -> str:
+    """An inline SVG: accuracy (with its 95% interval) against tokens per protocol (tokens: known even when a
+    price is not)."""
+    points = [(name, p) for name, p in (summary.get("protocols") or {}).items() if p.get("accuracy") is not None]
+    if not points:
+        return ""
+    most = max(p["tokens"] for _, p in points) or 1
+    pad = 50
+
+    def x(tokens: float) -> float:
+        return pad + (width - 2 * pad) * tokens / most
+
+    def y(value: float) -> float:
+        return height - pad - (height - 2 * pad) * value
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="accuracy against tokens per protocol">',
+             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#333"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>',
+             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">tokens (total)</text>',
+             f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
+             f'accuracy</text>']
+    for name, p in points:
+        cx, cy = x(p["tokens"]), y(p["accuracy"])
+        parts.append(f'<line x1="{cx:.1f}" y1="{y(p["ci_low"]):.1f}" x2="{cx:.1f}" y2="{y(p["ci_high"]):.1f}" '
+                     f'stroke="#888"/>')
+        parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="#2a6"><title>{name}: '
+                     f'{_pct(p["accuracy"])}, {p["tokens"]} tokens</title></circle>')
+        parts.append(f'<text x="{cx + 8:.1f}" y="{cy - 6:.1f}">{name}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _page(title: str, body: str) -> str:
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:.2em .5em}.ok{background:#e6f4ea}.bad{background:#fce8e6}"
+             ".warn{color:#a50}")
+    return (f"<!doctype html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>\n{body}\n</body></html>\n")

@@ -1,0 +1,271 @@
+"""Run an evaluation: one ``mode=answer`` consultation per item, every protocol scored from it, rows stored as
+items finish. The whole run is estimated first and goes through the cost gate once; a run resumed with its id
+skips every item already finished (nothing finished is paid twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from conclave.config import Settings
+from conclave.errors import ConfigError, UsageError
+from conclave.eval import store
+from conclave.eval.items import Item, load_set
+from conclave.eval.protocols import Capture, ItemResult, score
+from conclave.eval.summary import run_columns, summarise
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
+
+
+class EvalOptions(BaseModel):
+    """The ``eval.*`` keys of ``conclave eval`` (Hydra overrides, sweepable like any other key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    set: Annotated[str, Field(min_length=1)] = "arithmetic"
+    n: Annotated[int, Field(ge=0)] | None = None  # items; null = 20 (3 on the offline local panel); 0 = whole set
+    seed: int = 0
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 4  # items in flight at once in this process
+    run_id: str | None = None  # resume this run (or name a new one)
+    sweep_id: str | None = None  # set by `conclave eval -m`: the runs of one sweep
+    single_agent: str | None = None  # the agent scored as "single"; null = the first agent of the panel
+    #: on resume, run again the items whose consultation failed (they are paid again); by default they stay as
+    #: they are, counted wrong for the protocols they never reached
+    retry_failed: bool = False
+    #: what the task returns to a Hydra sweeper (hydra/sweeper=optuna): <protocol>_accuracy or
+    #: <protocol>_accuracy_per_dollar; null = the exit code
+    objective: Annotated[str, Field(pattern=r"^(single|vote|judge|debate)_accuracy(_per_dollar)?$")] | None = None
+    #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
+    overrides: list[str] = Field(default_factory=list)
+
+
+def options_from(data: dict[str, Any]) -> EvalOptions:
+    try:
+        return EvalOptions.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = "eval." + ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(EvalOptions.model_fields)
+            raise ConfigError([f"{key}: unknown key; allowed: {allowed}"]) from None
+        raise ConfigError([f"{key}: {err['msg'][0].lower() + err['msg'][1:]} (got {err.get('input')!r})"]) from None
+
+
+@dataclass
+class EvalRun:
+    """What one evaluation run needs: its validated base settings, options and items."""
+
+    settings: Settings
+    options: EvalOptions
+    items: list[Item]
+    run_id: str
+    local_panel: bool = False
+    summary: dict[str, Any] | None = None  # set when the run ends
+
+
+def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
+    """Check the configuration for an evaluation and load the items (raises a one-line error)."""
+    if settings.mode.strategy != "answer":
+        raise ConfigError([f"mode: conclave eval scores final answers, which only mode=answer gives "
+                           f"(got mode={settings.mode.strategy})"])
+    single = options.single_agent or next(iter(settings.agents))
+    if single not in settings.agents:
+        raise ConfigError([f"eval.single_agent: {single!r} is not on the panel; allowed: {', '.join(settings.agents)}"])
+    local = all(a.provider == "local" for a in settings.agents.values())
+    n = options.n if options.n is not None else (DEFAULT_ITEMS_LOCAL if local else DEFAULT_ITEMS)
+    items = load_set(options.set, n=n, seed=options.seed)
+    run_id = store.check_run_id(options.run_id) if options.run_id else new_run_id()
+    return EvalRun(settings, options.model_copy(update={"single_agent": single, "n": n}), items, run_id, local)
+
+
+def objective(evaluation: EvalRun) -> float:
+    """The value ``eval.objective`` names, from the finished run (accuracy per dollar: accuracy ÷ cost per item;
+    0 when the cost is unknown or nothing was spent, so a sweeper never prefers a run it cannot price)."""
+    name = evaluation.options.objective or ""
+    protocol, _, rest = name.partition("_accuracy")
+    figures = ((evaluation.summary or {}).get("protocols") or {}).get(protocol) or {}
+    accuracy = float(figures.get("accuracy") or 0.0)
+    if not rest:
+        return accuracy
+    per_item = figures.get("cost_per_item")
+    return accuracy / per_item if per_item else 0.0
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("ev-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def run(evaluation: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = False, out: TextIO | None = None,
+        err: TextIO | None = None) -> int:
+    """Run (or resume) the evaluation to its end and print its report (``quiet``: only its verdict line, on
+    stderr — a sweep prints one report for all its runs); the exit code."""
+    try:
+        return asyncio.run(run_async(evaluation, plugins, interaction, quiet=quiet, out=out, err=err))
+    except KeyboardInterrupt:
+        print(f"conclave eval: interrupted; finished items are saved — resume with: conclave eval resume "
+              f"{evaluation.run_id}", file=err or sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = False, out: TextIO | None = None,
+                    err: TextIO | None = None) -> int:
+    """:func:`run` inside a running event loop."""
+    out, err = out or sys.stdout, err or sys.stderr
+    from conclave.engine.consent import decide_consent
+    from conclave.engine.ids import config_hash, config_snapshot
+    from conclave.store.recorder import Recorder
+
+    home = ev.settings.home
+    run = _load_or_start(ev)
+    done = {row["item_id"]: row for row in store.read_items(home, ev.run_id)
+            if not ev.options.retry_failed or row.get("status") in ("complete", "completed_degraded")}
+    todo = [item for item in ev.items if item.id not in done]
+    if ev.local_panel:
+        print("conclave eval: offline panel on the local model — a 270M model's accuracy is not evidence about "
+              "debate; it only shows the harness working. Set a provider key for a real evaluation.", file=err)
+    estimate = await estimate_run(ev.settings, todo, plugins)
+    total = estimate.total
+    shown = "unknown (a model has no price)" if total is None else f"${total:.4f}"
+    print(f"conclave eval: run {ev.run_id}: {len(todo)} of {len(ev.items)} item(s) to run "
+          f"({len(done)} already finished); estimated cost {shown} for {len(estimate.calls)} planned call(s)",
+          file=err)
+    consent = decide_consent(estimate, ev.settings, interaction)
+    if not consent.approved:
+        print(f"conclave eval: run not started: {consent.reason}", file=err)
+        return EXIT_FAILED
+    snapshot = config_snapshot(ev.settings, "")
+    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel)
+    store.write_run(home, run)
+    store.index_run(home, run)
+
+    # Every item's consultation was approved as part of the whole run's estimate.
+    cost = ev.settings.cost.model_copy(update={"auto_approve": True})
+    base = ev.settings.model_copy(update={"cost": cost})
+    recorder = Recorder(home)
+    semaphore = asyncio.Semaphore(ev.options.concurrency)
+    finished = len(done)
+    started = time.monotonic()
+    order = list(ev.settings.agents)
+    single = ev.options.single_agent or order[0]
+
+    async def one(item: Item) -> None:
+        nonlocal finished
+        async with semaphore:
+            result = await run_item(item, base, plugins, recorder, order, single)
+        row = result.as_row()
+        store.append_item(home, ev.run_id, row)
+        try:
+            store.index_item(home, ev.run_id, row)
+        except Exception as exc:  # the file is the truth; `conclave index rebuild` repairs the index
+            print(f"conclave eval: warning: index write failed ({exc}); rows are safe in {store.eval_dir(home)}",
+                  file=err)
+        done[item.id] = row
+        finished += 1
+        marks = " ".join(f"{p} {'✓' if o.correct else '✗'}" for p, o in result.protocols.items())
+        print(f"  [{finished}/{len(ev.items)}] {item.id}: {marks}  ({result.status})", file=err, flush=True)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for item in todo:
+                group.create_task(one(item))
+    finally:
+        recorder.close()
+        rows = [done[i.id] for i in ev.items if i.id in done]
+        complete = len(rows) == len(ev.items)
+        summary = ev.summary = summarise(rows)
+        run.update(status="complete" if complete else "interrupted",
+                   completed_at=_now() if complete else None,
+                   wall_s=round(float(run.get("wall_s") or 0.0) + time.monotonic() - started, 3),
+                   summary=summary, **run_columns(summary))
+        run["total_cost"] = summary["protocols"]["debate"]["cost"]
+        run["total_tokens"] = summary["protocols"]["debate"]["tokens"]
+        store.write_run(home, run)
+        try:
+            store.index_run(home, run)
+        except Exception as exc:
+            print(f"conclave eval: warning: index write failed ({exc})", file=err)
+    from conclave.eval.report import render
+
+    if quiet:
+        print(f"conclave eval: run {ev.run_id} ({len(rows)} item(s)): {summary['verdict_line']}", file=err)
+    else:
+        out.write(render(run, rows, "json" if ev.settings.output.format == "json" else "markdown"))
+        out.flush()
+    return EXIT_OK if summary["failed_items"] == 0 else EXIT_FAILED
+
+
+async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, order: Sequence[str],
+                   single: str) -> ItemResult:
+    """One consultation on ``item``, journaled and indexed like any other, scored for every protocol."""
+    from conclave.engine.interaction import Interaction
+    from conclave.engine.runner import Consultation
+
+    capture = Capture()
+    consultation = Consultation(
+        settings.model_copy(update={"question": item.question}), plugins=plugins,
+        interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
+    )
+    result = await consultation.run()
+    return score(item, result.as_dict(), capture, order, single)
+
+
+async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any) -> Any:
+    """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed."""
+    from conclave.engine.cost import CostEstimate, estimate_cost
+    from conclave.engine.labels import JudgeLabels
+    from conclave.engine.session import Session
+    from conclave.events import EventBus
+    from conclave.providers.pool import ProviderPool
+
+    strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
+    bus = EventBus("eval-estimate")
+    labels = JudgeLabels(settings.agents, 0, None)
+    context = ""
+    if settings.context or settings.project:
+        from conclave.engine.inputs import prepare_inputs
+        from conclave.engine.interaction import Interaction
+
+        context = prepare_inputs(settings, Interaction.non_interactive()).context
+    total = CostEstimate()
+    async with ProviderPool(settings, plugins, bus) as pool:
+        for item in items:
+            session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
+                              labels=labels, question=item.question, context_text=context)
+            total.calls.extend(estimate_cost(session, range(1, settings.planned_rounds + 1)).calls)
+    return total
+
+
+def _load_or_start(ev: EvalRun) -> dict[str, Any]:
+    home = ev.settings.home
+    definition = {"set_spec": ev.options.set, "seed": ev.options.seed, "items": len(ev.items)}
+    if (store.run_dir(home, ev.run_id) / "run.json").is_file():
+        run = store.read_run(home, ev.run_id)
+        for key, value in definition.items():
+            if run.get(key) != value:
+                raise UsageError(f"eval.run_id: run {ev.run_id} was started with {key}={run.get(key)!r}, "
+                                 f"not {value!r}; resume it with its own set (conclave eval resume {ev.run_id})")
+        return run
+    agents = {name: {"persona": a.persona, "provider": a.provider, "model": a.model}
+              for name, a in ev.settings.agents.items()}
+    return {
+        "run_id": ev.run_id, "sweep_id": ev.options.sweep_id, **definition, "status": "starting",
+        "started_at": _now(), "mode": ev.settings.mode.strategy, "panel": agents,
+        "judge": f"{ev.settings.judge.provider}/{ev.settings.judge.model}",
+        "overrides": list(ev.options.overrides),
+        "single_agent": ev.options.single_agent, "n": ev.options.n,
+        "local_panel": ev.local_panel, "rounds": ev.settings.planned_rounds, "pid": os.getpid(),
+    }
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
