@@ -12,7 +12,6 @@ critical path; and the process's peak RSS.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import resource
@@ -22,32 +21,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-MODELS = ("claude-sonnet-4-5", "gpt-4o", "gemini-2.5-pro", "gpt-4.1")
+from fake_process import fake_server_process
+
 QUESTION = "Should the billing service move to event sourcing?"
 CRITICAL_CALLS = 5
-
-
-async def _serve(latency: float, log: str) -> None:
-    from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
-    from conclave.testing.schema_instances import instance_for
-
-    answers: dict[str, Any] = {}
-
-    def answer(request: RecordedRequest) -> Reply:
-        with open(log, "a") as f:
-            f.write(f"{time.time()}\n")
-        key = json.dumps(request.schema, sort_keys=True)
-        if key not in answers:
-            answers[key] = instance_for(request.schema)
-        return Reply(json=answers[key], latency=latency)
-
-    async with FakeProviderServer() as fake:
-        for model in MODELS:
-            fake.script(model, answer)
-        print(json.dumps(fake.overrides()), flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
@@ -73,26 +51,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, nargs="+", default=[0.3, 1.0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        asyncio.run(_serve(float(args.serve[0]), args.serve[1]))
-        return 0
     print("what a user waits for: separate conclave CLI processes, 3 agents + judge, 4 rounds, fixed latency L")
     print(f"{'L (s)':>6} {'start→1st request':>18} {'consultation÷CP':>16} {'process÷CP':>11} {'peak RSS':>9}")
     for latency in args.latency:
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "arrivals.log"
-            server = subprocess.Popen([sys.executable, __file__, "--serve", str(latency), str(log)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            try:
-                assert server.stdout is not None
-                overrides = json.loads(server.stdout.readline())
+            with fake_server_process(latency, str(log)) as overrides:
                 runs = [_run_once(overrides, log, tmp) for _ in range(args.runs)]
-            finally:
-                assert server.stdin is not None
-                server.stdin.close()
-                server.wait(timeout=10)
         critical = CRITICAL_CALLS * latency
 
         def med(key: str, runs: list[dict[str, float]] = runs) -> float:

@@ -14,59 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+
+from fake_process import fake_server_process
 
 CRITICAL_CALLS = {4: 5, 3: 4, 2: 2, 1: 1}  # sequential model calls on the critical path, per planned rounds
 MODELS = ("claude-sonnet-4-5", "gpt-4o", "gemini-2.5-pro", "gpt-4.1")
 QUESTION = "Should the billing service move to event sourcing?"
-
-
-# ------------------------------------------------------------------------------------------- server process
-
-
-async def _serve(latency: float) -> None:
-    from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
-    from conclave.testing.schema_instances import instance_for
-
-    answers: dict[str, Any] = {}
-
-    def answer(request: RecordedRequest) -> Reply:
-        key = json.dumps(request.schema, sort_keys=True)
-        if key not in answers:
-            answers[key] = instance_for(request.schema)
-        return Reply(json=answers[key], latency=latency)
-
-    async with FakeProviderServer() as fake:
-        for model in MODELS:
-            fake.script(model, answer)
-        print(fake.port, flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
-
-
-@contextmanager
-def fake_server_process(latency: float) -> Iterator[list[str]]:
-    """A fake server process answering after ``latency`` s; yields the overrides that point conclave at it."""
-    from conclave.testing.fake_server import FakeProviderServer
-
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(latency)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        port = int(child.stdout.readline())
-        yield FakeProviderServer(port=port).overrides()  # only its addresses are used; this one never starts
-    finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait(timeout=30)
 
 
 # ------------------------------------------------------------------------------------------- measuring
@@ -88,11 +45,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, nargs="+", default=[0.1, 0.3, 0.5])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rounds", type=int, nargs="+", default=[4, 2])
-    parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve is not None:
-        asyncio.run(_serve(args.serve))
-        return
     os.environ.setdefault("CONCLAVE_HOME", tempfile.mkdtemp(prefix="conclave-bench-"))
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
         os.environ.setdefault(var, "bench-key")

@@ -17,35 +17,15 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-MODELS = ("claude-sonnet-4-5", "gpt-4o", "gemini-2.5-pro", "gpt-4.1")
+from fake_process import fake_server_process
+
 QUESTION = "Should the billing service move to event sourcing?"
 TOKEN = "bench-token"
-
-
-async def _serve(latency: float) -> None:
-    from conclave.testing.fake_server import FakeProviderServer, Reply
-    from conclave.testing.schema_instances import instance_for
-
-    answers: dict[str, Any] = {}
-
-    def answer(request: Any) -> Reply:
-        key = json.dumps(request.schema, sort_keys=True)
-        if key not in answers:
-            answers[key] = instance_for(request.schema)
-        return Reply(json=answers[key], latency=latency)
-
-    async with FakeProviderServer() as fake:
-        for model in MODELS:
-            fake.script(model, answer)
-        print(json.dumps(fake.overrides()), flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 async def _view(url: str, out: str) -> None:
@@ -99,23 +79,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--view", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve is not None:
-        asyncio.run(_serve(args.serve))
-        return 0
     if args.view:
         asyncio.run(_view(*args.view))
         return 0
     home = Path(tempfile.mkdtemp(prefix="conclave-live-bench-"))
     os.environ.update({"CONCLAVE_HOME": str(home), "OPENAI_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-ant-bench",
                        "GEMINI_API_KEY": "bench"})
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(args.latency)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        overrides = json.loads(server.stdout.readline())
+    with fake_server_process(args.latency) as overrides:
 
         async def run_all() -> tuple[list[float], list[float], list[float]]:
             await _consult(overrides, home, False)  # warm-up: imports, schemas, tokenizer
@@ -128,10 +100,6 @@ def main() -> int:
             return plain, watched, delays
 
         plain, watched, delays = asyncio.run(run_all())
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=10)
     delays.sort()
     p95 = delays[int(0.95 * (len(delays) - 1))] if delays else float("nan")
     print(f"live view cost, 3 agents + judge, 4 rounds, L = {args.latency} s, {args.runs} runs each")

@@ -124,25 +124,21 @@ class EventBus:
     def publish(self, type_: str, **data: Any) -> Event:
         """Deliver a live-only event (``agent:chunk``) to the non-critical subscribers: it takes no sequence
         number (it carries the last one) and is never journaled — the artifact that follows holds the text."""
-        event = Event(type_, self.consultation_id, self._seq - 1, time.time(), data)
-        for subscriber, critical in self._subscribers:
-            if critical:
-                continue
-            try:
-                subscriber(event)
-            except Exception:
-                log.exception("event subscriber %r failed on %s", subscriber, type_)
-        return event
+        return self._deliver(Event(type_, self.consultation_id, self._seq - 1, time.time(), data), journal=False)
 
     def emit(self, type_: str, **data: Any) -> Event:
         event = Event(type_, self.consultation_id, self._seq, time.time(), data)
         self._seq += 1
+        return self._deliver(event, journal=True)
+
+    def _deliver(self, event: Event, *, journal: bool) -> Event:
         for subscriber, critical in self._subscribers:
             if critical:
-                subscriber(event)
+                if journal:
+                    subscriber(event)
                 continue
             try:
                 subscriber(event)
             except Exception:
-                log.exception("event subscriber %r failed on %s", subscriber, type_)
+                log.exception("event subscriber %r failed on %s", subscriber, event.type)
         return event

@@ -92,10 +92,9 @@ async def test_resume_keeps_round_1_absences(fake_provider_server: FakeProviderS
 # ------------------------------------------------------------------ how a round ends, as resume will read it
 
 
-async def test_a_round_cancelled_mid_flight_is_journaled_as_interrupted_and_not_restored(
-    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path
-) -> None:
-    fake = fake_provider_server
+async def _cancelled_in_round_1(fake: FakeProviderServer, home: Path) -> tuple[Consultation, list[Event]]:
+    """A journaled consultation cancelled (as by Ctrl-C) in round 1 once the architect has answered and the two
+    other agents hang."""
     script_panel(fake)
     asked: set[str] = set()
 
@@ -107,7 +106,7 @@ async def test_a_round_cancelled_mid_flight_is_journaled_as_interrupted_and_not_
         fake.script(AGENT_MODELS[name], hang)
     settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES, "hedging.enabled=false"])
     events: list[Event] = []
-    recorder = Recorder(tmp_path, index=False)
+    recorder = Recorder(home, index=False)
     consultation = Consultation(settings, subscribers=[events.append], recorder=recorder)
     task = asyncio.create_task(consultation.run())
     for _ in range(3000):
@@ -119,6 +118,13 @@ async def test_a_round_cancelled_mid_flight_is_journaled_as_interrupted_and_not_
     with pytest.raises(asyncio.CancelledError):
         await task
     recorder.close()
+    return consultation, events
+
+
+async def test_a_round_cancelled_mid_flight_is_journaled_as_interrupted_and_not_restored(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path
+) -> None:
+    consultation, events = await _cancelled_in_round_1(fake_provider_server, tmp_path)
 
     ends = [(e.type, e.data["round_number"]) for e in events if e.type in (ROUND_COMPLETED, ROUND_INTERRUPTED)]
     assert ends == [(ROUND_INTERRUPTED, 1)]
@@ -137,28 +143,7 @@ async def test_resume_does_not_ask_again_an_agent_that_answered_inside_the_inter
     """Interrupted in round 1 after the architect answered: the resumed run reuses that (paid) answer and asks
     only the two agents that had not answered; the journal still holds all three answers for round 1."""
     fake = fake_provider_server
-    script_panel(fake)
-    asked: set[str] = set()
-
-    def hang(request: RecordedRequest) -> Fault:
-        asked.add(request.model or "")
-        return Fault.hang()
-
-    for name in ("security", "pragmatist"):
-        fake.script(AGENT_MODELS[name], hang)
-    settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES, "hedging.enabled=false"])
-    events: list[Event] = []
-    recorder = Recorder(tmp_path, index=False)
-    consultation = Consultation(settings, subscribers=[events.append], recorder=recorder)
-    task = asyncio.create_task(consultation.run())
-    for _ in range(3000):
-        if len(asked) == 2 and any(e.type == ROUND_ARTIFACT for e in events):
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    recorder.close()
+    consultation, events = await _cancelled_in_round_1(fake, tmp_path)
     architect_answer = next(e.data["artifact"] for e in events if e.type == ROUND_ARTIFACT)
 
     fake.reset()
