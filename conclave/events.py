@@ -78,6 +78,8 @@ PLAN_CHANGED = "plan:changed"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"
+QUALITY_CHECKS = "quality:checks"
+DEBATE_STATE = "quality:debate_state"
 
 
 @dataclass(frozen=True)

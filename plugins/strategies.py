@@ -12,6 +12,7 @@ from typing import Any
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy, consensus_confidence
 from conclave.hookspecs import hookimpl
+from conclave.quality.verification import Question
 
 
 class ConvergeStrategy(Strategy):
@@ -22,6 +23,10 @@ class ConvergeStrategy(Strategy):
     prompt_dir = "prompts/converge"
     plan = (INDEPENDENT, SYNTHESIS, CROSS_EXAM_REPLIES, CROSS_EXAM, VERDICT)
     allows_early_termination = True
+    verification_questions = (
+        Question("CV1", "mode-specific", "One definite recommendation, with the conditions it depends on named?"),
+        Question("CV2", "mode-specific", "Strongest objection to the position answered or conceded?"),
+    )
 
 
 class ExploreStrategy(Strategy):
@@ -39,6 +44,10 @@ class ExploreStrategy(Strategy):
     )
     allows_early_termination = False
     all_rounds_notice = "Explore mode: all rounds will execute"
+    verification_questions = (
+        Question("EX1", "mode-specific", "Opens at least one option beyond the obvious answer?"),
+        Question("EX2", "mode-specific", "States when each option considered is the best choice?"),
+    )
 
     def verdict_from_synthesis(self, synthesis: Mapping[str, Any]) -> dict[str, Any]:
         """A menu built from the synthesis alone: each consensus theme (strongest first), then each agent's

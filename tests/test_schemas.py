@@ -43,6 +43,18 @@ OPTIONAL = {
     ("verdict_explore", "$.properties.recommendations.items.properties.best_when"),
     ("verdict_explore", "$.properties.evidence"),
     ("verdict_explore", "$.properties.dissent"),
+    # the debate-quality fields: optional, so artifacts written before them stay valid
+    ("common", "$.$defs.claims.items.properties.supports"),
+    ("common", "$.$defs.claims.items.properties.opposes"),
+    ("common", "$.$defs.references.items.properties.url"),
+    ("common", "$.$defs.references.items.properties.snippet"),
+    *((name, f"$.properties.{field}")
+      for name in ("independent", "cross_exam_reply", "cross_exam_reply_explore")
+      for field in ("claims", "references", "alternatives", "failure_modes", "uncertainties")),
+    ("cross_exam_reply", "$.properties.retracts"),
+    ("cross_exam_reply_explore", "$.properties.retracts"),
+    ("synthesis", "$.properties.verification"),
+    ("cross_exam", "$.properties.claim_statuses"),
 }
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)
@@ -56,6 +68,7 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     "independent.invalid.confidence_string.json": [("$.confidence", "type", "'number'")],
     "independent.invalid.schema_version_2.json": [("$.schema_version", "const", "'1.0'")],
     "independent.invalid.extra_field.json": [("$", "additionalProperties", "'mood'")],
+    "independent.invalid.claim_label_guess.json": [("$.claims[0].label", "enum", "'GUESS'")],
     "independent.invalid.empty_agent_id.json": [
         ("$.agent_id", "minLength", "should be non-empty"), ("$.agent_id", "pattern", "does not match"),
     ],

@@ -31,6 +31,7 @@ from conclave.engine.session import RoundOutput, Session, prompt_json
 def shared_inputs(session: Session, round_type: RoundType, number: int, *, recipients: int = 1) -> dict[str, str]:
     """The template values every call of this round receives (everything but an agent's own answer)."""
     values = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice()}
+    values.update(session.quality.template_values(session.strategy.template(round_type.template).text))
     for placeholder, source in round_type.inputs.items():
         if source.take != "own":
             values[placeholder] = _shown(session, source, number, recipients)
@@ -86,7 +87,8 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         agent=agent,
         provider=spec.provider,
         model=spec.model,
-        system=session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text),
+        system=session.quality.system_for(
+            agent, session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text)),
         user=user,
         schema_name=round_type.schema,
         round_number=number,

@@ -134,6 +134,9 @@ class Session:
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}
         self.judge = JudgeSeat(settings, self.native)
         self.filtering = ArtifactFiltering(settings, plugins, bus)
+        from conclave.engine.quality import QualityLayer
+
+        self.quality = QualityLayer(self)
 
     def native(self, provider: str) -> bool:
         """Whether ``provider``'s implementation honours a JSON schema natively (structured output)."""
