@@ -19,7 +19,7 @@ from conclave.store.recorder import Recorder
 from conclave.store.synthetic import synthetic_events
 
 CANNED = {"costliest_consultations", "dissent_by_agent", "early_terminations_by_threshold", "provider_failures",
-          "savings_by_filter_limits"}
+          "savings_by_filter_limits", "debate_quality", "verification_pass_rate"}
 
 
 def metadata() -> dict[str, Any]:

@@ -203,23 +203,35 @@ class DebateState:
             from conclave.tokens import count_tokens
 
             count = count_tokens
+        measure = count
+        lines: dict[str, int] = {}
+
+        def fits() -> bool:
+            # cheap first: the sum of per-line counts (cached), then the real count of the whole block
+            parts = self._lines(label, words, dropped)
+            for line in parts:
+                if line not in lines:
+                    lines[line] = measure(line) + 1
+            return sum(lines[line] for line in parts) < budget and measure("\n".join(parts) + "\n") < budget
+
         order = sorted(self.claims.values(), key=lambda c: (c.status not in SETTLED, c.last_updated_round,
                                                             int(c.id[1:])))
         words = {c.id: CLAIM_WORDS for c in self.claims.values()}
         dropped: set[str] = set()
-        text = self._render(label, words, dropped)
         for stage in ("compress", "drop"):
             for claim in order:
-                if count(text) < budget:
-                    return text
+                if fits():
+                    return self._render(label, words, dropped)
                 if stage == "compress":
                     words[claim.id] = COMPRESSED_WORDS
                 else:
                     dropped.add(claim.id)
-                text = self._render(label, words, dropped)
-        return text
+        return self._render(label, words, dropped)
 
     def _render(self, label: Callable[[str], str], words: Mapping[str, int], dropped: set[str]) -> str:
+        return "\n".join(self._lines(label, words, dropped)) + "\n"
+
+    def _lines(self, label: Callable[[str], str], words: Mapping[str, int], dropped: set[str]) -> list[str]:
         shown = [c for c in self.claims.values() if c.id not in dropped]
         lines = ["=== DEBATE STATE ===", f"Round {self.round} · participants: "
                  + ", ".join(label(p) for p in self.participants), "", "CLAIMS:"]
@@ -249,7 +261,7 @@ class DebateState:
                 lines.append(f'- {e.id} [{e.kind}]: "{_words(e.title, 12)}"{gist} (supports: '
                              f"{', '.join(s for s in e.supports if s not in dropped)})")
         lines += ["", 'You can reference claims by ID (e.g., "Building on C1..." or "Challenging C2...")']
-        return "\n".join(lines) + "\n"
+        return lines
 
 
 def _add(items: list[str], item: str) -> None:
