@@ -80,6 +80,7 @@ CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"
 QUALITY_CHECKS = "quality:checks"
 DEBATE_STATE = "quality:debate_state"
+GROUNDING = "quality:grounding"
 
 
 @dataclass(frozen=True)

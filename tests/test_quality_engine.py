@@ -225,6 +225,39 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
     assert figures == (metrics["label_adoption"], 0.5, 2)
 
 
+async def test_judge_statements_resting_on_nothing_the_agents_said_are_flagged(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake)
+    judged = {**SYNTHESIS, "consensus_points": [
+        {"point": "An outbox is needed", "supporting_agents": ["Agent A"], "confidence": 0.6, "claim_ids": ["C1"]},
+        {"point": "Quantum ledgers outperform blockchains", "supporting_agents": ["Agent B"], "confidence": 0.6}]}
+    fake.script(JUDGE_MODEL, by_schema(synthesis=judged))
+    run = await run_consultation(fake, "rounds=2")
+    quality = run.result.quality
+    assert quality is not None
+    statements = {s["where"]: s for s in quality["grounding"]["2"]}
+    assert statements["consensus_points[0]"]["grounded"] and statements["consensus_points[0]"]["claim_ids"] == ["C1"]
+    assert not statements["consensus_points[1]"]["grounded"]
+    assert quality["metrics"]["ungrounded_statements"] == sum(not s["grounded"] for s in statements.values())
+    assert "C1 [FACT/open]" in texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])  # the judge saw the ids
+
+
+async def test_the_report_shows_anchors_checks_and_claim_standings(fake_provider_server: FakeProviderServer,
+                                                                     conclave_env: Any) -> None:
+    from conclave.render.markdown import render_markdown
+
+    fake = fake_provider_server
+    script(fake)
+    run = await run_consultation(fake)
+    report = render_markdown(run.result.as_dict())
+    section = report.split("## Debate quality", 1)[1]
+    assert "Claims labelled " in section and "FACT claims cited 50%" in section
+    assert "5 claims: 2 accepted, 1 contested, 1 open, 1 retracted" in section
+    assert "| 1 | architect | Implementation-Focused | 2 | fact_uncited |" in section
+    assert "| 1 | security | Risk-Attentive | 1 | unused_reference |" in section
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("quality.anchors=sometimes", "quality.anchors: must be auto, none or {agent: anchor}"),
     ("quality.high_stakes=finance", "quality.high_stakes: input should be 'security'"),

@@ -172,3 +172,27 @@ def test_judge_answers_are_matched_by_agent_and_unanswered_ones_recorded() -> No
     out = {r["question_id"]: r for r in judge_results(answers, "a", UNIVERSAL)}
     assert out["U6"] == {"question_id": "U6", "passed": False, "reason": "says both", "by": "judge"}
     assert out["U7"]["passed"] is None
+
+
+# ------------------------------------------------------------------------------------------------ grounding
+
+
+def test_a_statement_naming_an_existing_claim_is_grounded() -> None:
+    from conclave.quality.grounding import check_grounding
+
+    synthesis = {"consensus_points": [{"point": "Quantum ledgers", "claim_ids": ["C1"]}]}
+    [result] = check_grounding(synthesis, ["C1"], "nothing relevant")
+    assert result["grounded"] and result["reason"] == "rests on C1"
+
+
+def test_a_statement_without_ids_is_grounded_by_the_agents_words_or_flagged() -> None:
+    from conclave.quality.grounding import agent_text, check_grounding
+
+    corpus = agent_text([{"position": "An outbox keeps billing writes atomic", "claims": [{"text": "Replays cheap"}]}])
+    verdict = {"artifact_type": "verdict", "evidence": ["outbox keeps billing writes atomic (architect)",
+                                                        "quantum ledgers outperform blockchains"],
+               "evidence_claims": [{"evidence": "quantum ledgers outperform blockchains", "claim_ids": ["C9"]}]}
+    first, second = check_grounding(verdict, ["C1"], corpus, names=["architect"])
+    assert first["grounded"] and not first["claim_ids"]
+    assert not second["grounded"]
+    assert second["reason"] == "names no existing claim (C9 unknown); 0 of 4 key terms appear in the agents' text"

@@ -55,6 +55,12 @@ OPTIONAL = {
     ("cross_exam_reply_explore", "$.properties.retracts"),
     ("synthesis", "$.properties.verification"),
     ("cross_exam", "$.properties.claim_statuses"),
+    ("synthesis", "$.properties.consensus_points.items.properties.claim_ids"),
+    ("synthesis", "$.properties.tensions.items.properties.claim_ids"),
+    ("synthesis", "$.properties.partial_coverage"),
+    ("synthesis", "$.properties.unique_insights"),
+    ("synthesis", "$.properties.blind_spots"),
+    ("verdict", "$.properties.evidence_claims"),
 }
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)

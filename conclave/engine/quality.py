@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from conclave.events import DEBATE_STATE, QUALITY_CHECKS
+from conclave.events import DEBATE_STATE, GROUNDING, QUALITY_CHECKS
 from conclave.quality.anchors import anchor_prompt, assign_anchors
 from conclave.quality.claims import RULES, check_rules, claims_of, unlabelled_points
+from conclave.quality.grounding import agent_text, check_grounding
 from conclave.quality.state import DebateState
 from conclave.quality.verification import judge_results, prompt_list, questions_for, run_checkers
 
@@ -45,6 +46,8 @@ class QualityLayer:
         #: round number -> agent -> {claims, rules, verification, claim_source, labelled, unlabelled}
         self.checks: dict[int, dict[str, dict[str, Any]]] = {}
         self.unknown_ids: list[str] = []  # state ids agents or the judge named that do not exist
+        #: round number -> the judge's statements there, each grounded or not
+        self.grounding: dict[int, list[dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------------------------------- prompts
 
@@ -96,6 +99,7 @@ class QualityLayer:
                 self.state.mark_agents(number, session.present(), answered)
             elif output.judge is not None:
                 self._judge_artifact(number, step.type.name, output.judge)
+                self._grounding(session, number, output.judge)
         self.state.round = max(self.state.round, number)
         session.bus.emit(DEBATE_STATE, round_number=number, state=self.state.as_dict())
 
@@ -132,6 +136,17 @@ class QualityLayer:
             if not self.state.set_status(claim_id, str(ruling.get("status")), number, str(ruling.get("reason", ""))):
                 self.unknown_ids.append(claim_id)
 
+    def _grounding(self, session: Session, number: int, artifact: Mapping[str, Any]) -> None:
+        """Flag the synthesis' and the verdict's statements that rest on no agent claim and no agent text."""
+        if "consensus_points" not in artifact and "evidence" not in artifact:
+            return
+        answers = [a for output in session.record.outputs.values() for a in output.by_agent.values()]
+        names = [*session.settings.agents, *(session.labels.label(n) for n in session.settings.agents)]
+        results = check_grounding(artifact, self.state.claims, agent_text(answers), names)
+        self.grounding[number] = results
+        session.bus.emit(GROUNDING, round_number=number, statements=results,
+                         ungrounded=sum(1 for r in results if not r["grounded"]))
+
     # ------------------------------------------------------------------------------------------- the record
 
     def summary(self) -> dict[str, Any]:
@@ -143,7 +158,9 @@ class QualityLayer:
             "checks": {str(n): agents for n, agents in sorted(self.checks.items())},
             "state": self.state.as_dict(),
             "unknown_ids": sorted(set(self.unknown_ids)),
-            "metrics": metrics(self.checks),
+            "grounding": {str(n): results for n, results in sorted(self.grounding.items())},
+            "metrics": {**metrics(self.checks), "ungrounded_statements": sum(
+                1 for results in self.grounding.values() for r in results if not r["grounded"])},
         }
 
 

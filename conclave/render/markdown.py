@@ -28,6 +28,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         _concerns(result),
         _dissent(result),
         _early_termination(result),
+        _quality(result),
         _footer(result),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
@@ -250,6 +251,45 @@ def _early_termination(result: Mapping[str, Any]) -> str:
     saved = early.get("estimated_cost_saved")
     text += f" (estimated saving ${saved:.4f})." if isinstance(saved, int | float) else "."
     return _quote(text)
+
+
+def _quality(result: Mapping[str, Any]) -> str:
+    """Anchors, citation checks and verification per agent, claim standings and ungrounded judge statements."""
+    quality = _map(result.get("quality"))
+    if not quality:
+        return ""  # a result from before the debate-quality layer
+    figures = _map(quality.get("metrics"))
+    lines = ["## Debate quality", "",
+             f"Claims labelled {_pct(figures.get('label_adoption'))} · FACT claims cited "
+             f"{_pct(figures.get('citation_compliance'))} · ungrounded judge statements "
+             f"{figures.get('ungrounded_statements', 0)}"]
+    claims = [_map(c) for c in _list(_map(quality.get("state")).get("claims"))]
+    if claims:
+        counts: dict[str, int] = {}
+        for claim in claims:
+            counts[str(claim.get("status"))] = counts.get(str(claim.get("status")), 0) + 1
+        lines.append(f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    anchors = _map(quality.get("anchors"))
+    rows = []
+    for number, agents in sorted(_map(quality.get("checks")).items(), key=lambda item: int(item[0])):
+        for agent, entry in sorted(_map(agents).items()):
+            entry = _map(entry)
+            results = [_map(r) for r in _list(entry.get("verification"))]
+            answered = [r for r in results if r.get("passed") is not None]
+            failed = ", ".join(str(r.get("question_id")) for r in answered if not r.get("passed"))
+            rules = ", ".join(sorted({str(_map(v).get("rule")) for v in _list(entry.get("rules"))}))
+            rows.append(f"| {number} | {_cell(agent)} | {_cell(anchors.get(agent) or '—')} | "
+                        f"{entry.get('labelled', 0)} | {_cell(rules or '—')} | "
+                        f"{sum(1 for r in answered if r.get('passed'))}/{len(answered)} | {_cell(failed or '—')} |")
+    if rows:
+        lines += ["", "| Round | Agent | Anchor | Claims | Rule violations | Verification passed | Failed |",
+                  "| --- | --- | --- | --- | --- | --- | --- |", *rows]
+    ungrounded = [_map(s) for results in _map(quality.get("grounding")).values() for s in _list(results)
+                  if not _map(s).get("grounded")]
+    if ungrounded:
+        lines += ["", "Ungrounded judge statements:",
+                  *(f"- `{s.get('where')}` {_one_line(s.get('text', ''))} — {s.get('reason')}" for s in ungrounded)]
+    return "\n".join(lines)
 
 
 def _footer(result: Mapping[str, Any]) -> str:

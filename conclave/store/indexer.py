@@ -336,6 +336,7 @@ def result_summary(result: dict[str, Any]) -> dict[str, Any]:
         "citation_compliance": figures.get("citation_compliance"),
         "rule_violations": sum((figures.get("rule_violations") or {}).values()) if figures else None,
         "verification_pass_rate": round(sum(passes) / len(passes), 4) if passes else None,
+        "ungrounded_statements": figures.get("ungrounded_statements"),
         "recommendation": recommendation if isinstance(recommendation, str) else _json(recommendation),
         "confidence": pick("confidence"),
         "dissent_count": len(dissent) if isinstance(dissent, list) else None,

@@ -214,5 +214,5 @@ def m_quality_claims_evidence_checks(db: Any) -> None:
     db["verification"].create_index(["question_id", "passed"])
     db["agents"].add_column("anchor", str)
     for column, kind in (("label_adoption", float), ("citation_compliance", float), ("rule_violations", int),
-                         ("verification_pass_rate", float)):
+                         ("verification_pass_rate", float), ("ungrounded_statements", int)):
         db["consultations"].add_column(column, kind)
