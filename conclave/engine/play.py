@@ -59,8 +59,8 @@ def _shown(session: Session, source: Input, number: int, recipients: int) -> str
     answers = record.by_agent(source.source)
     order = [name for name in labels.order() if name in answers]
     if source.take == "each":
-        return prompt_json([labels.judge_view(answers[name]) for name in order])
-    return prompt_json({labels.label(name): labels.judge_view(answers[name]) for name in order})
+        return prompt_json([session.view(answers[name]) for name in order])
+    return prompt_json({labels.label(name): session.view(answers[name]) for name in order})
 
 
 # ------------------------------------------------------------------------------------------------ calls

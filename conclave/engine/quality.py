@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 
 _PLACEHOLDERS = ("debate_state", "verification_questions")
+#: artifact fields later rounds are not shown (the state block carries claims and evidence; the rest is record)
+RECORD_ONLY = frozenset({"claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
+                         "verification"})
 
 
 class QualityLayer:

@@ -25,8 +25,8 @@ from conclave.quality.claims import claims_of
 STATUSES = ("accepted", "contested", "retracted", "open")
 EVIDENCE_KINDS = ("citation", "tool_output", "calculation")
 SETTLED = ("accepted", "retracted")
-CLAIM_WORDS = 30  # a claim's text in the block: at most this many words
-GIST_WORDS = 25
+CLAIM_WORDS = 20  # a claim's text in the block: at most this many words (about 30 tokens)
+GIST_WORDS = 16  # about 25 tokens
 COMPRESSED_WORDS = 8
 BLOCK_BUDGET = 2000  # tokens
 _STATE_ID = re.compile(r"^[CE][1-9][0-9]*$")
@@ -258,7 +258,7 @@ class DebateState:
             lines += ["", "EVIDENCE:"]
             for e in evidence:
                 gist = f' - "{e.gist}"' if e.gist else ""
-                lines.append(f'- {e.id} [{e.kind}]: "{_words(e.title, 12)}"{gist} (supports: '
+                lines.append(f'- {e.id} [{e.kind}]: "{_words(e.title, 10)}"{gist} (supports: '
                              f"{', '.join(s for s in e.supports if s not in dropped)})")
         lines += ["", 'You can reference claims by ID (e.g., "Building on C1..." or "Challenging C2...")']
         return lines
