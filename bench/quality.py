@@ -17,6 +17,8 @@ import string
 import time
 from typing import Any
 
+from conclave_plugins.strategies import ConvergeStrategy
+
 from conclave.engine.quality import RECORD_ONLY
 from conclave.engine.session import prompt_json
 from conclave.quality.anchors import ANCHORS, anchor_prompt
@@ -24,7 +26,6 @@ from conclave.quality.claims import check_rules, claims_of
 from conclave.quality.state import DebateState
 from conclave.quality.verification import UNIVERSAL, prompt_list, run_checkers
 from conclave.tokens import count_tokens
-from conclave_plugins.strategies import ConvergeStrategy
 
 QUALITY_FIELDS = ("claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
                   "verification", "claim_ids", "partial_coverage", "unique_insights", "blind_spots",
@@ -32,8 +33,7 @@ QUALITY_FIELDS = ("claims", "references", "alternatives", "failure_modes", "unce
 # instruction lines and blocks of the templates that exist only for the layer
 _LAYER_LINE = re.compile(r"^- (?:" + "|".join(QUALITY_FIELDS) + r")\b.*(?:\n(?!- |\n).*)*\n?", re.MULTILINE)
 _STATE_INTRO = re.compile(r"\n[^\n]*(?:stable id|under its stable id)[^\n]*:\n\$debate_state\n")
-WORDS = ("billing events replay audit outbox latency throughput team cost migration schema projection risk "
-         "vendor rollout budget compliance storage queue consistency").split()
+WORDS = ["billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration", "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue", "consistency"]
 
 
 def sentence(rng: random.Random, n: int) -> str:
