@@ -33,7 +33,9 @@ QUALITY_FIELDS = ("claims", "references", "alternatives", "failure_modes", "unce
 # instruction lines and blocks of the templates that exist only for the layer
 _LAYER_LINE = re.compile(r"^- (?:" + "|".join(QUALITY_FIELDS) + r")\b.*(?:\n(?!- |\n).*)*\n?", re.MULTILINE)
 _STATE_INTRO = re.compile(r"\n[^\n]*(?:stable id|under its stable id)[^\n]*:\n\$debate_state\n")
-WORDS = ["billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration", "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue", "consistency"]
+WORDS = ("billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration",
+         "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue",
+         "consistency")
 
 
 def sentence(rng: random.Random, n: int) -> str:
