@@ -119,6 +119,10 @@ async def test_the_engine_numbers_claims_and_evidence_and_the_judge_settles_stat
     assert [(e["id"], e["title"], e["supports"]) for e in quality["state"]["evidence"]] == [
         ("E1", "Billing dashboard", ["C3"]), ("E2", "NIST SP 800-92", ["C4"]), ("E3", "Unused source", [])]
     assert quality["unknown_ids"] == ["C99"]
+    # the round-3 judge ruled on a state that already held the replies: new claims, challenges, retractions
+    judge_saw = texts(requests_with(fake, "cross_exam", JUDGE_MODEL)[0])
+    assert "- C5 [INFER/open]" in judge_saw and "- C1 [FACT/contested]" in judge_saw
+    assert "- C2 [ASSUME/retracted]" in judge_saw
     states = run.of("quality:debate_state")
     assert [s["round_number"] for s in states] == [1, 2, 3, 4]
 

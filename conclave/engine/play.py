@@ -114,7 +114,9 @@ async def play(session: Session, step: Step, restored: Mapping[str, dict[str, An
     recorded again (status ``restored``) and those agents are not asked a second time.
     """
     if step.type.seat == "agents":
-        return await _play_agents(session, step, restored or {})
+        failure = await _play_agents(session, step, restored or {})
+        session.quality.after_step(session, step)
+        return failure
     return await _play_judge(session, step)
 
 

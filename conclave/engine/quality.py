@@ -51,6 +51,7 @@ class QualityLayer:
         self.unknown_ids: list[str] = []  # state ids agents or the judge named that do not exist
         #: round number -> the judge's statements there, each grounded or not
         self.grounding: dict[int, list[dict[str, Any]]] = {}
+        self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
 
     # ------------------------------------------------------------------------------------------- prompts
 
@@ -89,6 +90,19 @@ class QualityLayer:
 
     # ------------------------------------------------------------------------------------------- the controller
 
+    def after_step(self, session: Session, step: Step) -> None:
+        """Absorb an agents' step as soon as it is played, so a judge later in the same round (the round-3
+        judge) sees the replies' claims, challenges and retractions in the state."""
+        output = session.record.output(step.type.name)
+        key = (step.number, step.type.name)
+        if step.type.seat != "agents" or output is None or output.number != step.number or key in self._absorbed:
+            return
+        self._absorbed.add(key)
+        for agent in sorted(output.by_agent):  # a fixed order: replaying gives the same ids
+            self._agent_artifact(step.number, step.type.name, agent, output.by_agent[agent])
+        answered = list(output.by_agent) if step.number > 1 else None
+        self.state.mark_agents(step.number, session.present(), answered)
+
     def after_round(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         number = steps[0].number
         for step in steps:
@@ -96,10 +110,7 @@ class QualityLayer:
             if output is None or output.number != number:
                 continue
             if step.type.seat == "agents":
-                for agent in sorted(output.by_agent):  # a fixed order: replaying gives the same ids
-                    self._agent_artifact(number, step.type.name, agent, output.by_agent[agent])
-                answered = list(output.by_agent) if number > 1 else None
-                self.state.mark_agents(number, session.present(), answered)
+                self.after_step(session, step)
             elif output.judge is not None:
                 self._judge_artifact(number, step.type.name, output.judge)
                 self._grounding(session, number, output.judge)
