@@ -1,4 +1,5 @@
-"""Built-in debate strategies: converge ("No, because…") and explore ("Yes, and…").
+"""Built-in debate strategies: converge ("No, because…"), explore ("Yes, and…"), adversarial (steel-man,
+then answer) and devils_advocate (every consensus challenged on purpose).
 
 Each strategy's words live in ``prompts/<strategy>/*.md``; see :mod:`conclave.engine.strategy` for the
 template contract a third-party strategy follows.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy, consensus_confidence
@@ -93,7 +96,58 @@ class ExploreStrategy(Strategy):
         }
 
 
+class AdversarialStrategy(Strategy):
+    """Test every position against its strongest opponent: agents steel-man the position furthest from theirs
+    and name the strongest counter-argument to their own before the verdict."""
+
+    name = "adversarial"
+    prompt_package = "conclave_plugins"
+    prompt_dir = "prompts/adversarial"
+    plan = (INDEPENDENT, SYNTHESIS, CROSS_EXAM_REPLIES.with_schema("cross_exam_reply_adversarial"), CROSS_EXAM,
+            VERDICT)
+    allows_early_termination = False
+    all_rounds_notice = "Adversarial mode: all rounds will execute"
+    verification_questions = (
+        Question("ADV1", "mode-specific", "Opponent position steel-manned?"),
+        Question("ADV2", "mode-specific", "Strongest counter-argument provided?"),
+    )
+
+
+class DevilsAdvocateOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    #: the agent who argues against the consensus whatever it is (default: the first agent of the panel)
+    advocate: str | None = None
+
+
+class DevilsAdvocateStrategy(Strategy):
+    """Challenge every consensus on purpose: round-3 replies attack the synthesis point by point, and one agent
+    holds the contrary stance throughout."""
+
+    name = "devils_advocate"
+    prompt_package = "conclave_plugins"
+    prompt_dir = "prompts/devils_advocate"
+    plan = (INDEPENDENT, SYNTHESIS, CROSS_EXAM_REPLIES.with_schema("cross_exam_reply_devils_advocate"), CROSS_EXAM,
+            VERDICT)
+    allows_early_termination = False
+    all_rounds_notice = "Devil's advocate mode: all rounds will execute"
+    Options = DevilsAdvocateOptions
+    verification_questions = (
+        Question("DA1", "mode-specific", "Assigned stance maintained throughout?"),
+        Question("DA2", "mode-specific", "Consensus actively challenged?"),
+    )
+
+    def agent_role(self, agent: str, panel: list[str]) -> str:
+        chosen = getattr(self.options, "advocate", None) or (panel[0] if panel else None)
+        if agent != chosen:
+            return ""
+        return ("=== YOUR ASSIGNED STANCE ===\nYou are the panel's devil's advocate: take the position the others "
+                "are least likely to take, and argue against any consensus to the end. Concede a point only when the "
+                "evidence leaves you no room, and say so explicitly.\n")
+
+
 @hookimpl
 def register_strategies(register: Any) -> None:
     register("converge", ConvergeStrategy)
     register("explore", ExploreStrategy)
+    register("adversarial", AdversarialStrategy)
+    register("devils_advocate", DevilsAdvocateStrategy)

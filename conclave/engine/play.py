@@ -88,7 +88,8 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         provider=spec.provider,
         model=spec.model,
         system=session.quality.system_for(
-            agent, session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text)),
+            agent, session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text),
+            session.strategy.agent_role(agent, list(session.settings.agents))),
         user=user,
         schema_name=round_type.schema,
         round_number=number,

@@ -55,14 +55,15 @@ class QualityLayer:
 
     # ------------------------------------------------------------------------------------------- prompts
 
-    def system_for(self, agent: str, system: str) -> str:
-        """An agent's system prompt with its perspective anchor (before the context, which stays last)."""
+    def system_for(self, agent: str, system: str, role: str = "") -> str:
+        """An agent's system prompt with its strategy role and perspective anchor (before the context, which
+        stays last)."""
         anchor = self.anchors.get(agent)
-        if not anchor:
+        section = "\n".join(s for s in (role, anchor_prompt(anchor) if anchor else "") if s)
+        if not section:
             return system
         from conclave.engine.strategy import CONTEXT_HEADER
 
-        section = anchor_prompt(anchor)
         marker = f"\n\n---\n\n{CONTEXT_HEADER}"
         head, sep, tail = system.partition(marker)
         return f"{head.rstrip()}\n\n{section}{sep}{tail}" if sep else f"{system.rstrip()}\n\n{section}"

@@ -110,6 +110,11 @@ class Strategy:
             self.template("agent_system").render(persona_name=persona.name, persona_focus=persona.focus), context
         )
 
+    def agent_role(self, agent: str, panel: list[str]) -> str:
+        """A section added to one agent's system prompt (e.g. an assigned stance); empty for most strategies.
+        ``panel``: every agent's name in configuration order."""
+        return ""
+
     def judge_system(self, context: str) -> str:
         return _with_context(self.template("judge_system").render(), context)
 
