@@ -177,13 +177,13 @@ class _Stream:
             "citation_compliance": round(cited / facts, 4) if facts else None,
             "rule_violations": {"fact_uncited": facts - cited},
             "pass_rate": {"U2": round(sum(c["verification"][0]["passed"] for c in checks) / len(checks), 4)}}}
-        self.emit(ev.CONSULTATION_COMPLETED, status="complete", result=result)
-        # quality records come last and draw nothing from the stream's random generator, so every other
-        # record (and its timestamp) is what it was before they existed
+        # quality records draw nothing from the stream's random generator and keep the clock where it is, so
+        # every other record (and its timestamp) is what it was before they existed
         for agent, check in zip([a for a, *_ in PANEL], checks, strict=True):
             self.out.append(ev.Event(ev.QUALITY_CHECKS, self.cid, self.seq, round(self.ts, 6),
                                      {"round_number": 1, "agent": agent, **check}))
             self.seq += 1
+        self.emit(ev.CONSULTATION_COMPLETED, status="complete", result=result)
 
     def quality_checks(self) -> list[dict[str, Any]]:
         """Round-1 citation checks for each panel member, fixed by the consultation's number."""
