@@ -136,6 +136,12 @@ class DevilsAdvocateStrategy(Strategy):
         Question("DA2", "mode-specific", "Consensus actively challenged?"),
     )
 
+    def panel_problems(self, panel: list[str]) -> list[str]:
+        advocate = getattr(self.options, "advocate", None)
+        if advocate is not None and advocate not in panel:
+            return [f"mode.options.advocate: {advocate!r} is not on the panel; allowed: {', '.join(panel)}"]
+        return []
+
     def agent_role(self, agent: str, panel: list[str]) -> str:
         chosen = getattr(self.options, "advocate", None) or (panel[0] if panel else None)
         if agent != chosen:

@@ -52,3 +52,13 @@ async def test_by_default_the_first_agent_is_the_devils_advocate(fake_provider_s
     await run_consultation(fake, "mode=devils_advocate", "rounds=1")
     first = next(iter(AGENT_MODELS))
     assert "=== YOUR ASSIGNED STANCE ===" in texts(requests_with(fake, "independent", AGENT_MODELS[first])[0])
+
+
+def test_an_advocate_who_is_not_on_the_panel_is_one_line_exit_2(tmp_path: Any) -> None:
+    from cli_helpers import run_conclave
+
+    proc = run_conclave("Q?", "mode=devils_advocate", "+mode.options.advocate=nobody", "agents=default",
+                        home=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("conclave: mode.options.advocate: 'nobody' is not on the panel; allowed: "
+                                   "security, architect, pragmatist")

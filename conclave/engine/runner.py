@@ -144,6 +144,9 @@ class Consultation:
 
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
+        problems = strategy.panel_problems(list(self.settings.agents))
+        if problems:
+            raise ConfigError(problems)
         inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text)
         stored_seed = self.resume_from.get("shuffle_seed")
         seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other

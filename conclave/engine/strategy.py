@@ -110,6 +110,10 @@ class Strategy:
             self.template("agent_system").render(persona_name=persona.name, persona_focus=persona.focus), context
         )
 
+    def panel_problems(self, panel: list[str]) -> list[str]:
+        """One line per ``mode.options`` value that does not fit this panel (checked before anything is spent)."""
+        return []
+
     def agent_role(self, agent: str, panel: list[str]) -> str:
         """A section added to one agent's system prompt (e.g. an assigned stance); empty for most strategies.
         ``panel``: every agent's name in configuration order."""
