@@ -123,6 +123,30 @@ class OutputSettings(StrictModel):
     progress: Literal["auto", "plain", "quiet"] = "auto"
 
 
+ANCHOR_NAMES = ("Risk-Attentive", "Implementation-Focused", "Evidence-Calibrated", "Systems-Aware")
+
+
+class QualitySettings(StrictModel):
+    """The debate-quality layer: perspective anchors, the opt-in high-stakes question, the state block's size."""
+
+    anchors: str | dict[str, str] = "auto"
+    high_stakes: Literal["security", "medical-legal", "agentic", "safety-critical"] | None = None
+    state_tokens: Annotated[int, Field(ge=200, le=2000)] = 2000
+
+    @field_validator("anchors", mode="before")
+    @classmethod
+    def _anchors(cls, value: Any) -> Any:
+        allowed = ", ".join(ANCHOR_NAMES)
+        if isinstance(value, str) and value in ("auto", "none"):
+            return value
+        if isinstance(value, dict) and value and all(
+            isinstance(k, str) and v in ANCHOR_NAMES for k, v in value.items()
+        ):
+            return dict(value)
+        raise ValueError(f"quality.anchors: must be auto, none or {{agent: anchor}} with anchors from {allowed}"
+                         f" (got {value!r})")
+
+
 class Settings(StrictModel):
     """The whole validated configuration of one consultation."""
 
@@ -146,6 +170,7 @@ class Settings(StrictModel):
     cost: CostSettings = Field(default_factory=CostSettings)
     hedging: HedgingSettings = Field(default_factory=HedgingSettings)
     output: OutputSettings = Field(default_factory=OutputSettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")
@@ -193,6 +218,10 @@ class Settings(StrictModel):
                     f"agents.{name}.persona: unknown persona {agent.persona!r}; allowed: "
                     + ", ".join(sorted(self.personas))
                 )
+        anchors = self.quality.anchors
+        if isinstance(anchors, dict) and set(anchors) - set(self.agents):
+            unknown = ", ".join(sorted(set(anchors) - set(self.agents)))
+            raise ValueError(f"quality.anchors: unknown agent(s) {unknown}; allowed: {', '.join(self.agents)}")
         return self
 
     @property

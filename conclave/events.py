@@ -88,6 +88,9 @@ CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"
 #: live only (:meth:`EventBus.publish`), never journaled: a piece of an answer while it streams in
 AGENT_CHUNK = "agent:chunk"
+QUALITY_CHECKS = "quality:checks"
+DEBATE_STATE = "quality:debate_state"
+GROUNDING = "quality:grounding"
 
 
 @dataclass(frozen=True)

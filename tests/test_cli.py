@@ -122,7 +122,7 @@ def test_help_is_ours_and_lists_groups(tmp_path: Path) -> None:
     proc = run_conclave("--help", home=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith("conclave — put a question to a panel of LLMs")
-    assert "mode: answer, converge, explore" in proc.stdout
+    assert "mode: adversarial, answer, converge, devils_advocate, explore" in proc.stdout
     agents_line = next(line for line in proc.stdout.splitlines() if line.startswith("agents: "))
     assert {"default", "local", "openai_only", "mixed_anthropic_openai"} <= set(agents_line[8:].split(", "))
     assert "early_termination.threshold" in proc.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -62,7 +63,8 @@ def test_every_template_is_versioned_and_hashed(strategy: Any) -> None:
     assert set(versions) == set(TEMPLATE_KEYS.values())
     for name, key in TEMPLATE_KEYS.items():
         template = strategy().template(name)
-        assert versions[key] == f"{strategy.name}/{name}@v1#sha256:{template.sha256[:16]}"
+        assert re.fullmatch(r"v[1-9][0-9]*", template.version)
+        assert versions[key] == f"{strategy.name}/{name}@{template.version}#sha256:{template.sha256[:16]}"
 
 
 def test_template_renders_values_verbatim_and_rejects_unknown_placeholders() -> None:

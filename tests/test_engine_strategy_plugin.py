@@ -27,7 +27,7 @@ from conclave.engine.strategy import Strategy
 class DevilsAdvocate(Strategy):
     """Every agent argues against the obvious answer."""
 
-    name = "devils_advocate"
+    name = "contrarian"
     prompt_package = "devils_advocate_plugin"
     prompt_dir = "prompts"
 
@@ -42,7 +42,7 @@ class DevilsAdvocate(Strategy):
 
 @conclave.hookimpl
 def register_strategies(register):
-    register("devils_advocate", DevilsAdvocate)
+    register("contrarian", DevilsAdvocate)
 '''
 
 
@@ -68,10 +68,10 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 async def test_a_plugin_strategy_runs_as_a_mode(plugin: Any, fake_provider_server: FakeProviderServer,
                                                 conclave_env: Any) -> None:
     fake = fake_provider_server
-    overrides = [*fake.overrides(), "cost.auto_approve=true", "mode.strategy=devils_advocate", "+mode.options.tone=blunt"]
+    overrides = [*fake.overrides(), "cost.auto_approve=true", "mode.strategy=contrarian", "+mode.options.tone=blunt"]
     result = await conclave.consult_async("Should we rewrite it in Rust?", overrides, plugins=plugin)
-    assert result.status == "complete" and result.strategy == "devils_advocate"
-    assert result.prompt_versions["round_1"].startswith("devils_advocate/round1@v3#sha256:")
+    assert result.status == "complete" and result.strategy == "contrarian"
+    assert result.prompt_versions["round_1"].startswith("contrarian/round1@v3#sha256:")
     first = texts(requests_with(fake, "independent", AGENT_MODELS["architect"])[0])
     assert "DEVIL round1: argue against. Should we rewrite it in Rust?" in first and "Tone: blunt." in first
     assert "DEVIL round4" in texts(requests_with(fake, "verdict")[0])
@@ -79,7 +79,7 @@ async def test_a_plugin_strategy_runs_as_a_mode(plugin: Any, fake_provider_serve
 
 def test_a_plugin_strategys_options_are_validated(plugin: Any, conclave_env: Any) -> None:
     with pytest.raises(ConfigError, match=r"mode\.options\.volume"):
-        conclave.api.compose_settings("q", ["mode.strategy=devils_advocate", "+mode.options.volume=11"], plugin)
+        conclave.api.compose_settings("q", ["mode.strategy=contrarian", "+mode.options.volume=11"], plugin)
 
 
 EXAMPLE_PLUGIN = Path(__file__).parent / "plugins" / "conclave_example_plugin"

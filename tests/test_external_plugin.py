@@ -50,7 +50,7 @@ def test_plugin_is_listed_with_version_hooks_and_contributions(plugin_site: Path
 
 def test_plugin_config_joins_the_groups(plugin_site: Path, tmp_path: Path) -> None:
     help_text = run_conclave("--help", home=tmp_path, env=_with_plugin(plugin_site)).stdout
-    assert "mode: answer, converge, devil, explore, gauntlet" in help_text
+    assert "mode: adversarial, answer, converge, devil, devils_advocate, explore, gauntlet" in help_text
     assert "agents: anthropic_only, default, echo_panel, gemini_only," in help_text
     proc = run_conclave("--cfg", "job", "mode=devil", "agents=echo_panel", "filtering.filter=keep_all",
                         home=tmp_path, env=_with_plugin(plugin_site))
@@ -74,7 +74,7 @@ def test_plugin_options_are_validated_like_the_rest(plugin_site: Path, tmp_path:
 def test_without_the_plugin_its_names_are_rejected(tmp_path: Path) -> None:
     proc = run_conclave("Q?", "mode=devil", "agents=default", home=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "conclave: mode: 'devil' is not one of: answer, converge, explore"
+    assert proc.stderr.strip() == "conclave: mode: 'devil' is not one of: adversarial, answer, converge, devils_advocate, explore"
     proc = run_conclave("Q?", "filtering.filter=keep_all", "agents=default", home=tmp_path)
     assert proc.returncode == 2
     assert "filtering.filter: 'keep_all' is not a registered filter; allowed: top_n" in proc.stderr

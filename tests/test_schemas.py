@@ -34,8 +34,9 @@ from conclave.errors import ConclaveError
 FIXTURES = Path(__file__).parent / "fixtures" / "artifacts"
 SCHEMA_DIR = Path(__file__).parent.parent / "schemas"
 ARTIFACTS = [
-    "cross_exam", "cross_exam_reply", "cross_exam_reply_answer", "cross_exam_reply_explore", "independent",
-    "independent_answer", "synthesis", "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
+    "cross_exam", "cross_exam_reply", "cross_exam_reply_adversarial", "cross_exam_reply_answer",
+    "cross_exam_reply_devils_advocate", "cross_exam_reply_explore", "independent", "independent_answer", "synthesis",
+    "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
 ]
 # The only properties a schema may leave out of ``required``.
 OPTIONAL = {
@@ -44,6 +45,27 @@ OPTIONAL = {
     ("verdict_explore", "$.properties.recommendations.items.properties.best_when"),
     ("verdict_explore", "$.properties.evidence"),
     ("verdict_explore", "$.properties.dissent"),
+    # the debate-quality fields: optional, so artifacts written before them stay valid
+    ("common", "$.$defs.claims.items.properties.supports"),
+    ("common", "$.$defs.claims.items.properties.opposes"),
+    ("common", "$.$defs.references.items.properties.url"),
+    ("common", "$.$defs.references.items.properties.snippet"),
+    *((name, f"$.properties.{field}")
+      for name in ("independent", "cross_exam_reply", "cross_exam_reply_explore", "cross_exam_reply_adversarial",
+                   "cross_exam_reply_devils_advocate")
+      for field in ("claims", "references", "alternatives", "failure_modes", "uncertainties")),
+    ("cross_exam_reply", "$.properties.retracts"),
+    ("cross_exam_reply_explore", "$.properties.retracts"),
+    ("cross_exam_reply_adversarial", "$.properties.retracts"),
+    ("cross_exam_reply_devils_advocate", "$.properties.retracts"),
+    ("synthesis", "$.properties.verification"),
+    ("cross_exam", "$.properties.claim_statuses"),
+    ("synthesis", "$.properties.consensus_points.items.properties.claim_ids"),
+    ("synthesis", "$.properties.tensions.items.properties.claim_ids"),
+    ("synthesis", "$.properties.partial_coverage"),
+    ("synthesis", "$.properties.unique_insights"),
+    ("synthesis", "$.properties.blind_spots"),
+    ("verdict", "$.properties.evidence_claims"),
 }
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)
@@ -57,6 +79,7 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     "independent.invalid.confidence_string.json": [("$.confidence", "type", "'number'")],
     "independent.invalid.schema_version_2.json": [("$.schema_version", "const", "'1.0'")],
     "independent.invalid.extra_field.json": [("$", "additionalProperties", "'mood'")],
+    "independent.invalid.claim_label_guess.json": [("$.claims[0].label", "enum", "'GUESS'")],
     "independent.invalid.empty_agent_id.json": [
         ("$.agent_id", "minLength", "should be non-empty"), ("$.agent_id", "pattern", "does not match"),
     ],
@@ -107,6 +130,13 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     ],
     "cross_exam_reply.invalid.artifact_header.json": [("$", "additionalProperties", "'artifact_type'")],
     "cross_exam_reply_explore.invalid.gaps_string.json": [("$.gaps", "type", "'array'")],
+    "cross_exam_reply_adversarial.invalid.missing_steelman.json": [("$", "required", "'steelman'")],
+    "cross_exam_reply_adversarial.invalid.blank_counter_argument.json": [
+        ("$.counter_argument", "pattern", "does not match")],
+    "cross_exam_reply_devils_advocate.invalid.no_challenges.json": [
+        ("$.consensus_challenges", "minItems", "should be non-empty")],
+    "cross_exam_reply_devils_advocate.invalid.challenge_missing_point.json": [
+        ("$.consensus_challenges[0]", "required", "'consensus_point'")],
     "cross_exam_reply_explore.invalid.missing_refined_position.json": [("$", "required", "'refined_position'")],
     "independent_answer.invalid.missing_final_answer.json": [("$", "required", "'final_answer'")],
     "independent_answer.invalid.blank_final_answer.json": [("$.final_answer", "pattern", "does not match")],
@@ -531,6 +561,15 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "cross_exam_reply_explore": st.fixed_dictionaries({
         "extensions": _STRINGS, "bridges": _STRINGS, "gaps": _STRINGS, "refined_position": _NON_EMPTY,
     }),
+    "cross_exam_reply_adversarial": st.fixed_dictionaries({
+        "target_agent": _AGENT, "steelman": _NON_EMPTY, "counter_argument": _NON_EMPTY, "rebuttal": _NON_EMPTY,
+        "revised_position": _NON_EMPTY,
+    }, optional={"uncertainties": _STRINGS}),
+    "cross_exam_reply_devils_advocate": st.fixed_dictionaries({
+        "consensus_challenges": st.lists(st.fixed_dictionaries({"consensus_point": _NON_EMPTY,
+                                                                "challenge": _NON_EMPTY}), min_size=1, max_size=3),
+        "concessions": _STRINGS, "revised_position": _NON_EMPTY,
+    }, optional={"retracts": _STRINGS}),
 }
 # answer mode: each answer-bearing artifact of converge plus a short final_answer
 for _base in ("independent", "synthesis", "cross_exam_reply", "verdict"):

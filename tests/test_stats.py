@@ -146,3 +146,20 @@ def test_cli_prints_json_and_text(tmp_path: Path) -> None:
 def test_an_empty_home_has_no_consultations(tmp_path: Path) -> None:
     stats = stats_for(tmp_path, week=True)
     assert stats["consultations"] == 0 and stats["cost"]["median"] is None
+
+
+def test_debate_quality_figures_match_the_checks(tmp_path: Path) -> None:
+    streams = [synthetic_events(n) for n in range(12)]
+    record(tmp_path, streams)
+    quality = stats_for(tmp_path)["quality"]
+    checks = [e.data for stream in streams for e in stream if e.type == ev.QUALITY_CHECKS]
+    labelled = sum(c["labelled"] for c in checks)
+    facts, cited = sum(c["facts"] for c in checks), sum(c["facts_cited"] for c in checks)
+    assert quality["claims"] == labelled and labelled > 0
+    assert quality["label_adoption"] == round(labelled / (labelled + sum(c["unlabelled"] for c in checks)), 4)
+    assert quality["citation_compliance"] == round(cited / facts, 4) and cited < facts
+    assert quality["rule_violations"] == facts - cited
+    u2 = [c["verification"][0]["passed"] for c in checks]
+    assert quality["pass_rate"] == {"U2": round(sum(u2) / len(u2), 4)}
+    text = run_stats(tmp_path).stdout
+    assert f"{labelled:,} claims" in text and "verification       U2 " in text

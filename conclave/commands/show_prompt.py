@@ -84,7 +84,7 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
                       context_text=context)
     if source is not None:
         session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
-    restore_rounds(session, resume_from)
+    session.quality.rebuild(session, restore_rounds(session, resume_from))
     steps = session.plan.steps()
     chosen = [s for s in steps if s.type.name == round_name or str(s.number) == round_name]
     if not chosen:
@@ -93,7 +93,8 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     calls = []
     for step in chosen if round_name.isdigit() else chosen[:1]:  # a number: every step of that round
         round_type = step.type
-        values = {"question": question, "panel": labels.panel(), "absent": session.absent_notice()}
+        values = {"question": question, "panel": labels.panel(), "absent": session.absent_notice(),
+                  **session.quality.template_values(strategy.template(round_type.template).text)}
         for placeholder, spec in round_type.inputs.items():
             if spec.take == "own":
                 continue

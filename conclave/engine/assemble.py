@@ -88,6 +88,7 @@ def assemble_result(
             absent=state.absent,
             error="; ".join(state.errors) or None,
             raw_text=state.raw_text,
+            anchor=session.quality.anchors.get(name),
         )
         for name, state in session.agents.items()
     ]
@@ -120,6 +121,7 @@ def assemble_result(
             round_4=record.round_4,
         ),
         verdict=verdict,
+        quality=session.quality.summary(),
         recommendation=_recommendation(verdict),
         confidence=float(verdict["confidence"]) if verdict and "confidence" in verdict else None,
         dissent=list(verdict.get("dissent", [])) if verdict else [],

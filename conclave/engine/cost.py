@@ -102,9 +102,10 @@ def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
         if step.number not in wanted:
             continue
         round_type = step.type
+        text = session.strategy.template(round_type.template).text
         empty = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice(),
-                 **dict.fromkeys(round_type.inputs, "")}
-        carried = round_type.carried_tokens(catalogue, len(agents))
+                 **dict.fromkeys(round_type.inputs, ""), **session.quality.template_values(text, empty=True)}
+        carried = round_type.carried_tokens(catalogue, len(agents)) + session.quality.carried_tokens(text)
         if round_type.seat == "judge":
             specs.append((call_spec(session, round_type, step.number, empty), carried))
         else:

@@ -31,6 +31,7 @@ from conclave.engine.session import RoundOutput, Session, prompt_json
 def shared_inputs(session: Session, round_type: RoundType, number: int, *, recipients: int = 1) -> dict[str, str]:
     """The template values every call of this round receives (everything but an agent's own answer)."""
     values = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice()}
+    values.update(session.quality.template_values(session.strategy.template(round_type.template).text))
     for placeholder, source in round_type.inputs.items():
         if source.take != "own":
             values[placeholder] = _shown(session, source, number, recipients)
@@ -58,8 +59,8 @@ def _shown(session: Session, source: Input, number: int, recipients: int) -> str
     answers = record.by_agent(source.source)
     order = [name for name in labels.order() if name in answers]
     if source.take == "each":
-        return prompt_json([labels.judge_view(answers[name]) for name in order])
-    return prompt_json({labels.label(name): labels.judge_view(answers[name]) for name in order})
+        return prompt_json([session.view(answers[name]) for name in order])
+    return prompt_json({labels.label(name): session.view(answers[name]) for name in order})
 
 
 # ------------------------------------------------------------------------------------------------ calls
@@ -86,7 +87,9 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         agent=agent,
         provider=spec.provider,
         model=spec.model,
-        system=session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text),
+        system=session.quality.system_for(
+            agent, session.strategy.agent_system(session.settings.personas[spec.persona], session.context_text),
+            session.strategy.agent_role(agent, list(session.settings.agents))),
         user=user,
         schema_name=round_type.schema,
         round_number=number,
@@ -112,7 +115,9 @@ async def play(session: Session, step: Step, restored: Mapping[str, dict[str, An
     recorded again (status ``restored``) and those agents are not asked a second time.
     """
     if step.type.seat == "agents":
-        return await _play_agents(session, step, restored or {})
+        failure = await _play_agents(session, step, restored or {})
+        session.quality.after_step(session, step)
+        return failure
     return await _play_judge(session, step)
 
 

@@ -27,6 +27,7 @@ class AgentRecord(_Frozen):
     absent: bool
     error: str | None
     raw_text: str | None = None  # the last unusable answer, kept so a failure can be audited
+    anchor: str | None = None  # the perspective anchor it argued from (none in results from before anchors)
 
 
 class JudgeRecord(_Frozen):
@@ -101,6 +102,9 @@ class ConsultationResult(_Frozen):
     judge: JudgeRecord
     artifacts: Artifacts
     verdict: dict[str, Any] | None
+    #: the debate-quality record (anchors, checks per round and agent, debate state, metrics); None in results
+    #: written before the layer existed
+    quality: dict[str, Any] | None = None
     recommendation: str | None
     confidence: float | None
     dissent: list[dict[str, Any]]

@@ -133,7 +133,7 @@ class Consultation:
         self.machine = StateMachine(self._on_transition)
         #: called after every round with (session, its steps, restored round numbers); a controller may end or
         #: extend the plan through ``session.plan.end_here`` / ``session.plan.insert_next``
-        self.controllers: list[Controller] = [self._early_termination]
+        self.controllers: list[Controller] = [self._quality, self._early_termination]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
@@ -151,6 +151,9 @@ class Consultation:
 
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
+        problems = strategy.panel_problems(list(self.settings.agents))
+        if problems:
+            raise ConfigError(problems)
         inputs = prepare_inputs(self.settings, self.interaction, self._stdin_text, self._environ)
         stored_seed = self.resume_from.get("shuffle_seed")
         seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other
@@ -404,6 +407,11 @@ class Consultation:
             f"cost_exceeded: actual ${actual:.4f} is over {ratio:g} × the estimate ${estimate:.4f} after {phase}",
         )
 
+    @staticmethod
+    def _quality(session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After every round: the debate state, citation rules and verification (never stops a round)."""
+        session.quality.after_round(session, steps, restored)
+
     def _early_termination(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After the synthesis, with more rounds to come (none of them restored): offer to stop on a strong
         consensus; accepted, the plan ends here and the verdict is derived from the synthesis."""
@@ -492,6 +500,8 @@ class Consultation:
             context_sources=provenance.context_sources,
             verbose=settings.verbose,
             resumed_rounds=resumed_rounds(self.resume_from),
+            anchors=dict(session.quality.anchors),
+            verification_questions=[q.id for q in session.quality.questions],
         )
 
 

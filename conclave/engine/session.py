@@ -135,6 +135,9 @@ class Session:
         self.judge = JudgeSeat(settings, self.native)
         self.filtering = ArtifactFiltering(settings, plugins, bus)
         self.stream = False  # publish answers as they stream in (``agent:chunk``): the live view, the terminal
+        from conclave.engine.quality import QualityLayer
+
+        self.quality = QualityLayer(self)
 
     def native(self, provider: str) -> bool:
         """Whether ``provider``'s implementation honours a JSON schema natively (structured output)."""
@@ -173,7 +176,14 @@ class Session:
 
     def shown(self, artifact: dict[str, Any] | None) -> str:
         """The labelled JSON of one stored artifact as the judge or an agent is shown it."""
-        return prompt_json(self.labels.judge_view(artifact) if artifact is not None else None)
+        return prompt_json(self.view(artifact) if artifact is not None else None)
+
+    def view(self, artifact: dict[str, Any]) -> dict[str, Any]:
+        """One stored artifact as later rounds see it: under labels, without its quality record — claims and
+        references reach later rounds once, under their ids, in the DEBATE STATE block; checks stay in the record."""
+        from conclave.engine.quality import RECORD_ONLY
+
+        return {k: v for k, v in self.labels.judge_view(artifact).items() if k not in RECORD_ONLY}
 
     # --------------------------------------------------------------------------------- events
 

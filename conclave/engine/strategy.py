@@ -45,6 +45,7 @@ from pydantic import BaseModel
 from conclave.config import Persona
 from conclave.engine.prompt_template import PromptTemplate, load_template
 from conclave.engine.rounds import STANDARD_PLAN, VERDICT_ROUND, RoundType
+from conclave.quality.verification import Question
 
 #: the system prompt templates every strategy ships, and their ``prompt_versions`` keys
 SYSTEM_TEMPLATES = {"agent_system": "agent_system", "judge_system": "judge_system"}
@@ -69,6 +70,8 @@ class Strategy:
     allows_early_termination: ClassVar[bool] = False
     #: shown (via an event) when the strategy never stops early, e.g. "Explore mode: all rounds will execute"
     all_rounds_notice: ClassVar[str | None] = None
+    #: the strategy's own two verification questions, answered by the round-2 judge for each position
+    verification_questions: ClassVar[tuple[Question, ...]] = ()
     #: pydantic model of ``mode.options`` (None = takes no options); validated at start-up
     Options: ClassVar[type[BaseModel] | None] = None
 
@@ -106,6 +109,15 @@ class Strategy:
         return _with_context(
             self.template("agent_system").render(persona_name=persona.name, persona_focus=persona.focus), context
         )
+
+    def panel_problems(self, panel: list[str]) -> list[str]:
+        """One line per ``mode.options`` value that does not fit this panel (checked before anything is spent)."""
+        return []
+
+    def agent_role(self, agent: str, panel: list[str]) -> str:
+        """A section added to one agent's system prompt (e.g. an assigned stance); empty for most strategies.
+        ``panel``: every agent's name in configuration order."""
+        return ""
 
     def judge_system(self, context: str) -> str:
         return _with_context(self.template("judge_system").render(), context)

@@ -62,7 +62,7 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
-    for part in (_movement(result), _cost(result, records)):
+    for part in (_movement(result), _quality(result), _cost(result, records)):
         if part is not None:
             nodes.append(part)
     return nodes
@@ -347,6 +347,44 @@ def _cost_text(cost: Mapping[str, Any]) -> str:
     if isinstance(actual, int | float):
         return f"cost ${actual:.4f}" + (f" + {unknown_text}" if unknown_text else "")
     return unknown_text or "cost unknown"
+
+
+def _quality(result: Mapping[str, Any]) -> Section | None:
+    """Anchors, citation checks and verification per agent, claim standings and ungrounded judge statements."""
+    quality = _map(result.get("quality"))
+    if not quality:
+        return None  # a result from before the debate-quality layer
+    figures = _map(quality.get("metrics"))
+    children: list[Node] = [Para(
+        f"Claims labelled {pct(figures.get('label_adoption'))} · FACT claims cited "
+        f"{pct(figures.get('citation_compliance'))} · ungrounded judge statements "
+        f"{figures.get('ungrounded_statements', 0)}")]
+    claims = [_map(c) for c in _list(_map(quality.get("state")).get("claims"))]
+    if claims:
+        counts: dict[str, int] = {}
+        for claim in claims:
+            counts[str(claim.get("status"))] = counts.get(str(claim.get("status")), 0) + 1
+        children.append(Para(f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))))
+    anchors = _map(quality.get("anchors"))
+    rows = []
+    for number, agents in sorted(_map(quality.get("checks")).items(), key=lambda item: int(item[0])):
+        for agent, entry in sorted(_map(agents).items()):
+            entry = _map(entry)
+            answered = [r for r in (_map(r) for r in _list(entry.get("verification"))) if r.get("passed") is not None]
+            failed = ", ".join(str(r.get("question_id")) for r in answered if not r.get("passed"))
+            rules = ", ".join(sorted({str(_map(v).get("rule")) for v in _list(entry.get("rules"))}))
+            rows.append([str(number), str(agent), str(anchors.get(agent) or "—"), str(entry.get("labelled", 0)),
+                         rules or "—", f"{sum(1 for r in answered if r.get('passed'))}/{len(answered)}",
+                         failed or "—"])
+    if rows:
+        children.append(Table(["Round", "Agent", "Anchor", "Claims", "Rule violations", "Verification passed",
+                               "Failed"], rows))
+    ungrounded = [_map(s) for results in _map(quality.get("grounding")).values() for s in _list(results)
+                  if not _map(s).get("grounded")]
+    if ungrounded:
+        children.append(Bullets([f"{s.get('where')}: {s.get('text', '')} — {s.get('reason')}" for s in ungrounded],
+                                label="Ungrounded judge statements:"))
+    return Section("Debate quality", children)
 
 
 def _context_line(result: Mapping[str, Any]) -> str:

@@ -93,9 +93,17 @@ _CHILD_COLUMNS = {
                         "tokens_before", "tokens_after", "tokens_saved"),
     "substitutions": ("consultation_id", "seq", "round_number", "agent", "original_provider", "original_model",
                       "substitute_provider", "substitute_model", "reason"),
-    "agents": ("consultation_id", "agent", "persona", "provider", "model", "label"),
+    "agents": ("consultation_id", "agent", "persona", "provider", "model", "label", "anchor"),
     "agent_rounds": ("consultation_id", "round_number", "agent", "ok", "duration_s", "input_tokens",
                      "output_tokens", "cost", "error"),
+    "claims": ("consultation_id", "claim_id", "agent", "label", "status", "text", "introduced_round",
+               "last_updated_round", "support", "opposition", "status_reason"),
+    "evidence": ("consultation_id", "evidence_id", "kind", "title", "url", "gist", "agent", "added_round",
+                 "supports"),
+    "claim_checks": ("consultation_id", "round_number", "agent", "anchor", "claim_source", "labelled",
+                     "unlabelled", "facts", "facts_cited", "violations", "rules"),
+    "verification": ("consultation_id", "round_number", "agent", "question_id", "passed", "reason",
+                     "answered_by"),
 }
 
 # One pass over each child table per consultation (row-value assignments); every expression reads the row's old
@@ -300,9 +308,11 @@ def _started(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
         origin=get("origin"), client_name=(get("client") or {}).get("name"),
     )
     rows = b.rows["agents"]
+    anchors = get("anchors") or {}
     for agent in agents:
         name = agent.get("name")
-        rows.append((cid, name, agent.get("persona"), agent.get("provider"), agent.get("model"), labels.get(name)))
+        rows.append((cid, name, agent.get("persona"), agent.get("provider"), agent.get("model"), labels.get(name),
+                     anchors.get(name)))
 
 
 def _transition(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
@@ -439,6 +449,37 @@ def _resumed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
     columns.update(status="running", resumed_at=iso(ts))
 
 
+def _quality_checks(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    number, agent = d.get("round_number"), d.get("agent")
+    if "rules" in d:  # an agent's artifact was checked (the judge's answers come alone, with ``judged_in``)
+        rules = d.get("rules") or []
+        b.rows["claim_checks"].append((
+            cid, number, agent, d.get("anchor"), d.get("claim_source"), d.get("labelled"), d.get("unlabelled"),
+            d.get("facts"), d.get("facts_cited"), len(rules), _json(rules),
+        ))
+    for result in d.get("verification") or []:
+        b.rows["verification"].append((
+            cid, number, agent, result.get("question_id"), _flag(result.get("passed")), result.get("reason"),
+            result.get("by"),
+        ))
+
+
+def _debate_state(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    """The latest state wins: every claim and piece of evidence is upserted under its stable id."""
+    state = d.get("state") or {}
+    for c in state.get("claims") or []:
+        b.rows["claims"].append((
+            cid, c.get("id"), c.get("agent"), c.get("label"), c.get("status"), c.get("text"),
+            c.get("introduced_round"), c.get("last_updated_round"), _json(c.get("support")),
+            _json(c.get("opposition")), c.get("status_reason"),
+        ))
+    for e in state.get("evidence") or []:
+        b.rows["evidence"].append((
+            cid, e.get("id"), e.get("kind"), e.get("title"), e.get("url"), e.get("gist"), e.get("agent"),
+            e.get("added_round"), _json(e.get("supports")),
+        ))
+
+
 def result_summary(result: dict[str, Any]) -> dict[str, Any]:
     """The consultation columns a final result fills: recommendation, confidence, dissent count, duration."""
     verdict = result.get("verdict") if isinstance(result.get("verdict"), dict) else {}
@@ -456,7 +497,14 @@ def result_summary(result: dict[str, Any]) -> dict[str, Any]:
     duration = pick("duration_s")
     if duration is None and isinstance(pick("duration_ms"), int | float):
         duration = pick("duration_ms") / 1000
+    figures = (result.get("quality") or {}).get("metrics") or {}
+    passes = list((figures.get("pass_rate") or {}).values())
     return {
+        "label_adoption": figures.get("label_adoption"),
+        "citation_compliance": figures.get("citation_compliance"),
+        "rule_violations": sum((figures.get("rule_violations") or {}).values()) if figures else None,
+        "verification_pass_rate": round(sum(passes) / len(passes), 4) if passes else None,
+        "ungrounded_statements": figures.get("ungrounded_statements"),
         "recommendation": recommendation if isinstance(recommendation, str) else _json(recommendation),
         "confidence": pick("confidence"),
         "dissent_count": len(dissent) if isinstance(dissent, list) else None,
@@ -481,4 +529,6 @@ _HANDLERS: dict[str, Handler] = {
     ev.COST_GATE_TRIGGERED: _cost_gate,
     ev.CONSULTATION_COMPLETED: _completed,
     RESUMED: _resumed,
+    ev.QUALITY_CHECKS: _quality_checks,
+    ev.DEBATE_STATE: _debate_state,
 }

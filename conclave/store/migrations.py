@@ -254,3 +254,45 @@ def m007_eval_results(db: Any) -> None:
     )
     db["eval_items"].create_index(["consultation_id"])
     db["eval_runs"].create_index(["sweep_id"])
+
+
+@migrations()
+def m008_quality_claims_evidence_checks(db: Any) -> None:
+    # The debate-quality layer: the latest debate state's claims and evidence, citation-rule and verification
+    # results per agent and round, each agent's perspective anchor, and the consultation's quality figures.
+    fk = [("consultation_id", "consultations", "id")]
+    db["claims"].create(
+        {
+            "consultation_id": str, "claim_id": str, "agent": str, "label": str, "status": str, "text": str,
+            "introduced_round": int, "last_updated_round": int, "support": str, "opposition": str,
+            "status_reason": str,
+        },
+        pk=("consultation_id", "claim_id"), foreign_keys=fk,
+    )
+    db["evidence"].create(
+        {
+            "consultation_id": str, "evidence_id": str, "kind": str, "title": str, "url": str, "gist": str,
+            "agent": str, "added_round": int, "supports": str,
+        },
+        pk=("consultation_id", "evidence_id"), foreign_keys=fk,
+    )
+    db["claim_checks"].create(
+        {
+            "consultation_id": str, "round_number": int, "agent": str, "anchor": str, "claim_source": str,
+            "labelled": int, "unlabelled": int, "facts": int, "facts_cited": int, "violations": int,
+            "rules": str,
+        },
+        pk=("consultation_id", "round_number", "agent"), foreign_keys=fk,
+    )
+    db["verification"].create(
+        {
+            "consultation_id": str, "round_number": int, "agent": str, "question_id": str, "passed": int,
+            "reason": str, "answered_by": str,
+        },
+        pk=("consultation_id", "round_number", "agent", "question_id"), foreign_keys=fk,
+    )
+    db["verification"].create_index(["question_id", "passed"])
+    db["agents"].add_column("anchor", str)
+    for column, kind in (("label_adoption", float), ("citation_compliance", float), ("rule_violations", int),
+                         ("verification_pass_rate", float), ("ungrounded_statements", int)):
+        db["consultations"].add_column(column, kind)

@@ -114,6 +114,37 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
              "early_termination_rate": _ratio(m["et_accepted"], m["consultations"])}
             for mode, m in sorted(modes.items(), key=lambda item: str(item[0]))
         ],
+        "quality": quality_figures(conn, period),
+    }
+
+
+def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
+    """Debate quality over the period's consultations: label adoption (share of claims labelled), citation
+    compliance (share of FACT claims cited), rule violations, pass rate per verification question, and judge
+    statements resting on no agent claim or text."""
+    clauses, params = [], []
+    for op, bound in ((">=", period.since), ("<", period.until)):
+        if bound is not None:
+            clauses.append(f"c.started_at {op} ?")
+            params.append(bound)
+    where = f"where {' and '.join(clauses)}" if clauses else ""
+    labelled, unlabelled, facts, cited, violations = conn.execute(
+        "select coalesce(sum(k.labelled), 0), coalesce(sum(k.unlabelled), 0), coalesce(sum(k.facts), 0), "
+        "coalesce(sum(k.facts_cited), 0), coalesce(sum(k.violations), 0) "
+        f"from claim_checks k join consultations c on c.id = k.consultation_id {where}", params).fetchone()
+    passes = conn.execute(
+        "select v.question_id, sum(v.passed), count(*) from verification v join consultations c "
+        f"on c.id = v.consultation_id {where} {'and' if where else 'where'} v.passed is not null "
+        "group by v.question_id order by v.question_id", params).fetchall()
+    ungrounded = conn.execute(f"select coalesce(sum(c.ungrounded_statements), 0) from consultations c {where}",
+                              params).fetchone()[0]
+    return {
+        "claims": labelled,
+        "label_adoption": _ratio(labelled, labelled + unlabelled),
+        "citation_compliance": _ratio(cited, facts),
+        "rule_violations": violations,
+        "pass_rate": {q: _ratio(p, n) for q, p, n in passes},
+        "ungrounded_statements": ungrounded,
     }
 
 
@@ -197,6 +228,15 @@ def render_text(stats: dict[str, Any]) -> str:
     lines.append(f"filtering          saved {flt['tokens_saved']:,} tokens ({_num(flt['efficiency_pct'], 1)}%)")
     sub = stats["substitutions"]
     lines.append(f"substitutions      {sub['count']} ({_pct_text(sub['rate'])} of agent seats)")
+    quality = stats.get("quality") or {}
+    if quality.get("claims") or quality.get("pass_rate"):
+        lines.append(f"debate quality     {quality['claims']:,} claims · labelled "
+                     f"{_pct_text(quality['label_adoption'])} · FACT cited {_pct_text(quality['citation_compliance'])}"
+                     f" · {quality['rule_violations']} rule violations · {quality['ungrounded_statements']} "
+                     "ungrounded judge statements")
+        rates = " · ".join(f"{q} {_pct_text(r)}" for q, r in quality["pass_rate"].items())
+        if rates:
+            lines.append(f"verification       {rates}")
     lines += ["", "provider     calls   failed   tokens in  tokens out        cost  avg latency"]
     for p in stats["providers"]:
         lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "

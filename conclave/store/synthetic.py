@@ -169,4 +169,33 @@ class _Stream:
                   "recommendation": verdict["recommendation"] if verdict else "Adopt it incrementally",
                   "confidence": confidence, "dissent": verdict["dissent"] if verdict else [],
                   "early_terminated": last_round == 2, "rounds_completed": last_round}
+        checks = self.quality_checks()
+        labelled = sum(c["labelled"] for c in checks)
+        facts, cited = sum(c["facts"] for c in checks), sum(c["facts_cited"] for c in checks)
+        result["quality"] = {"metrics": {
+            "label_adoption": round(labelled / (labelled + sum(c["unlabelled"] for c in checks)), 4),
+            "citation_compliance": round(cited / facts, 4) if facts else None,
+            "rule_violations": {"fact_uncited": facts - cited},
+            "pass_rate": {"U2": round(sum(c["verification"][0]["passed"] for c in checks) / len(checks), 4)}}}
+        # quality records draw nothing from the stream's random generator and keep the clock where it is, so
+        # every other record (and its timestamp) is what it was before they existed
+        for agent, check in zip([a for a, *_ in PANEL], checks, strict=True):
+            self.out.append(ev.Event(ev.QUALITY_CHECKS, self.cid, self.seq, round(self.ts, 6),
+                                     {"round_number": 1, "agent": agent, **check}))
+            self.seq += 1
         self.emit(ev.CONSULTATION_COMPLETED, status="complete", result=result)
+
+    def quality_checks(self) -> list[dict[str, Any]]:
+        """Round-1 citation checks for each panel member, fixed by the consultation's number."""
+        n = int(self.cid.rsplit("-", 1)[-1], 16) if "-" in self.cid else 0
+        out = []
+        for i, _ in enumerate(PANEL):
+            facts = 1 + (n + i) % 3
+            cited = facts - ((n + i) % 4 == 0)
+            out.append({"anchor": None, "claim_source": "structured", "labelled": facts + 1,
+                        "unlabelled": (n + i) % 2, "facts": facts, "facts_cited": cited,
+                        "rules": [{"rule": "fact_uncited", "detail": "a FACT claim cites no reference"}]
+                        * (facts - cited),
+                        "verification": [{"question_id": "U2", "passed": cited == facts, "reason": "",
+                                          "by": "checker"}]})
+        return out

@@ -17,6 +17,7 @@ from conclave.engine.rounds import (
     RoundType,
 )
 from conclave.engine.strategy import Strategy
+from conclave.quality.verification import Question
 
 
 class DevilsAdvocateOptions(BaseModel):
@@ -31,6 +32,10 @@ class DevilsAdvocateStrategy(Strategy):
     allows_early_termination = False
     all_rounds_notice = "Devil's advocate mode: every round runs"
     Options = DevilsAdvocateOptions
+    verification_questions = (
+        Question("DA1", "mode-specific", "Assigned stance maintained throughout?"),
+        Question("DA2", "mode-specific", "Consensus actively challenged?"),
+    )
 
 
 # A round type of this plugin's own: after the synthesis, every agent rebuts it before cross-examination.
@@ -55,6 +60,10 @@ class GauntletStrategy(Strategy):
     name = "gauntlet"
     prompt_package = "conclave_example_plugin"
     prompt_dir = "prompts"
+    verification_questions = (
+        Question("GA1", "mode-specific", "Every rebuttal answers the synthesis point it targets?"),
+        Question("GA2", "mode-specific", "The position survives its own strongest rebuttal?"),
+    )
     plan = (
         INDEPENDENT,
         SYNTHESIS,

@@ -1,0 +1,172 @@
+"""What the debate-quality layer costs: added input tokens per consultation, and checker time per artifact.
+
+Over generated converge debates (3 and 5 agents, the standard 4 rounds), every call's prompt is built from the
+real templates twice — with the layer (labelling and citation rules, anchors, the DEBATE STATE block, the
+verification questions, the quality fields of the artifacts shown to later rounds) and without it (those
+sections, lines and fields removed) — and counted with the real tokenizer. Goal: ≤ 15% more input tokens.
+Checker time: citation rules + deterministic verification + absorbing into the state, per agent artifact.
+Goal: ≤ 1 ms. Run: ``python bench/quality.py [--debates 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import string
+import time
+from typing import Any
+
+from conclave_plugins.strategies import ConvergeStrategy
+
+from conclave.engine.quality import RECORD_ONLY
+from conclave.engine.session import prompt_json
+from conclave.quality.anchors import ANCHORS, anchor_prompt
+from conclave.quality.claims import check_rules, claims_of
+from conclave.quality.state import DebateState
+from conclave.quality.verification import UNIVERSAL, prompt_list, run_checkers
+from conclave.tokens import count_tokens
+
+QUALITY_FIELDS = ("claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
+                  "verification", "claim_ids", "partial_coverage", "unique_insights", "blind_spots",
+                  "claim_statuses", "evidence_claims")
+# instruction lines and blocks of the templates that exist only for the layer
+_LAYER_LINE = re.compile(r"^- (?:" + "|".join(QUALITY_FIELDS) + r")\b.*(?:\n(?!- |\n).*)*\n?", re.MULTILINE)
+_STATE_INTRO = re.compile(r"\n[^\n]*(?:stable id|under its stable id)[^\n]*:\n\$debate_state\n")
+WORDS = ("billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration",
+         "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue",
+         "consistency")
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def independent(rng: random.Random, agent: str, layer: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"position": sentence(rng, 18), "key_points": [sentence(rng, 14) for _ in range(3)],
+                           "rationale": " ".join(sentence(rng, 16) for _ in range(12)),
+                           "confidence": round(rng.uniform(0.5, 0.9), 2), "prose_excerpt": sentence(rng, 25)}
+    if layer:
+        out["claims"] = [{"id": str(i), "text": sentence(rng, 14), "label": rng.choice(["FACT", "INFER", "ASSUME"]),
+                          "citations": [1 + i % 2]} for i in range(4)]
+        out["references"] = [{"id": i, "title": sentence(rng, 6), "url": f"https://example.com/{agent}/{i}"}
+                             for i in (1, 2)]
+        out["alternatives"] = [{"option": sentence(rng, 5), "rejected_because": sentence(rng, 9)} for _ in range(2)]
+        out["failure_modes"] = [{"failure": sentence(rng, 6), "mitigation": sentence(rng, 8)} for _ in range(3)]
+        out["uncertainties"] = [sentence(rng, 10)]
+    return out
+
+
+def reply(rng: random.Random, layer: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"critique": " ".join(sentence(rng, 15) for _ in range(3)),
+                           "challenges": [{"target_agent": "Agent A", "challenge": sentence(rng, 14),
+                                           "evidence": [sentence(rng, 8)]}],
+                           "defense": " ".join(sentence(rng, 15) for _ in range(2)),
+                           "revised_position": sentence(rng, 18)}
+    if layer:
+        out["claims"] = [{"id": "C2", "text": sentence(rng, 12), "label": "INFER", "citations": [],
+                          "opposes": ["C1"]}]
+        out["references"], out["retracts"] = [], []
+    return out
+
+
+def synthesis(rng: random.Random, labels: list[str], layer: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "consensus_points": [{"point": sentence(rng, 14), "supporting_agents": labels[:2], "confidence": 0.7}
+                             for _ in range(3)],
+        "tensions": [{"topic": sentence(rng, 4), "viewpoints": [{"agent": a, "viewpoint": sentence(rng, 12)}
+                                                                for a in labels[:2]]} for _ in range(2)],
+        "priority_order": [sentence(rng, 5) for _ in range(3)]}
+    if layer:
+        for item in out["consensus_points"] + out["tensions"]:
+            item["claim_ids"] = ["C1", "C3"]
+        out["unique_insights"] = [{"agent": labels[0], "insight": sentence(rng, 12), "claim_ids": ["C2"]}]
+        out["blind_spots"] = [sentence(rng, 8)]
+        out["verification"] = [{"agent": a, "question_id": q, "passed": True, "reason": sentence(rng, 6)}
+                               for a in labels for q in ("U6", "U7", "CV1", "CV2")]
+    return out
+
+
+def shown(artifact: dict[str, Any]) -> str:
+    """An artifact as later rounds are shown it (the engine's rule: no record-only quality fields)."""
+    return prompt_json({k: v for k, v in artifact.items() if k not in RECORD_ONLY})
+
+
+def render(text: str, values: dict[str, str], layer: bool) -> str:
+    if not layer:
+        text = _STATE_INTRO.sub("\n", _LAYER_LINE.sub("", text))
+        text = text.split("\n=== EPISTEMIC LABELING ===", 1)[0]
+    return string.Template(text).safe_substitute(values)
+
+
+def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
+    """Input tokens of every call of one standard converge debate."""
+    strategy = ConvergeStrategy()
+    names = [f"agent{i}" for i in range(agents)]
+    labels = [f"Agent {chr(65 + i)}" for i in range(agents)]
+    question = sentence(rng, 20)
+    r1 = {n: independent(rng, n, layer) for n in names}
+    syn = synthesis(rng, labels, layer)
+    replies = {label: reply(rng, layer) for label in labels}
+    state = DebateState(question, names)
+    for n in names:
+        state.absorb(1, n, r1[n])
+    block = state.block(lambda n: labels[names.index(n)]) if layer else ""
+    base = {"question": question, "panel": ", ".join(labels), "absent": "Every panel member is present.",
+            "debate_state": block, "verification_questions": prompt_list([*UNIVERSAL, *strategy.verification_questions])
+            if layer else ""}
+    total = 0
+    persona = render(strategy.template("agent_system").text, {"persona_name": "expert", "persona_focus": "x"}, layer)
+    judge = strategy.template("judge_system").text
+    anchors = list(ANCHORS)
+    for i, _name in enumerate(names):
+        system = persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if layer else "")
+        total += count_tokens(system + render(strategy.template("round1").text, base, layer))
+        total += count_tokens(system + render(strategy.template("round3_agent").text, {
+            **base, "label": labels[i], "own_position": shown(r1[names[i]]), "synthesis": shown(syn)},
+            layer))
+    independents = prompt_json([{k: v for k, v in a.items() if k not in RECORD_ONLY} for a in r1.values()])
+    total += count_tokens(judge + render(strategy.template("round2").text, {**base, "independents": independents},
+                                         layer))
+    total += count_tokens(judge + render(strategy.template("round3_judge").text, {
+        **base, "synthesis": shown(syn), "replies": prompt_json(
+            {label: {k: v for k, v in r.items() if k not in RECORD_ONLY} for label, r in replies.items()})}, layer))
+    cross = {"challenges": [], "rebuttals": [], "unresolved": [sentence(rng, 8)]}
+    total += count_tokens(judge + render(strategy.template("round4").text, {
+        **base, "independents": independents, "synthesis": shown(syn), "cross_exam": prompt_json(cross)},
+        layer))
+    return total
+
+
+def checker_seconds(rng: random.Random, artifacts: int) -> float:
+    samples = [independent(rng, f"a{i % 5}", True) for i in range(artifacts)]
+    state = DebateState("q", [f"a{i}" for i in range(5)])
+    start = time.perf_counter()
+    for i, artifact in enumerate(samples):
+        claims, references, _ = claims_of(artifact)
+        check_rules(claims, references)
+        run_checkers(artifact, UNIVERSAL)
+        state.absorb(1 + i // 50, f"a{i % 5}", artifact)
+    return (time.perf_counter() - start) / artifacts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--debates", type=int, default=20)
+    parser.add_argument("--artifacts", type=int, default=2000)
+    args = parser.parse_args()
+    print("what the debate-quality layer adds: input tokens per consultation, checker time per artifact")
+    print(f"{'agents':>6} {'debates':>7} {'tokens without':>15} {'tokens with':>12} {'added':>8} {'goal':>6}")
+    for agents in (3, 5):
+        without = sum(debate_tokens(random.Random(seed), agents, False) for seed in range(args.debates))
+        with_layer = sum(debate_tokens(random.Random(seed), agents, True) for seed in range(args.debates))
+        added = with_layer / without - 1
+        print(f"{agents:>6} {args.debates:>7} {without // args.debates:>15,} {with_layer // args.debates:>12,} "
+              f"{added:>7.1%} {'met' if added <= 0.15 else 'MISSED':>6}")
+    per = checker_seconds(random.Random(1), args.artifacts)
+    print(f"checker time per artifact: {per * 1e3:.3f} ms over {args.artifacts} artifacts (goal ≤ 1 ms: "
+          f"{'met' if per <= 1e-3 else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()

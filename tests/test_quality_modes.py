@@ -1,0 +1,64 @@
+"""The adversarial and devils_advocate built-in strategies on the fake server: their own round-3 reply schemas,
+their own verification questions, and the devil's advocate's assigned stance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_engine_support import AGENT_MODELS, JUDGE_MODEL, requests_with, run_consultation, script_panel, texts
+
+from conclave import artifacts
+from conclave.testing.fake_server import FakeProviderServer
+
+
+async def test_adversarial_agents_steelman_and_the_judge_asks_adv1_adv2(fake_provider_server: FakeProviderServer,
+                                                                       conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    run = await run_consultation(fake, "mode=adversarial")
+    assert run.result.status == "complete"
+    replies = run.result.artifacts.round_3_replies
+    assert set(replies) == set(AGENT_MODELS)
+    for reply in replies.values():
+        artifacts.check("cross_exam_reply_adversarial", reply)
+    shown = texts(requests_with(fake, "cross_exam_reply_adversarial", AGENT_MODELS["architect"])[0])
+    assert "steelman:" in shown and "=== DEBATE STATE ===" in shown
+    judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
+    assert "- ADV1: Opponent position steel-manned?" in judge_prompt
+    assert "- ADV2: Strongest counter-argument provided?" in judge_prompt
+    assert run.result.prompt_versions["round_3"].startswith("adversarial/round3_agent@v1")
+
+
+async def test_the_devils_advocate_holds_an_assigned_stance(fake_provider_server: FakeProviderServer,
+                                                           conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    run = await run_consultation(fake, "mode=devils_advocate", "+mode.options.advocate=pragmatist")
+    assert run.result.status == "complete"
+    for reply in run.result.artifacts.round_3_replies.values():
+        artifacts.check("cross_exam_reply_devils_advocate", reply)
+    for name, model in AGENT_MODELS.items():
+        system = texts(requests_with(fake, "independent", model)[0])
+        assert ("=== YOUR ASSIGNED STANCE ===" in system) == (name == "pragmatist")
+    judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
+    assert "- DA1: Assigned stance maintained throughout?" in judge_prompt
+    assert "- DA2: Consensus actively challenged?" in judge_prompt
+
+
+async def test_by_default_the_first_agent_is_the_devils_advocate(fake_provider_server: FakeProviderServer,
+                                                                conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    await run_consultation(fake, "mode=devils_advocate", "rounds=1")
+    first = next(iter(AGENT_MODELS))
+    assert "=== YOUR ASSIGNED STANCE ===" in texts(requests_with(fake, "independent", AGENT_MODELS[first])[0])
+
+
+def test_an_advocate_who_is_not_on_the_panel_is_one_line_exit_2(tmp_path: Any) -> None:
+    from cli_helpers import run_conclave
+
+    proc = run_conclave("Q?", "mode=devils_advocate", "+mode.options.advocate=nobody", "agents=default",
+                        home=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("conclave: mode.options.advocate: 'nobody' is not on the panel; allowed: "
+                                   "security, architect, pragmatist")

@@ -1,0 +1,198 @@
+"""The debate state (ids, links, statuses, serialisation, the bounded prompt block), anchors and the
+deterministic verification checkers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conclave.quality.anchors import ANCHORS, anchor_prompt, assign_anchors
+from conclave.quality.state import DebateState
+from conclave.quality.verification import UNIVERSAL, judge_results, questions_for, run_checkers
+from conclave.tokens import count_tokens
+
+
+def _artifact(*claims: tuple[str, str, list[int]], refs: list[dict[str, Any]] | None = None,
+              **extra: Any) -> dict[str, Any]:
+    return {"claims": [{"id": i, "text": f"{i} claim text", "label": label, "citations": c} for i, label, c in claims],
+            "references": refs or [], **extra}
+
+
+def test_ids_run_across_agents_and_rounds_and_a_restated_id_is_not_renumbered() -> None:
+    state = DebateState("q", ["a", "b"])
+    first = state.absorb(1, "a", _artifact(("1", "FACT", [1]), ("2", "INFER", []), refs=[{"id": 1, "title": "T"}]))
+    second = state.absorb(1, "b", _artifact(("x", "ASSUME", [])))
+    third = state.absorb(3, "a", _artifact(("C2", "INFER", []), ("9", "FACT", [])))
+    assert (first.claims, second.claims, third.claims) == ({"1": "C1", "2": "C2"}, {"x": "C3"},
+                                                           {"C2": "C2", "9": "C4"})
+    assert first.evidence == {1: "E1"} and state.claims["C2"].last_updated_round == 3
+    assert state.agent_status["a"]["claims"] == ["C1", "C2", "C4"]
+
+
+def test_the_same_source_cited_by_two_agents_is_one_piece_of_evidence() -> None:
+    state = DebateState("q", ["a", "b"])
+    state.absorb(1, "a", _artifact(("1", "FACT", [1]), refs=[{"id": 1, "title": "A", "url": "https://x/1"}]))
+    done = state.absorb(1, "b", _artifact(("1", "FACT", [3]), refs=[{"id": 3, "title": "other", "url": "https://x/1"}]))
+    assert done.evidence == {3: "E1"} and state.evidence["E1"].supports == ["C1", "C2"]
+
+
+def test_opposing_contests_backing_accepts_and_authors_retract() -> None:
+    state = DebateState("q", ["a", "b"])
+    state.absorb(1, "a", _artifact(("1", "FACT", []), ("2", "INFER", [])))
+    state.absorb(3, "b", {"claims": [
+        {"id": "1", "text": "no", "label": "INFER", "citations": [], "opposes": ["C1"]},
+        {"id": "2", "text": "yes", "label": "INFER", "citations": [], "supports": ["C2"]}]})
+    assert (state.claims["C1"].status, state.claims["C1"].opposition) == ("contested", ["C3"])
+    assert (state.claims["C2"].status, state.claims["C2"].backing) == ("accepted", ["C4"])
+    state.absorb(3, "b", {"retracts": ["C1"]})  # not b's claim: ignored
+    state.absorb(3, "a", {"retracts": ["C1", "C77"]})
+    assert state.claims["C1"].status == "retracted"
+
+
+def test_the_judge_sets_a_status_by_id_and_unknown_ids_are_refused() -> None:
+    state = DebateState("q", ["a"])
+    state.absorb(1, "a", _artifact(("1", "FACT", [])))
+    assert state.set_status("C1", "accepted", 3, "well sourced")
+    assert not state.set_status("C9", "accepted", 3) and not state.set_status("C1", "settled", 3)
+    assert (state.claims["C1"].status, state.claims["C1"].status_reason) == ("accepted", "well sourced")
+
+
+def test_the_state_round_trips_through_its_dict() -> None:
+    state = DebateState("q", ["a", "b"])
+    state.absorb(1, "a", _artifact(("1", "FACT", [1]), refs=[{"id": 1, "title": "T", "snippet": "s"}]))
+    again = DebateState.from_dict(state.as_dict())
+    assert again.as_dict() == state.as_dict()
+    assert again.absorb(2, "b", _artifact(("1", "INFER", []))).claims == {"1": "C2"}  # numbering continues
+
+
+def _big_state(claims: int) -> DebateState:
+    state = DebateState("Should billing move to event sourcing?", ["alpha", "beta", "gamma", "delta"])
+    words = "a deliberately long claim about throughput latency replay cost audit history and team skill " * 3
+    for n in range(claims):
+        agent = state.participants[n % 4]
+        state.absorb(1 + n // 20, agent, _artifact(
+            (str(n), "FACT", [1]), refs=[{"id": 1, "title": f"Source {n} " + "title " * 10, "url": f"https://x/{n}",
+                                          "snippet": words}]))
+        state.claims[f"C{n + 1}"].text = f"C{n + 1} " + words
+    for n in range(1, 31):  # the older half is settled
+        state.set_status(f"C{n}", "accepted", 2)
+    return state
+
+
+def test_sixty_claims_serialise_under_two_thousand_real_tokens() -> None:
+    state = _big_state(60)
+    block = state.block()
+    assert count_tokens(block) < 2000
+    assert block.startswith("=== DEBATE STATE ===")
+    assert "- C60 [FACT/open]" in block  # the newest open claims stay
+
+
+def test_the_oldest_settled_claims_are_compressed_and_dropped_first() -> None:
+    state = _big_state(60)
+    full = state._render(str, {c: 30 for c in state.claims}, set())
+    budget = count_tokens(full) // 2
+    block = state.block(budget=budget)
+    assert count_tokens(block) < budget
+    assert "- C1 [" not in block and "older settled claim(s) omitted: C1" in block
+    assert f'- C60 [FACT/open] delta: "C60 {" ".join(["a", "deliberately", "long", "claim"])}' in block
+
+
+def test_a_small_state_is_shown_whole() -> None:
+    state = DebateState("q", ["a"])
+    state.absorb(1, "a", _artifact(("1", "FACT", [1]), refs=[{"id": 1, "title": "Dash", "snippet": "41k/day"}]))
+    assert state.block(lambda n: "Agent A") == (
+        "=== DEBATE STATE ===\nRound 1 · participants: Agent A\n\nCLAIMS:\n"
+        '- C1 [FACT/open] Agent A: "1 claim text" (supports: E1)\n\nEVIDENCE:\n'
+        '- E1 [citation]: "Dash" - "41k/day" (supports: C1)\n\n'
+        'You can reference claims by ID (e.g., "Building on C1..." or "Challenging C2...")\n')
+
+
+# ------------------------------------------------------------------------------------------------ anchors
+
+
+def test_anchors_are_assigned_round_robin_in_order() -> None:
+    agents = ["a", "b", "c", "d", "e"]
+    assert list(assign_anchors(agents, "auto").values()) == [*ANCHORS, "Risk-Attentive"]
+    assert assign_anchors(agents, "none") == {}
+    assert assign_anchors(agents, {"c": "Systems-Aware"}) == {"c": "Systems-Aware"}
+
+
+def test_the_anchor_prompt_carries_the_definition() -> None:
+    text = anchor_prompt("Evidence-Calibrated")
+    assert text.startswith("=== YOUR PERSPECTIVE ANCHOR ===\nFramework: Evidence-Calibrated\n")
+    assert "Focus: Focus on data quality, uncertainty quantification" in text
+    assert "Contribution intensity should match topic relevance." in text
+
+
+# ------------------------------------------------------------------------------------------------ verification
+
+
+def _results(artifact: dict[str, Any]) -> dict[str, bool]:
+    return {r["question_id"]: r["passed"] for r in run_checkers(artifact, UNIVERSAL)}
+
+
+def test_the_checkers_answer_u1_to_u5_only() -> None:
+    assert set(_results({})) == {"U1", "U2", "U3", "U4", "U5"}
+
+
+def test_u1_needs_a_stated_position() -> None:
+    assert _results({"position": "yes"})["U1"] and _results({"refined_position": "yes"})["U1"]
+    assert not _results({"position": "  "})["U1"]
+
+
+def test_u2_needs_every_fact_cited() -> None:
+    assert _results(_artifact(("1", "FACT", [1]), ("2", "ASSUME", [])))["U2"]
+    assert not _results(_artifact(("1", "FACT", [1]), ("2", "FACT", [])))["U2"]
+    assert not _results({})["U2"]  # nothing labelled
+
+
+def test_u3_needs_two_rejected_alternatives_with_rationale() -> None:
+    one = [{"option": "A", "rejected_because": "slow"}]
+    assert not _results({"alternatives": one})["U3"]
+    assert _results({"alternatives": [*one, {"option": "B", "rejected_because": "dear"}]})["U3"]
+    assert not _results({"alternatives": [*one, {"option": "B", "rejected_because": " "}]})["U3"]
+
+
+def test_u4_needs_three_failure_modes_with_mitigations() -> None:
+    modes = [{"failure": f"f{n}", "mitigation": f"m{n}"} for n in range(3)]
+    assert _results({"failure_modes": modes})["U4"] and not _results({"failure_modes": modes[:2]})["U4"]
+
+
+def test_u5_needs_a_stated_uncertainty() -> None:
+    assert _results({"uncertainties": ["peak load"]})["U5"] and not _results({"uncertainties": [""]})["U5"]
+
+
+def test_hs1_is_asked_only_when_opted_in() -> None:
+    assert "HS1" not in [q.id for q in questions_for((), None)]
+    assert [q.id for q in questions_for((), "security")][-1] == "HS1"
+
+
+def test_judge_answers_are_matched_by_agent_and_unanswered_ones_recorded() -> None:
+    answers = [{"agent": "a", "question_id": "U6", "passed": False, "reason": "says both"},
+               {"agent": "b", "question_id": "U7", "passed": True, "reason": ""}]
+    out = {r["question_id"]: r for r in judge_results(answers, "a", UNIVERSAL)}
+    assert out["U6"] == {"question_id": "U6", "passed": False, "reason": "says both", "by": "judge"}
+    assert out["U7"]["passed"] is None
+
+
+# ------------------------------------------------------------------------------------------------ grounding
+
+
+def test_a_statement_naming_an_existing_claim_is_grounded() -> None:
+    from conclave.quality.grounding import check_grounding
+
+    synthesis = {"consensus_points": [{"point": "Quantum ledgers", "claim_ids": ["C1"]}]}
+    [result] = check_grounding(synthesis, ["C1"], "nothing relevant")
+    assert result["grounded"] and result["reason"] == "rests on C1"
+
+
+def test_a_statement_without_ids_is_grounded_by_the_agents_words_or_flagged() -> None:
+    from conclave.quality.grounding import agent_text, check_grounding
+
+    corpus = agent_text([{"position": "An outbox keeps billing writes atomic", "claims": [{"text": "Replays cheap"}]}])
+    verdict = {"artifact_type": "verdict", "evidence": ["outbox keeps billing writes atomic (architect)",
+                                                        "quantum ledgers outperform blockchains"],
+               "evidence_claims": [{"evidence": "quantum ledgers outperform blockchains", "claim_ids": ["C9"]}]}
+    first, second = check_grounding(verdict, ["C1"], corpus, names=["architect"])
+    assert first["grounded"] and not first["claim_ids"]
+    assert not second["grounded"]
+    assert second["reason"] == "names no existing claim (C9 unknown); 0 of 4 key terms appear in the agents' text"
