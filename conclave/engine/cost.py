@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from conclave.engine.calls import CallSpec
 from conclave.engine.extraction import json_instruction
 from conclave.engine.play import call_spec
-from conclave.engine.rounds import catalogue_of
+from conclave.engine.rounds import RoundType, catalogue_of
 from conclave.engine.session import Session
 from conclave.providers.base import Usage
 
@@ -89,6 +89,14 @@ class PlannedText:
     carried: int
 
 
+def empty_values(session: Session, round_type: RoundType) -> dict[str, str]:
+    """A round's template values before the round's inputs exist: the question, the panel, who is absent, and
+    every artifact input (and the debate state) left empty. Agents' calls add their ``label``."""
+    text = session.strategy.template(round_type.template).text
+    return {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice(),
+            **dict.fromkeys(round_type.inputs, ""), **session.quality.template_values(text, empty=True)}
+
+
 def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
     """The prompt of every call the plan's rounds ``rounds`` will make (no tokenizer needed).
 
@@ -103,8 +111,7 @@ def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
             continue
         round_type = step.type
         text = session.strategy.template(round_type.template).text
-        empty = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice(),
-                 **dict.fromkeys(round_type.inputs, ""), **session.quality.template_values(text, empty=True)}
+        empty = empty_values(session, round_type)
         carried = round_type.carried_tokens(catalogue, len(agents)) + session.quality.carried_tokens(text)
         if round_type.seat == "judge":
             specs.append((call_spec(session, round_type, step.number, empty), carried))

@@ -9,7 +9,7 @@ that declares no window is not checked.
 
 from __future__ import annotations
 
-from conclave.engine.cost import MESSAGE_OVERHEAD_TOKENS
+from conclave.engine.cost import MESSAGE_OVERHEAD_TOKENS, empty_values
 from conclave.engine.play import call_spec
 from conclave.engine.session import Session
 from conclave.errors import ConfigError
@@ -24,16 +24,15 @@ def check_context_windows(session: Session) -> None:
     from conclave.tokens import count_tokens, utf8_upper_bound
 
     plan, labels = session.plan, session.labels
-    empty = {"question": session.question, "panel": labels.panel(), "absent": session.absent_notice()}
     first = plan.types[0]
     specs = []
     if first.seat == "agents":
-        values = {**empty, **dict.fromkeys(first.inputs, "")}
+        values = empty_values(session, first)
         specs += [(f"agents.{name}", call_spec(session, first, 1, {**values, "label": labels.label(name)}, name))
                   for name in session.settings.agents]
     synthesis = plan.find("synthesis")
     if synthesis is not None:
-        specs.append(("judge", call_spec(session, synthesis, 2, {**empty, **dict.fromkeys(synthesis.inputs, "")})))
+        specs.append(("judge", call_spec(session, synthesis, 2, empty_values(session, synthesis))))
     problems = []
     for seat, spec in specs:
         window = session.pool.provider(spec.provider).context_window(spec.model)
