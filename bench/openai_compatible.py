@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--tries", type=int, default=3, help="round-1 requests per schema variant")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads, server and local alike")
     args = parser.parse_args()
-    from conclave.local_model import PackagedModel, ensure_assembled
+    from conclave_plugins.local.model import PackagedModel, ensure_assembled
 
     work = Path(tempfile.mkdtemp(prefix="conclave-bench-oai-"))
     model = ensure_assembled(PackagedModel.from_package(), Path(tempfile.gettempdir()) / "conclave-bench-home" /

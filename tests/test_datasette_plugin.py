@@ -188,13 +188,44 @@ def check_recent_consultations(home: Path, journals: dict[str, list[dict[str, An
     assert {r["id"]: r["confidence"] for r in got} == {c: final(r)["confidence"] for c, r in journals.items()}
 
 
+def check_debate_quality(home: Path, journals: dict[str, list[dict[str, Any]]]) -> None:
+    got = {r["id"]: r for r in rows(home, "debate_quality")}
+    expected = {c: (final(r).get("quality") or {}).get("metrics") or {} for c, r in journals.items()}
+    with_figures = {c for c, m in expected.items() if m.get("label_adoption") is not None}
+    assert with_figures and with_figures <= set(got)
+    for cid in with_figures:
+        figures = expected[cid]
+        assert got[cid]["label_adoption"] == pytest.approx(figures["label_adoption"])
+        assert got[cid]["ungrounded_statements"] == figures.get("ungrounded_statements")
+
+
+def check_verification_pass_rate(home: Path, journals: dict[str, list[dict[str, Any]]]) -> None:
+    answered: Counter[str] = Counter()
+    passed: Counter[str] = Counter()
+    for records in journals.values():
+        for d in of(records, "quality:checks"):
+            for v in d.get("verification") or []:
+                if v.get("passed") is not None:
+                    answered[v["question_id"]] += 1
+                    passed[v["question_id"]] += bool(v["passed"])
+    got_answered: Counter[str] = Counter()
+    got_passed: Counter[str] = Counter()
+    for r in rows(home, "verification_pass_rate"):
+        got_answered[r["question_id"]] += r["answered"]
+        got_passed[r["question_id"]] += r["passed"]
+    assert answered and got_answered == answered and got_passed == passed
+
+
+# over evaluation runs: checked against eval runs in tests/test_eval_cli.py (these journals hold none)
+EVAL_QUERIES = {"eval_runs_overview", "eval_accuracy_vs_cost", "eval_sweep_by_value", "eval_lost_answers"}
+
 CHECKS = {name[len("check_"):]: fn for name, fn in dict(globals()).items() if name.startswith("check_")}
 
 
 def test_every_canned_query_has_a_check() -> None:
     from conclave.datasette_plugin import _metadata_template
 
-    assert set(_metadata_template()["databases"]["index"]["queries"]) == set(CHECKS)
+    assert set(_metadata_template()["databases"]["index"]["queries"]) == set(CHECKS) | EVAL_QUERIES
 
 
 @pytest.mark.parametrize("query", sorted(CHECKS))
@@ -226,7 +257,7 @@ def test_consultation_page_reads_like_a_transcript(debates: Debates) -> None:
     assert "Event-source the invoice aggregate first" in page
     assert "Auditability of every billing change comes first" in page  # the synthesis
     assert "A database trigger closes most of that gap" in page  # a rebuttal
-    assert "anthropic/claude-sonnet-4-5" in page and "converge/round1@v1" in page  # models, prompt versions
+    assert "anthropic/claude-sonnet-4-5" in page and re.search(r"converge/round1@v\d", page)  # models, prompt versions
     assert re.search(r"<td>openai</td><td class=\"cv-num\">\d+</td><td class=\"cv-num\">1</td>", page)  # a failure
     assert f'href="/-/conclave/{debates.converge}/journal.json"' in page
     assert "<script" not in page.split("<body", 1)[1].split("</footer>")[0].split('class="cv-report"', 1)[1]

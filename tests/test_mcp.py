@@ -230,7 +230,7 @@ async def test_a_bad_override_is_a_tool_error_naming_the_key_and_the_allowed_val
             "question": "Q?", "overrides": ["providers.openai.base_url=http://attacker.example"]})
         env_read = await session.call_tool("conclave_consult", {
             "question": "Q?", "overrides": ["judge.model=${oc.env:OPENAI_API_KEY}"]})
-    assert bad_mode.isError and "mode: 'nope' is not one of: converge, explore" in text_of(bad_mode)
+    assert bad_mode.isError and "mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore" in text_of(bad_mode)
     assert bad_rounds.isError and "rounds:" in text_of(bad_rounds)
     assert "Traceback" not in text_of(bad_mode) + text_of(bad_rounds)
     assert endpoint.isError and "providers.openai.base_url: cannot be overridden by an MCP client" in text_of(endpoint)
@@ -420,4 +420,4 @@ def test_a_bad_server_override_stops_the_server_at_start_with_one_line(home: Pat
     done = subprocess.run([sys.executable, "-m", "conclave", "mcp", "mode=nope"], capture_output=True, text=True,
                           env=clean_env(home, FAKE_KEYS), cwd=home, timeout=120, input="")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip().splitlines() == ["conclave mcp: mode: 'nope' is not one of: converge, explore"]
+    assert done.stderr.strip().splitlines() == ["conclave mcp: mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore"]

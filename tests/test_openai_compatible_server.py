@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from conclave.local_model import PackagedModel, ensure_assembled
+    from conclave_plugins.local.model import PackagedModel, ensure_assembled
 
     return ensure_assembled(PackagedModel.from_package(), tmp_path_factory.mktemp("models"))
 

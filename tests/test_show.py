@@ -32,12 +32,16 @@ def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Debates]:
 
 
 def test_show_reprints_the_whole_debate(debates: Debates) -> None:
-    done = run_conclave("show", debates.converge[:8], home=debates.home)
+    others = [p.stem for p in (debates.home / "journal").glob("*.jsonl") if p.stem != debates.converge]
+    prefix = next(debates.converge[:n] for n in range(3, len(debates.converge) + 1)
+                  if not any(o.startswith(debates.converge[:n]) for o in others))  # ids share their time prefix
+    done = run_conclave("show", prefix, home=debates.home)
     assert done.returncode == 0, done.stderr
     headings = [line for line in done.stdout.splitlines() if line.startswith("## ")]
     assert headings == ["## Verdict (confidence 82%)", "## Dissent", "## Realized panel",
                         "## Round 1 · Independent positions", "## Round 2 · Synthesis",
-                        "## Round 3 · Cross-examination", "## How the agents moved (round 1 → round 3)", "## Cost"]
+                        "## Round 3 · Cross-examination", "## How the agents moved (round 1 → round 3)",
+                        "## Debate quality", "## Cost"]
     assert "| Round | Type | Calls |" in done.stdout  # cost by round, from the journal
     assert re.search(r"\| openai \| 6 \| 1 \| 0 \| 1 \|", done.stdout)  # 6 calls, 1 failed, 1 retry
 
