@@ -138,10 +138,11 @@ async def test_a_two_round_consultation_completes_on_llama_cpp_python_server(pro
     assert process.returncode == 0, err.decode()[-3000:]
     result = json.loads(out)
 
-    # it completes, and every artifact validates against its schema file
-    assert result["status"] == "complete" and result["completed_rounds"] == 2, result["status"]
+    # it completes (exit 0), and every artifact validates against its schema file. A 270M model sometimes loops
+    # inside one string until max_tokens; that agent is then left out ("completed_degraded"), never the run.
+    assert result["status"] in ("complete", "completed_degraded") and result["completed_rounds"] == 2, result
     round_1 = result["artifacts"]["round_1"]
-    assert len(round_1) == 3
+    assert len(round_1) >= 2
     for name, artifact in round_1.items():
         assert artifacts.validate("independent", artifact) == [], name
     assert artifacts.validate("synthesis", result["artifacts"]["round_2"]) == []
