@@ -127,8 +127,11 @@ async def proxy(llama_server: tuple[str, Path]) -> AsyncIterator[RecordingProxy]
 async def test_a_two_round_consultation_completes_on_llama_cpp_python_server(proxy, llama_server, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONCLAVE_", "OPENAI_BASE_URL"))}
-    env.update(FAKE_KEYS)  # a vendor key in the environment must still not reach a custom base_url
+    # Only OpenAI's (fake) key is set: it must not reach the custom base_url; with no other vendor key, no fallback
+    # (a judge replacement, a failover) can pick a hosted API, so nothing leaves 127.0.0.1.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CONCLAVE_", "OPENAI_BASE_URL")) and k not in (*FAKE_KEYS, "GOOGLE_API_KEY")}
+    env["OPENAI_API_KEY"] = FAKE_KEYS["OPENAI_API_KEY"]
     env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "conclave", QUESTION, "agents=openai_only", f"providers.openai.base_url={proxy.url}",
