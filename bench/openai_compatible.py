@@ -72,13 +72,14 @@ def consult(home: Path, overrides: list[str]) -> tuple[float, dict[str, Any]]:
 def round1_request(strict: bool) -> dict[str, Any]:
     from conclave.artifacts import strict_variant
     from conclave.engine.extraction import json_instruction, request_schema
-    from conclave.providers.schema_hints import describe_constraints
+    from conclave.providers.schema_hints import anchored_patterns_only, describe_constraints
 
     sys.path.insert(0, str(Path(__file__).parent))
     from local import round1_messages  # the real round-1 prompt, shared with bench/local.py
 
     schema = request_schema("independent")
-    sent = strict_variant(describe_constraints(schema)) if strict else schema
+    # what conclave sends a grammar server: the full schema (unanchored patterns only described), or the strict one
+    sent = strict_variant(describe_constraints(schema)) if strict else anchored_patterns_only(schema)
     messages = round1_messages()
     messages[-1]["content"] += "\n\n" + json_instruction("independent", True)
     return {"model": "gpt-4o", "messages": messages, "max_tokens": 1024,
