@@ -7,7 +7,6 @@ re-ask both come back as a failed :class:`CallOutcome` that keeps every raw text
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,7 @@ from conclave.engine.extraction import (
 )
 from conclave.events import AGENT_CHUNK, AGENT_COMPLETED, EventBus
 from conclave.providers.base import Completion, CompletionRequest, Message, ProviderError, Usage
+from conclave.providers.pricing import same_model
 
 if TYPE_CHECKING:
     from conclave.providers.pool import ProviderPool
@@ -177,14 +177,3 @@ def _requested_model(spec: CallSpec, completion: Completion) -> str:
     if completion.provider == spec.provider and (not completion.model or same_model(spec.model, completion.model)):
         return spec.model
     return completion.model
-
-
-#: what a provider may add to a model id it was asked for: a date ("-2024-08-06", "-20250929") or "-latest"
-_MODEL_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)")
-
-
-def same_model(asked: str, reported: str) -> bool:
-    """Whether ``reported`` names the model ``asked`` (a dated or prefixed form of it), not merely contains it:
-    ``gpt-4o-2024-08-06`` and ``models/gpt-4o`` are ``gpt-4o``, ``gpt-4o-mini`` is not."""
-    bare = reported.rsplit("/", 1)[-1] if "/" in reported and "/" not in asked else reported
-    return bare == asked or (bare.startswith(asked) and bool(_MODEL_SUFFIX.fullmatch(bare[len(asked):])))
