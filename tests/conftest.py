@@ -1,1 +1,26 @@
+"""Fixtures shared by the test modules (the fake server fixtures come from conclave's own pytest plugin)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conclave.testing.pytest_plugin import FAKE_KEYS
+
 pytest_plugins = ["conclave.testing.pytest_plugin"]
+
+
+@pytest.fixture(scope="module")
+def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Three consultations recorded by the engine on the fake server, in a home of their own (one per test
+    module)."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONCLAVE_HOME", str(home))
+        for var, value in FAKE_KEYS.items():
+            mp.setenv(var, value)
+        from views_support import record_debates
+
+        yield record_debates(home)

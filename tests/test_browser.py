@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from views_support import Debates, record_debates
+from views_support import Debates
 
 from conclave.commands.browse import free_port, wait_until_up
 from conclave.store.paths import StoreLayout
-from conclave.testing.pytest_plugin import FAKE_KEYS
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
@@ -29,16 +28,6 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
     reason="no Chromium/chromedriver found (Debian: `.ci/install-system-deps.sh` installs chromium chromium-driver)",
 )
-
-
-@pytest.fixture(scope="module")
-def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Debates]:
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CONCLAVE_HOME", str(home))
-        for var, value in FAKE_KEYS.items():
-            mp.setenv(var, value)
-        yield record_debates(home)
 
 
 @pytest.fixture(scope="module")

@@ -11,26 +11,15 @@ import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from views_support import VERDICT, Debates, record_debates
+from views_support import VERDICT, Debates
 
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
-from conclave.testing.pytest_plugin import FAKE_KEYS
-
-
-@pytest.fixture(scope="module")
-def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Debates]:
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CONCLAVE_HOME", str(home))
-        for var, value in FAKE_KEYS.items():
-            mp.setenv(var, value)
-        yield record_debates(home)
 
 
 @pytest.fixture(scope="module")

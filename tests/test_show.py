@@ -8,27 +8,15 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import run_conclave
-from views_support import Debates, record_debates
+from views_support import Debates
 
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
 from conclave.testing.fake_server import FakeProviderServer
-from conclave.testing.pytest_plugin import FAKE_KEYS
-
-
-@pytest.fixture(scope="module")
-def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Debates]:
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CONCLAVE_HOME", str(home))
-        for var, value in FAKE_KEYS.items():
-            mp.setenv(var, value)
-        yield record_debates(home)
 
 
 def test_show_reprints_the_whole_debate(debates: Debates) -> None:
