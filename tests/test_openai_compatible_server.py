@@ -138,7 +138,7 @@ async def test_a_two_round_consultation_completes_on_llama_cpp_python_server(pro
     env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "conclave", QUESTION, "agents=openai_only", f"providers.openai.base_url={proxy.url}",
-        "providers.openai.timeout_s=300", "rounds=2", "cost.auto_approve=true", "output.format=json",
+        "providers.openai.timeout_s=900", "rounds=2", "cost.auto_approve=true", "output.format=json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await asyncio.wait_for(process.communicate(), timeout=3000)
     assert process.returncode == 0, err.decode()[-3000:]
