@@ -32,7 +32,7 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.http import HTTPProvider, parse_object, schema_name
-from conclave.providers.schema_hints import anchored_patterns_only, describe_constraints
+from conclave.providers.schema_hints import anchored_patterns_only, bounded_numbers_as_choices, describe_constraints
 from conclave.providers.structured import is_rejection, memory_for, next_forms, prompt_instruction
 
 log = logging.getLogger(__name__)
@@ -260,8 +260,8 @@ def _strict_schema(canonical: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=64)
 def _grammar_schema(canonical: str) -> dict[str, Any]:
     """The full schema for servers that compile it into a grammar: every constraint, unanchored patterns stated in
-    descriptions (callers must not mutate it)."""
-    return dict(anchored_patterns_only(json.loads(canonical)))
+    descriptions, bounded numbers also listed as the values the grammar may write (callers must not mutate it)."""
+    return dict(bounded_numbers_as_choices(anchored_patterns_only(json.loads(canonical))))
 
 
 def _parsed(text: str, request: CompletionRequest) -> dict[str, Any] | None:

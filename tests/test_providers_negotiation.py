@@ -31,6 +31,9 @@ SCHEMA = {
     "required": ["position", "confidence"],
     "additionalProperties": False,
 }
+# what a grammar-compiling server receives: every constraint, and the bounded confidence listed as 0, 0.01, …, 1
+GRAMMAR_SCHEMA = {**SCHEMA, "properties": {**SCHEMA["properties"], "confidence": {
+    **SCHEMA["properties"]["confidence"], "enum": [i / 100 if i % 100 else i // 100 for i in range(101)]}}}
 ANSWER = {"position": "yes", "confidence": 0.7}
 # what llama-cpp-python 0.3.x's server answers to response_format json_schema (HTTP 500)
 LLAMA_CPP_PYTHON_REJECTION = ("[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
@@ -86,8 +89,8 @@ async def test_a_500_naming_json_schema_falls_back_to_json_object_with_the_full_
     sent = [r.json["response_format"] for r in fake.requests_for("local-model")]
     assert [f["type"] for f in sent] == ["json_schema", "json_object"]  # the rejected form is not retried
     # a server that takes a raw schema gets all of it: minimum, maximum and minLength survive
-    assert sent[0]["json_schema"]["schema"] == SCHEMA and "strict" not in sent[0]["json_schema"]
-    assert sent[1]["schema"] == SCHEMA
+    assert sent[0]["json_schema"]["schema"] == GRAMMAR_SCHEMA and "strict" not in sent[0]["json_schema"]
+    assert sent[1]["schema"] == GRAMMAR_SCHEMA
     assert (completion.parsed, completion.structured_output) == (ANSWER, "json_object")
     # the rejection is not a provider failure: one attempt, and it succeeded
     assert [(a.outcome, a.number) for a in completion.attempts] == [("ok", 1)]
@@ -188,7 +191,7 @@ def test_only_api_openai_com_gets_the_strict_variant(conclave_env, plugins):
     assert strict["strict"] is True and "minimum" not in strict["schema"]["properties"]["confidence"]
     for other in (xai, vllm):
         raw = other.body(_request("m"), stream=False)["response_format"]["json_schema"]
-        assert raw["schema"] == SCHEMA and "strict" not in raw
+        assert raw["schema"] == GRAMMAR_SCHEMA and "strict" not in raw
     # the vendors' json_object takes no schema, so the schema goes into the prompt there
     official_object = official.body(_request("gpt-4o"), stream=False, form="json_object")
     assert official_object["response_format"] == {"type": "json_object"}
@@ -313,14 +316,43 @@ def test_grammar_servers_get_every_constraint_but_unanchored_patterns(conclave_e
         assert (body.get("json_schema") or {}).get("schema", body.get("schema")) == variant
 
 
+def test_grammar_servers_get_bounded_numbers_as_values_the_grammar_can_enforce(conclave_env, plugins):
+    import jsonschema
+
+    from conclave.providers.schema_hints import bounded_numbers_as_choices
+
+    confidence = {"type": "number", "minimum": 0, "maximum": 1}
+    schema = {"type": "object", "properties": {
+        "confidence": confidence, "citation": {"type": "integer", "minimum": 1},
+        "share": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
+        "weight": {"type": "number"}, "level": {"type": "integer", "minimum": 1, "maximum": 5}}}
+    variant = bounded_numbers_as_choices(schema)["properties"]
+    # llama.cpp's converters ignore minimum/maximum on numbers: a judge wrote "confidence": 50 and was re-asked in vain
+    assert variant["confidence"]["enum"][:3] == [0, 0.01, 0.02] and variant["confidence"]["enum"][-1] == 1
+    assert len(variant["confidence"]["enum"]) == 101 and 50 not in variant["confidence"]["enum"]
+    assert variant["citation"]["enum"] == list(range(1, 102))
+    assert variant["share"]["enum"][0] == 0.005 and variant["share"]["enum"][-1] == 0.5
+    assert variant["level"]["enum"] == [1, 2, 3, 4, 5]
+    assert "enum" not in variant["weight"]  # unbounded: nothing to list
+    for name, node in schema["properties"].items():  # every listed value is one the validator accepts
+        for value in variant[name].get("enum", []):
+            jsonschema.validate(value, node)
+    vllm = plugins.providers.get("openai")("vllm", ProviderSettings(api="openai", base_url="http://h:8000/v1"),
+                                           None, environ={})
+    sent = vllm.body(_request("m", json_schema={"type": "object", "properties": {"confidence": confidence}}),
+                     stream=False, form="json_object")["response_format"]["schema"]
+    assert sent["properties"]["confidence"]["enum"] == variant["confidence"]["enum"]
+
+
 def test_every_artifact_schema_compiles_to_a_llama_cpp_python_grammar():
     grammar = pytest.importorskip("llama_cpp.llama_grammar")
     from conclave.engine.extraction import request_schema
-    from conclave.providers.schema_hints import anchored_patterns_only
+    from conclave.providers.schema_hints import anchored_patterns_only, bounded_numbers_as_choices
 
     for name in ("independent", "synthesis", "cross_exam", "cross_exam_reply", "verdict", "verdict_explore",
                  "cross_exam_reply_explore"):
-        assert "root ::=" in grammar.json_schema_to_gbnf(json.dumps(anchored_patterns_only(request_schema(name))))
+        variant = bounded_numbers_as_choices(anchored_patterns_only(request_schema(name)))
+        assert "root ::=" in grammar.json_schema_to_gbnf(json.dumps(variant))
 
 
 async def test_a_keyless_local_server_costs_nothing_whatever_its_model_is_called(fake_provider_server,
