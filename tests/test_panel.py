@@ -76,7 +76,8 @@ def test_all_default_providers_keep_the_default_panel() -> None:
     assert choose_panel(env("openai", "anthropic", "gemini", "grok", "mistral")) is None
 
 
-@pytest.mark.parametrize(("keyed", "option"), sorted(PANELS.items(), key=str))
+@pytest.mark.parametrize(("keyed", "option"), sorted(PANELS.items(), key=lambda item: sorted(item[0])),
+                         ids=lambda value: "+".join(sorted(value)) if isinstance(value, frozenset) else str(value))
 def test_each_mixed_panel_uses_exactly_the_keyed_providers(keyed: frozenset[str], option: str | None) -> None:
     if option is None:  # agents=default is what no override composes
         settings = compose_settings("q", ["agents=default"])

@@ -31,9 +31,9 @@ SCHEMA = {
     "required": ["position", "confidence"],
     "additionalProperties": False,
 }
-# what a grammar-compiling server receives: every constraint, and the bounded confidence listed as 0, 0.01, …, 1
+# what a grammar-compiling server receives: every constraint, and the bounded confidence listed as 0, 0.05, …, 1
 GRAMMAR_SCHEMA = {**SCHEMA, "properties": {**SCHEMA["properties"], "confidence": {
-    **SCHEMA["properties"]["confidence"], "enum": [i / 100 if i % 100 else i // 100 for i in range(101)]}}}
+    **SCHEMA["properties"]["confidence"], "enum": [round(i * 0.05, 2) if i % 20 else i // 20 for i in range(21)]}}}
 ANSWER = {"position": "yes", "confidence": 0.7}
 # what llama-cpp-python 0.3.x's server answers to response_format json_schema (HTTP 500)
 LLAMA_CPP_PYTHON_REJECTION = ("[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
@@ -328,10 +328,10 @@ def test_grammar_servers_get_bounded_numbers_as_values_the_grammar_can_enforce(c
         "weight": {"type": "number"}, "level": {"type": "integer", "minimum": 1, "maximum": 5}}}
     variant = bounded_numbers_as_choices(schema)["properties"]
     # llama.cpp's converters ignore minimum/maximum on numbers: a judge wrote "confidence": 50 and was re-asked in vain
-    assert variant["confidence"]["enum"][:3] == [0, 0.01, 0.02] and variant["confidence"]["enum"][-1] == 1
-    assert len(variant["confidence"]["enum"]) == 101 and 50 not in variant["confidence"]["enum"]
-    assert variant["citation"]["enum"] == list(range(1, 102))
-    assert variant["share"]["enum"][0] == 0.005 and variant["share"]["enum"][-1] == 0.5
+    assert variant["confidence"]["enum"][:3] == [0, 0.05, 0.1] and variant["confidence"]["enum"][-1] == 1
+    assert len(variant["confidence"]["enum"]) == 21 and 50 not in variant["confidence"]["enum"]
+    assert "enum" not in variant["citation"]  # bounded on one side only: no finite list
+    assert variant["share"]["enum"][0] == 0.025 and variant["share"]["enum"][-1] == 0.5
     assert variant["level"]["enum"] == [1, 2, 3, 4, 5]
     assert "enum" not in variant["weight"]  # unbounded: nothing to list
     for name, node in schema["properties"].items():  # every listed value is one the validator accepts

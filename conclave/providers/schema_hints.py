@@ -112,20 +112,23 @@ def anchored_patterns_only(schema: Any) -> Any:
     return out
 
 
-#: how many values a bounded number may take in a grammar (an integer range wider than this keeps its bounds only
-#: in the description)
-GRID_STEPS = 100
+#: how many steps a number bounded on both sides is cut into for a grammar (0, 0.05, …, 1 for a confidence): a
+#: grammar checks every alternative for every candidate token, so a finer grid slows a server's sampling
+GRID_STEPS = 20
+#: the widest integer range listed value by value
+MAX_INTEGER_CHOICES = 101
 
 
 def bounded_numbers_as_choices(schema: Any) -> Any:
-    """A copy of ``schema`` where every bounded ``number``/``integer`` is also an ``enum`` a grammar can enforce.
+    """A copy of ``schema`` where every number or integer bounded on both sides is also an ``enum`` a grammar can
+    enforce.
 
     The grammar converters of llama.cpp and llama-cpp-python ignore ``minimum``/``maximum`` on numbers (and
     llama-cpp-python on integers too), so a model under such a grammar may write ``"confidence": 50`` for a 0..1
     field — valid JSON, rejected by validation, re-asked, rejected again. Listing the allowed values turns the bound
-    into grammar: a number in [lo, hi] takes one of ``GRID_STEPS + 1`` evenly spaced values (0, 0.01, …, 1 for a
-    confidence); an integer with a lower bound takes lo … lo + ``GRID_STEPS`` (or up to its maximum). Every listed
-    value satisfies the original node, which the answer is still validated against; the node keeps its bounds.
+    into grammar: a number in [lo, hi] takes one of ``GRID_STEPS + 1`` evenly spaced values; an integer in [lo, hi]
+    any of them (up to ``MAX_INTEGER_CHOICES``). Every listed value satisfies the original node, which keeps its
+    bounds and which the answer is still validated against.
     """
     if isinstance(schema, list):
         return [bounded_numbers_as_choices(item) for item in schema]
@@ -139,29 +142,25 @@ def bounded_numbers_as_choices(schema: Any) -> Any:
     return out
 
 
+def _bound(node: Mapping[str, Any], closed: str, open_: str) -> tuple[float | None, bool]:
+    for key, is_open in ((closed, False), (open_, True)):
+        value = node.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value, is_open
+    return None, False
+
+
 def _grid(node: Mapping[str, Any]) -> list[int | float] | None:
     kind = node.get("type")
     if kind not in ("number", "integer") or "enum" in node or "const" in node:
         return None
-    lo, hi = node.get("minimum"), node.get("maximum")
-    lo_open, hi_open = node.get("exclusiveMinimum"), node.get("exclusiveMaximum")
-    numeric = (int, float)
-    if not isinstance(lo, numeric) and isinstance(lo_open, numeric):
-        lo = lo_open
-    if not isinstance(hi, numeric) and isinstance(hi_open, numeric):
-        hi = hi_open
-    if isinstance(lo, bool) or isinstance(hi, bool):
+    lo, lo_open = _bound(node, "minimum", "exclusiveMinimum")
+    hi, hi_open = _bound(node, "maximum", "exclusiveMaximum")
+    if lo is None or hi is None or hi <= lo:
         return None
     if kind == "integer":
-        if not isinstance(lo, numeric):
-            return None
-        first = int(lo) + (1 if lo_open is not None and lo == lo_open else 0)
-        last = first + GRID_STEPS if not isinstance(hi, numeric) else int(hi) - (1 if hi == hi_open else 0)
-        if last < first or last - first > GRID_STEPS:
-            return None
-        return list(range(first, last + 1))
-    if not isinstance(lo, numeric) or not isinstance(hi, numeric) or hi <= lo:
-        return None
+        first, last = int(lo) + int(lo_open), int(hi) - int(hi_open)
+        return list(range(first, last + 1)) if 0 <= last - first < MAX_INTEGER_CHOICES else None
     values = [round(lo + (hi - lo) * i / GRID_STEPS, 10) for i in range(GRID_STEPS + 1)]
-    values = [int(v) if float(v).is_integer() else v for v in values]
-    return [v for v in values if not (lo_open is not None and v == lo) and not (hi_open is not None and v == hi)]
+    values = values[int(lo_open):len(values) - int(hi_open)]
+    return [int(v) if float(v).is_integer() else v for v in values]
