@@ -20,7 +20,9 @@ an earlier one scanned; ``tests/test_scrub.py`` checks this by scaling and ``ben
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 import tomllib
 from collections import Counter
@@ -90,6 +92,11 @@ class _Rule:
     def value_groups(self) -> tuple[str, ...]:
         """The groups that hold the value to redact, in the order tried; none = the whole match."""
         return tuple(name for name in _VALUE_GROUPS if name in self.pattern.groupindex)
+
+    @functools.cached_property
+    def match_groups(self) -> tuple[str | int, ...]:
+        """``check_groups`` as groups of :attr:`pattern` (0, the whole match, for a ``secret`` it does not name)."""
+        return tuple(name if name in self.pattern.groupindex else 0 for name in self.check_groups)
 
     @functools.cached_property
     def split_form(self) -> _SplitForm:
@@ -342,10 +349,10 @@ def _user_password(values: Values) -> bool:
     return _plain_value(value) and not value.isdigit()
 
 
-def _command(*names: str) -> tuple[re.Pattern[str], ...]:
-    """A command word, as a whole word in the lower-cased text: a flag after it on its line belongs to it. Each
-    pattern starts with its literal, which the regex engine finds by fast search."""
-    return tuple(re.compile(rf"{re.escape(name)}(?<=\b{re.escape(name)})\b") for name in names)
+def _command(*words: tuple[str, str]) -> tuple[re.Pattern[str], ...]:
+    """Command words as whole words in the lower-cased text (a flag after one on its line belongs to it), each
+    given as (literal start, rest of the name as a regex): the regex engine finds the literal by fast search."""
+    return tuple(re.compile(rf"{start}(?<=\b{start}){rest}\b") for start, rest in words)
 
 
 _STRUCTURAL: tuple[_Rule, ...] = (
@@ -363,8 +370,10 @@ _STRUCTURAL: tuple[_Rule, ...] = (
     # (redis://:PASSWORD@host).
     _rule("url_password", r"://[^\s:/@]{0,256}:(?P<secret>[^\s@/]{1,512})@", _url_password, keywords=("://",)),
     # Go's database/sql DSN: user:PASSWORD@tcp(host:3306)/db (also unix(...)).
+    # The match is ":" and the password (user and address are lookarounds), so a line dense with DSNs is
+    # rewritten by the regex engine in one pass.
     _rule("url_password",
-          r"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{1,64}:(?P<secret>[^\s:@/()'\"]{1,256})@(?:tcp|tcp6|unix|udp)\(",
+          r":(?<=[A-Za-z0-9_.-]:)(?P<secret>[^\s:@/()'\"]{1,256})(?=@(?:tcp|tcp6|unix|udp)\()",
           _url_password, keywords=("@tcp(", "@tcp6(", "@unix(", "@udp(")),
     # Authorization headers, matched in the lower-cased text where the header name is a literal.
     _rule("basic_auth",
@@ -392,14 +401,14 @@ _STRUCTURAL: tuple[_Rule, ...] = (
     # word the database), redis-cli -a PASSWORD; --password PASSWORD after any command.
     _rule("password", r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"'`]{1,256}:(?P<secret>[^\s"'`]{1,256})""",
           _user_password, keywords=("curl", "wget", "http"), where="command",
-          finder=_command("curl", "wget", "http", "https")),
+          finder=_command(("curl", ""), ("wget", ""), ("http", "s?"))),
     _rule("password", r"""-(?<=\s-)p[ \t]*["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
-          keywords=("sshpass",), where="command", finder=_command("sshpass")),
+          keywords=("sshpass",), where="command", finder=_command(("sshpass", ""))),
     _rule("password", r"""-(?<=\s-)p["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
           keywords=("mysql", "mariadb"), where="command",
-          finder=_command("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlsh", "mariadb", "mariadb-dump")),
+          finder=_command(("m", "(?:ysql(?:dump|admin|import|sh)?|ariadb(?:-dump)?)"))),
     _rule("password", r"""-(?<=\s-)a[ \t]*["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
-          keywords=("redis-cli",), where="command", finder=_command("redis-cli")),
+          keywords=("redis-cli",), where="command", finder=_command(("redis-cli", ""))),
     _rule("password", r"""--password(?<=\s--password)[ \t]+["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
           keywords=("--password",)),
 )
@@ -508,12 +517,12 @@ def scrub(text: str, known_secrets: Iterable[str] = ()) -> tuple[str, ScrubRepor
     # Whether a rule runs at all is decided on the text before any redaction (redacting can only remove a
     # keyword); where it runs is decided on the current text, lower-cased again only when a rule needs it.
     view = _View(text)
-    present = _keywords().present(view.lowered)
+    present = view.present = _keywords().present(view.lowered)
     for rule in _RULES:
         if rule.keywords and present.isdisjoint(rule.keywords):
             continue
         _apply(rule, view, counts)
-    return view.text, ScrubReport(counts)
+    return view.materialized(), ScrubReport(counts)
 
 
 class _KeywordIndex:
@@ -540,20 +549,52 @@ def _keywords() -> _KeywordIndex:
 
 
 class _View:
-    """The text being scrubbed, and its lower-cased forms, computed when first needed after each change.
+    """The text being scrubbed, the redactions found so far, and its lower-cased forms.
+
+    Redactions found by a few matches at a time are kept as edits (start, end, placeholder) against ``text``
+    and applied once at the end (:meth:`materialized`), so a rule that finds a handful of secrets in a large text
+    does not copy the text; a later match overlapping an edit is not a new secret (the span is redacted already).
+    A rule with many matches rewrites the text in one pass instead (:meth:`replace`, after applying the edits).
 
     ``lowered`` lines up with ``text`` position by position ("İ", the one character whose lower case is two
     characters long, is lowered to "i"); ``ascii`` is ``lowered`` with every other non-ASCII character replaced
-    by "?", one byte per character, for the RE2 guards."""
+    by "?", one byte per character, for the RE2 guards. Both are computed when first needed after a change."""
 
     def __init__(self, text: str) -> None:
         self.text = text
         self._lowered: str | None = None
         self._ascii: bytes | None = None
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.placeholders: list[str] = []
+        #: the rules' keywords that occur in the text
+        self.present: set[str] = set()
 
     def replace(self, text: str) -> None:
         if text is not self.text:
             self.text, self._lowered, self._ascii = text, None, None
+
+    def claim(self, start: int, end: int, placeholder: str) -> bool:
+        """Record a redaction of ``text[start:end]`` unless it overlaps one already recorded."""
+        i = bisect.bisect_right(self.starts, start)
+        if (i and self.ends[i - 1] > start) or (i < len(self.starts) and self.starts[i] < end):
+            return False
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+        self.placeholders.insert(i, placeholder)
+        return True
+
+    def materialized(self) -> str:
+        """The text with every recorded redaction applied (the view then holds that text and no edits)."""
+        if self.starts:
+            pieces, last = [], 0
+            for start, end, placeholder in zip(self.starts, self.ends, self.placeholders, strict=True):
+                pieces += [self.text[last:start], placeholder]
+                last = end
+            pieces.append(self.text[last:])
+            self.replace("".join(pieces))
+            self.starts, self.ends, self.placeholders = [], [], []
+        return self.text
 
     @property
     def lowered(self) -> str:
@@ -579,7 +620,7 @@ def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
     if rule.where == "text":
         return [(0, len(text))]
     if rule.where == "keywords":
-        return _keyword_spans(text, view.lowered, rule.keywords)
+        return _keyword_spans(text, view.lowered, tuple(k for k in rule.keywords if k in view.present))
     if rule.where == "guard":
         return _guarded_lines(_re2_finder(rule.finder), text, view.ascii)
     return _command_lines(rule.finder, text, view.lowered)
@@ -657,34 +698,80 @@ def _command_lines(commands: tuple[re.Pattern[str], ...], text: str, lowered: st
     return merged
 
 
+#: a window with more matches than this is rewritten in one pass (:func:`_rewrite`) rather than edited match by match
+_DENSE = 256
+
+
 def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
-    windows = _windows(rule, view)
-    if not windows:
-        return
-    edit = _edit_lowered if rule.lowered else _edit_split
-    pieces: list[str] = []
-    last = 0
+    """Find the rule's secrets where it runs: as edits while matches are few, by rewriting the text when a
+    window holds many."""
+    for start, end in _windows(rule, view):
+        if not _edit(rule, view, start, end, counts):
+            view.materialized()  # dense: apply the edits so far, then rewrite the text in one pass per window
+            pieces, last, text = [], 0, view.text
+            for start_, end_ in _windows(rule, view):
+                new = _rewrite(rule, text, start_, end_, counts)
+                if new is not None:
+                    pieces += [text[last:start_], new]
+                    last = end_
+            if pieces:
+                pieces.append(text[last:])
+                view.replace("".join(pieces))
+            return
+
+
+def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]) -> bool:
+    """Record the rule's accepted matches in ``text[start:end]`` as edits; False (nothing recorded) when the
+    window holds more than :data:`_DENSE` matches of a rule that can be rewritten in one pass instead.
+
+    A rule written for the lower-cased text is matched there; its checks and redactions use the original text at
+    the same positions."""
     text = view.text
-    for start, end in windows:
-        new = edit(rule, view, start, end, counts)
-        if new is not None:
-            pieces += [text[last:start], new]
-            last = end
-    if pieces:
-        pieces.append(text[last:])
-        view.replace("".join(pieces))
+    subject = view.lowered if rule.lowered else text
+    matches = rule.pattern.finditer(subject, start, end)
+    if not rule.lowered:
+        first = list(itertools.islice(matches, _DENSE + 1))
+        if len(first) > _DENSE:
+            return False
+        matches = iter(first)
+    groups, value_groups = rule.match_groups, rule.value_groups
+    found: dict[str, int] = {}
+    verdicts: dict[Values, str | None] = {}  # lines repeat (config blocks, logs): each distinct match checked once
+    for match in matches:
+        values = tuple(text[a:b] if a >= 0 else None for a, b in map(match.span, groups))
+        if values in verdicts:
+            placeholder = verdicts[values]
+        else:
+            placeholder = verdicts[values] = rule.verdict(values)
+        if placeholder is None:
+            continue
+        a, b = next((match.span(g) for g in value_groups if match.start(g) >= 0), match.span())
+        if view.claim(a, b, placeholder):
+            found[placeholder] = found.get(placeholder, 0) + 1
+    for placeholder, n in found.items():
+        _count([placeholder], counts, n)
+    return True
 
 
-def _edit_split(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]) -> str | None:
+def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int]) -> str | None:
     """The window ``text[start:end]`` with the rule's accepted matches redacted (None: nothing to redact).
 
     ``re.split`` with the rule's groups hands back, in one call into the regex engine, every stretch between
     matches and every group of every match; the checks run once per distinct value, and the window is put back
     together with the accepted values replaced: no Python call per match, so text dense with matches (a line of
-    DSNs, a minified file) costs little more than the regex engine's own pass."""
-    text = view.text
+    DSNs, a minified file) costs little more than the regex engine's own pass. Values redacted before hold a
+    placeholder and are left as they are."""
     form = rule.split_form
     window = text if start == 0 and end == len(text) else text[start:end]
+    if form.lead is not None and isinstance(rule.kind, str):  # a match is a fixed text and the value
+        values = rule.pattern.findall(window)
+        if not values:
+            return None
+        verdicts = {value: rule.verdict((value,)) for value in set(values)}
+        if all(verdicts.values()):  # every match accepted: the regex engine replaces them all by itself
+            replaced, n = rule.pattern.subn(form.lead + _placeholder(rule.kind), window)
+            _count([_placeholder(rule.kind)], counts, n)
+            return replaced
     parts = form.pattern.split(window)
     if len(parts) == 1:
         return None
@@ -696,7 +783,10 @@ def _edit_split(rule: _Rule, view: _View, start: int, end: int, counts: dict[str
     else:
         checked = list(zip(*(parts[column::stride] for column in columns), strict=True))
         verdicts = {values: rule.verdict(values) for values in set(checked)}
-    placeholders = list(map(verdicts.__getitem__, checked))
+    # every match the same way (in dense text: all accepted, one kind): no lookup per match
+    distinct = set(verdicts.values())
+    placeholders = ([distinct.pop()] * len(checked) if len(distinct) == 1
+                    else list(map(verdicts.__getitem__, checked)))
     accepted = len(placeholders) - placeholders.count(None)
     if not accepted:
         return None
@@ -712,32 +802,6 @@ def _edit_split(rule: _Rule, view: _View, start: int, end: int, counts: dict[str
     else:
         _count(placeholders, counts)
     return "".join(parts)
-
-
-def _edit_lowered(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]) -> str | None:
-    """As :func:`_edit_split`, for a rule matched in the lower-cased text: the checks and the result use the
-    original text at the same positions. One Python step per match (these rules match names of settings and
-    headers, not dense data)."""
-    text = view.text
-    groups = rule.check_groups
-    value_groups = rule.value_groups
-    pieces: list[str] = []
-    placeholders: list[str | None] = []
-    last = start
-    for match in rule.pattern.finditer(view.lowered, start, end):
-        values = tuple(text[a:b] if a >= 0 else None for a, b in map(match.span, groups))
-        placeholder = rule.verdict(values)
-        if placeholder is None:
-            continue
-        a, b = next((match.span(g) for g in value_groups if match.start(g) >= 0), match.span())
-        pieces += [text[last:a], placeholder]
-        placeholders.append(placeholder)
-        last = b
-    if not pieces:
-        return None
-    pieces.append(text[last:end])
-    _count(placeholders, counts)
-    return "".join(pieces)
 
 
 def _count(placeholders: list[str | None], counts: dict[str, int], times: int = 1) -> None:
@@ -757,6 +821,8 @@ class _SplitForm:
     stride: int
     secret: int  # the value's column
     blank: tuple[int, ...]  # columns of groups nested in the others: emptied before joining, or text would repeat
+    #: when every match is this text (lookarounds aside) followed by the value and nothing else: the text
+    lead: str | None = None
 
     @classmethod
     def of(cls, pattern: re.Pattern[str]) -> _SplitForm:
@@ -768,20 +834,32 @@ class _SplitForm:
             close_at = _closing_paren(body, open_at)
             if not _top_level_group(body, "secret"):
                 raise ValueError(f"scrub rule {source!r}: the secret group must not be inside a group or alternative")
-            split = (f"{head}(?P<_pre>{body[:open_at]}){body[open_at:close_at + 1]}"
-                     f"(?P<_post>{body[close_at + 1:]})")
+            pre = f"(?P<_pre>{body[:open_at]})" if open_at else ""
+            post = f"(?P<_post>{body[close_at + 1:]})" if body[close_at + 1:] else ""
+            split = f"{head}{pre}{body[open_at:close_at + 1]}{post}"
         else:
             split = f"{head}(?P<secret>{body})"
         compiled = re.compile(split)
         keep = {compiled.groupindex[name] for name in ("_pre", "secret", "_post") if name in compiled.groupindex}
         blank = tuple(column for column in range(1, compiled.groups + 1) if column not in keep)
-        return cls(compiled, compiled.groups + 1, compiled.groupindex["secret"], blank)
+        lead = None
+        if pattern.groups <= 1:
+            if "secret" not in pattern.groupindex:
+                lead = ""
+            else:
+                before, after = _LEAD.fullmatch(body[:open_at]), _LOOKAROUNDS.fullmatch(body[close_at + 1:])
+                lead = before.group(1) if before and after else None
+        return cls(compiled, compiled.groups + 1, compiled.groupindex["secret"], blank, lead)
 
     def check_columns(self, groups: tuple[str, ...]) -> list[int]:
         return [self.pattern.groupindex[name] for name in groups]
 
 
 _GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+# a pattern part that is plain characters (group 1) then lookbehinds, or only lookarounds (simple ones: no nested
+# groups), so the text it matches is known without matching
+_LEAD = re.compile(r"([A-Za-z0-9:@_ -]*)((?:\(\?<[=!][^()]*\))*)")
+_LOOKAROUNDS = re.compile(r"(?:\(\?<?[=!](?:[^()]|\((?:\?:)?[^()]*\))*\))*")
 
 
 def _closing_paren(source: str, open_at: int) -> int:
