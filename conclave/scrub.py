@@ -763,15 +763,8 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
     placeholder and are left as they are."""
     form = rule.split_form
     window = text if start == 0 and end == len(text) else text[start:end]
-    if form.lead is not None and isinstance(rule.kind, str):  # a match is a fixed text and the value
-        values = rule.pattern.findall(window)
-        if not values:
-            return None
-        verdicts = {value: rule.verdict((value,)) for value in set(values)}
-        if all(verdicts.values()):  # every match accepted: the regex engine replaces them all by itself
-            replaced, n = rule.pattern.subn(form.lead + _placeholder(rule.kind), window)
-            _count([_placeholder(rule.kind)], counts, n)
-            return replaced
+    if form.lead is not None:  # a match is a fixed text and the value: split keeps the values only
+        return _rewrite_values(rule, form.lead, window, counts)
     parts = form.pattern.split(window)
     if len(parts) == 1:
         return None
@@ -801,6 +794,29 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
         _count([next(p for p in verdicts.values() if p is not None)], counts, accepted)
     else:
         _count(placeholders, counts)
+    return "".join(parts)
+
+
+def _rewrite_values(rule: _Rule, lead: str, window: str, counts: dict[str, int]) -> str | None:
+    """:func:`_rewrite` for a rule whose every match is ``lead`` followed by the value: ``split`` returns the text
+    between matches and the values, and when every match is redacted alike the window is one ``join``."""
+    pattern = rule.pattern if rule.pattern.groups == 1 else rule.split_form.pattern
+    parts = pattern.split(window)
+    if len(parts) == 1:
+        return None
+    values = parts[1::2]
+    verdicts = {value: rule.verdict((value,)) for value in set(values)}
+    distinct = set(verdicts.values())
+    if distinct == {None}:
+        return None
+    if len(distinct) == 1:  # every match redacted with one placeholder
+        placeholder = distinct.pop()
+        assert placeholder is not None
+        _count([placeholder], counts, len(values))
+        return (lead + placeholder).join(parts[0::2])
+    placeholders = list(map(verdicts.__getitem__, values))
+    parts[1::2] = [lead + (v if p is None else p) for v, p in zip(values, placeholders, strict=True)]
+    _count(placeholders, counts)
     return "".join(parts)
 
 
