@@ -82,9 +82,11 @@ class _Rule:
     #: the pattern is written for the lower-cased text (literals in lower case), where a case-insensitive
     #: name starts with a literal the regex engine finds by fast search; values still come from the original
     lowered: bool = False
-    #: where the rule runs: "text" (everywhere: the pattern starts with a literal, found by fast search),
-    #: "keywords" (lines around its keywords), "guard" (lines where ``finder``, an RE2 pattern over the lower-cased
-    #: ASCII text, matches), "command" (from each match of ``finder`` in the lower-cased text to its line's end)
+    #: where the rule runs: "text" (where its keywords are: the pattern starts with a literal, found by fast
+    #: search; everywhere without keywords), "keywords" (lines around its keywords and the next few kB), "lines"
+    #: (only its keywords' lines: a single-line token), "guard" (lines where ``finder``, an RE2 pattern over the
+    #: lower-cased ASCII text, matches), "command" (from each match of ``finder`` in the lower-cased text to its
+    #: line's end)
     where: str = "text"
     finder: Any = None
 
@@ -313,8 +315,10 @@ def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
         unknown = set(spec.get("require", ())) - set(_REQUIRE)
         if unknown:
             raise ValueError(f"scrub rule {spec['id']}: unknown require {sorted(unknown)}")
+        # a token never spans lines (no rule pattern matches a line break): each runs on its keywords' lines
         rules.append(_rule(spec["kind"], spec["regex"], _requiring(list(spec.get("require", ()))),
-                           keywords=spec.get("keywords", ()), lowered=bool(spec.get("lowered", False))))
+                           keywords=spec.get("keywords", ()), lowered=bool(spec.get("lowered", False)),
+                           where="lines"))
     return tuple(rules)
 
 
@@ -530,6 +534,7 @@ class _KeywordIndex:
 
     def __init__(self, keywords: Iterable[str]) -> None:
         self.keywords = sorted(set(keywords))
+        self.longest = max(map(len, self.keywords), default=1)
         self._set: Any = None
         if re2 is not None:
             self._set = re2.Set.SearchSet(re2.Options())
@@ -564,6 +569,7 @@ class _View:
         self.text = text
         self._lowered: str | None = None
         self._ascii: bytes | None = None
+        self._chunks: list[tuple[int, set[str]]] | None = None
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.placeholders: list[str] = []
@@ -572,7 +578,31 @@ class _View:
 
     def replace(self, text: str) -> None:
         if text is not self.text:
-            self.text, self._lowered, self._ascii = text, None, None
+            self.text, self._lowered, self._ascii, self._chunks = text, None, None, None
+
+    def chunks(self) -> list[tuple[int, set[str]]]:
+        """(start, the keywords that start in it) for each :data:`_CHUNK` characters of the text: where each
+        rule's keywords are, to a chunk, from one pass of RE2 over the text."""
+        if self._chunks is None:
+            lowered, overlap = self.lowered, _keywords().longest - 1
+            index = _keywords()
+            self._chunks = [(lo, index.present(lowered[lo:lo + _CHUNK + overlap]))
+                            for lo in range(0, len(lowered), _CHUNK)]
+        return self._chunks
+
+    def ranges(self, keywords: tuple[str, ...], reach: int) -> list[tuple[int, int]]:
+        """The stretches of text where a match containing one of ``keywords`` can lie: the chunks where one
+        starts, widened to whole lines and ``reach`` characters further."""
+        text, wanted = self.text, set(keywords)
+        spans: list[tuple[int, int]] = []
+        for lo, present in self.chunks():
+            if present.isdisjoint(wanted):
+                continue
+            hi = min(lo + _CHUNK, len(text))
+            start = spans.pop()[0] if spans and lo <= spans[-1][1] else text.rfind("\n", 0, lo) + 1
+            end = text.find("\n", min(hi + reach, len(text)))
+            spans.append((start, len(text) if end == -1 else end))
+        return spans
 
     def claim(self, start: int, end: int, placeholder: str) -> bool:
         """Record a redaction of ``text[start:end]`` unless it overlaps one already recorded."""
@@ -612,15 +642,20 @@ class _View:
 #: a keyword's span runs from the start of its line to the end of the line this far after it (multi-line
 #: forms such as .netrc entries and PuTTY keys follow their keyword); spans closer than this merge into one
 _KEYWORD_REACH = 4096
+#: the text is indexed by chunks of this many characters: a rule runs only on the chunks holding its keywords
+_CHUNK = 16 * 1024
 
 
 def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
     """The (start, end) stretches of the current text the rule runs on, in order, disjoint."""
     text = view.text
+    if rule.where in ("text", "lines") and rule.keywords:
+        return view.ranges(rule.keywords, 0 if rule.where == "lines" else _KEYWORD_REACH)
     if rule.where == "text":
         return [(0, len(text))]
     if rule.where == "keywords":
-        return _keyword_spans(text, view.lowered, tuple(k for k in rule.keywords if k in view.present))
+        return [span for lo, hi in view.ranges(rule.keywords, _KEYWORD_REACH)
+                for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi)]
     if rule.where == "guard":
         return _guarded_lines(_re2_finder(rule.finder), text, view.ascii)
     return _command_lines(rule.finder, text, view.lowered)
@@ -633,25 +668,28 @@ def _re2_finder(pattern: bytes) -> Any:
     return re2.compile(pattern)
 
 
-def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...]) -> list[tuple[int, int]]:
-    """The (start, end) of the stretches of ``text`` where one of ``keywords`` occurs in ``lowered``.
+def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int = 0,
+                   hi: int | None = None) -> list[tuple[int, int]]:
+    """The (start, end) of the stretches of ``text[lo:hi]`` where one of ``keywords`` occurs in ``lowered``:
+    from the start of a keyword's line to the end of the line :data:`_KEYWORD_REACH` characters after it.
 
     Each keyword is searched for once per position it can next occur at, and the search resumes past the span
-    just taken, so this is one pass over the text per keyword, however many times the keywords occur."""
-    upcoming = {keyword: lowered.find(keyword) for keyword in keywords}
+    just taken, so this is one pass over the stretch per keyword, however many times the keywords occur."""
+    hi = len(text) if hi is None else hi
+    upcoming = {keyword: lowered.find(keyword, lo, hi) for keyword in keywords}
     spans: list[tuple[int, int]] = []
-    pos = 0
+    pos = lo
     while True:
         for keyword, at in upcoming.items():
             if 0 <= at < pos:
-                upcoming[keyword] = lowered.find(keyword, pos)
+                upcoming[keyword] = lowered.find(keyword, pos, hi)
         found = [at for at in upcoming.values() if at >= 0]
         if not found:
             return spans
         at = min(found)
-        start = text.rfind("\n", pos, at) + 1 if spans else text.rfind("\n", 0, at) + 1
-        end = text.find("\n", min(at + _KEYWORD_REACH, len(text)))
-        end = len(text) if end == -1 else end
+        start = max(lo, text.rfind("\n", lo, at) + 1)
+        end = text.find("\n", min(at + _KEYWORD_REACH, hi), hi)
+        end = hi if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
             spans[-1] = (spans[-1][0], end)
         else:
@@ -705,8 +743,9 @@ _DENSE = 256
 def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
     """Find the rule's secrets where it runs: as edits while matches are few, by rewriting the text when a
     window holds many."""
+    verdicts: dict[Values, str | None] = {}  # lines repeat (config blocks, logs): each distinct match checked once
     for start, end in _windows(rule, view):
-        if not _edit(rule, view, start, end, counts):
+        if not _edit(rule, view, start, end, counts, verdicts):
             view.materialized()  # dense: apply the edits so far, then rewrite the text in one pass per window
             pieces, last, text = [], 0, view.text
             for start_, end_ in _windows(rule, view):
@@ -720,7 +759,8 @@ def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
             return
 
 
-def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]) -> bool:
+def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int],
+          verdicts: dict[Values, str | None]) -> bool:
     """Record the rule's accepted matches in ``text[start:end]`` as edits; False (nothing recorded) when the
     window holds more than :data:`_DENSE` matches of a rule that can be rewritten in one pass instead.
 
@@ -736,7 +776,6 @@ def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]
         matches = iter(first)
     groups, value_groups = rule.match_groups, rule.value_groups
     found: dict[str, int] = {}
-    verdicts: dict[Values, str | None] = {}  # lines repeat (config blocks, logs): each distinct match checked once
     for match in matches:
         values = tuple(text[a:b] if a >= 0 else None for a, b in map(match.span, groups))
         if values in verdicts:
