@@ -16,6 +16,13 @@ nothing. The report carries counts only, never a value.
 Every rule is linear in the length of the text: a regex starts at a literal (or at the start of a run of the
 characters it repeats) and each repetition is bounded or cannot contain another start, so no attempt rescans what
 an earlier one scanned; ``tests/test_scrub.py`` checks this by scaling and ``bench/scrub.py`` measures it.
+
+How the work is kept small (see :func:`scrub`): one RE2 pass per 16 kB chunk finds which rule keywords each chunk
+holds, and a rule scans only its chunks (a token rule only its keywords' lines; a name written in any case is
+matched as a literal in the lower-cased text). The assignment and ``.pgpass`` rules run only on lines an RE2 guard
+finds. Matches found a few at a time become edits applied once at the end; a window with many matches is
+rewritten in one ``re.split``/``join`` pass with the checks run once per distinct value, so text dense with
+secrets costs no Python call per match.
 """
 
 from __future__ import annotations
@@ -519,9 +526,9 @@ def scrub(text: str, known_secrets: Iterable[str] = ()) -> tuple[str, ScrubRepor
             counts[PROVIDER_KEY] = counts.get(PROVIDER_KEY, 0) + n
     text = _scrub_private_keys(text, counts)
     # Whether a rule runs at all is decided on the text before any redaction (redacting can only remove a
-    # keyword); where it runs is decided on the current text, lower-cased again only when a rule needs it.
+    # keyword); where it runs is decided on the current text (the chunks holding its keywords, and its lines).
     view = _View(text)
-    present = view.present = _keywords().present(view.lowered)
+    present = set().union(*(keywords for _, keywords in view.chunks()))
     for rule in _RULES:
         if rule.keywords and present.isdisjoint(rule.keywords):
             continue
@@ -573,8 +580,6 @@ class _View:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.placeholders: list[str] = []
-        #: the rules' keywords that occur in the text
-        self.present: set[str] = set()
 
     def replace(self, text: str) -> None:
         if text is not self.text:

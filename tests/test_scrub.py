@@ -401,3 +401,11 @@ def test_a_command_line_password_counts_only_after_its_command() -> None:
     assert scrub("-pSecr3t99 then mysql")[1].total == 0  # the flag comes before the command
     long_line = "curl " + "-H 'X: y' " * 80 + "-u admin:Secr3t99 https://h"  # far beyond 512 characters
     assert "Secr3t99" not in scrub(long_line)[0]
+
+
+def test_every_token_rule_stays_on_one_line_and_can_be_rewritten_in_one_pass() -> None:
+    # Token rules run only on their keywords' lines, and dense lines are rewritten with re.split around the
+    # secret group: a rule that could span lines, or with its secret inside an alternative, breaks both.
+    for rule in load_token_rules():
+        assert not re.search(r"\\[sn]|\[\^|(?<!\\)\.[*+?{]", rule.pattern.pattern), rule.pattern.pattern
+        assert rule.split_form.pattern.groups >= 1
