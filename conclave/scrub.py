@@ -67,6 +67,10 @@ class ScrubReport:
         return {"total": self.total, "by_type": dict(sorted(self.by_type.items()))}
 
 
+#: a keyword's span runs from the start of its line to the end of the line this far after it (multi-line
+#: forms such as .netrc entries and PuTTY keys follow their keyword); spans closer than this merge into one
+_KEYWORD_REACH = 4096
+
 #: what a rule's checks receive: the values of its ``check_groups`` in the original text (None: did not take part)
 Values = tuple[str | None, ...]
 
@@ -96,6 +100,8 @@ class _Rule:
     #: line's end)
     where: str = "text"
     finder: Any = None
+    #: how far after its keyword a match can end (a multi-line form); single-line rules end on the keyword's line
+    reach: int = _KEYWORD_REACH
 
     @functools.cached_property
     def value_groups(self) -> tuple[str, ...]:
@@ -289,12 +295,12 @@ _LITERAL_START = re.compile(r"""[A-Za-z0-9_"'@:/~-]|\\[.\[\]()"]""")
 
 def _rule(kind: str | Callable[[Values], str], pattern: str, accept: Callable[[Values], bool] | None = None, *,
           keywords: Iterable[str] = (), check_groups: tuple[str, ...] = ("secret",), lowered: bool = False,
-          where: str | None = None, finder: Any = None) -> _Rule:
+          where: str | None = None, finder: Any = None, reach: int = _KEYWORD_REACH) -> _Rule:
     """A rule; where it runs defaults to everywhere for a pattern that starts with a literal, else around its
     keywords."""
     if where is None:
         where = "text" if _LITERAL_START.match(pattern) else "keywords"
-    return _Rule(kind, re.compile(pattern), accept, check_groups, tuple(keywords), lowered, where, finder)
+    return _Rule(kind, re.compile(pattern), accept, check_groups, tuple(keywords), lowered, where, finder, reach)
 
 
 # --------------------------------------------------------------------------------------- token formats (data)
@@ -372,7 +378,7 @@ _STRUCTURAL: tuple[_Rule, ...] = (
           r"Private-Lines:[ \t]*\d{1,3}[ \t]*\r?\n"
           r"(?P<secret>[A-Za-z0-9+/=]{1,128}+(?=[ \t]*(?:\r?\n|$))"
           r"(?:[ \t]*\r?\n[A-Za-z0-9+/=]{1,128}+(?=[ \t]*(?:\r?\n|$))){0,255})",
-          keywords=("private-lines:",)),
+          keywords=("private-lines:",), reach=256 * 132),
     # Mistral keys have no prefix: only the variable they are assigned to gives them away.
     _rule("mistral_key",
           r"""MISTRAL_API_KEY(?<=\bMISTRAL_API_KEY)["']?[ \t]*[:=][ \t]*["']?(?P<secret>[A-Za-z0-9]{20,})""",
@@ -644,9 +650,6 @@ class _View:
         return self._ascii
 
 
-#: a keyword's span runs from the start of its line to the end of the line this far after it (multi-line
-#: forms such as .netrc entries and PuTTY keys follow their keyword); spans closer than this merge into one
-_KEYWORD_REACH = 4096
 #: the text is indexed by chunks of this many characters: a rule runs only on the chunks holding its keywords
 _CHUNK = 16 * 1024
 
@@ -655,7 +658,7 @@ def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
     """The (start, end) stretches of the current text the rule runs on, in order, disjoint."""
     text = view.text
     if rule.where in ("text", "lines") and rule.keywords:
-        return view.ranges(rule.keywords, 0 if rule.where == "lines" else _KEYWORD_REACH)
+        return view.ranges(rule.keywords, 0 if rule.where == "lines" else rule.reach)
     if rule.where == "text":
         return [(0, len(text))]
     if rule.where == "keywords":

@@ -409,3 +409,13 @@ def test_every_token_rule_stays_on_one_line_and_can_be_rewritten_in_one_pass() -
     for rule in load_token_rules():
         assert not re.search(r"\\[sn]|\[\^|(?<!\\)\.[*+?{]", rule.pattern.pattern), rule.pattern.pattern
         assert rule.split_form.pattern.groups >= 1
+
+
+def test_a_long_putty_key_at_the_end_of_a_chunk_is_redacted_to_its_last_line() -> None:
+    # Rules run on the chunks holding their keywords, widened by how far their match can reach: a PuTTY key's
+    # private lines (up to 256) run far past its "Private-Lines:" keyword.
+    lines = [f"Zm9vYmFy{i:04d}" * 5 for i in range(200)]
+    text = "x" * (16 * 1024 - 40) + "\nPrivate-Lines: 200\n" + "\n".join(lines) + "\nPrivate-MAC: ab12"
+    scrubbed, report = scrub(text)
+    assert report.by_type == {"private_key": 1}
+    assert not any(line in scrubbed for line in lines)
