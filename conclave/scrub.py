@@ -592,8 +592,8 @@ class _View:
             self.text, self._lowered, self._ascii, self._chunks = text, None, None, None
 
     def chunks(self) -> list[tuple[int, set[str]]]:
-        """(start, the keywords that start in it) for each :data:`_CHUNK` characters of the text: where each
-        rule's keywords are, to a chunk, from one pass of RE2 over the text."""
+        """(start, the keywords found from there to the chunk's end, or running past it) for each
+        :data:`_CHUNK` characters of the text: where each rule's keywords are, to a chunk, from one pass of RE2."""
         if self._chunks is None:
             lowered, overlap = self.lowered, _keywords().longest - 1
             index = _keywords()
@@ -602,8 +602,8 @@ class _View:
         return self._chunks
 
     def ranges(self, keywords: tuple[str, ...], reach: int) -> list[tuple[int, int]]:
-        """The stretches of text where a match containing one of ``keywords`` can lie: the chunks where one
-        starts, widened to whole lines and ``reach`` characters further."""
+        """The stretches of text where a match containing one of ``keywords`` can lie: the chunks holding one,
+        widened to whole lines and ``reach`` characters further, overlapping ones merged."""
         text, wanted = self.text, set(keywords)
         spans: list[tuple[int, int]] = []
         for lo, present in self.chunks():
