@@ -109,6 +109,11 @@ class _Rule:
         return tuple(name for name in _VALUE_GROUPS if name in self.pattern.groupindex)
 
     @functools.cached_property
+    def literal_start(self) -> bool:
+        """The pattern begins with a literal character, which the regex engine finds by fast search."""
+        return _LITERAL_START.match(self.pattern.pattern) is not None
+
+    @functools.cached_property
     def match_groups(self) -> tuple[str | int, ...]:
         """``check_groups`` as groups of :attr:`pattern` (0, the whole match, for a ``secret`` it does not name)."""
         return tuple(name if name in self.pattern.groupindex else 0 for name in self.check_groups)
@@ -657,13 +662,14 @@ _CHUNK = 16 * 1024
 def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
     """The (start, end) stretches of the current text the rule runs on, in order, disjoint."""
     text = view.text
-    if rule.where in ("text", "lines") and rule.keywords:
-        return view.ranges(rule.keywords, 0 if rule.where == "lines" else rule.reach)
-    if rule.where == "text":
+    reach = 0 if rule.where == "lines" else rule.reach
+    if rule.where in ("text", "lines") and rule.keywords and rule.literal_start:
+        return view.ranges(rule.keywords, reach)  # the regex engine finds the literal by itself
+    if rule.where == "text" and not rule.keywords:
         return [(0, len(text))]
-    if rule.where == "keywords":
-        return [span for lo, hi in view.ranges(rule.keywords, _KEYWORD_REACH)
-                for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi)]
+    if rule.where in ("text", "lines", "keywords"):  # a regex tried at every position: only near keywords
+        return [span for lo, hi in view.ranges(rule.keywords, reach)
+                for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi, reach)]
     if rule.where == "guard":
         return _guarded_lines(_re2_finder(rule.finder), text, view.ascii)
     return _command_lines(rule.finder, text, view.lowered)
@@ -676,10 +682,10 @@ def _re2_finder(pattern: bytes) -> Any:
     return re2.compile(pattern)
 
 
-def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int = 0,
-                   hi: int | None = None) -> list[tuple[int, int]]:
+def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int = 0, hi: int | None = None,
+                   reach: int = _KEYWORD_REACH) -> list[tuple[int, int]]:
     """The (start, end) of the stretches of ``text[lo:hi]`` where one of ``keywords`` occurs in ``lowered``:
-    from the start of a keyword's line to the end of the line :data:`_KEYWORD_REACH` characters after it.
+    from the start of a keyword's line to the end of the line ``reach`` characters after it.
 
     Each keyword is searched for once per position it can next occur at, and the search resumes past the span
     just taken, so this is one pass over the stretch per keyword, however many times the keywords occur."""
@@ -696,7 +702,7 @@ def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int =
             return spans
         at = min(found)
         start = max(lo, text.rfind("\n", lo, at) + 1)
-        end = text.find("\n", min(at + _KEYWORD_REACH, hi), hi)
+        end = text.find("\n", min(at + reach, hi), hi)
         end = hi if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
             spans[-1] = (spans[-1][0], end)
