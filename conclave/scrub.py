@@ -645,7 +645,10 @@ class _View:
     @property
     def lowered(self) -> str:
         if self._lowered is None:
-            self._lowered = self.text.replace("\u0130", "i").lower()
+            lowered = self.text.replace("\u0130", "i").lower()
+            if len(lowered) != len(self.text):  # another such character (a later Unicode): lower ASCII only
+                lowered = self.text.translate(_ASCII_LOWER)
+            self._lowered = lowered
         return self._lowered
 
     @property
@@ -654,6 +657,8 @@ class _View:
             self._ascii = self.lowered.encode("ascii", "replace")
         return self._ascii
 
+
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
 #: the text is indexed by chunks of this many characters: a rule runs only on the chunks holding its keywords
 _CHUNK = 16 * 1024
