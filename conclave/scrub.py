@@ -16,13 +16,23 @@ nothing. The report carries counts only, never a value.
 Every rule is linear in the length of the text: a regex starts at a literal (or at the start of a run of the
 characters it repeats) and each repetition is bounded or cannot contain another start, so no attempt rescans what
 an earlier one scanned; ``tests/test_scrub.py`` checks this by scaling and ``bench/scrub.py`` measures it.
+
+How the work is kept small (see :func:`scrub`): one RE2 pass per 16 kB chunk finds which rule keywords each chunk
+holds, and a rule scans only its chunks (a token rule only its keywords' lines; a name written in any case is
+matched as a literal in the lower-cased text). The assignment and ``.pgpass`` rules run only on lines an RE2 guard
+finds. Matches found a few at a time become edits applied once at the end; a window with many matches is
+rewritten in one ``re.split``/``join`` pass with the checks run once per distinct value, so text dense with
+secrets costs no Python call per match.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -57,45 +67,90 @@ class ScrubReport:
         return {"total": self.total, "by_type": dict(sorted(self.by_type.items()))}
 
 
-@dataclass(frozen=True)
-class _Rule:
-    """One secret pattern. The named group ``secret`` (or the whole match) is what gets replaced.
+#: a keyword's span runs from the start of its line to the end of the line this far after it (multi-line
+#: forms such as .netrc entries and PuTTY keys follow their keyword); spans closer than this merge into one
+_KEYWORD_REACH = 4096
 
-    ``accept(value, match)`` can still refuse a match (a reference, prose, a setting about secrets).
+#: what a rule's checks receive: the values of its ``check_groups`` in the original text (None: did not take part)
+Values = tuple[str | None, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class _Rule:
+    """One secret pattern. The named group ``secret`` (or, for the assignment rule, ``plain``/``colon``; without
+    any, the whole match) is what gets replaced.
+
+    ``accept(values)`` can still refuse a match (a reference, prose, a setting about secrets); ``values`` holds the
+    groups named in ``check_groups``, taken from the original text.
     """
 
-    kind: str | Callable[[re.Match[str]], str]
+    kind: str | Callable[[Values], str]
     pattern: re.Pattern[str]
-    accept: Callable[[str, re.Match[str]], bool] = lambda value, match: True
-    #: cheap patterns, searched in the lower-cased text, one of which every line the rule can match contains
-    guard: tuple[re.Pattern[str], ...] = ()
+    accept: Callable[[Values], bool] | None = None
+    check_groups: tuple[str, ...] = ("secret",)
     #: lower-case strings one of which every match contains: without any of them in the text the rule is skipped
     keywords: tuple[str, ...] = ()
-    #: the pattern begins with a literal, which the regex engine finds by fast search: it scans the whole text
-    #: rather than the stretches around its keywords
-    literal_start: bool = False
+    #: the pattern is written for the lower-cased text (literals in lower case), where a case-insensitive
+    #: name starts with a literal the regex engine finds by fast search; values still come from the original
+    lowered: bool = False
+    #: where the rule runs: "text" (where its keywords are: the pattern starts with a literal, found by fast
+    #: search; everywhere without keywords), "keywords" (lines around its keywords and the next few kB), "lines"
+    #: (only its keywords' lines: a single-line token), "guard" (lines where ``finder``, an RE2 pattern over the
+    #: lower-cased ASCII text, matches), "command" (from each match of ``finder`` in the lower-cased text to its
+    #: line's end)
+    where: str = "text"
+    finder: Any = None
+    #: how far after its keyword a match can end (a multi-line form); single-line rules end on the keyword's line
+    reach: int = _KEYWORD_REACH
 
     @functools.cached_property
     def value_groups(self) -> tuple[str, ...]:
         """The groups that hold the value to redact, in the order tried; none = the whole match."""
         return tuple(name for name in _VALUE_GROUPS if name in self.pattern.groupindex)
 
-    def kind_of(self, match: re.Match[str]) -> str:
-        return self.kind if isinstance(self.kind, str) else self.kind(match)
+    @functools.cached_property
+    def literal_start(self) -> bool:
+        """The pattern begins with a literal character, which the regex engine finds by fast search."""
+        return _LITERAL_START.match(self.pattern.pattern) is not None
+
+    @functools.cached_property
+    def match_groups(self) -> tuple[str | int, ...]:
+        """``check_groups`` as groups of :attr:`pattern` (0, the whole match, for a ``secret`` it does not name)."""
+        return tuple(name if name in self.pattern.groupindex else 0 for name in self.check_groups)
+
+    @functools.cached_property
+    def split_form(self) -> _SplitForm:
+        return _SplitForm.of(self.pattern)
+
+    def verdict(self, values: Values) -> str | None:
+        """The placeholder for a match whose checked groups are ``values``, or None to leave it."""
+        value = next((v for v, name in zip(values, self.check_groups, strict=True)
+                      if v is not None and name in _VALUE_GROUPS), None)
+        if value is None or PLACEHOLDER_PREFIX in value:
+            return None
+        if self.accept is not None and not self.accept(values):
+            return None
+        return _placeholder(self.kind if isinstance(self.kind, str) else self.kind(values))
 
 
 # Values that name a secret rather than contain one: code and config references (also inside a call, "self.x)"),
 # booleans, empty defaults, ellipses ("sk-..."), a capitalised placeholder word ("PASSWORD").
-_REFERENCE = re.compile(
-    r"""^(?:\$|\{\{|<|%\(|\*{3,}$|x{4,}$|(?i:true|false|null|none|nil|undefined|yes|no|required|optional)$)"""
-    r"""|[(\[]|^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+[)\]}]*$|\.\.\.|…"""
-    r"""|^(?:PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY)$"""
+# Each is one anchored attempt or a substring test, so checking a value is linear in its length (a single search
+# for all of them would try every alternative at every position of a long value).
+_REFERENCE_START = re.compile(
+    r"""(?:\$|\{\{|<|%\(|\*{3,}$|x{4,}$|(?i:true|false|null|none|nil|undefined|yes|no|required|optional)$)"""
+    r"""|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+[)\]}]*$|(?:PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY)$"""
 )
+
+
+def _is_reference(value: str) -> bool:
+    return ("(" in value or "[" in value or "..." in value or "…" in value
+            or _REFERENCE_START.match(value) is not None)
 
 
 def _plain_value(value: str) -> bool:
     """An unquoted assignment value that is plausibly a literal secret."""
-    return len(value) >= 4 and not _REFERENCE.search(value)
+    return len(value) >= 4 and not _is_reference(value)
 
 
 _SECRET_CHAR = re.compile(r"[\d!@#$%^&*+=/_~-]")
@@ -163,8 +218,8 @@ def _name_strength(key: str) -> str | None:
     return "inner" if any(_is_secret_part(parts, i) for i in range(len(parts))) else None
 
 
-def _assignment_kind(match: re.Match[str]) -> str:
-    return _kind_of_name(match.group("key"))
+def _assignment_kind(values: Values) -> str:
+    return _kind_of_name(values[0] or "")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -202,7 +257,7 @@ def _generated_value(value: str, min_length: int) -> bool:
     and not a reference, template, number, plain URL or file path. Names, algorithms and prose have no such shape."""
     if len(value) < min_length or _SPACE.search(value):
         return False
-    if _REFERENCE.search(value) or _QUOTED_REFERENCE.match(value):
+    if _is_reference(value) or _QUOTED_REFERENCE.match(value):
         return False
     if "{" in value or _NUMBERISH.fullmatch(value) or _PLAIN_URL.fullmatch(value) or _FILE_PATH.fullmatch(value):
         return False
@@ -222,17 +277,19 @@ _ANY_LOWER, _ANY_UPPER = re.compile(r"[^\W\d_A-Z]"), re.compile(r"[A-Z]")
 _MIN_GENERATED = {"suffix": 8, "inner": 16}
 
 
-def _assignment_accepts(value: str, match: re.Match[str]) -> bool:
+def _assignment_accepts(values: Values) -> bool:
     """The value check for the assignment's form (quoted, ``=`` or ``:``) for strong names, a generated shape
-    otherwise."""
-    strength = _name_strength(match.group("key"))
+    otherwise. ``values``: key, quoted value, ``=`` value, ``:`` value (one of the three is set)."""
+    key, quoted, plain, colon = values
+    strength = _name_strength(key or "")
+    value = quoted if quoted is not None else plain if plain is not None else colon or ""
     if strength is None:
         return False
     if strength != "strong":
         return _generated_value(value, _MIN_GENERATED[strength])
-    if match.group("plain") is not None:
+    if plain is not None:
         return _plain_value(value)
-    if match.group("colon") is not None:
+    if colon is not None:
         return _colon_value(value)
     return _quoted_value(value)
 
@@ -241,23 +298,14 @@ def _assignment_accepts(value: str, match: re.Match[str]) -> bool:
 _LITERAL_START = re.compile(r"""[A-Za-z0-9_"'@:/~-]|\\[.\[\]()"]""")
 
 
-def _rule(kind: str | Callable[[re.Match[str]], str], pattern: str,
-          accept: Callable[[str, re.Match[str]], bool] | None = None,
-          guard: tuple[re.Pattern[str], ...] = (), keywords: Iterable[str] = ()) -> _Rule:
-    compiled = re.compile(pattern)
-    literal = bool(_LITERAL_START.match(pattern))
-    if accept is None:
-        return _Rule(kind, compiled, guard=guard, keywords=tuple(keywords), literal_start=literal)
-    return _Rule(kind, compiled, accept, guard, tuple(keywords), literal)
-
-
-# The assignment rule tries a name at every identifier start, which costs ~0.2 s per MB; it only runs on the
-# lines these guards find (a secret word in a name right before ":" or "=") in the lower-cased text. One guard
-# per word, each starting with its literal, so the regex engine finds candidates by fast search. The possessive
-# "{0,128}+" never gives characters back: a name cannot end inside a run of name characters, and backtracking
-# through each run made long runs of "pass_pass_…" ten times slower.
-_STEMS = ("pass", "secret", "token", "key", "cred", "private")
-_ASSIGNMENT_GUARD = tuple(re.compile(rf"""{stem}[a-z0-9_.-]{{0,128}}+["']?[ \t]*[:=]""") for stem in _STEMS)
+def _rule(kind: str | Callable[[Values], str], pattern: str, accept: Callable[[Values], bool] | None = None, *,
+          keywords: Iterable[str] = (), check_groups: tuple[str, ...] = ("secret",), lowered: bool = False,
+          where: str | None = None, finder: Any = None, reach: int = _KEYWORD_REACH) -> _Rule:
+    """A rule; where it runs defaults to everywhere for a pattern that starts with a literal, else around its
+    keywords."""
+    if where is None:
+        where = "text" if _LITERAL_START.match(pattern) else "keywords"
+    return _Rule(kind, re.compile(pattern), accept, check_groups, tuple(keywords), lowered, where, finder, reach)
 
 
 # --------------------------------------------------------------------------------------- token formats (data)
@@ -269,11 +317,11 @@ _REQUIRE: dict[str, Callable[[str], bool]] = {
 }
 
 
-def _requiring(checks: list[str]) -> Callable[[str, re.Match[str]], bool] | None:
+def _requiring(checks: list[str]) -> Callable[[Values], bool] | None:
     if not checks:
         return None
     tests = [_REQUIRE[name] for name in checks]
-    return lambda value, match: all(test(value) for test in tests)
+    return lambda values: all(test(values[0] or "") for test in tests)
 
 
 def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
@@ -285,29 +333,18 @@ def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
         unknown = set(spec.get("require", ())) - set(_REQUIRE)
         if unknown:
             raise ValueError(f"scrub rule {spec['id']}: unknown require {sorted(unknown)}")
+        # a token never spans lines (no rule pattern matches a line break): each runs on its keywords' lines
         rules.append(_rule(spec["kind"], spec["regex"], _requiring(list(spec.get("require", ()))),
-                           keywords=spec.get("keywords", ())))
+                           keywords=spec.get("keywords", ()), lowered=bool(spec.get("lowered", False)),
+                           where="lines"))
     return tuple(rules)
 
 
 # ------------------------------------------------------------------------------------ credentials by syntax
 
-def _command_before(match: re.Match[str], command: re.Pattern[str], limit: int = 512) -> bool:
-    """Whether ``command`` occurs in the match's line before it (up to ``limit`` characters back): the command a
-    flag belongs to. Searched in place, without copying the line."""
-    text, start = match.string, match.start()
-    low = max(0, start - limit)
-    return command.search(text, text.rfind("\n", low, start) + 1 or low, start) is not None
-
-
-_MYSQL = re.compile(r"(?i)\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb|mariadb-dump)\b")
-_SSHPASS = re.compile(r"(?i)\bsshpass\b")
-_REDIS_CLI = re.compile(r"(?i)\bredis-cli\b")
-_HTTP_CLIENT = re.compile(r"(?i)\b(?:curl|wget|https?)\b")
-
-
-def _url_password(value: str, match: re.Match[str]) -> bool:
+def _url_password(values: Values) -> bool:
     """A password in a URL or DSN, not a template slot (``${DB_PASSWORD}``, ``%s``, ``{{ pw }}``, ``<pw>``)."""
+    value = values[0] or ""
     return (not value.startswith(("$", "%", "{", "<")) and not _QUOTED_REFERENCE.match(value)
             and not _PLACEHOLDER_WORD.fullmatch(value))
 
@@ -316,29 +353,28 @@ def _url_password(value: str, match: re.Match[str]) -> bool:
 _PLACEHOLDER_WORD = re.compile(r"PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY")
 
 
-def _docker_auth(value: str, match: re.Match[str]) -> bool:
+def _docker_auth(values: Values) -> bool:
     """base64 of ``user:password`` (at least 8 characters), not a word such as ``"auth": "required"``."""
+    value = values[0] or ""
     return len(value) >= 8 and not value.isalpha()
 
 
-def _cli_password(value: str, match: re.Match[str]) -> bool:
-    """``-p``/``-a``/``--password`` on a command line: ``sshpass -p PW`` or ``sshpass -pPW``, ``mysql -pPW`` (for
-    mysql a space makes the next word the database, not a password), ``redis-cli -a PW``, ``--password PW``."""
-    if not _plain_value(value) or value.startswith("-"):
-        return False
-    flag = match.group("flag")
-    if flag == "-password":
-        return match.group("sp") is not None  # "--password=PW" is an assignment, found by the assignment rules
-    if flag == "a":
-        return _command_before(match, _REDIS_CLI)
-    if _command_before(match, _SSHPASS):
-        return True
-    return match.group("sp") is None and _command_before(match, _MYSQL)
+def _flag_password(values: Values) -> bool:
+    """A password given to a command-line flag: a literal, not the next flag."""
+    value = values[0] or ""
+    return _plain_value(value) and not value.startswith("-")
 
 
-def _user_password(value: str, match: re.Match[str]) -> bool:
+def _user_password(values: Values) -> bool:
     """``curl -u user:PW`` (or wget, httpie); not ``docker run -u 1000:1000``."""
-    return _plain_value(value) and not value.isdigit() and _command_before(match, _HTTP_CLIENT)
+    value = values[0] or ""
+    return _plain_value(value) and not value.isdigit()
+
+
+def _command(*words: tuple[str, str]) -> tuple[re.Pattern[str], ...]:
+    """Command words as whole words in the lower-cased text (a flag after one on its line belongs to it), each
+    given as (literal start, rest of the name as a regex): the regex engine finds the literal by fast search."""
+    return tuple(re.compile(rf"{start}(?<=\b{start}){rest}\b") for start, rest in words)
 
 
 _STRUCTURAL: tuple[_Rule, ...] = (
@@ -347,62 +383,85 @@ _STRUCTURAL: tuple[_Rule, ...] = (
           r"Private-Lines:[ \t]*\d{1,3}[ \t]*\r?\n"
           r"(?P<secret>[A-Za-z0-9+/=]{1,128}+(?=[ \t]*(?:\r?\n|$))"
           r"(?:[ \t]*\r?\n[A-Za-z0-9+/=]{1,128}+(?=[ \t]*(?:\r?\n|$))){0,255})",
-          keywords=("private-lines:",)),
+          keywords=("private-lines:",), reach=256 * 132),
     # Mistral keys have no prefix: only the variable they are assigned to gives them away.
     _rule("mistral_key",
           r"""MISTRAL_API_KEY(?<=\bMISTRAL_API_KEY)["']?[ \t]*[:=][ \t]*["']?(?P<secret>[A-Za-z0-9]{20,})""",
           keywords=("mistral_api_key",)),
     # scheme://user:PASSWORD@host keeps the user (useful context) and drops the password; the user may be empty
     # (redis://:PASSWORD@host).
-    _rule("url_password", r"://[^\s:/@]{0,256}:(?P<secret>[^\s@/]{1,512})@",
-          _url_password, keywords=("://",)),
+    _rule("url_password", r"://[^\s:/@]{0,256}:(?P<secret>[^\s@/]{1,512})@", _url_password, keywords=("://",)),
     # Go's database/sql DSN: user:PASSWORD@tcp(host:3306)/db (also unix(...)).
+    # The match is ":" and the password (user and address are lookarounds), so a line dense with DSNs is
+    # rewritten by the regex engine in one pass.
     _rule("url_password",
-          r"(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{1,64}:(?P<secret>[^\s:@/()'\"]{1,256})@(?:tcp|tcp6|unix|udp)\(",
+          r":(?<=[A-Za-z0-9_.-]:)(?P<secret>[^\s:@/()'\"]{1,256})(?=@(?:tcp|tcp6|unix|udp)\()",
           _url_password, keywords=("@tcp(", "@tcp6(", "@unix(", "@udp(")),
+    # Authorization headers, matched in the lower-cased text where the header name is a literal.
     _rule("basic_auth",
-          r"(?i:\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+)"
+          r"authorization(?<=\bauthorization)[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+"
           r"(?P<secret>[A-Za-z0-9+/_-]{4,}+={0,2})(?!:)",
-          keywords=("authorization",)),
-    _rule("bearer_token", r"\b[Bb]earer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", keywords=("bearer",)),
-    _rule("token", r"(?i:\bauthorization[\"']?[ \t]*[:=][ \t]*[\"']?token[ \t]+)(?P<secret>[A-Za-z0-9._~+/-]{8,}=*)",
-          keywords=("authorization",)),
+          keywords=("authorization",), lowered=True),
+    _rule("bearer_token", r"earer(?<=\b[Bb]earer)\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", keywords=("bearer",)),
+    _rule("token", r"authorization(?<=\bauthorization)[\"']?[ \t]*[:=][ \t]*[\"']?token[ \t]+"
+                   r"(?P<secret>[A-Za-z0-9._~+/-]{8,}=*)",
+          keywords=("authorization",), lowered=True),
     # .netrc: machine HOST [login USER] [account A] password PW (on one line or several); "default" too.
     _rule("password",
           r"(?:machine(?<=\bmachine)[ \t]+[^\s]{1,256}|default(?<=\bdefault))"
           r"(?:\s{1,64}(?:login|account)[ \t]+[^\s]{1,256}){0,2}\s{1,64}password[ \t]+(?P<secret>[^\s]{1,256})",
-          lambda value, match: _plain_value(value), keywords=("machine", "default")),
+          lambda values: _plain_value(values[0] or ""), keywords=("machine", "default")),
     # Docker config.json: {"auths": {"registry": {"auth": "base64(user:password)"}}}
     _rule("docker_auth", r"\"auth\"[ \t]*:[ \t]*\"(?P<secret>[A-Za-z0-9+/]{4,}={0,2})\"", _docker_auth,
           keywords=('"auth"',)),
     # .pgpass: host:port:database:user:PASSWORD
     _rule("password",
-          r"(?m:^[A-Za-z0-9.*_-]{1,253}:(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:(?P<secret>[^\s]{1,256})$)",
-          guard=(re.compile(r":(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:[^\s]"),)),
-    # Command lines: curl -u user:PASSWORD, sshpass -p PASSWORD, mysql -pPASSWORD, redis-cli -a PW, --password PW
-    _rule("password",
-          r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"'`]{1,256}:(?P<secret>[^\s"'`]{1,256})""",
-          _user_password, keywords=("-u", "--user")),
-    _rule("password",
-          r"""-(?<=\s-)(?P<flag>p|a|-password)(?P<sp>[ \t]+)?["']?(?P<secret>[^\s"'`]{1,256})""",
-          _cli_password, keywords=("-p", "-a", "--password")),
+          r"(?m)^[A-Za-z0-9.*_-]{1,253}:(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:(?P<secret>[^\s]{1,256})$",
+          where="guard", finder=rb":(?:\d{1,5}|\*):[^:\s]{1,64}:[^:\s]{1,64}:[^\s]"),
+    # Command lines. A flag's password counts only after its command on the same line: curl -u user:PASSWORD
+    # (wget, httpie), sshpass -p PASSWORD (or -pPASSWORD), mysql -pPASSWORD (for mysql a space makes the next
+    # word the database), redis-cli -a PASSWORD; --password PASSWORD after any command.
+    _rule("password", r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"'`]{1,256}:(?P<secret>[^\s"'`]{1,256})""",
+          _user_password, keywords=("curl", "wget", "http"), where="command",
+          finder=_command(("curl", ""), ("wget", ""), ("http", "s?"))),
+    _rule("password", r"""-(?<=\s-)p[ \t]*["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+          keywords=("sshpass",), where="command", finder=_command(("sshpass", ""))),
+    _rule("password", r"""-(?<=\s-)p["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+          keywords=("mysql", "mariadb"), where="command",
+          finder=_command(("m", "(?:ysql(?:dump|admin|import|sh)?|ariadb(?:-dump)?)"))),
+    _rule("password", r"""-(?<=\s-)a[ \t]*["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+          keywords=("redis-cli",), where="command", finder=_command(("redis-cli", ""))),
+    _rule("password", r"""--password(?<=\s--password)[ \t]+["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+          keywords=("--password",)),
 )
 
 # ------------------------------------------------------------------------------------- named assignments
 
-# One regex for the three forms, tried in this order at each name: a quoted value after ":" or "=" (group
-# "secret"), an unquoted value after "=" ("plain"), an unquoted value after ":" ("colon"). The lookaheads refuse,
-# inside the regex engine, values that _plain_value and _colon_value would refuse for their length or shape: on
-# text dense with names and no values that saves a Python call per name.
+# One regex, matched in the lower-cased text, for the three forms, tried in this order at each name: a quoted
+# value after ":" or "=" (group "secret"), an unquoted value after "=" ("plain"), an unquoted value after ":"
+# ("colon"). The lookaheads refuse, inside the regex engine, values that _plain_value and _colon_value would
+# refuse for their length or shape: on text dense with names and no values that saves a Python call per name.
+# It runs only on the lines where its finder (RE2, linear, never rescanning a long name) finds a secret word
+# in a name followed by a separator and the start of a value this regex could accept.
+_SECRET_VALUE_CHAR = r"[\d!@#$%^&*+=/_~-]"
 _ASSIGNMENTS: tuple[_Rule, ...] = (
     _rule(
         _assignment_kind,
-        rf"""(?i:{_KEY})[ \t]*(?:[:=][ \t]*(?P<oq>["'])(?P<secret>(?:(?!(?P=oq))[^\\\n]|\\.)*)(?P=oq)"""
+        rf"""{_KEY}[ \t]*(?:[:=][ \t]*(?P<oq>["'])(?P<secret>(?:(?!(?P=oq))[^\\\n]|\\.)*)(?P=oq)"""
         rf"""|=(?!=)[ \t]*(?=[^\s"'`,;&]{{4}})(?P<plain>[^\s"'`,;&]+)"""
-        rf"""|:[ \t]*(?=[^\s"'`,;&]{{16}}|[^\s"'`,;&]{{0,15}}?[\d!@#$%^&*+=/_~-])(?P<colon>[^\s"'`,;&]+))""",
+        rf"""|:[ \t]*(?=[^\s"'`,;&]{{4}})(?=[^\s"'`,;&]{{16}}|[^\s"'`,;&]{{0,15}}?{_SECRET_VALUE_CHAR})"""
+        r"""(?P<colon>[^\s"'`,;&]+))""",
         _assignment_accepts,
-        _ASSIGNMENT_GUARD,
-        keywords=_STEMS,
+        keywords=("pass", "secret", "token", "key", "cred", "private"),
+        check_groups=("key", "secret", "plain", "colon"),
+        lowered=True,
+        where="guard",
+        # V: a value character; S: a secret-shaped one ("?" stands for any non-ASCII character in the ASCII text
+        # the guard reads, so a digit from another script still counts)
+        finder=(rb"""(?:pass|secret|token|key|cred|private)[a-z0-9_.\-]*["']?[ \t]*"""
+                rb"""(?:[:=][ \t]*["']|=[ \t]*[^\s"'`,;&]{4}"""
+                rb"""|:[ \t]*(?:[^\s"'`,;&]{16}|[^\s"'`,;&]{3,15}[0-9!@#$%^&*+=/_~?\-]"""
+                rb"""|[^\s"'`,;&]{0,2}[0-9!@#$%^&*+=/_~?\-][^\s"'`,;&]))"""),
     ),
 )
 
@@ -478,17 +537,14 @@ def scrub(text: str, known_secrets: Iterable[str] = ()) -> tuple[str, ScrubRepor
             counts[PROVIDER_KEY] = counts.get(PROVIDER_KEY, 0) + n
     text = _scrub_private_keys(text, counts)
     # Whether a rule runs at all is decided on the text before any redaction (redacting can only remove a
-    # keyword); where it runs is decided on the current text, lower-cased again only after a redaction.
-    lowered = _Lowered(text)
-    present = _keywords().present(lowered.text)
+    # keyword); where it runs is decided on the current text (the chunks holding its keywords, and its lines).
+    view = _View(text)
+    present = set().union(*(keywords for _, keywords in view.chunks()))
     for rule in _RULES:
         if rule.keywords and present.isdisjoint(rule.keywords):
             continue
-        before = sum(counts.values())
-        text = _apply(rule, text, lowered, counts)
-        if sum(counts.values()) != before:
-            lowered = _Lowered(text)
-    return text, ScrubReport(counts)
+        _apply(rule, view, counts)
+    return view.materialized(), ScrubReport(counts)
 
 
 class _KeywordIndex:
@@ -496,6 +552,7 @@ class _KeywordIndex:
 
     def __init__(self, keywords: Iterable[str]) -> None:
         self.keywords = sorted(set(keywords))
+        self.longest = max(map(len, self.keywords), default=1)
         self._set: Any = None
         if re2 is not None:
             self._set = re2.Set.SearchSet(re2.Options())
@@ -514,40 +571,144 @@ def _keywords() -> _KeywordIndex:
     return _KeywordIndex(keyword for rule in _RULES for keyword in rule.keywords)
 
 
-class _Lowered:
-    """The lower-cased text, and the spans found in it, shared by the rules until a redaction changes the text."""
+class _View:
+    """The text being scrubbed, the redactions found so far, and its lower-cased forms.
+
+    Redactions found by a few matches at a time are kept as edits (start, end, placeholder) against ``text``
+    and applied once at the end (:meth:`materialized`), so a rule that finds a handful of secrets in a large text
+    does not copy the text; a later match overlapping an edit is not a new secret (the span is redacted already).
+    A rule with many matches rewrites the text in one pass instead (:meth:`replace`, after applying the edits).
+
+    ``lowered`` lines up with ``text`` position by position ("İ", the one character whose lower case is two
+    characters long, is lowered to "i"); ``ascii`` is ``lowered`` with every other non-ASCII character replaced
+    by "?", one byte per character, for the RE2 guards. Both are computed when first needed after a change."""
 
     def __init__(self, text: str) -> None:
-        self.text = text.lower()
-        #: positions line up with the original (a few characters lower-case to two and would shift them)
-        self.aligned = len(self.text) == len(text)
-        self.spans: dict[Any, list[tuple[int, int]]] = {}
+        self.text = text
+        self._lowered: str | None = None
+        self._ascii: bytes | None = None
+        self._chunks: list[tuple[int, set[str]]] | None = None
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.placeholders: list[str] = []
+
+    def replace(self, text: str) -> None:
+        if text is not self.text:
+            self.text, self._lowered, self._ascii, self._chunks = text, None, None, None
+
+    def chunks(self) -> list[tuple[int, set[str]]]:
+        """(start, the keywords found from there to the chunk's end, or running past it) for each
+        :data:`_CHUNK` characters of the text: where each rule's keywords are, to a chunk, from one pass of RE2."""
+        if self._chunks is None:
+            lowered, overlap = self.lowered, _keywords().longest - 1
+            index = _keywords()
+            self._chunks = [(lo, index.present(lowered[lo:lo + _CHUNK + overlap]))
+                            for lo in range(0, len(lowered), _CHUNK)]
+        return self._chunks
+
+    def ranges(self, keywords: tuple[str, ...], reach: int) -> list[tuple[int, int]]:
+        """The stretches of text where a match containing one of ``keywords`` can lie: the chunks holding one,
+        widened to whole lines and ``reach`` characters further, overlapping ones merged."""
+        text, wanted = self.text, set(keywords)
+        spans: list[tuple[int, int]] = []
+        for lo, present in self.chunks():
+            if present.isdisjoint(wanted):
+                continue
+            hi = min(lo + _CHUNK, len(text))
+            start = spans.pop()[0] if spans and lo <= spans[-1][1] else text.rfind("\n", 0, lo) + 1
+            end = text.find("\n", min(hi + reach, len(text)))
+            spans.append((start, len(text) if end == -1 else end))
+        return spans
+
+    def claim(self, start: int, end: int, placeholder: str) -> bool:
+        """Record a redaction of ``text[start:end]`` unless it overlaps one already recorded."""
+        i = bisect.bisect_right(self.starts, start)
+        if (i and self.ends[i - 1] > start) or (i < len(self.starts) and self.starts[i] < end):
+            return False
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+        self.placeholders.insert(i, placeholder)
+        return True
+
+    def materialized(self) -> str:
+        """The text with every recorded redaction applied (the view then holds that text and no edits)."""
+        if self.starts:
+            pieces, last = [], 0
+            for start, end, placeholder in zip(self.starts, self.ends, self.placeholders, strict=True):
+                pieces += [self.text[last:start], placeholder]
+                last = end
+            pieces.append(self.text[last:])
+            self.replace("".join(pieces))
+            self.starts, self.ends, self.placeholders = [], [], []
+        return self.text
+
+    @property
+    def lowered(self) -> str:
+        if self._lowered is None:
+            lowered = self.text.replace("\u0130", "i").lower()
+            if len(lowered) != len(self.text):  # another such character (a later Unicode): lower ASCII only
+                lowered = self.text.translate(_ASCII_LOWER)
+            self._lowered = lowered
+        return self._lowered
+
+    @property
+    def ascii(self) -> bytes:
+        if self._ascii is None:
+            self._ascii = self.lowered.encode("ascii", "replace")
+        return self._ascii
 
 
-#: a keyword's span runs from the start of its line to the end of the line this far after it (multi-line
-#: forms such as .netrc entries and PuTTY keys follow their keyword); spans closer than this merge into one
-_KEYWORD_REACH = 4096
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
+
+#: the text is indexed by chunks of this many characters: a rule runs only on the chunks holding its keywords
+_CHUNK = 16 * 1024
 
 
-def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...]) -> list[tuple[int, int]]:
-    """The (start, end) of the stretches of ``text`` where one of ``keywords`` occurs in ``lowered``.
+def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
+    """The (start, end) stretches of the current text the rule runs on, in order, disjoint."""
+    text = view.text
+    reach = 0 if rule.where == "lines" else rule.reach
+    if rule.where in ("text", "lines") and rule.keywords and rule.literal_start:
+        return view.ranges(rule.keywords, reach)  # the regex engine finds the literal by itself
+    if rule.where == "text" and not rule.keywords:
+        return [(0, len(text))]
+    if rule.where in ("text", "lines", "keywords"):  # a regex tried at every position: only near keywords
+        return [span for lo, hi in view.ranges(rule.keywords, reach)
+                for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi, reach)]
+    if rule.where == "guard":
+        return _guarded_lines(_re2_finder(rule.finder), text, view.ascii)
+    return _command_lines(rule.finder, text, view.lowered)
+
+
+@functools.cache
+def _re2_finder(pattern: bytes) -> Any:
+    if re2 is None:  # pragma: no cover - google-re2 is a dependency
+        return re.compile(pattern)
+    return re2.compile(pattern)
+
+
+def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int = 0, hi: int | None = None,
+                   reach: int = _KEYWORD_REACH) -> list[tuple[int, int]]:
+    """The (start, end) of the stretches of ``text[lo:hi]`` where one of ``keywords`` occurs in ``lowered``:
+    from the start of a keyword's line to the end of the line ``reach`` characters after it.
 
     Each keyword is searched for once per position it can next occur at, and the search resumes past the span
-    just taken, so this is one pass over the text per keyword, however many times the keywords occur."""
-    upcoming = {keyword: lowered.find(keyword) for keyword in keywords}
+    just taken, so this is one pass over the stretch per keyword, however many times the keywords occur."""
+    hi = len(text) if hi is None else hi
+    upcoming = {keyword: lowered.find(keyword, lo, hi) for keyword in keywords}
     spans: list[tuple[int, int]] = []
-    pos = 0
+    pos = lo
     while True:
         for keyword, at in upcoming.items():
             if 0 <= at < pos:
-                upcoming[keyword] = lowered.find(keyword, pos)
+                upcoming[keyword] = lowered.find(keyword, pos, hi)
         found = [at for at in upcoming.values() if at >= 0]
         if not found:
             return spans
         at = min(found)
-        start = text.rfind("\n", pos, at) + 1 if spans else text.rfind("\n", 0, at) + 1
-        end = text.find("\n", min(at + _KEYWORD_REACH, len(text)))
-        end = len(text) if end == -1 else end
+        start = max(lo, text.rfind("\n", lo, at) + 1)
+        end = text.find("\n", min(at + reach, hi), hi)
+        end = hi if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
             spans[-1] = (spans[-1][0], end)
         else:
@@ -555,47 +716,13 @@ def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...]) -> list[t
         pos = end
 
 
-def _apply(rule: _Rule, text: str, lowered: _Lowered, counts: dict[str, int]) -> str:
-    redact = functools.partial(_redact, rule=rule, counts=counts)
-    spans: list[tuple[int, int]] | None = None
-    if lowered.aligned and rule.guard:
-        spans = lowered.spans.get(rule.guard)
-        if spans is None:
-            spans = lowered.spans[rule.guard] = _merged(
-                [span for guard in rule.guard for span in _guarded_lines(guard, text, lowered.text)]
-            )
-    elif lowered.aligned and rule.keywords and not rule.literal_start:
-        spans = lowered.spans.get(rule.keywords)
-        if spans is None:
-            spans = lowered.spans[rule.keywords] = _keyword_spans(text, lowered.text, rule.keywords)
-    if spans is None:
-        return rule.pattern.sub(redact, text)
-    pieces, last = [], 0
-    for start, end in spans:
-        pieces += [text[last:start], rule.pattern.sub(redact, text[start:end])]
-        last = end
-    pieces.append(text[last:])
-    return "".join(pieces)
-
-
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``spans`` in order, overlapping or adjacent ones joined."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(end, out[-1][1]))
-        else:
-            out.append((start, end))
-    return out
-
-
-def _guarded_lines(guard: re.Pattern[str], text: str, lowered: str) -> list[tuple[int, int]]:
-    """The (start, end) of the lines ``guard`` finds in ``lowered``, in order, adjacent lines merged."""
+def _guarded_lines(guard: Any, text: str, subject: bytes) -> list[tuple[int, int]]:
+    """The (start, end) of the lines ``guard`` finds in ``subject`` (aligned with ``text``), adjacent lines
+    merged. The next search starts after the line just taken: every scan (and the rfind back to the line start)
+    covers new text only, so a long line with many hits costs one pass, not one pass back per hit."""
     spans: list[tuple[int, int]] = []
     pos = 0
-    # The next search starts after the line just taken: every scan (and the rfind back to the line start) covers
-    # new text only, so a long line with many hits costs one pass, not one pass back per hit.
-    while (match := guard.search(lowered, pos)) is not None:
+    while (match := guard.search(subject, pos)) is not None:
         start = text.rfind("\n", pos, match.start()) + 1
         end = text.find("\n", match.end())
         end = len(text) if end == -1 else end
@@ -607,29 +734,256 @@ def _guarded_lines(guard: re.Pattern[str], text: str, lowered: str) -> list[tupl
     return spans
 
 
+def _command_lines(commands: tuple[re.Pattern[str], ...], text: str, lowered: str) -> list[tuple[int, int]]:
+    """From the first occurrence of one of ``commands`` on a line to the line's end. A line whose command starts
+    it continues the span before (a script of such lines is one span, not one per line)."""
+    spans: list[tuple[int, int]] = []
+    for command in commands:
+        pos = 0
+        while (match := command.search(lowered, pos)) is not None:
+            end = text.find("\n", match.end())
+            end = len(text) if end == -1 else end
+            spans.append((match.start(), end))
+            pos = end
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+#: a window with more matches than this is rewritten in one pass (:func:`_rewrite`) rather than edited match by match
+_DENSE = 256
+
+
+def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
+    """Find the rule's secrets where it runs: as edits while matches are few, by rewriting the text when a
+    window holds many."""
+    verdicts: dict[Values, str | None] = {}  # lines repeat (config blocks, logs): each distinct match checked once
+    for start, end in _windows(rule, view):
+        if not _edit(rule, view, start, end, counts, verdicts):
+            view.materialized()  # dense: apply the edits so far, then rewrite the text in one pass per window
+            pieces, last, text = [], 0, view.text
+            for start_, end_ in _windows(rule, view):
+                new = _rewrite(rule, text, start_, end_, counts)
+                if new is not None:
+                    pieces += [text[last:start_], new]
+                    last = end_
+            if pieces:
+                pieces.append(text[last:])
+                view.replace("".join(pieces))
+            return
+
+
+def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int],
+          verdicts: dict[Values, str | None]) -> bool:
+    """Record the rule's accepted matches in ``text[start:end]`` as edits; False (nothing recorded) when the
+    window holds more than :data:`_DENSE` matches of a rule that can be rewritten in one pass instead.
+
+    A rule written for the lower-cased text is matched there; its checks and redactions use the original text at
+    the same positions."""
+    text = view.text
+    subject = view.lowered if rule.lowered else text
+    matches = rule.pattern.finditer(subject, start, end)
+    if not rule.lowered:
+        first = list(itertools.islice(matches, _DENSE + 1))
+        if len(first) > _DENSE:
+            return False
+        matches = iter(first)
+    groups, value_groups = rule.match_groups, rule.value_groups
+    found: dict[str, int] = {}
+    for match in matches:
+        values = tuple(text[a:b] if a >= 0 else None for a, b in map(match.span, groups))
+        if values in verdicts:
+            placeholder = verdicts[values]
+        else:
+            placeholder = verdicts[values] = rule.verdict(values)
+        if placeholder is None:
+            continue
+        a, b = next((match.span(g) for g in value_groups if match.start(g) >= 0), match.span())
+        if view.claim(a, b, placeholder):
+            found[placeholder] = found.get(placeholder, 0) + 1
+    for placeholder, n in found.items():
+        _count([placeholder], counts, n)
+    return True
+
+
+def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int]) -> str | None:
+    """The window ``text[start:end]`` with the rule's accepted matches redacted (None: nothing to redact).
+
+    ``re.split`` with the rule's groups hands back, in one call into the regex engine, every stretch between
+    matches and every group of every match; the checks run once per distinct value, and the window is put back
+    together with the accepted values replaced: no Python call per match, so text dense with matches (a line of
+    DSNs, a minified file) costs little more than the regex engine's own pass. Values redacted before hold a
+    placeholder and are left as they are."""
+    form = rule.split_form
+    window = text if start == 0 and end == len(text) else text[start:end]
+    if form.lead is not None:  # a match is a fixed text and the value: split keeps the values only
+        return _rewrite_values(rule, form.lead, window, counts)
+    parts = form.pattern.split(window)
+    if len(parts) == 1:
+        return None
+    stride = form.stride
+    columns = form.check_columns(rule.check_groups)
+    if len(columns) == 1:  # the usual case: plain strings, no tuple per match
+        checked: list[Any] = parts[columns[0]::stride]
+        verdicts = {value: rule.verdict((value,)) for value in set(checked)}
+    else:
+        checked = list(zip(*(parts[column::stride] for column in columns), strict=True))
+        verdicts = {values: rule.verdict(values) for values in set(checked)}
+    # every match the same way (in dense text: all accepted, one kind): no lookup per match
+    distinct = set(verdicts.values())
+    placeholders = ([distinct.pop()] * len(checked) if len(distinct) == 1
+                    else list(map(verdicts.__getitem__, checked)))
+    accepted = len(placeholders) - placeholders.count(None)
+    if not accepted:
+        return None
+    if accepted == len(placeholders):
+        parts[form.secret::stride] = placeholders
+    else:
+        secrets = parts[form.secret::stride]
+        parts[form.secret::stride] = [s if p is None else p for s, p in zip(secrets, placeholders, strict=True)]
+    for column in form.blank:
+        parts[column::stride] = [""] * len(placeholders)
+    if len(verdicts) == 1 or isinstance(rule.kind, str):  # one kind: count without a pass over the matches
+        _count([next(p for p in verdicts.values() if p is not None)], counts, accepted)
+    else:
+        _count(placeholders, counts)
+    return "".join(parts)
+
+
+def _rewrite_values(rule: _Rule, lead: str, window: str, counts: dict[str, int]) -> str | None:
+    """:func:`_rewrite` for a rule whose every match is ``lead`` followed by the value: ``split`` returns the text
+    between matches and the values, and when every match is redacted alike the window is one ``join``."""
+    pattern = rule.pattern if rule.pattern.groups == 1 else rule.split_form.pattern
+    parts = pattern.split(window)
+    if len(parts) == 1:
+        return None
+    values = parts[1::2]
+    verdicts = {value: rule.verdict((value,)) for value in set(values)}
+    distinct = set(verdicts.values())
+    if distinct == {None}:
+        return None
+    if len(distinct) == 1:  # every match redacted with one placeholder
+        placeholder = distinct.pop()
+        assert placeholder is not None
+        _count([placeholder], counts, len(values))
+        return (lead + placeholder).join(parts[0::2])
+    placeholders = list(map(verdicts.__getitem__, values))
+    parts[1::2] = [lead + (v if p is None else p) for v, p in zip(values, placeholders, strict=True)]
+    _count(placeholders, counts)
+    return "".join(parts)
+
+
+def _count(placeholders: list[str | None], counts: dict[str, int], times: int = 1) -> None:
+    """Count each placeholder (``times`` each) under its kind."""
+    for placeholder, n in Counter(placeholders).items():
+        if placeholder is not None:
+            kind = _KIND_OF[placeholder]
+            counts[kind] = counts.get(kind, 0) + n * times
+
+
+@dataclass(frozen=True)
+class _SplitForm:
+    """A rule's pattern with groups around what comes before and after its value, so ``split`` returns every
+    piece of the text: per match, ``stride`` columns (the text before the match, then each group by number)."""
+
+    pattern: re.Pattern[str]
+    stride: int
+    secret: int  # the value's column
+    blank: tuple[int, ...]  # columns of groups nested in the others: emptied before joining, or text would repeat
+    #: when every match is this text (lookarounds aside) followed by the value and nothing else: the text
+    lead: str | None = None
+
+    @classmethod
+    def of(cls, pattern: re.Pattern[str]) -> _SplitForm:
+        source = pattern.pattern
+        flags = _GLOBAL_FLAGS.match(source)
+        head, body = (flags.group(), source[flags.end():]) if flags else ("", source)
+        if "secret" in pattern.groupindex:
+            open_at = body.index("(?P<secret>")
+            close_at = _closing_paren(body, open_at)
+            if not _top_level_group(body, "secret"):
+                raise ValueError(f"scrub rule {source!r}: the secret group must not be inside a group or alternative")
+            pre = f"(?P<_pre>{body[:open_at]})" if open_at else ""
+            post = f"(?P<_post>{body[close_at + 1:]})" if body[close_at + 1:] else ""
+            split = f"{head}{pre}{body[open_at:close_at + 1]}{post}"
+        else:
+            split = f"{head}(?P<secret>{body})"
+        compiled = re.compile(split)
+        keep = {compiled.groupindex[name] for name in ("_pre", "secret", "_post") if name in compiled.groupindex}
+        blank = tuple(column for column in range(1, compiled.groups + 1) if column not in keep)
+        lead = None
+        if pattern.groups <= 1:
+            if "secret" not in pattern.groupindex:
+                lead = ""
+            else:
+                before, after = _LEAD.fullmatch(body[:open_at]), _LOOKAROUNDS.fullmatch(body[close_at + 1:])
+                lead = before.group(1) if before and after else None
+        return cls(compiled, compiled.groups + 1, compiled.groupindex["secret"], blank, lead)
+
+    def check_columns(self, groups: tuple[str, ...]) -> list[int]:
+        return [self.pattern.groupindex[name] for name in groups]
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+# a pattern part that is plain characters (group 1) then lookbehinds, or only lookarounds (simple ones: no nested
+# groups), so the text it matches is known without matching
+_LEAD = re.compile(r"([A-Za-z0-9:@_ -]*)((?:\(\?<[=!][^()]*\))*)")
+_LOOKAROUNDS = re.compile(r"(?:\(\?<?[=!](?:[^()]|\((?:\?:)?[^()]*\))*\))*")
+
+
+def _closing_paren(source: str, open_at: int) -> int:
+    """The index of the ``)`` closing the group opened at ``open_at`` (escapes and classes skipped)."""
+    depth, i, in_class = 0, open_at, False
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            if source[i + 1:i + 2] == "]":
+                i += 1
+            elif source[i + 1:i + 3] == "^]":
+                i += 2
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError(f"unbalanced group in {source!r}")
+
+
+def _top_level_group(source: str, name: str) -> bool:
+    """Whether the named group is an item of the pattern's top-level sequence (no alternative around it)."""
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - Python < 3.11
+        import sre_parse
+    parsed = sre_parse.parse(source)
+    index = parsed.state.groupdict[name]
+    return any(op == sre_parse.SUBPATTERN and arg[0] == index for op, arg in parsed.data)
+
+
 _VALUE_GROUPS = ("secret", "plain", "colon")
 
 
-def _redact(match: re.Match[str], rule: _Rule, counts: dict[str, int]) -> str:
-    group: str | int = 0
-    for name in rule.value_groups:
-        if match.group(name) is not None:
-            group = name
-            break
-    value = match.group(group)
-    if value.startswith(PLACEHOLDER_PREFIX) or PLACEHOLDER_PREFIX in value or not rule.accept(value, match):
-        return match.group(0)
-    kind = rule.kind_of(match)
-    counts[kind] = counts.get(kind, 0) + 1
-    if group == 0:
-        return _placeholder(kind)
-    text, (start, end) = match.string, match.span(group)
-    return text[match.start():start] + _placeholder(kind) + text[end:match.end()]
+#: placeholder -> the kind it stands for
+_KIND_OF: dict[str, str] = {}
 
 
-@functools.lru_cache(maxsize=256)
 def _placeholder(kind: str) -> str:
-    return f"{PLACEHOLDER_PREFIX}{kind.upper()}]"
+    placeholder = f"{PLACEHOLDER_PREFIX}{kind.upper()}]"
+    _KIND_OF.setdefault(placeholder, kind)
+    return placeholder
 
 
 __all__ = ["PROVIDER_KEY", "ScrubReport", "load_token_rules", "scrub"]

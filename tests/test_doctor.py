@@ -157,3 +157,20 @@ async def test_doctor_prices_the_test_call_on_paid_endpoints_and_makes_it_only_w
     assert openai["calls"]["gpt-4o"]["ok"] is True and openai["calls"]["gpt-4o"]["cost"] > 0
     assert len(fake.requests_for("gpt-4o")) == 1
     _assert_no_key_in(out, err)
+
+
+async def test_doctor_without_keys_checks_only_the_offline_panel_and_calls_the_rest_not_configured(
+        conclave_env, monkeypatch, tmp_path):
+    for var in FAKE_KEYS:
+        monkeypatch.delenv(var)
+    broken = tmp_path / "broken.gguf"  # fails fast where the packaged model would take seconds to load
+    broken.write_bytes(b"not a gguf")
+    code, out, _ = await _doctor(f"providers.local.model_path={broken}")
+    rows = {line.split()[1]: line for line in out.splitlines()[1:] if line.split()[:1] in (["-"], ["ok"], ["FAIL"], ["warn"])}
+    assert code == 1
+    # the panel that would run (the offline one) is checked, and fails here for its broken model file
+    assert rows.pop("local").split()[:3] == ["FAIL", "local", "yes"]
+    assert "not usable but used by the panel: local" in out
+    # the providers it does not use are neither failures nor warnings
+    assert {"openai", "anthropic", "gemini", "grok", "mistral"} <= set(rows)
+    assert all(row.split()[:3] == ["-", name, "no"] and "not configured" in row for name, row in rows.items())

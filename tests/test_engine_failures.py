@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -254,7 +255,17 @@ async def test_agents_named_like_labels_keep_their_own_replies(fake_provider_ser
             return Reply(json=body)
 
         fake.script(model, answer)
-    fake.script(JUDGE_MODEL, lambda r: Reply(json=instance_for(r.schema)))
+
+    def judge(request: RecordedRequest) -> Reply:
+        body = instance_for(request.schema)
+        if "rebuttals" in body:  # the cross-examination: file each reply under the label it came with
+            text = _user_turns(request)[0]
+            replies, _ = json.JSONDecoder().raw_decode(text, text.index("{", text.index("keyed by label")))
+            body["rebuttals"] = [{"agent": label, "rebuttal": reply["revised_position"]}
+                                 for label, reply in replies.items()]
+        return Reply(json=body)
+
+    fake.script(JUDGE_MODEL, judge)
     run = await run_consultation(fake, "~agents", *panel, "judge.provider=openai")
     result = run.result
     assert result.status == "complete", result.abort_reason
@@ -263,6 +274,11 @@ async def test_agents_named_like_labels_keep_their_own_replies(fake_provider_ser
     assert {n: a["agent_id"] for n, a in result.artifacts.round_1.items()} == {n: n for n in models}
     assert {n: r["revised_position"] for n, r in result.artifacts.round_3_replies.items()} == \
         {n: f"said by {m}" for n, m in models.items()}
+    # the judge's record of round 3 files each reply under the agent that wrote it
+    assert {r["agent"]: r["rebuttal"] for r in result.artifacts.round_3["rebuttals"]} == \
+        {n: f"said by {m}" for n, m in models.items()}
+    # no prompt names an agent: the judge and the agents only ever see labels
+    assert not [r for r in fake.requests if re.search(r"\bagent_[abc]\b", json.dumps(r.json))]
 
 
 async def test_explore_ending_before_its_verdict_round_on_an_empty_synthesis_still_completes(

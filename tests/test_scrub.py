@@ -368,3 +368,54 @@ def test_the_rules_only_run_where_their_keywords_occur() -> None:
     text = "plain words only " * 10
     assert not any(keyword in text.lower() for keyword in keywords if len(keyword) > 2)
     assert scrub(text) == (text, ScrubReport())
+
+
+# ------------------------------------------------------------------------------ text dense with matches
+# A window with many matches is rewritten in one pass (checks once per distinct value) instead of match by match:
+# the result and the counts must be the same as for the same secrets spread out.
+
+def test_a_line_dense_with_dsns_is_fully_redacted_and_counted() -> None:
+    scrubbed, report = scrub("app:s3cret@tcp(db:3306)/x " * 1_000)
+    assert scrubbed == "app:[REDACTED_URL_PASSWORD]@tcp(db:3306)/x " * 1_000
+    assert report.by_type == {"url_password": 1_000}
+
+
+def test_a_dense_line_redacts_the_accepted_matches_and_keeps_the_refused_ones() -> None:
+    # "-u 1000:1000" is a uid:gid, not a password; both kinds repeat many times on one curl line
+    scrubbed, report = scrub("curl " + "-u a:pw5678 -u 1000:1000 " * 400)
+    assert scrubbed == "curl " + "-u a:[REDACTED_PASSWORD] -u 1000:1000 " * 400
+    assert report.by_type == {"password": 400}
+
+
+def test_a_dense_rewrite_leaves_spans_redacted_by_an_earlier_rule_alone() -> None:
+    # few keys (recorded as edits), then many DSNs (rewritten in one pass): a key inside a DSN stays a key
+    key = "sk-proj-" + "Ab3" * 10
+    scrubbed, report = scrub(f"u:{key}@tcp(h)/d " * 100 + "u:pw@tcp(h)/d " * 300)
+    assert scrubbed == "u:[REDACTED_OPENAI_KEY]@tcp(h)/d " * 100 + "u:[REDACTED_URL_PASSWORD]@tcp(h)/d " * 300
+    assert report.by_type == {"openai_key": 100, "url_password": 300}
+
+
+def test_a_command_line_password_counts_only_after_its_command() -> None:
+    assert scrub("sshpass -p hunter22 ssh host")[0] == "sshpass -p [REDACTED_PASSWORD] ssh host"
+    assert scrub("ssh -p 2222 host; echo -p hunter22")[1].total == 0  # no sshpass on the line
+    assert scrub("-pSecr3t99 then mysql")[1].total == 0  # the flag comes before the command
+    long_line = "curl " + "-H 'X: y' " * 80 + "-u admin:Secr3t99 https://h"  # far beyond 512 characters
+    assert "Secr3t99" not in scrub(long_line)[0]
+
+
+def test_every_token_rule_stays_on_one_line_and_can_be_rewritten_in_one_pass() -> None:
+    # Token rules run only on their keywords' lines, and dense lines are rewritten with re.split around the
+    # secret group: a rule that could span lines, or with its secret inside an alternative, breaks both.
+    for rule in load_token_rules():
+        assert not re.search(r"\\[sn]|\[\^|(?<!\\)\.[*+?{]", rule.pattern.pattern), rule.pattern.pattern
+        assert rule.split_form.pattern.groups >= 1
+
+
+def test_a_long_putty_key_at_the_end_of_a_chunk_is_redacted_to_its_last_line() -> None:
+    # Rules run on the chunks holding their keywords, widened by how far their match can reach: a PuTTY key's
+    # private lines (up to 256) run far past its "Private-Lines:" keyword.
+    lines = [f"Zm9vYmFy{i:04d}" * 5 for i in range(200)]
+    text = "x" * (16 * 1024 - 40) + "\nPrivate-Lines: 200\n" + "\n".join(lines) + "\nPrivate-MAC: ab12"
+    scrubbed, report = scrub(text)
+    assert report.by_type == {"private_key": 1}
+    assert not any(line in scrubbed for line in lines)

@@ -5,8 +5,11 @@ list). Then, per model the panel uses, one tiny structured-output call asked exa
 artifact, which reports the structured-output form the endpoint accepts: made without asking for free endpoints (a
 server on this machine or the local network that gets no key, the in-process ``local`` model), and for paid ones
 only with ``--probe`` (the table says what it would cost). Takes the same Hydra overrides as a consultation, e.g.
-``providers.openai.base_url=http://localhost:11434/v1`` or ``agents=local``. Exit 0 when every provider the panel
-(agents and judge) uses is usable, 1 when one is not, 2 on a configuration error.
+``providers.openai.base_url=http://localhost:11434/v1`` or ``agents=local``. The panel checked is the one a
+consultation with the same overrides would run, chosen from the keys present as on the CLI (no key at all: the
+offline ``local`` panel). Exit 0 when every provider that panel (agents and judge) uses is usable, 1 when one is not,
+2 on a configuration error. A provider the panel does not use and that has no key is reported as "not configured",
+never as a failure.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -48,7 +52,7 @@ def run(argv: list[str]) -> int:
             "ok": ok,
             "used": sorted(used),
             "call_tested": all(r.call_tested for r in results if r.provider in used),
-            "providers": [{**r.as_dict(), "used": r.provider in used} for r in results],
+            "providers": [{**r.as_dict(), "used": r.provider in used, "status": status(r, used)} for r in results],
         }
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -67,9 +71,13 @@ def compose_settings(overrides: list[str]) -> Settings:
     from omegaconf.errors import OmegaConfBaseException
 
     from conclave.cli import _hydra_error_message
+    from conclave.home import default_home
     from conclave.hydra_app import prepare_hydra
+    from conclave.panel import zero_config_overrides
 
     prepare_hydra()
+    # the panel a consultation would run: picked from the keys present when the overrides pick none
+    overrides = [*zero_config_overrides(overrides, os.environ, default_home()), *overrides]
     if not any(o.lstrip("+~").partition("=")[0] == "question" for o in overrides):
         overrides = [*overrides, "question=doctor"]
     try:
@@ -117,12 +125,25 @@ async def probe_all(settings: Settings, plugins: Plugins, used: dict[str, set[st
         return results
 
 
+def status(result: ProbeResult, used: dict[str, set[str]]) -> str:
+    """``ok``, ``FAIL`` (used by the panel and not usable), ``warn`` (not used, configured, not usable) or
+    ``not configured`` (not used and without the key it needs: nothing to check, nothing wrong)."""
+    if result.usable:
+        return "ok"
+    if result.provider in used:
+        return "FAIL"
+    return "not configured" if result.key_required and not result.key_present else "warn"
+
+
 def print_table(results: list[ProbeResult], used: dict[str, set[str]], ok: bool) -> None:
     rows = [("", "provider", "used", "key", "endpoint", "reachable", "models", "structured output")]
     notes: dict[int, list[str]] = {}
     for result in results:
         in_use = result.provider in used
-        mark = "ok" if result.usable else ("FAIL" if in_use else "warn")
+        mark = status(result, used)
+        if mark == "not configured":
+            rows.append(("-", result.provider, "no", "not configured", result.endpoint or "-", "-", "-", "-"))
+            continue
         rows.append((mark, result.provider, "yes" if in_use else "no", _key_cell(result), result.endpoint or "-",
                      _reach_cell(result), _models_cell(result), _calls_cell(result)))
         if result.problems():
