@@ -10,7 +10,7 @@ from typing import Any
 from conclave.eval.protocols import PROTOCOLS
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
-          "debate": "full debate (rounds=4)"}
+          "debate": "full debate (rounds=4)", "quality": "debate, quality layer on"}
 FORMATS = ("markdown", "json", "html")
 
 
@@ -44,7 +44,10 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
     lines += [f"**{summary.get('verdict_line', '')}**", ""]
+    if summary.get("quality_line"):
+        lines += [f"**{summary['quality_line']}**", ""]
     lines += _protocol_table(summary)
+    lines += _quality_section(run, summary)
     flips, oracle, agreement = summary.get("flips", {}), summary.get("oracle", {}), summary.get("agreement", {})
     lines += ["", "## Paired comparisons (McNemar exact test)", "",
               "| comparison | Δ accuracy | A right, B wrong | A wrong, B right | p | cost ratio |",
@@ -100,6 +103,36 @@ def _protocol_table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: the quality layer's figures shown per protocol (others it reports are in the JSON report)
+QUALITY_FIGURES = (("claims", "claims labelled"), ("violations", "citation-rule violations"),
+                   ("statements", "judge statements checked"), ("ungrounded", "ungrounded statements"))
+
+
+def _quality_section(run: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """How the quality protocol ran, and the quality layer's figures per protocol where it has them."""
+    protocols = summary.get("protocols") or {}
+    lines = ["", "## Quality layer", ""]
+    if "quality" in protocols:
+        arm = ", ".join(f"{k}={v}" for k, v in (run.get("quality_overrides") or {}).items())
+        reused = summary.get("quality_reused_round_1", 0)
+        lines.append(f"The quality protocol is the same debate with {arm or 'the quality layer on'}; it continued "
+                     f"from the item's own round 1 on {reused} of {summary.get('items', 0)} item(s) (round 1 paid "
+                     f"once){'' if reused else ' — its round-1 calls differ, so it paid its own'}. Right → wrong "
+                     f"flips in its cross-examination: {summary.get('quality_flips', 0)}; oracle gap: "
+                     f"{summary.get('quality_oracle_gap', 0)}.")
+    elif run.get("quality_off"):
+        lines.append(f"Quality protocol not run: {run['quality_off']}.")
+    shown = [(name, p["quality_layer"]) for name, p in protocols.items() if p.get("quality_layer")]
+    if shown:
+        extra = sorted({k for _, f in shown for k in f} - {k for k, _ in QUALITY_FIGURES})
+        lines += ["", "| protocol | " + " | ".join(t for _, t in QUALITY_FIGURES) + "".join(f" | {k}" for k in extra)
+                  + " |", "|---|" + "---:|" * (len(QUALITY_FIGURES) + len(extra))]
+        for name, found in shown:
+            cells = [str(found.get(k, "—")) for k, _ in QUALITY_FIGURES] + [str(found.get(k, "—")) for k in extra]
+            lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+    return lines if len(lines) > 3 else []
+
+
 def swept_keys(runs: Sequence[dict[str, Any]]) -> list[str]:
     """The override keys whose values differ between ``runs`` (what a sweep swept)."""
     values: dict[str, set[str]] = {}
@@ -130,8 +163,8 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
              "summary": r.get("summary")} for r in ordered]}, ensure_ascii=False, indent=2) + "\n"
     head = " | ".join(keys) or "run"
     lines = [f"# Sweep {sweep_id} · {len(runs)} run(s) · swept: {', '.join(keys) or 'nothing'}", "",
-             f"| {head} | items | single | vote | judge | debate | debate cost | debate vs vote |",
-             "|" + "---|" * (len(keys) or 1) + "---:|---:|---:|---:|---:|---:|---|"]
+             f"| {head} | items | single | vote | judge | debate | quality | debate cost | debate vs vote |",
+             "|" + "---|" * (len(keys) or 1) + "---:|---:|---:|---:|---:|---:|---:|---|"]
     for run in ordered:
         s = run.get("summary") or {}
         p = s.get("protocols") or {}
@@ -148,6 +181,8 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
             f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
+    if summary.get("quality_line"):
+        body.append(f"<p><strong>{html.escape(summary['quality_line'])}</strong></p>")
     if run.get("local_panel"):
         body.append("<p class=warn>Offline panel on the local model: a 270M model's accuracy is not evidence about "
                     "debate.</p>")
@@ -159,11 +194,12 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
                         f"{_pct(p['ci_high'])}</td><td>{_money(p['cost'])}</td><td>{p['tokens']:,}</td></tr>")
     body.append("</table>")
     body.append(accuracy_cost_chart(summary))
+    scored = [p for p in PROTOCOLS if p in (summary.get("protocols") or {})]
     body.append("<h2>Items</h2><table><tr><th>item</th><th>expected</th>"
-                + "".join(f"<th>{p}</th>" for p in PROTOCOLS) + "<th>agreement</th><th>flips r→w</th></tr>")
+                + "".join(f"<th>{p}</th>" for p in scored) + "<th>agreement</th><th>flips r→w</th></tr>")
     for r in rows:
         cells = "".join(f"<td class={'ok' if r.get(f'{p}_correct') else 'bad'}>"
-                        f"{html.escape(str(r.get(f'{p}_answer') or '—'))}</td>" for p in PROTOCOLS)
+                        f"{html.escape(str(r.get(f'{p}_answer') or '—'))}</td>" for p in scored)
         body.append(f"<tr><td>{html.escape(str(r['item_id']))}</td><td>{html.escape(str(r.get('expected')))}</td>"
                     f"{cells}<td>{_pct(r.get('agreement'))}</td><td>{r.get('right_to_wrong', 0)}</td></tr>")
     body.append("</table>")

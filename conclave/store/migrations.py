@@ -296,3 +296,20 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
     for column, kind in (("label_adoption", float), ("citation_compliance", float), ("rule_violations", int),
                          ("verification_pass_rate", float), ("ungrounded_statements", int)):
         db["consultations"].add_column(column, kind)
+
+
+@migrations()
+def m016_eval_quality_protocol(db: Any) -> None:
+    # `conclave eval`'s quality protocol (the debate with the quality layer on, forked from the item's round 1)
+    # and the quality layer's figures per protocol (JSON: protocol -> claims, violations, ungrounded, …).
+    for column, kind in (("quality_answer", str), ("quality_correct", int), ("quality_confidence", float),
+                         ("quality_cost", float), ("quality_tokens", int), ("quality_wall_s", float),
+                         ("quality_consultation_id", str), ("quality_reused_round_1", int),
+                         ("quality_right_to_wrong", int), ("quality_layer", str)):
+        db["eval_items"].add_column(column, kind)
+    for column, kind in (("quality_accuracy", float), ("quality_ci_low", float), ("quality_ci_high", float),
+                         ("quality_cost", float), ("quality_tokens", int), ("quality_wall_s", float),
+                         ("quality_vs_debate_pp", float), ("quality_vs_debate_p", float),
+                         ("quality_vs_debate_cost_ratio", float), ("quality_overrides", str), ("quality_off", str),
+                         ("quality_layer", str)):
+        db["eval_runs"].add_column(column, kind)
