@@ -48,6 +48,10 @@ class EvalOptions(BaseModel):
     objective: Annotated[str, Field(pattern=OBJECTIVE)] | None = None
     #: the quality protocol's arm: auto, off, or {key: value, …} set on top of this configuration (quality_arm)
     quality: str | dict[str, Any] = "auto"
+    #: set by `conclave eval -m`: estimate_only — the sweep's first pass, which only estimates each job (nothing is
+    #: spent); approved — the sweep's whole estimate went through the cost gate, so its jobs do not ask again
+    estimate_only: bool = False
+    approved: bool = False
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -156,10 +160,14 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     print(f"conclave eval: run {ev.run_id}: {len(todo)} of {len(ev.items)} item(s) to run "
           f"({len(done)} already finished); estimated cost {shown} for {len(estimate.calls)} planned call(s)",
           file=err)
-    consent = decide_consent(estimate, ev.settings, interaction)
-    if not consent.approved:
-        print(f"conclave eval: run not started: {consent.reason}", file=err)
-        return EXIT_FAILED
+    if ev.options.approved:
+        print("conclave eval: approved with its sweep's whole estimate", file=err)
+    else:
+        consent = decide_consent(estimate, ev.settings, interaction)
+        if not consent.approved:
+            print(f"conclave eval: run not started: {consent.reason}", file=err)
+            return EXIT_FAILED
+        remember(consent, home, err)
     snapshot = config_snapshot(ev.settings, "")
     run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel,
                quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
@@ -258,6 +266,15 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     )
     add_quality(scored, (await fork.run()).as_dict(), arm_capture, capture, reuse)
     return scored
+
+
+def remember(consent: Any, home: Any, err: TextIO) -> None:
+    """The user answered "always": store the new ``cost.always_allow_under`` in the user settings."""
+    if consent.new_threshold is not None:
+        from conclave.engine.consent import store_always_allow
+
+        path = store_always_allow(home, consent.new_threshold)
+        print(f"conclave eval: cost.always_allow_under={consent.new_threshold:.2f} saved in {path}", file=err)
 
 
 async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, ev: EvalRun | None = None) -> Any:
