@@ -117,7 +117,7 @@ def sweep_gate(flags: list[str], overrides: list[str], sweep_id: str | None) -> 
     if None in totals:
         shown = f"unknown (no price for {', '.join(whole.unknown_prices)})"
     else:
-        low, high = min(totals), max(totals)  # type: ignore[type-var]
+        low, high = min(totals), max(totals)
         each = f"${low:.4f}" if low == high else f"${low:.4f}–${high:.4f}"
         shown = f"{len(jobs)} job(s) × {each} per job = ${whole.total:.4f}"
     print(f"conclave eval: sweep {sweep_id}: {items} item(s) in {len(jobs)} job(s); estimated cost {shown} for "
