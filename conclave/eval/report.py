@@ -174,7 +174,14 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
         lines.append(f"| {cells} | {s.get('items', 0)} | {accs} | {_money((p.get('debate') or {}).get('cost'))} | "
                      f"{line} |")
     if fmt == "html":
-        return _page(f"Sweep {sweep_id}", "<pre>" + html.escape("\n".join(lines)) + "</pre>")
+        from conclave.eval.charts import accuracy_vs_cost, points_from_summary
+
+        def label(run: dict[str, Any]) -> str:
+            return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in swept_values(run, keys).items())
+
+        points = [point for run in ordered for point in points_from_summary(run.get("summary") or {}, label(run))]
+        return _page(f"Sweep {sweep_id}", accuracy_vs_cost(points, title=f"Sweep {sweep_id}: accuracy against cost")
+                     + "<pre>" + html.escape("\n".join(lines)) + "</pre>")
     return "\n".join(lines) + "\n"
 
 
@@ -207,37 +214,12 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
     return _page(f"Evaluation {run['run_id']}", "\n".join(body))
 
 
-def accuracy_cost_chart(summary: dict[str, Any], width: int = 520, height: int = 300) -> str:
-    """An inline SVG: accuracy (with its 95% interval) against tokens per protocol (tokens: known even when a
-    price is not)."""
-    points = [(name, p) for name, p in (summary.get("protocols") or {}).items() if p.get("accuracy") is not None]
-    if not points:
-        return ""
-    most = max(p["tokens"] for _, p in points) or 1
-    pad = 50
+def accuracy_cost_chart(summary: dict[str, Any]) -> str:
+    """Inline SVG: accuracy against cost per item, and accuracy with its 95% interval, per protocol."""
+    from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary
 
-    def x(tokens: float) -> float:
-        return pad + (width - 2 * pad) * tokens / most
-
-    def y(value: float) -> float:
-        return height - pad - (height - 2 * pad) * value
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="accuracy against tokens per protocol">',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#333"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>',
-             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">tokens (total)</text>',
-             f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
-             f'accuracy</text>']
-    for name, p in points:
-        cx, cy = x(p["tokens"]), y(p["accuracy"])
-        parts.append(f'<line x1="{cx:.1f}" y1="{y(p["ci_low"]):.1f}" x2="{cx:.1f}" y2="{y(p["ci_high"]):.1f}" '
-                     f'stroke="#888"/>')
-        parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="#2a6"><title>{name}: '
-                     f'{_pct(p["accuracy"])}, {p["tokens"]} tokens</title></circle>')
-        parts.append(f'<text x="{cx + 8:.1f}" y="{cy - 6:.1f}">{name}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+    points = points_from_summary(summary)
+    return accuracy_vs_cost(points) + "\n" + accuracy_intervals(points)
 
 
 def _page(title: str, body: str) -> str:
