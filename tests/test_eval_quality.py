@@ -15,6 +15,8 @@ from conclave.errors import ConfigError
 from conclave.eval import quality_arm, store
 from conclave.eval.runner import EvalOptions, prepare
 from conclave.plugins import get_plugins
+from conclave.store.journal import read_records
+from conclave.store.paths import StoreLayout
 from conclave.testing.answer_panel import AnswerPanel, arithmetic_truth
 from conclave.testing.fake_server import FakeProviderServer
 
@@ -40,6 +42,11 @@ async def test_the_quality_arm_continues_from_round_one_without_paying_it_again(
     for row in rows:
         assert row["quality_reused_round_1"] == 1 and row["quality_correct"] == 1
         assert row["quality_consultation_id"] not in (None, row["consultation_id"])
+        # the arm's own journal holds the round-1 answers it continued from, marked as restored (not asked again)
+        records = read_records(StoreLayout(conclave_env).journal_path(row["quality_consultation_id"]))
+        round_1 = [r["data"] for r in records if r["type"] == "consultation:round_artifact"
+                   and r["data"]["round_number"] == 1]
+        assert sorted(a["agent"] for a in round_1) == sorted(PERSONAS) and {a["status"] for a in round_1} == {"restored"}
         # round 1 is shared: the arm costs the base's round 1 plus its own later rounds, about the debate's cost
         assert row["vote_cost"] < row["quality_cost"]
         assert row["quality_cost"] == pytest.approx(row["debate_cost"], rel=0.05)

@@ -208,7 +208,8 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
         return
     cost: float | None = 0.0
     tokens, wall = 0, 0.0
-    sources = [(base_capture, (1,)), (arm_capture, tuple(arm_capture.rounds))] if reused else \
+    # reused, the arm's round 1 asked no one (it costs nothing there): the base paid for it
+    sources = [(base_capture, (1,)), (arm_capture, tuple(n for n in arm_capture.rounds if n != 1))] if reused else \
         [(arm_capture, tuple(arm_capture.rounds))]
     for capture, numbers in sources:
         for n in numbers:

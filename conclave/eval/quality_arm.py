@@ -93,13 +93,16 @@ def round_one_calls(session: Any) -> list[tuple[str, str, str, str]]:
 
 
 def resume_point(result: Mapping[str, Any], capture: Any, first_round_type: str) -> dict[str, Any] | None:
-    """What the arm's consultation restores: the base's round-1 artifacts and judge labels (None: no round 1)."""
+    """What the arm's consultation starts from: the base's round-1 answers, given as answers already paid for (so
+    its round 1 is played without asking anyone, and its own journal records them, status ``restored``), and the
+    same judge labels. None: the base has no round-1 answer to continue from."""
     round_1 = (result.get("artifacts") or {}).get("round_1") or {}
     if not round_1 or int(result.get("completed_rounds") or 0) < 1:
         return None
     labels = {a["name"]: a["label"] for a in result.get("agents") or [] if a.get("label")}
-    return {"rounds": {1: [{"agent": name, "artifact": artifact, "round_type": first_round_type}
-                           for name, artifact in round_1.items()]},
+    return {"interrupted": {"round_number": 1, "artifacts": [
+                {"agent": name, "artifact": artifact, "round_type": first_round_type}
+                for name, artifact in round_1.items()]},
             "labels": labels, "shuffle_seed": capture.shuffle_seed}
 
 
