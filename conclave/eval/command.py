@@ -56,7 +56,10 @@ def evaluate(argv: list[str]) -> int:
             extra.append(f"eval.sweep_id={sweep_id}")
     panel = panel_override(overrides, os.environ, default_home())
     everything = [*([panel] if panel else []), *extra, *overrides]
-    if multirun and not any(o.startswith("eval.approved=") for o in overrides):
+    # cost.auto_approve=true on the command line approves any estimate: the estimating pass would only print it
+    # (each job still prints its own), so it is skipped
+    approving = any(o.replace(" ", "").lower() in ("cost.auto_approve=true", "eval.approved=true") for o in overrides)
+    if multirun and not approving:
         code = sweep_gate(flags, everything, sweep_id)
         if code is not None:
             return code
