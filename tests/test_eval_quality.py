@@ -142,3 +142,33 @@ def test_a_bad_arm_is_one_line_naming_the_key(fake_provider_server: FakeProvider
     with pytest.raises(ConfigError, match=message) as caught:
         prepare(panel_settings(fake_provider_server, conclave_env), EvalOptions(n=1, quality=spec), get_plugins())
     assert len(caught.value.problems) == 1
+
+
+class _LearningPanel(AnswerPanel):
+    """Alpha is always right; Beta and Gamma are wrong the first time they see a question, right afterwards."""
+
+    def right(self, persona: str, question: str) -> bool:
+        seen = self.decisions.get((persona, question)) is not None
+        decision = persona == "Alpha" or seen
+        self.decisions[(persona, question)] = decision
+        return decision
+
+
+async def test_the_vote_at_the_debates_budget_counts_extra_samples_up_to_the_debates_calls(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    panel = _LearningPanel({n: 0.0 for n in PERSONAS.values()})
+    ev, code, out, err = await evaluate(fake, conclave_env, panel, n=2, matched_vote=True, concurrency=1)
+    assert code == 0, err
+    extra = ev.extra_samples
+    assert extra >= 1
+    assert len(fake.requests) == 2 * (9 + 3 * extra)  # the debate, then `extra` more round-1 samples of the panel
+    assert f"for {2 * (9 + 3 * extra)} planned call(s)" in err  # estimated and approved up front
+    for row in store.read_items(conclave_env, ev.run_id):
+        assert row["vote_correct"] == 0  # round 1 alone: only Alpha was right
+        assert row["vote_matched_correct"] == 1 and row["vote_matched_samples"] == 3 * (1 + extra)
+        # the debate's budget in model calls: 3 agents × 2 rounds + 3 judge calls = 9 samples
+        assert extra == 2 and row["vote_tokens"] < row["vote_matched_tokens"]
+    summary = store.read_run(conclave_env, ev.run_id)["summary"]
+    assert summary["matched_line"].startswith("debate vs vote at the debate's budget: -100.0 pp")
+    assert "| vote at the debate's budget | 2/2 = 100.0% |" in out

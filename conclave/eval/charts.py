@@ -13,12 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: one colour per protocol (colour-blind-safe Okabe-Ito hues), in the order the legend lists them
-COLOURS = {"single": "#E69F00", "vote": "#56B4E9", "judge": "#009E73", "debate": "#D55E00", "quality": "#CC79A7"}
+COLOURS = {"single": "#E69F00", "vote": "#56B4E9", "judge": "#009E73", "debate": "#D55E00", "quality": "#CC79A7",
+           "vote_matched": "#0072B2"}
 NAMES = {"single": "single agent", "vote": "round-1 vote", "judge": "judge synthesis", "debate": "full debate",
-         "quality": "debate + quality layer"}
+         "quality": "debate + quality layer", "vote_matched": "vote at debate's budget"}
 #: one marker shape per protocol, so points at the same place stay apart (quality: a ring around whatever it
 #: coincides with, typically the debate it was forked from)
-SHAPES = {"single": "circle", "vote": "square", "judge": "triangle", "debate": "diamond", "quality": "ring"}
+SHAPES = {"single": "circle", "vote": "square", "judge": "triangle", "debate": "diamond", "quality": "ring",
+          "vote_matched": "open-square"}
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,sans-serif" font-size="12"'
 
 
@@ -75,6 +77,9 @@ def marker(protocol: str, x: float, y: float, extra: str = "", title: str = "") 
             ((x, y - 7), (x + 7, y), (x, y + 7), (x - 7, y))
         path = " ".join(f"{a:.1f},{b:.1f}" for a, b in corners)
         return f'<polygon {extra} points="{path}" fill="{colour}" stroke="#fff" stroke-width="1">{inner}</polygon>'
+    if shape == "open-square":
+        return (f'<rect {extra} x="{x - 6:.1f}" y="{y - 6:.1f}" width="12" height="12" fill="none" '
+                f'stroke="{colour}" stroke-width="2.5">{inner}</rect>')
     if shape == "ring":
         return (f'<circle {extra} cx="{x:.1f}" cy="{y:.1f}" r="9" fill="none" stroke="{colour}" '
                 f'stroke-width="3">{inner}</circle>')

@@ -11,6 +11,9 @@ debate     the verdict's ``final_answer`` (derived from round 2  every round the
 quality    the verdict of the same debate with the quality       round 1 (reused when its calls are the
            layer on (``eval.quality``, :mod:`.quality_arm`),     same, else its own) + the arm's rounds
            forked from the item's own round 1
+vote_      self-consistency at the debate's budget               round 1 + extra independent samples of
+matched    (``eval.matched_vote``): the most common answer over  the panel until they make as many model
+           round 1 and further independent round-1 samples       calls as the debate plans
 =========  ====================================================  =======================================
 
 A vote counts canonical answers (:func:`conclave.eval.scoring.canonical`); a tie goes to the tied answer of the
@@ -28,8 +31,9 @@ from conclave import events as ev
 from conclave.eval.items import Item
 from conclave.eval.scoring import canonical, is_correct
 
-PROTOCOLS = ("single", "vote", "judge", "debate", "quality")
-#: the protocols every run scores; ``quality`` only runs when ``eval.quality`` defines its arm
+PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched")
+#: the protocols every run scores; ``quality`` only runs when ``eval.quality`` defines its arm, ``vote_matched``
+#: with ``eval.matched_vote=true``
 BASE_PROTOCOLS = PROTOCOLS[:4]
 #: the rounds each protocol's cost and wall time cover (single: one agent's round-1 call only)
 PROTOCOL_ROUNDS = {"single": (1,), "vote": (1,), "judge": (1, 2), "debate": (1, 2, 3, 4)}
@@ -88,6 +92,7 @@ class ItemResult:
     quality_right_to_wrong: int | None = None
     #: protocol -> the quality layer's figures over the rounds that protocol uses (:func:`.quality_arm.figures`)
     quality_layer: dict[str, Any] = field(default_factory=dict)
+    matched_samples: int | None = None  # round-1 answers the matched-budget vote counted
 
     @property
     def oracle_gap(self) -> bool:
@@ -113,6 +118,8 @@ class ItemResult:
             row[f"{name}_wall_s"] = round(outcome.wall_s, 4)
         row["answers"] = {"round_1": self.round_1, "round_3": self.round_3}
         row["quality_layer"] = self.quality_layer
+        if "vote_matched" in self.protocols:
+            row["vote_matched_samples"] = self.matched_samples
         if "quality" in self.protocols:
             row.update(quality_consultation_id=self.quality_consultation_id,
                        quality_reused_round_1=int(bool(self.quality_reused_round_1)),
@@ -229,6 +236,28 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
     found = figures(arm)
     if found is not None:
         scored.quality_layer["quality"] = found
+
+
+def add_matched_vote(scored: ItemResult, samples: Sequence[Mapping[str, Any]], captures: Sequence[Capture],
+                     base_capture: Capture) -> None:
+    """Score self-consistency at the debate's budget: the vote over round 1 and the extra independent round-1
+    samples (``samples``: their results); cost, tokens and wall time of every round-1 call, the base's included."""
+    item = scored.item
+    answers: list[tuple[str, str | None]] = list(scored.round_1.items())
+    for result in samples:
+        round_1 = (result.get("artifacts") or {}).get("round_1") or {}
+        answers += [(agent, _answer(artifact)) for agent, artifact in round_1.items()]
+    answer, share = majority(answers, item.kind, item.choices)
+    cost: float | None = 0.0
+    tokens, wall = 0, 0.0
+    for capture in (base_capture, *captures):
+        data = capture.rounds.get(1) or {}
+        cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+        tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+        wall += float(data.get("duration_s") or 0.0)
+    scored.protocols["vote_matched"] = Outcome(answer, is_correct(answer, item), share if answer else None, cost,
+                                               tokens, wall)
+    scored.matched_samples = sum(1 for _, a in answers if a is not None)
 
 
 def _answer(artifact: Mapping[str, Any] | None) -> str | None:

@@ -10,7 +10,8 @@ from typing import Any
 from conclave.eval.protocols import PROTOCOLS
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
-          "debate": "full debate (rounds=4)", "quality": "debate, quality layer on"}
+          "debate": "full debate (rounds=4)", "quality": "debate, quality layer on",
+          "vote_matched": "vote at the debate's budget"}
 FORMATS = ("markdown", "json", "html")
 
 
@@ -44,8 +45,9 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
     lines += [f"**{summary.get('verdict_line', '')}**", ""]
-    if summary.get("quality_line"):
-        lines += [f"**{summary['quality_line']}**", ""]
+    for key in ("matched_line", "quality_line"):
+        if summary.get(key):
+            lines += [f"**{summary[key]}**", ""]
     lines += _protocol_table(summary)
     lines += _quality_section(run, summary)
     flips, oracle, agreement = summary.get("flips", {}), summary.get("oracle", {}), summary.get("agreement", {})
@@ -163,8 +165,8 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
              "summary": r.get("summary")} for r in ordered]}, ensure_ascii=False, indent=2) + "\n"
     head = " | ".join(keys) or "run"
     lines = [f"# Sweep {sweep_id} · {len(runs)} run(s) · swept: {', '.join(keys) or 'nothing'}", "",
-             f"| {head} | items | single | vote | judge | debate | quality | debate cost | debate vs vote |",
-             "|" + "---|" * (len(keys) or 1) + "---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"| {head} | items | {' | '.join(PROTOCOLS)} | debate cost | debate vs vote |",
+             "|" + "---|" * (len(keys) or 1) + "---:|" * (len(PROTOCOLS) + 2) + "---|"]
     for run in ordered:
         s = run.get("summary") or {}
         p = s.get("protocols") or {}
@@ -188,8 +190,9 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
             f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
-    if summary.get("quality_line"):
-        body.append(f"<p><strong>{html.escape(summary['quality_line'])}</strong></p>")
+    for key in ("matched_line", "quality_line"):
+        if summary.get(key):
+            body.append(f"<p><strong>{html.escape(summary[key])}</strong></p>")
     if run.get("local_panel"):
         body.append("<p class=warn>Offline panel on the local model: a 270M model's accuracy is not evidence about "
                     "debate.</p>")

@@ -52,6 +52,9 @@ class EvalOptions(BaseModel):
     #: spent); approved — the sweep's whole estimate went through the cost gate, so its jobs do not ask again
     estimate_only: bool = False
     approved: bool = False
+    #: also score self-consistency at the debate's budget: extra independent round-1 samples of the panel until
+    #: they make as many model calls as the full debate plans (paid: about the debate's calls again, per item)
+    matched_vote: bool = False
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -83,6 +86,7 @@ class EvalRun:
     arm_overrides: dict[str, Any] | None = None
     quality_off: str = ""
     reuse_round_1: bool = False  # the arm's round-1 calls are the base's: restored, not paid again
+    extra_samples: int = 0  # the matched-budget vote's extra round-1 samples per item (set by the estimate)
 
 
 def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
@@ -190,7 +194,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     async def one(item: Item) -> None:
         nonlocal finished
         async with semaphore:
-            result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1)
+            result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1,
+                                    ev.extra_samples)
         row = result.as_row()
         store.append_item(home, ev.run_id, row)
         try:
@@ -234,7 +239,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
 
 
 async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, order: Sequence[str],
-                   single: str, arm: Settings | None = None, reuse: bool = False) -> ItemResult:
+                   single: str, arm: Settings | None = None, reuse: bool = False, extra: int = 0) -> ItemResult:
     """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
     runs whole."""
@@ -250,6 +255,15 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     )
     base = (await consultation.run()).as_dict()
     scored = score(item, base, capture, order, single)
+    if extra:
+        from conclave.eval.protocols import add_matched_vote
+
+        one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
+        captures = [Capture() for _ in range(extra)]
+        samples = await asyncio.gather(*(
+            Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[c],
+                         recorder=recorder).run() for c in captures))
+        add_matched_vote(scored, [s.as_dict() for s in samples], captures, capture)
     if arm is None:
         return scored
     start: dict[str, Any] | None = {}
@@ -302,7 +316,14 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
         for item in items:
             session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
                               labels=labels, question=item.question, context_text=context)
-            total.calls.extend(estimate_cost(session, range(1, settings.planned_rounds + 1)).calls)
+            whole = estimate_cost(session, range(1, settings.planned_rounds + 1))
+            total.calls.extend(whole.calls)
+            if ev is not None and ev.options.matched_vote:
+                round_one = whole.only([1])
+                if not ev.extra_samples:  # as many model calls as the debate plans (the samples of self-consistency)
+                    ev.extra_samples = max(1, -(-len(whole.calls) // max(1, len(round_one.calls))) - 1)
+                for _ in range(ev.extra_samples):
+                    total.calls.extend(round_one.calls)
         if arm is not None and ev is not None:
             from conclave.eval.quality_arm import round_one_calls
 

@@ -12,7 +12,7 @@ from conclave.eval.stats import brier, clopper_pearson, ece, mcnemar_exact, reli
 
 #: paired comparisons reported, (A, B): "B vs A"
 PAIRS = (("vote", "debate"), ("single", "vote"), ("single", "debate"), ("vote", "judge"), ("judge", "debate"),
-         ("debate", "quality"), ("vote", "quality"))
+         ("debate", "quality"), ("vote", "quality"), ("vote_matched", "debate"))
 #: confidence sources whose calibration is reported: name -> (confidence column, correct column)
 CALIBRATION = {
     "verdict": ("debate_confidence", "debate_correct"),
@@ -107,6 +107,10 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "quality_oracle_gap": sum(1 for r in rows if r.get("oracle") and not r.get("quality_correct")),
             "quality_reused_round_1": sum(int(r.get("quality_reused_round_1") or 0) for r in rows)}
            if "quality_vs_debate" in comparisons else {}),
+        **({"matched_line": verdict_line(protocols, comparisons["debate_vs_vote_matched"]).replace(
+            "vs vote_matched:", "vs vote at the debate's budget:"),
+            "matched_samples": sum(int(r.get("vote_matched_samples") or 0) for r in rows)}
+           if "debate_vs_vote_matched" in comparisons else {}),
     }
 
 
@@ -150,6 +154,10 @@ def run_columns(summary: dict[str, Any]) -> dict[str, Any]:
     if quality is not None:
         cols.update({"quality_vs_debate_pp": quality["delta_pp"], "quality_vs_debate_p": quality["p"],
                      "quality_vs_debate_cost_ratio": quality["cost_ratio"]})
+    matched = summary["comparisons"].get("debate_vs_vote_matched")
+    if matched is not None:
+        cols.update({"debate_vs_vote_matched_pp": matched["delta_pp"], "debate_vs_vote_matched_p": matched["p"],
+                     "debate_vs_vote_matched_cost_ratio": matched["cost_ratio"]})
     cols["quality_layer"] = {name: p["quality_layer"] for name, p in summary["protocols"].items()
                              if p.get("quality_layer")} or None
     cmp_ = summary["comparisons"]["debate_vs_vote"]
