@@ -19,7 +19,6 @@ from conclave.commands.browse import free_port, wait_until_up
 from conclave.eval.charts import NAMES as ALL_NAMES
 from conclave.store.paths import StoreLayout
 
-
 #: the protocols the fixture's sweep scored (no vote at the debate's budget there)
 NAMES = {k: v for k, v in ALL_NAMES.items() if k != "vote_matched"}
 
