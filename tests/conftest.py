@@ -30,3 +30,17 @@ def debates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         from views_support import record_debates
 
         yield record_debates(home)
+
+
+@pytest.fixture(scope="module")
+def eval_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A home holding evaluation runs made by the harness on the fake server (one per test module): a sweep of two
+    runs (eval.seed=1,2, with the quality protocol) and a lone run without it."""
+    home = tmp_path_factory.mktemp("eval-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONCLAVE_HOME", str(home))
+        for var, value in FAKE_KEYS.items():
+            mp.setenv(var, value)
+        from eval_helpers import record_eval_runs
+
+        yield record_eval_runs(home)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +41,30 @@ async def evaluate(fake: FakeProviderServer, home: Path, panel: AnswerPanel | No
     out, err = io.StringIO(), io.StringIO()
     code = await run_async(evaluation, plugins, Interaction.non_interactive(), out=out, err=err)
     return evaluation, code, out.getvalue(), err.getvalue()
+
+
+@dataclass
+class EvalRuns:
+    home: Path
+    sweep_id: str
+    sweep_runs: list[str]
+    lone_run: str
+
+
+def record_eval_runs(home: Path) -> EvalRuns:
+    """The runs of the ``eval_home`` fixture: the lone run first, then the sweep (the latest)."""
+    import asyncio
+
+    async def record() -> EvalRuns:
+        async with FakeProviderServer() as fake:
+            lone, _, _, _ = await evaluate(fake, home, AnswerPanel({n: 0.7 for n in PERSONAS.values()}), rounds=2,
+                                           n=3, quality="off")
+            runs = []
+            for seed, p in ((1, 0.45), (2, 0.8)):
+                ev, _, _, _ = await evaluate(fake, home, AnswerPanel({n: p for n in PERSONAS.values()}, seed=seed),
+                                             n=5, seed=seed, sweep_id="sw-chart", overrides=[f"eval.seed={seed}"],
+                                             quality={"quality.state_tokens": 500})
+                runs.append(ev.run_id)
+            return EvalRuns(home, "sw-chart", runs, lone.run_id)
+
+    return asyncio.run(record())

@@ -294,3 +294,11 @@ async def test_ctrl_c_saves_finished_items_and_exits_130(fake_provider_server: F
     assert "resume with: conclave eval resume ev-int" in err.decode()
     assert store.read_run(conclave_env, "ev-int")["status"] == "interrupted"
     assert len(store.read_items(conclave_env, "ev-int")) == 1
+
+
+def test_the_quality_arm_is_a_mapping_on_the_command_line(tmp_path: Path) -> None:
+    result = run_conclave("eval", "arithmetic", "eval.quality={quality.no_such: 1}", "agents=openai_only",
+                          home=tmp_path, env={"OPENAI_API_KEY": "sk-test"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "conclave: eval.quality.quality.no_such: unknown key (check the spelling; `conclave --cfg job` shows every key)"]

@@ -23,7 +23,7 @@ P = 0.7
 async def test_vote_accuracy_of_three_independent_agents_matches_theory(fake_provider_server: FakeProviderServer,
                                                                        conclave_env: Path) -> None:
     panel = AnswerPanel({name: P for name in PERSONAS.values()}, seed=7)
-    n = 150
+    n = 60
     ev, code, out, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=n, concurrency=8)
     assert code == 0
     rows = {r["item_id"]: r for r in store.read_items(conclave_env, ev.run_id)}

@@ -5,6 +5,7 @@ For every database that is a conclave index (it has conclave's ``_sqlite_migrati
 
 - metadata (titles, facets, hidden internal tables, canned queries) through ``get_metadata``;
 - ``/-/conclave``: a dashboard with charts drawn as inline SVG (no script, no network) and recent consultations;
+- ``/-/conclave/eval``: evaluation runs and sweeps charted (accuracy against cost, accuracy with intervals);
 - ``/-/conclave/<id>``: one consultation as a transcript, from its journal next to the index (or, without one, from
   the index tables), rendered by the same renderers as the Markdown report; ``/-/conclave/<id>/journal.json``
   serves the raw journal records;
@@ -197,7 +198,8 @@ def extra_template_vars(template: Any, datasette: Any) -> dict[str, Any]:
 def menu_links(datasette: Any) -> list[dict[str, str]]:
     if not conclave_databases(datasette):
         return []
-    return [{"href": datasette.urls.path("/-/conclave"), "label": "Conclave dashboard"}]
+    return [{"href": datasette.urls.path("/-/conclave"), "label": "Conclave dashboard"},
+            {"href": datasette.urls.path("/-/conclave/eval"), "label": "Conclave evaluations"}]
 
 
 @hookimpl
@@ -294,9 +296,16 @@ def register_routes() -> list[tuple[str, Any]]:
     return [
         (r"^/-/conclave/conclave\.css$", _css),
         (r"^/-/conclave$", _dashboard),
+        (r"^/-/conclave/eval$", _eval_page),  # before the consultation route, which would take "eval" as an id
         (r"^/-/conclave/(?P<cid>[A-Za-z0-9_.-]+)/journal\.json$", _journal_json),
         (r"^/-/conclave/(?P<cid>[A-Za-z0-9_.-]+)$", _consultation),
     ]
+
+
+async def _eval_page(datasette: Any, request: Any) -> Response:
+    from conclave.datasette_plugin.eval_page import eval_page
+
+    return await eval_page(datasette, request)
 
 
 async def _css() -> Response:
@@ -321,6 +330,9 @@ body.table .cv-clamp, body.query .cv-clamp { display: -webkit-box; -webkit-line-
 details > summary { cursor: pointer; }
 .cv-panel { border: 1px solid #d1d9e0; border-radius: 6px; padding: 0.6em 1em; margin: 1em 0; background: #f6f8fa; }
 .cv-panel h2 { margin-top: 0.2em; }
+.cv-eval-charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
+.cv-eval-charts svg { max-width: 100%; height: auto; border: 1px solid #d1d9e0; border-radius: 6px; }
+.cv-eval-lines { list-style: none; padding-left: 0; }
 """
 
 

@@ -56,6 +56,14 @@ def evaluate(argv: list[str]) -> int:
             extra.append(f"eval.sweep_id={sweep_id}")
     panel = panel_override(overrides, os.environ, default_home())
     everything = [*([panel] if panel else []), *extra, *overrides]
+    # cost.auto_approve=true on the command line approves any estimate: the estimating pass would only print it
+    # (each job still prints its own), so it is skipped
+    approving = any(o.replace(" ", "").lower() in ("cost.auto_approve=true", "eval.approved=true") for o in overrides)
+    if multirun and not approving:
+        code = sweep_gate(flags, everything, sweep_id)
+        if code is not None:
+            return code
+        everything.append("eval.approved=true")
     code = run_task(flags, everything)
     if sweep_id is not None and code != 2:
         home = default_home()
@@ -72,6 +80,57 @@ def evaluate(argv: list[str]) -> int:
             print(f"conclave eval: sweep {sweep_id} ran in other data homes; bring them here with "
                   f"`conclave index merge HOME…`, then `conclave eval report {sweep_id}`", file=sys.stderr)
     return code
+
+
+def sweep_gate(flags: list[str], overrides: list[str], sweep_id: str | None) -> int | None:
+    """A sweep's whole estimate through the cost gate once, before any job runs: every job is composed and
+    estimated in this process (Hydra's basic launcher, nothing spent), then the sum is approved, asked about or
+    refused exactly like one run's. None: approved, go; else the exit code (1 refused, 2 a configuration error)."""
+    import tempfile
+
+    from conclave.engine.consent import decide_consent
+    from conclave.engine.cost import CostEstimate
+    from conclave.engine.interaction import Interaction
+    from conclave.eval import hydra_task
+    from conclave.eval.runner import remember
+
+    # the user's launcher (joblib, Ray, SLURM) and its settings are for the real jobs; estimating runs here
+    local = [o for o in overrides if not o.lstrip("+~").startswith(("hydra/launcher=", "hydra.launcher."))]
+    hydra_task.ESTIMATES.clear()
+    from hydra.plugins.sweeper import Sweeper
+
+    # The sweeper composes every job once to check the batch and once more to launch it; composing is most of
+    # this pass's time, and launching finds the same errors, so the check is left to the real sweep.
+    check = Sweeper.validate_batch_is_legal
+    Sweeper.validate_batch_is_legal = lambda self, batch: None  # type: ignore[method-assign]
+    try:
+        with tempfile.TemporaryDirectory(prefix="conclave-sweep-estimate-") as scratch:
+            code = run_task(flags, [*local, "hydra/launcher=basic", "hydra/hydra_logging=disabled",
+                                    f"hydra.sweep.dir={scratch}", "eval.estimate_only=true"])
+    finally:
+        Sweeper.validate_batch_is_legal = check  # type: ignore[method-assign]
+    jobs = list(hydra_task.ESTIMATES)
+    hydra_task.ESTIMATES.clear()
+    if code != 0 or not jobs:
+        return code or 1
+    settings = jobs[0][0]
+    whole = CostEstimate([call for _, estimate, _ in jobs for call in estimate.calls])
+    totals = [estimate.total for _, estimate, _ in jobs]
+    items = sum(n for _, _, n in jobs)
+    if None in totals:
+        shown = f"unknown (no price for {', '.join(whole.unknown_prices)})"
+    else:
+        low, high = min(totals), max(totals)
+        each = f"${low:.4f}" if low == high else f"${low:.4f}–${high:.4f}"
+        shown = f"{len(jobs)} job(s) × {each} per job = ${whole.total:.4f}"
+    print(f"conclave eval: sweep {sweep_id}: {items} item(s) in {len(jobs)} job(s); estimated cost {shown} for "
+          f"{len(whole.calls)} planned call(s)", file=sys.stderr)
+    consent = decide_consent(whole, settings, Interaction.from_terminal())
+    if not consent.approved:
+        print(f"conclave eval: sweep not started: {consent.reason}", file=sys.stderr)
+        return 1
+    remember(consent, settings.home, sys.stderr)
+    return None
 
 
 def run_task(flags: list[str], overrides: list[str]) -> int:
@@ -116,7 +175,8 @@ def resume(argv: list[str]) -> int:
         print(f"conclave eval: run {args.run_id} is complete; nothing to resume "
               f"(conclave eval report {args.run_id})", file=sys.stderr)
         return 0
-    kept = [o for o in run.get("overrides") or [] if not o.startswith("eval.run_id=")]
+    # a resumed run goes through the cost gate for what remains, even when its sweep was approved as a whole
+    kept = [o for o in run.get("overrides") or [] if not o.startswith(("eval.run_id=", "eval.approved="))]
     return run_task([], [*kept, f"eval.run_id={args.run_id}"])
 
 

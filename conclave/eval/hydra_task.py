@@ -13,6 +13,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from conclave.hydra_app import CONFIG_MODULE
 
+#: what the jobs of a sweep's estimating pass found, in job order: (settings, estimate, items to run); the pass runs
+#: its jobs in this process (the basic launcher), so the parent reads them here
+ESTIMATES: list[tuple[Any, Any, int]] = []
+
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
 def eval_entry(cfg: DictConfig) -> Any:
@@ -39,6 +43,13 @@ def eval_entry(cfg: DictConfig) -> Any:
         settings = settings_from_dictconfig(cfg)
         check_against_plugins(settings, plugins)
         evaluation = runner.prepare(settings, options, plugins)
+        if options.estimate_only:
+            import asyncio
+
+            estimate = asyncio.run(runner.estimate_run(evaluation.settings, evaluation.items, plugins, evaluation))
+            ESTIMATES.append((evaluation.settings, estimate, len(evaluation.items)))
+            record_exit(0)
+            return 0
         interaction = Interaction.from_terminal() if options.sweep_id is None else Interaction.non_interactive()
         code = runner.run(evaluation, plugins, interaction, quiet=options.sweep_id is not None)
     except ConclaveError as exc:

@@ -8,6 +8,12 @@ vote       the most common round-1 answer (self-consistency)     round 1
 judge      the round-2 synthesis' ``final_answer``               rounds 1 and 2 (a ``rounds=2`` run)
 debate     the verdict's ``final_answer`` (derived from round 2  every round the consultation ran
            when it stopped early)
+quality    the verdict of the same debate with the quality       round 1 (reused when its calls are the
+           layer on (``eval.quality``, :mod:`.quality_arm`),     same, else its own) + the arm's rounds
+           forked from the item's own round 1
+vote_      self-consistency at the debate's budget               round 1 + extra independent samples of
+matched    (``eval.matched_vote``): the most common answer over  the panel until they make as many model
+           round 1 and further independent round-1 samples       calls as the debate plans
 =========  ====================================================  =======================================
 
 A vote counts canonical answers (:func:`conclave.eval.scoring.canonical`); a tie goes to the tied answer of the
@@ -25,7 +31,10 @@ from conclave import events as ev
 from conclave.eval.items import Item
 from conclave.eval.scoring import canonical, is_correct
 
-PROTOCOLS = ("single", "vote", "judge", "debate")
+PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched")
+#: the protocols every run scores; ``quality`` only runs when ``eval.quality`` defines its arm, ``vote_matched``
+#: with ``eval.matched_vote=true``
+BASE_PROTOCOLS = PROTOCOLS[:4]
 #: the rounds each protocol's cost and wall time cover (single: one agent's round-1 call only)
 PROTOCOL_ROUNDS = {"single": (1,), "vote": (1,), "judge": (1, 2), "debate": (1, 2, 3, 4)}
 
@@ -36,9 +45,12 @@ class Capture:
     def __init__(self) -> None:
         self.rounds: dict[int, dict[str, Any]] = {}
         self.agents: dict[tuple[int, str], dict[str, Any]] = {}
+        self.shuffle_seed: int | None = None  # the judge labels' seed: a fork keeps the same labels
 
     def __call__(self, event: ev.Event) -> None:
-        if event.type == ev.ROUND_COMPLETED:
+        if event.type == ev.CONSULTATION_STARTED:
+            self.shuffle_seed = event.data.get("shuffle_seed")
+        elif event.type == ev.ROUND_COMPLETED:
             self.rounds[int(event.data["round_number"])] = dict(event.data)
         elif event.type == ev.AGENT_COMPLETED:
             key = (int(event.data["round_number"]), str(event.data["agent"]))
@@ -74,6 +86,13 @@ class ItemResult:
     wrong_to_right: int = 0
     early_terminated: bool = False
     rounds_completed: int = 0
+    #: the quality protocol's own consultation, whether it reused round 1, and its right→wrong flips
+    quality_consultation_id: str | None = None
+    quality_reused_round_1: bool | None = None
+    quality_right_to_wrong: int | None = None
+    #: protocol -> the quality layer's figures over the rounds that protocol uses (:func:`.quality_arm.figures`)
+    quality_layer: dict[str, Any] = field(default_factory=dict)
+    matched_samples: int | None = None  # round-1 answers the matched-budget vote counted
 
     @property
     def oracle_gap(self) -> bool:
@@ -98,6 +117,13 @@ class ItemResult:
             row[f"{name}_tokens"] = outcome.tokens
             row[f"{name}_wall_s"] = round(outcome.wall_s, 4)
         row["answers"] = {"round_1": self.round_1, "round_3": self.round_3}
+        row["quality_layer"] = self.quality_layer
+        if "vote_matched" in self.protocols:
+            row["vote_matched_samples"] = self.matched_samples
+        if "quality" in self.protocols:
+            row.update(quality_consultation_id=self.quality_consultation_id,
+                       quality_reused_round_1=int(bool(self.quality_reused_round_1)),
+                       quality_right_to_wrong=self.quality_right_to_wrong)
         return row
 
 
@@ -161,12 +187,77 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))
     flips_wr = sum(1 for a, ans in round_3.items() if a in right_1 and not right_1[a] and is_correct(ans, item))
     early = bool((result.get("early_termination") or {}).get("accepted"))
+    from conclave.eval.quality_arm import figures
+
+    layer = {name: found for name, found in (
+        ("single", figures(result, (1,), (single_agent,))), ("vote", figures(result, (1,))),
+        ("judge", figures(result, (1, 2))), ("debate", figures(result))) if found is not None}
     return ItemResult(
         item=item, consultation_id=str(result.get("consultation_id")), status=str(result.get("status")),
         protocols=protocols, round_1=round_1, round_3=round_3, agreement=agreement,
         agreement_confidence=agreement if vote_answer else None, oracle=any(right_1.values()),
         right_to_wrong=flips_rw, wrong_to_right=flips_wr, early_terminated=early, rounds_completed=completed,
+        quality_layer=layer,
     )
+
+
+def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: Capture | None,
+                base_capture: Capture, reused: bool) -> None:
+    """Score the quality protocol from its consultation ``arm`` (None: it could not run, the protocol is wrong).
+    Its cost, tokens and wall time are the arm's rounds plus, when reused, the base's round 1 (paid once, by the
+    base consultation)."""
+    from conclave.eval.quality_arm import figures
+
+    item = scored.item
+    if arm is None or arm_capture is None:
+        scored.protocols["quality"] = Outcome(None, False, None, None, 0, 0.0)
+        scored.quality_reused_round_1 = reused
+        return
+    cost: float | None = 0.0
+    tokens, wall = 0, 0.0
+    # reused, the arm's round 1 asked no one (it costs nothing there): the base paid for it
+    sources = [(base_capture, (1,)), (arm_capture, tuple(n for n in arm_capture.rounds if n != 1))] if reused else \
+        [(arm_capture, tuple(arm_capture.rounds))]
+    for capture, numbers in sources:
+        for n in numbers:
+            data = capture.rounds.get(n) or {}
+            cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+            tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+            wall += float(data.get("duration_s") or 0.0)
+    verdict = arm.get("verdict")
+    answer = _answer(verdict) if arm.get("status") in ("complete", "completed_degraded") else None
+    scored.protocols["quality"] = Outcome(answer, is_correct(answer, item), _confidence(verdict), cost, tokens, wall)
+    replies = (arm.get("artifacts") or {}).get("round_3_replies") or {}
+    right_1 = {a: is_correct(ans, item) for a, ans in scored.round_1.items()}
+    scored.quality_right_to_wrong = sum(1 for a, r in replies.items()
+                                        if right_1.get(a) and not is_correct(_answer(r), item))
+    scored.quality_consultation_id = str(arm.get("consultation_id"))
+    scored.quality_reused_round_1 = reused
+    found = figures(arm)
+    if found is not None:
+        scored.quality_layer["quality"] = found
+
+
+def add_matched_vote(scored: ItemResult, samples: Sequence[Mapping[str, Any]], captures: Sequence[Capture],
+                     base_capture: Capture) -> None:
+    """Score self-consistency at the debate's budget: the vote over round 1 and the extra independent round-1
+    samples (``samples``: their results); cost, tokens and wall time of every round-1 call, the base's included."""
+    item = scored.item
+    answers: list[tuple[str, str | None]] = list(scored.round_1.items())
+    for result in samples:
+        round_1 = (result.get("artifacts") or {}).get("round_1") or {}
+        answers += [(agent, _answer(artifact)) for agent, artifact in round_1.items()]
+    answer, share = majority(answers, item.kind, item.choices)
+    cost: float | None = 0.0
+    tokens, wall = 0, 0.0
+    for capture in (base_capture, *captures):
+        data = capture.rounds.get(1) or {}
+        cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+        tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+        wall += float(data.get("duration_s") or 0.0)
+    scored.protocols["vote_matched"] = Outcome(answer, is_correct(answer, item), share if answer else None, cost,
+                                               tokens, wall)
+    scored.matched_samples = sum(1 for _, a in answers if a is not None)
 
 
 def _answer(artifact: Mapping[str, Any] | None) -> str | None:

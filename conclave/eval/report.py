@@ -10,7 +10,8 @@ from typing import Any
 from conclave.eval.protocols import PROTOCOLS
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
-          "debate": "full debate (rounds=4)"}
+          "debate": "full debate (rounds=4)", "quality": "debate, quality layer on",
+          "vote_matched": "vote at the debate's budget"}
 FORMATS = ("markdown", "json", "html")
 
 
@@ -44,7 +45,11 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
     lines += [f"**{summary.get('verdict_line', '')}**", ""]
+    for key in ("matched_line", "quality_line"):
+        if summary.get(key):
+            lines += [f"**{summary[key]}**", ""]
     lines += _protocol_table(summary)
+    lines += _quality_section(run, summary)
     flips, oracle, agreement = summary.get("flips", {}), summary.get("oracle", {}), summary.get("agreement", {})
     lines += ["", "## Paired comparisons (McNemar exact test)", "",
               "| comparison | Δ accuracy | A right, B wrong | A wrong, B right | p | cost ratio |",
@@ -100,6 +105,36 @@ def _protocol_table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: the quality layer's figures shown per protocol (others it reports are in the JSON report)
+QUALITY_FIGURES = (("claims", "claims labelled"), ("violations", "citation-rule violations"),
+                   ("statements", "judge statements checked"), ("ungrounded", "ungrounded statements"))
+
+
+def _quality_section(run: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """How the quality protocol ran, and the quality layer's figures per protocol where it has them."""
+    protocols = summary.get("protocols") or {}
+    lines = ["", "## Quality layer", ""]
+    if "quality" in protocols:
+        arm = ", ".join(f"{k}={v}" for k, v in (run.get("quality_overrides") or {}).items())
+        reused = summary.get("quality_reused_round_1", 0)
+        lines.append(f"The quality protocol is the same debate with {arm or 'the quality layer on'}; it continued "
+                     f"from the item's own round 1 on {reused} of {summary.get('items', 0)} item(s) (round 1 paid "
+                     f"once){'' if reused else ' — its round-1 calls differ, so it paid its own'}. Right → wrong "
+                     f"flips in its cross-examination: {summary.get('quality_flips', 0)}; oracle gap: "
+                     f"{summary.get('quality_oracle_gap', 0)}.")
+    elif run.get("quality_off"):
+        lines.append(f"Quality protocol not run: {run['quality_off']}.")
+    shown = [(name, p["quality_layer"]) for name, p in protocols.items() if p.get("quality_layer")]
+    if shown:
+        extra = sorted({k for _, f in shown for k in f} - {k for k, _ in QUALITY_FIGURES})
+        lines += ["", "| protocol | " + " | ".join(t for _, t in QUALITY_FIGURES) + "".join(f" | {k}" for k in extra)
+                  + " |", "|---|" + "---:|" * (len(QUALITY_FIGURES) + len(extra))]
+        for name, found in shown:
+            cells = [str(found.get(k, "—")) for k, _ in QUALITY_FIGURES] + [str(found.get(k, "—")) for k in extra]
+            lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+    return lines if len(lines) > 3 else []
+
+
 def swept_keys(runs: Sequence[dict[str, Any]]) -> list[str]:
     """The override keys whose values differ between ``runs`` (what a sweep swept)."""
     values: dict[str, set[str]] = {}
@@ -130,8 +165,8 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
              "summary": r.get("summary")} for r in ordered]}, ensure_ascii=False, indent=2) + "\n"
     head = " | ".join(keys) or "run"
     lines = [f"# Sweep {sweep_id} · {len(runs)} run(s) · swept: {', '.join(keys) or 'nothing'}", "",
-             f"| {head} | items | single | vote | judge | debate | debate cost | debate vs vote |",
-             "|" + "---|" * (len(keys) or 1) + "---:|---:|---:|---:|---:|---:|---|"]
+             f"| {head} | items | {' | '.join(PROTOCOLS)} | debate cost | debate vs vote |",
+             "|" + "---|" * (len(keys) or 1) + "---:|" * (len(PROTOCOLS) + 2) + "---|"]
     for run in ordered:
         s = run.get("summary") or {}
         p = s.get("protocols") or {}
@@ -141,13 +176,23 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
         lines.append(f"| {cells} | {s.get('items', 0)} | {accs} | {_money((p.get('debate') or {}).get('cost'))} | "
                      f"{line} |")
     if fmt == "html":
-        return _page(f"Sweep {sweep_id}", "<pre>" + html.escape("\n".join(lines)) + "</pre>")
+        from conclave.eval.charts import accuracy_vs_cost, points_from_summary
+
+        def label(run: dict[str, Any]) -> str:
+            return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in swept_values(run, keys).items())
+
+        points = [point for run in ordered for point in points_from_summary(run.get("summary") or {}, label(run))]
+        return _page(f"Sweep {sweep_id}", accuracy_vs_cost(points, title=f"Sweep {sweep_id}: accuracy against cost")
+                     + "<pre>" + html.escape("\n".join(lines)) + "</pre>")
     return "\n".join(lines) + "\n"
 
 
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
             f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
+    for key in ("matched_line", "quality_line"):
+        if summary.get(key):
+            body.append(f"<p><strong>{html.escape(summary[key])}</strong></p>")
     if run.get("local_panel"):
         body.append("<p class=warn>Offline panel on the local model: a 270M model's accuracy is not evidence about "
                     "debate.</p>")
@@ -159,11 +204,12 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
                         f"{_pct(p['ci_high'])}</td><td>{_money(p['cost'])}</td><td>{p['tokens']:,}</td></tr>")
     body.append("</table>")
     body.append(accuracy_cost_chart(summary))
+    scored = [p for p in PROTOCOLS if p in (summary.get("protocols") or {})]
     body.append("<h2>Items</h2><table><tr><th>item</th><th>expected</th>"
-                + "".join(f"<th>{p}</th>" for p in PROTOCOLS) + "<th>agreement</th><th>flips r→w</th></tr>")
+                + "".join(f"<th>{p}</th>" for p in scored) + "<th>agreement</th><th>flips r→w</th></tr>")
     for r in rows:
         cells = "".join(f"<td class={'ok' if r.get(f'{p}_correct') else 'bad'}>"
-                        f"{html.escape(str(r.get(f'{p}_answer') or '—'))}</td>" for p in PROTOCOLS)
+                        f"{html.escape(str(r.get(f'{p}_answer') or '—'))}</td>" for p in scored)
         body.append(f"<tr><td>{html.escape(str(r['item_id']))}</td><td>{html.escape(str(r.get('expected')))}</td>"
                     f"{cells}<td>{_pct(r.get('agreement'))}</td><td>{r.get('right_to_wrong', 0)}</td></tr>")
     body.append("</table>")
@@ -171,37 +217,12 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
     return _page(f"Evaluation {run['run_id']}", "\n".join(body))
 
 
-def accuracy_cost_chart(summary: dict[str, Any], width: int = 520, height: int = 300) -> str:
-    """An inline SVG: accuracy (with its 95% interval) against tokens per protocol (tokens: known even when a
-    price is not)."""
-    points = [(name, p) for name, p in (summary.get("protocols") or {}).items() if p.get("accuracy") is not None]
-    if not points:
-        return ""
-    most = max(p["tokens"] for _, p in points) or 1
-    pad = 50
+def accuracy_cost_chart(summary: dict[str, Any]) -> str:
+    """Inline SVG: accuracy against cost per item, and accuracy with its 95% interval, per protocol."""
+    from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary
 
-    def x(tokens: float) -> float:
-        return pad + (width - 2 * pad) * tokens / most
-
-    def y(value: float) -> float:
-        return height - pad - (height - 2 * pad) * value
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="accuracy against tokens per protocol">',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#333"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>',
-             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">tokens (total)</text>',
-             f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">'
-             f'accuracy</text>']
-    for name, p in points:
-        cx, cy = x(p["tokens"]), y(p["accuracy"])
-        parts.append(f'<line x1="{cx:.1f}" y1="{y(p["ci_low"]):.1f}" x2="{cx:.1f}" y2="{y(p["ci_high"]):.1f}" '
-                     f'stroke="#888"/>')
-        parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="#2a6"><title>{name}: '
-                     f'{_pct(p["accuracy"])}, {p["tokens"]} tokens</title></circle>')
-        parts.append(f'<text x="{cx + 8:.1f}" y="{cy - 6:.1f}">{name}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+    points = points_from_summary(summary)
+    return accuracy_vs_cost(points) + "\n" + accuracy_intervals(points)
 
 
 def _page(title: str, body: str) -> str:

@@ -25,6 +25,7 @@ from conclave.eval.summary import run_columns, summarise
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
+OBJECTIVE = r"^(single|vote|judge|debate|quality)_accuracy(_per_dollar)?$"
 
 
 class EvalOptions(BaseModel):
@@ -44,7 +45,16 @@ class EvalOptions(BaseModel):
     retry_failed: bool = False
     #: what the task returns to a Hydra sweeper (hydra/sweeper=optuna): <protocol>_accuracy or
     #: <protocol>_accuracy_per_dollar; null = the exit code
-    objective: Annotated[str, Field(pattern=r"^(single|vote|judge|debate)_accuracy(_per_dollar)?$")] | None = None
+    objective: Annotated[str, Field(pattern=OBJECTIVE)] | None = None
+    #: the quality protocol's arm: auto, off, or {key: value, …} set on top of this configuration (quality_arm)
+    quality: str | dict[str, Any] = "auto"
+    #: set by `conclave eval -m`: estimate_only — the sweep's first pass, which only estimates each job (nothing is
+    #: spent); approved — the sweep's whole estimate went through the cost gate, so its jobs do not ask again
+    estimate_only: bool = False
+    approved: bool = False
+    #: also score self-consistency at the debate's budget: extra independent round-1 samples of the panel until
+    #: they make as many model calls as the full debate plans (paid: about the debate's calls again, per item)
+    matched_vote: bool = False
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -71,6 +81,12 @@ class EvalRun:
     run_id: str
     local_panel: bool = False
     summary: dict[str, Any] | None = None  # set when the run ends
+    #: the quality protocol's configuration (None: not run, for ``quality_off``), and its overrides
+    arm: Settings | None = None
+    arm_overrides: dict[str, Any] | None = None
+    quality_off: str = ""
+    reuse_round_1: bool = False  # the arm's round-1 calls are the base's: restored, not paid again
+    extra_samples: int = 0  # the matched-budget vote's extra round-1 samples per item (set by the estimate)
 
 
 def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
@@ -85,7 +101,16 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
     n = options.n if options.n is not None else (DEFAULT_ITEMS_LOCAL if local else DEFAULT_ITEMS)
     items = load_set(options.set, n=n, seed=options.seed)
     run_id = store.check_run_id(options.run_id) if options.run_id else new_run_id()
-    return EvalRun(settings, options.model_copy(update={"single_agent": single, "n": n}), items, run_id, local)
+    from conclave.eval import quality_arm
+
+    arm_overrides, base_overrides, off = quality_arm.resolve(options.quality, settings, options.overrides)
+    settings = quality_arm.apply(settings, base_overrides, "eval.quality")
+    arm = quality_arm.apply(settings, arm_overrides, "eval.quality") if arm_overrides else None
+    if arm is not None and arm.mode.strategy != "answer":
+        raise ConfigError([f"eval.quality: mode: the quality protocol scores final answers, which only mode=answer "
+                           f"gives (got mode={arm.mode.strategy})"])
+    return EvalRun(settings, options.model_copy(update={"single_agent": single, "n": n}), items, run_id, local,
+                   arm=arm, arm_overrides=arm_overrides or None, quality_off=off)
 
 
 def objective(evaluation: EvalRun) -> float:
@@ -133,24 +158,32 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     if ev.local_panel:
         print("conclave eval: offline panel on the local model — a 270M model's accuracy is not evidence about "
               "debate; it only shows the harness working. Set a provider key for a real evaluation.", file=err)
-    estimate = await estimate_run(ev.settings, todo, plugins)
+    estimate = await estimate_run(ev.settings, todo, plugins, ev)
     total = estimate.total
     shown = "unknown (a model has no price)" if total is None else f"${total:.4f}"
     print(f"conclave eval: run {ev.run_id}: {len(todo)} of {len(ev.items)} item(s) to run "
           f"({len(done)} already finished); estimated cost {shown} for {len(estimate.calls)} planned call(s)",
           file=err)
-    consent = decide_consent(estimate, ev.settings, interaction)
-    if not consent.approved:
-        print(f"conclave eval: run not started: {consent.reason}", file=err)
-        return EXIT_FAILED
+    if ev.options.approved:
+        print("conclave eval: approved with its sweep's whole estimate", file=err)
+    else:
+        consent = decide_consent(estimate, ev.settings, interaction)
+        if not consent.approved:
+            print(f"conclave eval: run not started: {consent.reason}", file=err)
+            return EXIT_FAILED
+        remember(consent, home, err)
     snapshot = config_snapshot(ev.settings, "")
-    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel)
+    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel,
+               quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
+               quality_reused_round_1=None if ev.arm is None else ev.reuse_round_1)
     store.write_run(home, run)
     store.index_run(home, run)
 
     # Every item's consultation was approved as part of the whole run's estimate.
     cost = ev.settings.cost.model_copy(update={"auto_approve": True})
     base = ev.settings.model_copy(update={"cost": cost})
+    arm = None if ev.arm is None else ev.arm.model_copy(update={"cost": ev.arm.cost.model_copy(
+        update={"auto_approve": True})})
     recorder = Recorder(home)
     semaphore = asyncio.Semaphore(ev.options.concurrency)
     finished = len(done)
@@ -161,7 +194,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     async def one(item: Item) -> None:
         nonlocal finished
         async with semaphore:
-            result = await run_item(item, base, plugins, recorder, order, single)
+            result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1,
+                                    ev.extra_samples)
         row = result.as_row()
         store.append_item(home, ev.run_id, row)
         try:
@@ -205,22 +239,62 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
 
 
 async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, order: Sequence[str],
-                   single: str) -> ItemResult:
-    """One consultation on ``item``, journaled and indexed like any other, scored for every protocol."""
+                   single: str, arm: Settings | None = None, reuse: bool = False, extra: int = 0) -> ItemResult:
+    """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
+    ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
+    runs whole."""
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
+    from conclave.eval.protocols import add_quality
+    from conclave.eval.quality_arm import resume_point
 
     capture = Capture()
     consultation = Consultation(
         settings.model_copy(update={"question": item.question}), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
     )
-    result = await consultation.run()
-    return score(item, result.as_dict(), capture, order, single)
+    base = (await consultation.run()).as_dict()
+    scored = score(item, base, capture, order, single)
+    if extra:
+        from conclave.eval.protocols import add_matched_vote
+
+        one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
+        captures = [Capture() for _ in range(extra)]
+        samples = await asyncio.gather(*(
+            Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[c],
+                         recorder=recorder).run() for c in captures))
+        add_matched_vote(scored, [s.as_dict() for s in samples], captures, capture)
+    if arm is None:
+        return scored
+    start: dict[str, Any] | None = {}
+    if reuse:
+        first = plugins.strategies.get(arm.mode.strategy).plan[0].name
+        start = resume_point(base, capture, first)
+    if start is None:  # the base consultation has no round 1 to continue from: nothing to compare
+        add_quality(scored, None, None, capture, reuse)
+        return scored
+    arm_capture = Capture()
+    fork = Consultation(
+        arm.model_copy(update={"question": item.question}), plugins=plugins,
+        interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=start,
+    )
+    add_quality(scored, (await fork.run()).as_dict(), arm_capture, capture, reuse)
+    return scored
 
 
-async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any) -> Any:
-    """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed."""
+def remember(consent: Any, home: Any, err: TextIO) -> None:
+    """The user answered "always": store the new ``cost.always_allow_under`` in the user settings."""
+    if consent.new_threshold is not None:
+        from conclave.engine.consent import store_always_allow
+
+        path = store_always_allow(home, consent.new_threshold)
+        print(f"conclave eval: cost.always_allow_under={consent.new_threshold:.2f} saved in {path}", file=err)
+
+
+async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, ev: EvalRun | None = None) -> Any:
+    """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed;
+    with a quality arm (``ev.arm``), its calls too — round 1 left out when the arm reuses the base's, which this
+    decides and records in ``ev.reuse_round_1``."""
     from conclave.engine.cost import CostEstimate, estimate_cost
     from conclave.engine.labels import JudgeLabels
     from conclave.engine.session import Session
@@ -237,11 +311,34 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any) 
 
         context = prepare_inputs(settings, Interaction.non_interactive()).context
     total = CostEstimate()
+    arm = ev.arm if ev is not None else None
     async with ProviderPool(settings, plugins, bus) as pool:
         for item in items:
             session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
                               labels=labels, question=item.question, context_text=context)
-            total.calls.extend(estimate_cost(session, range(1, settings.planned_rounds + 1)).calls)
+            whole = estimate_cost(session, range(1, settings.planned_rounds + 1))
+            total.calls.extend(whole.calls)
+            if ev is not None and ev.options.matched_vote:
+                round_one = whole.only([1])
+                if not ev.extra_samples:  # as many model calls as the debate plans (the samples of self-consistency)
+                    ev.extra_samples = max(1, -(-len(whole.calls) // max(1, len(round_one.calls))) - 1)
+                for _ in range(ev.extra_samples):
+                    total.calls.extend(round_one.calls)
+        if arm is not None and ev is not None:
+            from conclave.eval.quality_arm import round_one_calls
+
+            arm_strategy = plugins.strategies.get(arm.mode.strategy)(arm.mode.options)
+            async with ProviderPool(arm, plugins, bus) as arm_pool:
+                for index, item in enumerate(items or ev.items[:1]):
+                    base_session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
+                                           bus=bus, labels=labels, question=item.question, context_text=context)
+                    arm_session = Session(settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool,
+                                          bus=bus, labels=labels, question=item.question, context_text=context)
+                    if index == 0:  # the same rule for every item: only the question differs, in both alike
+                        ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
+                    if items:
+                        first = 2 if ev.reuse_round_1 else 1
+                        total.calls.extend(estimate_cost(arm_session, range(first, arm.planned_rounds + 1)).calls)
     return total
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from conclave.errors import UsageError
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_JSON_COLUMNS = ("answers", "overrides", "swept", "panel", "summary")
+_JSON_COLUMNS = ("answers", "overrides", "swept", "panel", "summary", "quality_layer", "quality_overrides")
 
 
 def eval_dir(home: Path) -> Path:

@@ -6,24 +6,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conclave.eval.protocols import PROTOCOLS
+from conclave.eval import quality_arm
+from conclave.eval.protocols import BASE_PROTOCOLS, PROTOCOLS
 from conclave.eval.stats import brier, clopper_pearson, ece, mcnemar_exact, reliability_table, wilson
 
 #: paired comparisons reported, (A, B): "B vs A"
-PAIRS = (("vote", "debate"), ("single", "vote"), ("single", "debate"), ("vote", "judge"), ("judge", "debate"))
+PAIRS = (("vote", "debate"), ("single", "vote"), ("single", "debate"), ("vote", "judge"), ("judge", "debate"),
+         ("debate", "quality"), ("vote", "quality"), ("vote_matched", "debate"))
 #: confidence sources whose calibration is reported: name -> (confidence column, correct column)
 CALIBRATION = {
     "verdict": ("debate_confidence", "debate_correct"),
     "agreement": ("agreement_confidence", "vote_correct"),
     "synthesis": ("judge_confidence", "judge_correct"),
     "single_agent": ("single_confidence", "single_correct"),
+    "quality_verdict": ("quality_confidence", "quality_correct"),
 }
+
+
+def protocols_in(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The protocols a run scored: the four every run has, and ``quality`` when its arm ran."""
+    extra = [p for p in PROTOCOLS if p not in BASE_PROTOCOLS and any(r.get(f"{p}_correct") is not None for r in rows)]
+    return [*BASE_PROTOCOLS, *extra]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     protocols: dict[str, Any] = {}
-    for name in PROTOCOLS:
+    names = protocols_in(rows)
+    for name in names:
         hits = sum(int(r.get(f"{name}_correct") or 0) for r in rows)
         costs = [r.get(f"{name}_cost") for r in rows]
         known = None if any(c is None for c in costs) else round(sum(float(c) for c in costs if c is not None), 6)
@@ -35,9 +45,12 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "cost": known, "cost_per_item": None if known is None or not n else known / n,
             "tokens": sum(int(r.get(f"{name}_tokens") or 0) for r in rows),
             "wall_s": round(sum(float(r.get(f"{name}_wall_s") or 0.0) for r in rows), 3),
+            "quality_layer": quality_arm.total(rows, name),
         }
     comparisons = {}
     for a, b in PAIRS:
+        if a not in protocols or b not in protocols:
+            continue
         test = mcnemar_exact([bool(r.get(f"{a}_correct")) for r in rows], [bool(r.get(f"{b}_correct")) for r in rows])
         acc_a, acc_b = protocols[a]["accuracy"], protocols[b]["accuracy"]
         cost_a, cost_b = protocols[a]["cost"], protocols[b]["cost"]
@@ -49,6 +62,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         }
     calibration = {}
     for name, (conf_key, correct_key) in CALIBRATION.items():
+        if name == "quality_verdict" and "quality" not in protocols:
+            continue
         pairs = [(float(r[conf_key]), bool(r.get(correct_key))) for r in rows if r.get(conf_key) is not None]
         conf, hits_ = [p[0] for p in pairs], [p[1] for p in pairs]
         values = sorted(conf)
@@ -87,15 +102,26 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "early_terminated": sum(int(r.get("early_terminated") or 0) for r in rows),
         "calibration": calibration,
         "verdict_line": verdict_line(protocols, comparisons["debate_vs_vote"]),
+        **({"quality_line": verdict_line(protocols, comparisons["quality_vs_debate"]),
+            "quality_flips": sum(int(r.get("quality_right_to_wrong") or 0) for r in rows),
+            "quality_oracle_gap": sum(1 for r in rows if r.get("oracle") and not r.get("quality_correct")),
+            "quality_reused_round_1": sum(int(r.get("quality_reused_round_1") or 0) for r in rows)}
+           if "quality_vs_debate" in comparisons else {}),
+        **({"matched_line": verdict_line(protocols, comparisons["debate_vs_vote_matched"]).replace(
+            "vs vote_matched:", "vs vote at the debate's budget:"),
+            "matched_samples": sum(int(r.get("vote_matched_samples") or 0) for r in rows)}
+           if "debate_vs_vote_matched" in comparisons else {}),
     }
 
 
 def verdict_line(protocols: dict[str, Any], comparison: dict[str, Any]) -> str:
-    """The plain line: ``debate vs vote: +x pp (p = …) at y× the cost``."""
+    """The plain line: ``debate vs vote: +x pp (p = …) at y× the cost`` (or another pair's: ``quality vs
+    debate: …``)."""
+    a, b = comparison["a"], comparison["b"]
     if comparison["delta_pp"] is None:
-        return "debate vs vote: no items"
+        return f"{b} vs {a}: no items"
     ratio, tokens = comparison["cost_ratio"], comparison["token_ratio"]
-    free = protocols["vote"]["cost"] == 0 and protocols["debate"]["cost"] == 0
+    free = protocols[a]["cost"] == 0 and protocols[b]["cost"] == 0
     if ratio is not None:
         at = f"at {ratio:.1f}× the cost"
     elif tokens is not None:
@@ -103,7 +129,7 @@ def verdict_line(protocols: dict[str, Any], comparison: dict[str, Any]) -> str:
         at = f"at {tokens:.1f}× the tokens ({why})"
     else:
         at = "cost unknown"
-    return f"debate vs vote: {comparison['delta_pp']:+.1f} pp (p = {_p(comparison['p'])}) {at}"
+    return f"{b} vs {a}: {comparison['delta_pp']:+.1f} pp (p = {_p(comparison['p'])}) {at}"
 
 
 def _p(p: float) -> str:
@@ -124,6 +150,16 @@ def run_columns(summary: dict[str, Any]) -> dict[str, Any]:
         cols.update({f"{name}_accuracy": p["accuracy"], f"{name}_ci_low": p["ci_low"],
                      f"{name}_ci_high": p["ci_high"], f"{name}_cost": p["cost"], f"{name}_tokens": p["tokens"],
                      f"{name}_wall_s": p["wall_s"]})
+    quality = summary["comparisons"].get("quality_vs_debate")
+    if quality is not None:
+        cols.update({"quality_vs_debate_pp": quality["delta_pp"], "quality_vs_debate_p": quality["p"],
+                     "quality_vs_debate_cost_ratio": quality["cost_ratio"]})
+    matched = summary["comparisons"].get("debate_vs_vote_matched")
+    if matched is not None:
+        cols.update({"debate_vs_vote_matched_pp": matched["delta_pp"], "debate_vs_vote_matched_p": matched["p"],
+                     "debate_vs_vote_matched_cost_ratio": matched["cost_ratio"]})
+    cols["quality_layer"] = {name: p["quality_layer"] for name, p in summary["protocols"].items()
+                             if p.get("quality_layer")} or None
     cmp_ = summary["comparisons"]["debate_vs_vote"]
     cal = summary["calibration"]
     cols.update({

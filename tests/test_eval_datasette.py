@@ -1,0 +1,117 @@
+"""Evaluation charts inside Datasette (``/-/conclave/eval``, drawn by conclave's plugin as inline SVG): in process
+through Datasette's own client, and once in a real ``datasette serve`` with headless Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from eval_helpers import EvalRuns
+from test_browser import CHROMEDRIVER, CHROMIUM, browser, screenshot  # noqa: F401 (browser: a fixture)
+
+from conclave.commands.browse import free_port, wait_until_up
+from conclave.eval.charts import NAMES as ALL_NAMES
+from conclave.store.paths import StoreLayout
+
+#: the protocols the fixture's sweep scored (no vote at the debate's budget there)
+NAMES = {k: v for k, v in ALL_NAMES.items() if k != "vote_matched"}
+
+
+def get(home: Any, path: str) -> Any:
+    from datasette.app import Datasette
+
+    async def fetch() -> Any:
+        return await Datasette([str(StoreLayout(home).index_path)]).client.get(path)
+
+    return asyncio.run(fetch())
+
+
+def accuracies(home: Any) -> dict[tuple[str, str], float]:
+    """(run id, protocol) -> accuracy, as the index holds them."""
+    db = sqlite3.connect(StoreLayout(home).index_path)
+    out = {}
+    for protocol in NAMES:
+        for run_id, value in db.execute(f"select run_id, {protocol}_accuracy from eval_runs"):
+            if value is not None:
+                out[(run_id, protocol)] = value
+    return out
+
+
+def point_titles(page: str) -> list[str]:
+    return re.findall(r'class="cv-point"[^>]*><title>([^<]*)</title>', page)
+
+
+def test_the_latest_sweep_is_charted_with_every_protocol_of_each_run(eval_home: EvalRuns) -> None:
+    response = get(eval_home.home, "/-/conclave/eval")
+    assert response.status_code == 200
+    page = response.text
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="cv-eval-chart"') == 2
+    assert "sweep sw-chart · 2 run(s)" in page
+    titles = point_titles(page)
+    assert len(titles) == 2 * 5  # two runs × single, vote, judge, debate, quality
+    known = accuracies(eval_home.home)
+    for run_id, seed in zip(eval_home.sweep_runs, (1, 2), strict=True):
+        for protocol, name in NAMES.items():
+            # each point carries its run's swept value and the accuracy the index holds for it
+            expected = f"{name} · seed={seed}: {known[(run_id, protocol)]:.1%}"
+            assert any(t.startswith(expected) for t in titles), (expected, titles)
+    assert page.count('class="cv-bar"') == 10
+    assert "debate vs vote:" in page and "quality vs debate:" in page
+    assert 'href="/index/eval_accuracy_vs_cost"' in page  # the SQL behind the chart
+
+
+def test_one_run_is_charted_on_its_own(eval_home: EvalRuns) -> None:
+    page = get(eval_home.home, f"/-/conclave/eval?run={eval_home.lone_run}").text
+    titles = point_titles(page)
+    assert len(titles) == 4 and not any("quality" in t for t in titles)  # that run had no quality protocol
+    # a run's lone points are not labelled with swept values
+    assert all(re.match(r"^[^·]+: \d+\.\d%", t) for t in titles), titles
+    assert f'href="/-/conclave/eval?sweep={eval_home.sweep_id}"' in page  # every run and sweep is listed
+
+
+def test_an_unknown_run_is_a_404(eval_home: EvalRuns) -> None:
+    response = get(eval_home.home, "/-/conclave/eval?run=ev-nope")
+    assert response.status_code == 404 and "No run ev-nope" in response.text
+
+
+def test_the_eval_page_is_in_the_menu_and_the_canned_query_has_the_quality_rows(eval_home: EvalRuns) -> None:
+    assert 'href="/-/conclave/eval"' in get(eval_home.home, "/index").text
+    rows = get(eval_home.home, "/index/eval_accuracy_vs_cost.json?_shape=array").json()
+    assert sorted(r["protocol"] for r in rows if r["run_id"] == eval_home.sweep_runs[0]) == sorted(NAMES)
+
+
+@pytest.fixture(scope="module")
+def server(eval_home: EvalRuns) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "datasette", "serve", str(StoreLayout(eval_home.home).index_path),
+                                "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/-/versions.json", process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason="no Chromium/chromedriver found")
+def test_the_charts_render_in_a_real_browser(server: str, browser: Any) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/-/conclave/eval")
+    charts = browser.find_elements(By.CSS_SELECTOR, "svg.cv-eval-chart")
+    assert len(charts) == 2 and all(c.size["width"] > 400 and c.size["height"] > 200 for c in charts)
+    points = browser.find_elements(By.CSS_SELECTOR, "svg.cv-eval-chart .cv-point")
+    assert len(points) == 10 and all(p.is_displayed() for p in points)
+    # every point lies inside its chart
+    box = charts[0].rect
+    for p in points:
+        r = p.rect
+        assert box["x"] <= r["x"] <= box["x"] + box["width"] and box["y"] <= r["y"] <= box["y"] + box["height"]
+    assert screenshot(browser, "eval_charts").stat().st_size > 10_000
