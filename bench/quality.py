@@ -32,7 +32,7 @@ QUALITY_FIELDS = ("claims", "references", "alternatives", "failure_modes", "unce
                   "claim_statuses", "evidence_claims")
 # instruction lines and blocks of the templates that exist only for the layer
 _LAYER_LINE = re.compile(r"^- (?:" + "|".join(QUALITY_FIELDS) + r")\b.*(?:\n(?!- |\n).*)*\n?", re.MULTILINE)
-_STATE_INTRO = re.compile(r"\n[^\n]*(?:stable id|under its stable id)[^\n]*:\n\$debate_state\n")
+_STATE_INTRO = re.compile(r"\n\$debate_state\n")
 WORDS = ("billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration",
          "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue",
          "consistency")
@@ -100,10 +100,13 @@ def render(text: str, values: dict[str, str], layer: bool) -> str:
 
 
 def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
-    """Input tokens of every call of one standard converge debate."""
+    """Input tokens of every call of one standard converge debate, each seat shown the state block the engine
+    builds for it (the judge: what the latest round touched; an agent: its own, linked, contested and named
+    claims)."""
     strategy = ConvergeStrategy()
     names = [f"agent{i}" for i in range(agents)]
     labels = [f"Agent {chr(65 + i)}" for i in range(agents)]
+    label_of = dict(zip(names, labels, strict=True)).__getitem__
     question = sentence(rng, 20)
     r1 = {n: independent(rng, n, layer) for n in names}
     syn = synthesis(rng, labels, layer)
@@ -111,25 +114,38 @@ def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
     state = DebateState(question, names)
     for n in names:
         state.absorb(1, n, r1[n])
-    block = state.block(lambda n: labels[names.index(n)]) if layer else ""
+    state.round = 1
+
+    def block(seat: str | None) -> str:
+        if not layer:
+            return ""
+        focus = state.focus(seat, {i for item in syn.get("consensus_points", []) + syn.get("tensions", [])
+                                   + syn.get("unique_insights", []) for i in item.get("claim_ids", [])})
+        return state.block(label_of, focus=focus, own=seat, evidence=seat is None)
+
     base = {"question": question, "panel": ", ".join(labels), "absent": "Every panel member is present.",
-            "debate_state": block, "verification_questions": prompt_list([*UNIVERSAL, *strategy.verification_questions])
+            "verification_questions": prompt_list([*UNIVERSAL, *strategy.verification_questions])
             if layer else ""}
     total = 0
     persona = render(strategy.template("agent_system").text, {"persona_name": "expert", "persona_focus": "x"}, layer)
     judge = strategy.template("judge_system").text
     anchors = list(ANCHORS)
-    for i, _name in enumerate(names):
-        system = persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if layer else "")
-        total += count_tokens(system + render(strategy.template("round1").text, base, layer))
-        total += count_tokens(system + render(strategy.template("round3_agent").text, {
-            **base, "label": labels[i], "own_position": shown(r1[names[i]]), "synthesis": shown(syn)},
-            layer))
+    systems = [persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if layer else "") for i in range(agents)]
+    for i in range(agents):
+        total += count_tokens(systems[i] + render(strategy.template("round1").text, base, layer))
     independents = prompt_json([{k: v for k, v in a.items() if k not in RECORD_ONLY} for a in r1.values()])
-    total += count_tokens(judge + render(strategy.template("round2").text, {**base, "independents": independents},
-                                         layer))
+    total += count_tokens(judge + render(strategy.template("round2").text, {
+        **base, "independents": independents, "debate_state": block(None)}, layer))
+    state.round = 2
+    for i, name in enumerate(names):
+        total += count_tokens(systems[i] + render(strategy.template("round3_agent").text, {
+            **base, "label": labels[i], "own_position": shown(r1[name]), "synthesis": shown(syn),
+            "debate_state": block(name)}, layer))
+    for name in names:
+        state.absorb(3, name, replies[label_of(name)])
+    state.round = 3
     total += count_tokens(judge + render(strategy.template("round3_judge").text, {
-        **base, "synthesis": shown(syn), "replies": prompt_json(
+        **base, "synthesis": shown(syn), "debate_state": block(None), "replies": prompt_json(
             {label: {k: v for k, v in r.items() if k not in RECORD_ONLY} for label, r in replies.items()})}, layer))
     cross = {"challenges": [], "rebuttals": [], "unresolved": [sentence(rng, 8)]}
     total += count_tokens(judge + render(strategy.template("round4").text, {
