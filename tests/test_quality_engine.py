@@ -223,6 +223,11 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
         anchors = dict(db.execute("select agent, anchor from agents where consultation_id = ?", (cid,)).fetchall())
         figures = db.execute("select label_adoption, citation_compliance, rule_violations from consultations "
                              "where id = ?", (cid,)).fetchone()
+        coverage = db.execute("select round_number, claims, agents, claims_unaccounted, positions_unaccounted "
+                              "from synthesis_coverage where consultation_id = ?", (cid,)).fetchall()
+        from conclave.store.stats import Period, quality_figures
+
+        stats = quality_figures(db, Period("all time"))
     assert claims == [("C1", "architect", "contested"), ("C2", "architect", "retracted"),
                       ("C3", "pragmatist", "accepted"), ("C4", "security", "accepted"),
                       ("C5", "pragmatist", "open")]
@@ -233,6 +238,8 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
     assert anchors == run.result.quality["anchors"]  # type: ignore[index]
     metrics = run.result.quality["metrics"]  # type: ignore[index]
     assert figures == (metrics["label_adoption"], 0.5, 3)  # two citation rules broken, one claim unaccounted
+    assert coverage == [(2, 4, 3, 1, 0)]
+    assert stats["synthesis_unaccounted"] == 1 and stats["rule_violations"] == 3
 
 
 async def test_judge_statements_resting_on_nothing_the_agents_said_are_flagged(

@@ -296,3 +296,15 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
     for column, kind in (("label_adoption", float), ("citation_compliance", float), ("rule_violations", int),
                          ("verification_pass_rate", float), ("ungrounded_statements", int)):
         db["consultations"].add_column(column, kind)
+
+
+@migrations()
+def m015_views_synthesis_coverage(db: Any) -> None:
+    """What each synthesis left unaccounted: round-1 claims named in no section, agents appearing in none."""
+    db["synthesis_coverage"].create(
+        {
+            "consultation_id": str, "round_number": int, "claims": int, "agents": int, "claims_unaccounted": int,
+            "positions_unaccounted": int, "violations": str,
+        },
+        pk=("consultation_id", "round_number"), foreign_keys=[("consultation_id", "consultations", "id")],
+    )
