@@ -237,7 +237,8 @@ def render_text(stats: dict[str, Any]) -> str:
         lines.append(f"debate quality     {quality['claims']:,} claims · labelled "
                      f"{_pct_text(quality['label_adoption'])} · FACT cited {_pct_text(quality['citation_compliance'])}"
                      f" · {quality['rule_violations']} rule violations ({quality.get('synthesis_unaccounted', 0)} "
-                     f"left unaccounted by a synthesis) · {quality['ungrounded_statements']} ungrounded judge statements")
+                     f"left unaccounted by a synthesis) · {quality['ungrounded_statements']} ungrounded judge "
+                     "statements")
         rates = " · ".join(f"{q} {_pct_text(r)}" for q, r in quality["pass_rate"].items())
         if rates:
             lines.append(f"verification       {rates}")
