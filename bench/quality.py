@@ -19,7 +19,7 @@ from typing import Any
 
 from conclave_plugins.strategies import ConvergeStrategy
 
-from conclave.engine.quality import RECORD_ONLY
+from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY
 from conclave.engine.session import prompt_json
 from conclave.quality.anchors import ANCHORS, anchor_prompt
 from conclave.quality.claims import check_rules, claims_of
@@ -87,9 +87,11 @@ def synthesis(rng: random.Random, labels: list[str], layer: bool) -> dict[str, A
     return out
 
 
-def shown(artifact: dict[str, Any]) -> str:
-    """An artifact as later rounds are shown it (the engine's rule: no record-only quality fields)."""
-    return prompt_json({k: v for k, v in artifact.items() if k not in RECORD_ONLY})
+def shown(artifact: dict[str, Any], seat: str = "judge") -> str:
+    """An artifact as later rounds are shown it (the engine's rule: no record-only quality fields, and agents not
+    the synthesis' account of round-1 coverage)."""
+    hidden = RECORD_ONLY | AGENTS_NOT_SHOWN if seat == "agents" else RECORD_ONLY
+    return prompt_json({k: v for k, v in artifact.items() if k not in hidden})
 
 
 def render(text: str, values: dict[str, str], layer: bool) -> str:
@@ -139,7 +141,7 @@ def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
     state.round = 2
     for i, name in enumerate(names):
         total += count_tokens(systems[i] + render(strategy.template("round3_agent").text, {
-            **base, "label": labels[i], "own_position": shown(r1[name]), "synthesis": shown(syn),
+            **base, "label": labels[i], "own_position": shown(r1[name]), "synthesis": shown(syn, "agents"),
             "debate_state": block(name)}, layer))
     for name in names:
         state.absorb(3, name, replies[label_of(name)])

@@ -623,3 +623,35 @@ def test_generated_artifacts_survive_extraction_from_a_chatty_answer(name: str, 
     text = f"Here is my answer {{as asked}}:\n```json\n{json.dumps(instance, indent=2)}\n```\nAnything else?"
     assert extract_json(text) == instance
 
+
+
+def test_an_answer_leaving_out_a_list_added_in_1_1_reads_as_naming_none() -> None:
+    from conclave.engine.extraction import extract, header_for
+
+    body = {"position": "p", "key_points": ["k"], "rationale": "r", "confidence": 0.5, "prose_excerpt": ""}
+    done = extract(json.dumps(body), None, "independent", header_for("independent", 1, "architect"))
+    assert done.ok and done.artifact is not None
+    assert done.artifact["claims"] == [] and done.artifact["references"] == []
+    assert done.artifact["schema_version"] == current_version() == "1.1"
+    # any other missing field still fails and is quoted back in the re-ask
+    without = {k: v for k, v in body.items() if k != "key_points"}
+    failed = extract(json.dumps(without), None, "independent", header_for("independent", 1, "architect"))
+    assert not failed.ok and failed.errors == ("$: 'key_points' is a required property",)
+
+
+def test_a_stored_1_0_artifact_upgrades_to_the_current_version_and_nothing_else_changes() -> None:
+    from conclave.artifacts import upgrade
+
+    old = _load(FIXTURES / "synthesis.valid.json") | {"schema_version": "1.0"}
+    for key in ("partial_coverage", "unique_insights", "blind_spots"):
+        old.pop(key, None)
+    for item in old["consensus_points"] + old["tensions"]:
+        item.pop("claim_ids", None)
+    new = upgrade("synthesis", old)
+    assert validate("synthesis", new) == [] and new["schema_version"] == current_version()
+    assert new["partial_coverage"] == [] and all(p["claim_ids"] == [] for p in new["consensus_points"])
+    assert {k: v for k, v in new.items() if k not in ("partial_coverage", "unique_insights", "blind_spots",
+                                                      "consensus_points", "tensions", "schema_version")} == \
+        {k: v for k, v in old.items() if k not in ("consensus_points", "tensions", "schema_version")}
+    assert "partial_coverage" not in old  # the input is not modified
+    assert upgrade("synthesis", new) is new  # a current artifact is returned as is

@@ -35,7 +35,7 @@ def shared_inputs(session: Session, round_type: RoundType, number: int, *, recip
                                                   for_agents=round_type.seat == "agents"))
     for placeholder, source in round_type.inputs.items():
         if source.take != "own":
-            values[placeholder] = _shown(session, source, number, recipients)
+            values[placeholder] = _shown(session, source, number, recipients, round_type.seat)
     return values
 
 
@@ -50,7 +50,7 @@ def own_inputs(session: Session, round_type: RoundType, agent: str) -> dict[str,
     return values
 
 
-def _shown(session: Session, source: Input, number: int, recipients: int) -> str:
+def _shown(session: Session, source: Input, number: int, recipients: int, seat: str = "judge") -> str:
     record, labels = session.record, session.labels
     if source.take == "judge":
         artifact = record.judged(source.source)
@@ -58,7 +58,7 @@ def _shown(session: Session, source: Input, number: int, recipients: int) -> str
             artifact = session.filtering.apply(
                 artifact, source.filtered, number, view=labels.judge_view, recipients=recipients
             )
-        return session.shown(artifact)
+        return session.shown(artifact, seat)
     answers = record.by_agent(source.source)
     order = [name for name in labels.order() if name in answers]
     if source.take == "each":

@@ -47,6 +47,9 @@ CARRIED = ("alternatives", "failure_modes", "uncertainties")
 #: artifact fields later rounds are not shown (the state block carries claims and evidence; the rest is record)
 RECORD_ONLY = frozenset({"claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
                          "verification"})
+#: synthesis fields for the judge's later rounds only: how round 1 was covered matters to the verdict, while an agent
+#: gets the claims those fields name in its DEBATE STATE block
+AGENTS_NOT_SHOWN = frozenset({"partial_coverage", "unique_insights", "blind_spots"})
 
 
 class QualityLayer:
