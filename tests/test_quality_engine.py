@@ -157,6 +157,10 @@ async def test_citation_rules_and_verification_are_recorded_per_agent_and_round(
         assert line in judge_prompt
     assert "- U1:" not in judge_prompt and "- HS1:" not in judge_prompt  # checked by code / not opted in
     assert set(quality["checks"]["3"]) == {"architect", "pragmatist", "security"}
+    # a reply that does not restate them keeps its round-1 alternatives, failure modes and uncertainties
+    replied = {r["question_id"]: r["passed"] for r in quality["checks"]["3"]["security"]["verification"]}
+    assert replied["U4"] and replied["U5"] and not replied["U3"]
+    assert {r["question_id"]: r["passed"] for r in quality["checks"]["3"]["architect"]["verification"]}["U3"]
     assert run.result.status == "complete"  # broken rules never sink a round
     metrics = quality["metrics"]
     assert metrics["rule_violations"]["fact_uncited"] == 1
