@@ -6,11 +6,15 @@ verification questions, the quality fields of the artifacts shown to later round
 sections, lines and fields removed) — and counted with the real tokenizer. Goal: ≤ 15% more input tokens.
 Checker time: citation rules + deterministic verification + absorbing into the state, per agent artifact.
 Goal: ≤ 1 ms. Run: ``python bench/quality.py [--debates 20]``.
+
+A last line counts what the prompts do not hold: the JSON schemas each call sends (natively, or in the message
+for providers without structured output), with and without the layer's fields. Providers bill them as input too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import string
@@ -156,6 +160,26 @@ def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
     return total
 
 
+def _without_layer(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: ({p: _without_layer(x) for p, x in v.items() if p not in QUALITY_FIELDS} if k == "properties"
+                    else [r for r in v if r not in QUALITY_FIELDS] if k == "required" else _without_layer(v))
+                for k, v in node.items()}
+    return [_without_layer(x) for x in node] if isinstance(node, list) else node
+
+
+def schema_tokens(agents: int, layer: bool) -> int:
+    """Tokens of the schemas one standard converge debate sends (every call, as the engine sends them)."""
+    from conclave.engine.extraction import request_schema
+
+    total = 0
+    for name, calls in (("independent", agents), ("synthesis", 1), ("cross_exam_reply", agents), ("cross_exam", 1),
+                        ("verdict", 1)):
+        schema = request_schema(name) if layer else _without_layer(request_schema(name))
+        total += count_tokens(json.dumps(schema, ensure_ascii=False, separators=(",", ":"))) * calls
+    return total
+
+
 def checker_seconds(rng: random.Random, artifacts: int) -> float:
     samples = [independent(rng, f"a{i % 5}", True) for i in range(artifacts)]
     state = DebateState("q", [f"a{i}" for i in range(5)])
@@ -181,6 +205,13 @@ def main() -> None:
         added = with_layer / without - 1
         print(f"{agents:>6} {args.debates:>7} {without // args.debates:>15,} {with_layer // args.debates:>12,} "
               f"{added:>7.1%} {'met' if added <= 0.15 else 'MISSED':>6}")
+    for agents in (3, 5):
+        without, with_layer = schema_tokens(agents, False), schema_tokens(agents, True)
+        prompts = [sum(debate_tokens(random.Random(seed), agents, layer) for seed in range(args.debates))
+                   // args.debates for layer in (False, True)]
+        print(f"{agents} agents, schemas sent per consultation: {without:,} → {with_layer:,} tokens "
+              f"({with_layer / without - 1:+.1%}); prompts + schemas: {prompts[0] + without:,} → "
+              f"{prompts[1] + with_layer:,} ({(prompts[1] + with_layer) / (prompts[0] + without) - 1:+.1%})")
     per = checker_seconds(random.Random(1), args.artifacts)
     print(f"checker time per artifact: {per * 1e3:.3f} ms over {args.artifacts} artifacts (goal ≤ 1 ms: "
           f"{'met' if per <= 1e-3 else 'MISSED'})")
