@@ -30,8 +30,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "journals" / "converge_schema_1_0
 def replay(home: Path, fake: FakeProviderServer | None = None,
            stop: Callable[[dict[str, Any]], bool] = lambda record: False) -> str:
     """Write the recorded events into ``home``'s journal (up to and including the first one ``stop`` accepts),
-    the providers pointed at ``fake``; returns the consultation id."""
-    text = FIXTURE.read_text(encoding="utf-8")
+    the recorded home and providers pointed at ``home`` and ``fake``; returns the consultation id."""
+    text = FIXTURE.read_text(encoding="utf-8").replace("{CONCLAVE_HOME}", str(home))
     if fake is not None:
         for name, entry in fake.providers_config().items():
             text = text.replace("{FAKE_BASE_URL:" + name + "}", entry["base_url"])
