@@ -6,11 +6,15 @@ verification questions, the quality fields of the artifacts shown to later round
 sections, lines and fields removed) — and counted with the real tokenizer. Goal: ≤ 15% more input tokens.
 Checker time: citation rules + deterministic verification + absorbing into the state, per agent artifact.
 Goal: ≤ 1 ms. Run: ``python bench/quality.py [--debates 20]``.
+
+A last line counts what the prompts do not hold: the JSON schemas each call sends (natively, or in the message
+for providers without structured output), with and without the layer's fields. Providers bill them as input too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import string
@@ -19,7 +23,7 @@ from typing import Any
 
 from conclave_plugins.strategies import ConvergeStrategy
 
-from conclave.engine.quality import RECORD_ONLY
+from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY
 from conclave.engine.session import prompt_json
 from conclave.quality.anchors import ANCHORS, anchor_prompt
 from conclave.quality.claims import check_rules, claims_of
@@ -32,7 +36,7 @@ QUALITY_FIELDS = ("claims", "references", "alternatives", "failure_modes", "unce
                   "claim_statuses", "evidence_claims")
 # instruction lines and blocks of the templates that exist only for the layer
 _LAYER_LINE = re.compile(r"^- (?:" + "|".join(QUALITY_FIELDS) + r")\b.*(?:\n(?!- |\n).*)*\n?", re.MULTILINE)
-_STATE_INTRO = re.compile(r"\n[^\n]*(?:stable id|under its stable id)[^\n]*:\n\$debate_state\n")
+_STATE_INTRO = re.compile(r"\n\$debate_state\n")
 WORDS = ("billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration",
          "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue",
          "consistency")
@@ -87,9 +91,11 @@ def synthesis(rng: random.Random, labels: list[str], layer: bool) -> dict[str, A
     return out
 
 
-def shown(artifact: dict[str, Any]) -> str:
-    """An artifact as later rounds are shown it (the engine's rule: no record-only quality fields)."""
-    return prompt_json({k: v for k, v in artifact.items() if k not in RECORD_ONLY})
+def shown(artifact: dict[str, Any], seat: str = "judge") -> str:
+    """An artifact as later rounds are shown it (the engine's rule: no record-only quality fields, and agents not
+    the synthesis' account of round-1 coverage)."""
+    hidden = RECORD_ONLY | AGENTS_NOT_SHOWN if seat == "agents" else RECORD_ONLY
+    return prompt_json({k: v for k, v in artifact.items() if k not in hidden})
 
 
 def render(text: str, values: dict[str, str], layer: bool) -> str:
@@ -100,10 +106,13 @@ def render(text: str, values: dict[str, str], layer: bool) -> str:
 
 
 def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
-    """Input tokens of every call of one standard converge debate."""
+    """Input tokens of every call of one standard converge debate, each seat shown the state block the engine
+    builds for it (the judge: what the latest round touched; an agent: its own, linked, contested and named
+    claims)."""
     strategy = ConvergeStrategy()
     names = [f"agent{i}" for i in range(agents)]
     labels = [f"Agent {chr(65 + i)}" for i in range(agents)]
+    label_of = dict(zip(names, labels, strict=True)).__getitem__
     question = sentence(rng, 20)
     r1 = {n: independent(rng, n, layer) for n in names}
     syn = synthesis(rng, labels, layer)
@@ -111,30 +120,63 @@ def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
     state = DebateState(question, names)
     for n in names:
         state.absorb(1, n, r1[n])
-    block = state.block(lambda n: labels[names.index(n)]) if layer else ""
+    state.round = 1
+
+    def block(seat: str | None) -> str:
+        if not layer:
+            return ""
+        focus = state.focus(seat, {i for item in syn.get("consensus_points", []) + syn.get("tensions", [])
+                                   + syn.get("unique_insights", []) for i in item.get("claim_ids", [])})
+        return state.block(label_of, focus=focus, own=seat, evidence=seat is None)
+
     base = {"question": question, "panel": ", ".join(labels), "absent": "Every panel member is present.",
-            "debate_state": block, "verification_questions": prompt_list([*UNIVERSAL, *strategy.verification_questions])
+            "verification_questions": prompt_list([*UNIVERSAL, *strategy.verification_questions])
             if layer else ""}
     total = 0
     persona = render(strategy.template("agent_system").text, {"persona_name": "expert", "persona_focus": "x"}, layer)
     judge = strategy.template("judge_system").text
     anchors = list(ANCHORS)
-    for i, _name in enumerate(names):
-        system = persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if layer else "")
-        total += count_tokens(system + render(strategy.template("round1").text, base, layer))
-        total += count_tokens(system + render(strategy.template("round3_agent").text, {
-            **base, "label": labels[i], "own_position": shown(r1[names[i]]), "synthesis": shown(syn)},
-            layer))
+    systems = [persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if layer else "") for i in range(agents)]
+    for i in range(agents):
+        total += count_tokens(systems[i] + render(strategy.template("round1").text, base, layer))
     independents = prompt_json([{k: v for k, v in a.items() if k not in RECORD_ONLY} for a in r1.values()])
-    total += count_tokens(judge + render(strategy.template("round2").text, {**base, "independents": independents},
-                                         layer))
+    total += count_tokens(judge + render(strategy.template("round2").text, {
+        **base, "independents": independents, "debate_state": block(None)}, layer))
+    state.round = 2
+    for i, name in enumerate(names):
+        total += count_tokens(systems[i] + render(strategy.template("round3_agent").text, {
+            **base, "label": labels[i], "own_position": shown(r1[name]), "synthesis": shown(syn, "agents"),
+            "debate_state": block(name)}, layer))
+    for name in names:
+        state.absorb(3, name, replies[label_of(name)])
+    state.round = 3
     total += count_tokens(judge + render(strategy.template("round3_judge").text, {
-        **base, "synthesis": shown(syn), "replies": prompt_json(
+        **base, "synthesis": shown(syn), "debate_state": block(None), "replies": prompt_json(
             {label: {k: v for k, v in r.items() if k not in RECORD_ONLY} for label, r in replies.items()})}, layer))
     cross = {"challenges": [], "rebuttals": [], "unresolved": [sentence(rng, 8)]}
     total += count_tokens(judge + render(strategy.template("round4").text, {
         **base, "independents": independents, "synthesis": shown(syn), "cross_exam": prompt_json(cross)},
         layer))
+    return total
+
+
+def _without_layer(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: ({p: _without_layer(x) for p, x in v.items() if p not in QUALITY_FIELDS} if k == "properties"
+                    else [r for r in v if r not in QUALITY_FIELDS] if k == "required" else _without_layer(v))
+                for k, v in node.items()}
+    return [_without_layer(x) for x in node] if isinstance(node, list) else node
+
+
+def schema_tokens(agents: int, layer: bool) -> int:
+    """Tokens of the schemas one standard converge debate sends (every call, as the engine sends them)."""
+    from conclave.engine.extraction import request_schema
+
+    total = 0
+    for name, calls in (("independent", agents), ("synthesis", 1), ("cross_exam_reply", agents), ("cross_exam", 1),
+                        ("verdict", 1)):
+        schema = request_schema(name) if layer else _without_layer(request_schema(name))
+        total += count_tokens(json.dumps(schema, ensure_ascii=False, separators=(",", ":"))) * calls
     return total
 
 
@@ -163,6 +205,13 @@ def main() -> None:
         added = with_layer / without - 1
         print(f"{agents:>6} {args.debates:>7} {without // args.debates:>15,} {with_layer // args.debates:>12,} "
               f"{added:>7.1%} {'met' if added <= 0.15 else 'MISSED':>6}")
+    for agents in (3, 5):
+        without, with_layer = schema_tokens(agents, False), schema_tokens(agents, True)
+        prompts = [sum(debate_tokens(random.Random(seed), agents, layer) for seed in range(args.debates))
+                   // args.debates for layer in (False, True)]
+        print(f"{agents} agents, schemas sent per consultation: {without:,} → {with_layer:,} tokens "
+              f"({with_layer / without - 1:+.1%}); prompts + schemas: {prompts[0] + without:,} → "
+              f"{prompts[1] + with_layer:,} ({(prompts[1] + with_layer) / (prompts[0] + without) - 1:+.1%})")
     per = checker_seconds(random.Random(1), args.artifacts)
     print(f"checker time per artifact: {per * 1e3:.3f} ms over {args.artifacts} artifacts (goal ≤ 1 ms: "
           f"{'met' if per <= 1e-3 else 'MISSED'})")

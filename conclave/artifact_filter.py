@@ -40,7 +40,7 @@ class ArtifactFilter(ABC):
         Raises ``ValueError`` for a limit naming a field the artifact lacks or this filter may not shorten,
         and ``conclave.artifacts.ArtifactValidationError`` if the result does not match its schema.
         """
-        from conclave.artifacts import check, get_schema
+        from conclave.artifacts import check, fill_added_lists, get_schema
 
         artifact_type = artifact.get("artifact_type")
         if not isinstance(artifact_type, str):
@@ -53,10 +53,11 @@ class ArtifactFilter(ABC):
             if sorted(order) != list(range(len(items))):
                 raise ValueError(f"{type(self).__name__}.rank({field}) must return each index of the items once")
             filtered[field] = [copy.deepcopy(items[i]) for i in order[:limit]]
-        # A strategy's own schema may add fields to the artifact type (answer mode's final_answer); filtering never
-        # touches them, so the result is checked against the fields the artifact type's schema declares.
+        # A strategy's own schema may add fields to the artifact type (answer mode's final_answer) or leave out the
+        # debate-quality lists (answer mode has no claims); filtering touches neither, so the result is checked
+        # against the fields the artifact type's schema declares, absent quality lists read as empty.
         declared = get_schema(artifact_type).get("properties", {})
-        check(artifact_type, {k: v for k, v in filtered.items() if k in declared})
+        check(artifact_type, fill_added_lists(artifact_type, {k: v for k, v in filtered.items() if k in declared}))
         return filtered
 
     def _check_limit(self, artifact: Mapping[str, Any], artifact_type: str, field: str, limit: int) -> None:

@@ -33,12 +33,15 @@ __all__ = [
     "ArtifactParseError",
     "ArtifactValidationError",
     "check",
+    "current_version",
     "drop_null_optionals",
     "extract_json",
+    "fill_added_lists",
     "get_schema",
     "now_iso",
     "schema_names",
     "strict_variant",
+    "upgrade",
     "validate",
 ]
 
@@ -135,6 +138,66 @@ def check(name: str, instance: Any) -> None:
     errors = validate(name, instance)
     if errors:
         raise ArtifactValidationError(name, errors)
+
+
+def current_version() -> str:
+    """The artifact format version: the one place it is defined is ``common.schema.json``'s ``schema_version``."""
+    return str(_schema("common")["$defs"]["schema_version"]["const"])
+
+
+#: older format versions a stored artifact may carry; :func:`upgrade` reads each as the current version
+READABLE_VERSIONS = ("1.0",)
+#: the lists 1.1 made required (claims and references of agents' artifacts, the synthesis' coverage and claim ids,
+#: the verdicts' evidence_claims); an absent one means "none named"
+ADDED_LISTS = frozenset({"claims", "references", "claim_ids", "partial_coverage", "unique_insights", "blind_spots",
+                         "evidence_claims"})
+
+
+def upgrade(name: str, artifact: dict[str, Any]) -> dict[str, Any]:
+    """A stored artifact of schema ``name`` as the current format version (the input is not modified).
+
+    Between 1.0 and 1.1 only lists became required (:data:`ADDED_LISTS`), so a 1.0 artifact reads as a 1.1 one
+    with each of them empty where absent — the same meaning it had. A header-less artifact (a round-3 reply carries
+    no version) gets the same treatment whatever its age. An artifact of the current or an unknown version, or of
+    an unknown schema, is returned as is.
+    """
+    schema = _schemas().get(name)
+    if schema is None:
+        return artifact
+    if "schema_version" not in schema.get("properties", {}):  # a header-less artifact (a reply): any version
+        return fill_added_lists(name, artifact)
+    if artifact.get("schema_version") not in READABLE_VERSIONS:
+        return artifact
+    upgraded = fill_added_lists(name, artifact)
+    upgraded["schema_version"] = current_version()
+    return upgraded
+
+
+def fill_added_lists(name: str, instance: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``instance`` with every absent required list of :data:`ADDED_LISTS` set to ``[]``, at any depth.
+
+    Used on stored 1.0 artifacts and on answers: a model that leaves out ``claims`` named no claims, which is not
+    worth a paid re-ask. Every other missing field still fails validation."""
+    schema = _schemas().get(name)
+    if schema is None:
+        return instance
+    filled: dict[str, Any] = _fill_lists(copy.deepcopy(instance), schema, _resolver_for(schema))
+    return filled
+
+
+def _fill_lists(value: Any, node: dict[str, Any], resolver: Resolver[Any]) -> Any:
+    node, resolver = _deref(node, resolver)
+    if isinstance(value, dict) and isinstance(node.get("properties"), dict):
+        props = node["properties"]
+        for key in node.get("required", ()):
+            if key in ADDED_LISTS and key not in value and key in props:
+                value[key] = []
+        for key, item in value.items():
+            if key in props:
+                value[key] = _fill_lists(item, props[key], resolver)
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [_fill_lists(item, node["items"], resolver) for item in value]
+    return value
 
 
 def _path_key(parts: Iterable[str | int]) -> tuple[tuple[int, int, str], ...]:

@@ -91,6 +91,7 @@ AGENT_CHUNK = "agent:chunk"
 QUALITY_CHECKS = "quality:checks"
 DEBATE_STATE = "quality:debate_state"
 GROUNDING = "quality:grounding"
+COVERAGE = "quality:coverage"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ class AnswerStrategy(Strategy):
         """Converge's derived verdict, answering with the synthesis' own ``final_answer`` (the judge's answer
         from round 1 alone); nothing is invented."""
         verdict = super().verdict_from_synthesis(synthesis)
+        verdict.pop("evidence_claims", None)  # answer mode's artifacts carry no claim ids
         verdict["final_answer"] = str(synthesis.get("final_answer") or "").strip() or "(no answer)"
         return verdict
 

@@ -93,6 +93,7 @@ class ExploreStrategy(Strategy):
                 f"{len(options)} option(s) taken from the round-2 synthesis; no verdict round ran, so the options "
                 "have not been compared."
             ),
+            "evidence_claims": [],  # no evidence items: the options are the synthesis' own points
         }
 
 

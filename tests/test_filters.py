@@ -12,18 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conclave.artifact_filter import VERBOSE_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
-from conclave.artifacts import ArtifactValidationError, validate
+from conclave.artifacts import ArtifactValidationError, current_version, validate
 from conclave.plugins import load_plugins
 
-HEADER = {"schema_version": "1.0", "created_at": "2025-12-28T14:00:30.000Z"}
+HEADER = {"schema_version": current_version(), "created_at": "2025-12-28T14:00:30.000Z"}
 
 
 def consensus(point: str, confidence: float, *agents: str) -> dict[str, Any]:
-    return {"point": point, "supporting_agents": list(agents or ("security",)), "confidence": confidence}
+    return {"point": point, "supporting_agents": list(agents or ("security",)), "confidence": confidence,
+            "claim_ids": []}
 
 
 def tension(topic: str, *agents: str) -> dict[str, Any]:
-    return {"topic": topic, "viewpoints": [{"agent": a, "viewpoint": f"{a} sees {topic} differently"} for a in agents]}
+    return {"topic": topic, "viewpoints": [{"agent": a, "viewpoint": f"{a} sees {topic} differently"} for a in agents],
+            "claim_ids": []}
 
 
 def synthesis(points: list[dict[str, Any]], tensions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -31,6 +33,7 @@ def synthesis(points: list[dict[str, Any]], tensions: list[dict[str, Any]]) -> d
         "artifact_type": "synthesis", "round_number": 2, **HEADER,
         "consensus_points": points, "tensions": tensions,
         "priority_order": ["auditability", "operational cost", "team familiarity", "latency"],
+        "partial_coverage": [], "unique_insights": [], "blind_spots": [],
     }
 
 

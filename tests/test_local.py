@@ -157,7 +157,7 @@ def test_forced_fields_become_the_prompt_prefix() -> None:
     now = "2026-01-02T03:04:05.678Z"
     grammar = build_grammar(artifacts.get_schema("independent"), max_tokens=512, now=now)
     assert grammar.prefix == (
-        '{"artifact_type":"independent","schema_version":"1.0","round_number":1,'
+        '{"artifact_type":"independent","schema_version":"1.1","round_number":1,'
         f'"created_at":"{now}","agent_id":'
     )
 

@@ -43,9 +43,12 @@ ROUND_1 = {
         failure_modes=[{"failure": f"failure {n}", "mitigation": f"mitigation {n}"} for n in range(3)],
         uncertainties=["key rotation cost"]),
 }
+_SYNTHESIS = synthesis([("An outbox is needed", ["Agent A", "Agent B"], 0.6)],
+                       [("scope", [("Agent A", "all services"), ("Agent C", "billing only")])])
+_SYNTHESIS["consensus_points"][0]["claim_ids"] = ["C1", "C3"]
+_SYNTHESIS["tensions"][0]["claim_ids"] = ["C4"]  # C2 (the architect's ASSUME) is accounted for nowhere
 SYNTHESIS = {
-    **synthesis([("An outbox is needed", ["Agent A", "Agent B"], 0.6)],
-                [("scope", [("Agent A", "all services"), ("Agent C", "billing only")])]),
+    **_SYNTHESIS,
     "verification": [{"agent": "Agent A", "question_id": "U6", "passed": True, "reason": "consistent"},
                      {"agent": "Agent B", "question_id": "U7", "passed": False, "reason": "skips key handling"}],
 }
@@ -87,17 +90,20 @@ async def test_round_3_agents_see_the_debate_state_and_their_anchor(fake_provide
         request = requests_with(fake, "cross_exam_reply", model)[0]
         shown = texts(request)
         assert "=== DEBATE STATE ===" in shown
-        assert f'- C1 [FACT/open] {labels["architect"]}: "An outbox keeps writes atomic."' in shown
-        assert f'- C4 [FACT/open] {labels["security"]}: "Signed events make tampering evident." (supports: E2)' \
-            in shown
-        assert 'E1 [citation]: "Billing dashboard"' in shown
+        # the claims the synthesis rests on (C1, C3, C4), with the ids of their sources
+        assert f'- C1 [FACT/open] {labels["architect"]}: An outbox keeps writes atomic.' in shown
+        assert f'- C4 [FACT/open] {labels["security"]}: Signed events make tampering evident. [E2]' in shown
+        assert "- C3 [INFER/open]" in shown
+        # the architect's own ASSUME, named by nobody, only the architect sees; sources are listed to judges only
+        assert ("- C2 [ASSUME/open]" in shown) == (name == "architect")
+        assert "EVIDENCE:" not in shown
         assert "Challenging C2" in shown  # asked to cite ids
-        assert f"Framework: {anchors[name]}" in shown
+        assert f"=== PERSPECTIVE ANCHOR: {anchors[name]} ===" in shown
         for other in set(anchors.values()) - {anchors[name]}:
-            assert f"Framework: {other}" not in shown
+            assert f"PERSPECTIVE ANCHOR: {other}" not in shown
     # the first-round prompts carry the labelling rules and the anchor, not yet a state
     first = texts(requests_with(fake, "independent", AGENT_MODELS["security"])[0])
-    assert "=== EPISTEMIC LABELING ===" in first and "Framework: Risk-Attentive" in first
+    assert "=== EPISTEMIC LABELING ===" in first and "=== PERSPECTIVE ANCHOR: Risk-Attentive ===" in first
     assert "=== DEBATE STATE ===" not in first
 
 
@@ -151,6 +157,10 @@ async def test_citation_rules_and_verification_are_recorded_per_agent_and_round(
         assert line in judge_prompt
     assert "- U1:" not in judge_prompt and "- HS1:" not in judge_prompt  # checked by code / not opted in
     assert set(quality["checks"]["3"]) == {"architect", "pragmatist", "security"}
+    # a reply that does not restate them keeps its round-1 alternatives, failure modes and uncertainties
+    replied = {r["question_id"]: r["passed"] for r in quality["checks"]["3"]["security"]["verification"]}
+    assert replied["U4"] and replied["U5"] and not replied["U3"]
+    assert {r["question_id"]: r["passed"] for r in quality["checks"]["3"]["architect"]["verification"]}["U3"]
     assert run.result.status == "complete"  # broken rules never sink a round
     metrics = quality["metrics"]
     assert metrics["rule_violations"]["fact_uncited"] == 1
@@ -165,7 +175,7 @@ async def test_high_stakes_adds_hs1_to_the_judged_questions(fake_provider_server
     run = await run_consultation(fake, "quality.high_stakes=agentic", "rounds=2", "quality.anchors=none")
     judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
     assert "- HS1: Safety controls defined? (scope boundaries, approval gates, abort mechanisms)" in judge_prompt
-    assert "Framework:" not in texts(requests_with(fake, "independent", AGENT_MODELS["security"])[0])
+    assert "PERSPECTIVE ANCHOR" not in texts(requests_with(fake, "independent", AGENT_MODELS["security"])[0])
     assert run.result.quality is not None and run.result.quality["anchors"] == {}
 
 
@@ -174,8 +184,8 @@ async def test_explicit_anchors_are_given_to_the_named_agents(fake_provider_serv
     fake = fake_provider_server
     script(fake)
     run = await run_consultation(fake, "rounds=1", "+quality.anchors={architect: Systems-Aware}")
-    assert "Framework: Systems-Aware" in texts(requests_with(fake, "independent", AGENT_MODELS["architect"])[0])
-    assert "Framework:" not in texts(requests_with(fake, "independent", AGENT_MODELS["security"])[0])
+    assert "PERSPECTIVE ANCHOR: Systems-Aware" in texts(requests_with(fake, "independent", AGENT_MODELS["architect"])[0])
+    assert "PERSPECTIVE ANCHOR" not in texts(requests_with(fake, "independent", AGENT_MODELS["security"])[0])
     assert {a.name: a.anchor for a in run.result.agents}["architect"] == "Systems-Aware"
 
 
@@ -217,6 +227,11 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
         anchors = dict(db.execute("select agent, anchor from agents where consultation_id = ?", (cid,)).fetchall())
         figures = db.execute("select label_adoption, citation_compliance, rule_violations from consultations "
                              "where id = ?", (cid,)).fetchone()
+        coverage = db.execute("select round_number, claims, agents, claims_unaccounted, positions_unaccounted "
+                              "from synthesis_coverage where consultation_id = ?", (cid,)).fetchall()
+        from conclave.store.stats import Period, quality_figures
+
+        stats = quality_figures(db, Period("all time"))
     assert claims == [("C1", "architect", "contested"), ("C2", "architect", "retracted"),
                       ("C3", "pragmatist", "accepted"), ("C4", "security", "accepted"),
                       ("C5", "pragmatist", "open")]
@@ -226,7 +241,9 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
     assert u6 == [(labels["Agent A"], 1, "judge")]
     assert anchors == run.result.quality["anchors"]  # type: ignore[index]
     metrics = run.result.quality["metrics"]  # type: ignore[index]
-    assert figures == (metrics["label_adoption"], 0.5, 2)
+    assert figures == (metrics["label_adoption"], 0.5, 3)  # two citation rules broken, one claim unaccounted
+    assert coverage == [(2, 4, 3, 1, 0)]
+    assert stats["synthesis_unaccounted"] == 1 and stats["rule_violations"] == 3
 
 
 async def test_judge_statements_resting_on_nothing_the_agents_said_are_flagged(
@@ -260,6 +277,27 @@ async def test_the_report_shows_anchors_checks_and_claim_standings(fake_provider
     assert "5 claims: 2 accepted, 1 contested, 1 open, 1 retracted" in section
     assert "| 1 | architect | Implementation-Focused | 2 | fact_uncited |" in section
     assert "| 1 | security | Risk-Attentive | 1 | unused_reference |" in section
+
+
+async def test_a_synthesis_that_leaves_a_claim_unaccounted_is_a_counted_violation_shown_in_the_report(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    from conclave.render.markdown import render_markdown
+
+    fake = fake_provider_server
+    script(fake)
+    run = await run_consultation(fake, "rounds=2")
+    quality = run.result.quality
+    assert quality is not None
+    (miss,) = quality["coverage"]["2"]
+    assert (miss["rule"], miss["claim"], miss["agent"]) == ("claim_unaccounted", "C2", "architect")
+    assert quality["metrics"]["rule_violations"]["claim_unaccounted"] == 1
+    assert quality["metrics"]["rule_violations"]["position_unaccounted"] == 0  # every agent appears somewhere
+    (event,) = run.of("quality:coverage")
+    assert event["claims"] == 4 and event["agents"] == 3 and event["violations"] == [miss]
+    section = render_markdown(run.result.as_dict()).split("## Debate quality", 1)[1]
+    assert "The round-2 synthesis left unaccounted (1):" in section and "C2 (architect) is in no consensus" in section
+    judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
+    assert "Account for every claim" in judge_prompt  # the judge is asked for it
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -26,7 +26,7 @@ async def test_adversarial_agents_steelman_and_the_judge_asks_adv1_adv2(fake_pro
     judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
     assert "- ADV1: Opponent position steel-manned?" in judge_prompt
     assert "- ADV2: Strongest counter-argument provided?" in judge_prompt
-    assert run.result.prompt_versions["round_3"].startswith("adversarial/round3_agent@v1")
+    assert run.result.prompt_versions["round_3"].startswith("adversarial/round3_agent@v2")
 
 
 async def test_the_devils_advocate_holds_an_assigned_stance(fake_provider_server: FakeProviderServer,
@@ -62,3 +62,35 @@ def test_an_advocate_who_is_not_on_the_panel_is_one_line_exit_2(tmp_path: Any) -
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("conclave: mode.options.advocate: 'nobody' is not on the panel; allowed: "
                                    "security, architect, pragmatist")
+
+
+async def test_the_explore_verdict_ties_its_evidence_to_claim_ids_and_is_checked_for_grounding(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    from test_engine_support import by_schema, independent
+
+    fake = fake_provider_server
+    claim = [{"id": "1", "text": "An outbox keeps writes atomic.", "label": "INFER", "citations": []}]
+    for model in AGENT_MODELS.values():
+        fake.script(model, by_schema(independent=independent("outbox first", claims=claim)))
+    menu = _example("verdict_explore.valid.json")
+    menu["evidence"] = ["Outbox writes stay atomic", "Quantum ledgers beat blockchains"]
+    menu["evidence_claims"] = [{"evidence": "Outbox writes stay atomic", "claim_ids": ["C1"]}]
+    fake.script(JUDGE_MODEL, by_schema(verdict_explore=menu))
+    run = await run_consultation(fake, "mode=explore")
+    assert run.result.status == "complete"
+    assert run.result.verdict is not None and run.result.verdict["evidence_claims"][0]["claim_ids"] == ["C1"]
+    quality = run.result.quality
+    assert quality is not None
+    grounding = {s["where"]: s for s in quality["grounding"]["4"]}
+    assert grounding["evidence[0]"]["grounded"] and grounding["evidence[0]"]["claim_ids"] == ["C1"]
+    assert not grounding["evidence[1]"]["grounded"]
+    assert "evidence_claims:" in texts(requests_with(fake, "verdict_explore", JUDGE_MODEL)[0])
+
+
+def _example(name: str) -> dict[str, Any]:
+    """A fixture artifact's body (the engine sets the header fields)."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "fixtures" / "artifacts" / name).read_text())
+    return {k: v for k, v in data.items() if k not in ("artifact_type", "schema_version", "round_number", "created_at")}

@@ -88,22 +88,38 @@ def test_sixty_claims_serialise_under_two_thousand_real_tokens() -> None:
 
 def test_the_oldest_settled_claims_are_compressed_and_dropped_first() -> None:
     state = _big_state(60)
-    full = state._render(str, {c: 30 for c in state.claims}, set())
+    shown = list(state.claims.values())
+    full = state._render(str, shown, 0, {c: 30 for c in state.claims}, set(), True)
     budget = count_tokens(full) // 2
     block = state.block(budget=budget)
     assert count_tokens(block) < budget
     assert "- C1 [" not in block and "older settled claim(s) omitted: C1" in block
-    assert f'- C60 [FACT/open] delta: "C60 {" ".join(["a", "deliberately", "long", "claim"])}' in block
+    assert f'- C60 [FACT/open] delta: C60 {" ".join(["a", "deliberately", "long", "claim"])}' in block
 
 
 def test_a_small_state_is_shown_whole() -> None:
     state = DebateState("q", ["a"])
     state.absorb(1, "a", _artifact(("1", "FACT", [1]), refs=[{"id": 1, "title": "Dash", "snippet": "41k/day"}]))
     assert state.block(lambda n: "Agent A") == (
-        "=== DEBATE STATE ===\nRound 1 · participants: Agent A\n\nCLAIMS:\n"
-        '- C1 [FACT/open] Agent A: "1 claim text" (supports: E1)\n\nEVIDENCE:\n'
-        '- E1 [citation]: "Dash" - "41k/day" (supports: C1)\n\n'
-        'You can reference claims by ID (e.g., "Building on C1..." or "Challenging C2...")\n')
+        "=== DEBATE STATE ===\nCLAIMS:\n- C1 [FACT/open] Agent A: 1 claim text [E1]\nEVIDENCE:\n"
+        "- E1 [citation]: Dash\n")
+
+
+def test_each_seat_sees_the_claims_it_needs() -> None:
+    state = DebateState("q", ["a", "b", "c"])
+    state.absorb(1, "a", _artifact(("1", "FACT", [1]), ("2", "ASSUME", []), refs=[{"id": 1, "title": "Dash"}]))
+    state.absorb(1, "b", _artifact(("1", "INFER", [])))  # C3
+    state.absorb(1, "c", _artifact(("1", "INFER", []), ("2", "INFER", [])))  # C4, C5
+    state.round = 2
+    state.absorb(2, "b", {"claims": [{"id": "x", "text": "no", "label": "INFER", "citations": [], "opposes": ["C4"]}]})
+    # the judge: what the latest round introduced or touched, and what is contested
+    assert state.focus(None) == {"C4", "C6"}
+    # agent c: its own claims (and the claim opposing one), the contested ones, the ids the judge named
+    assert state.focus("c", named={"C1", "C99"}) == {"C1", "C4", "C5", "C6"}
+    block = state.block(focus=state.focus("c", named={"C1"}), own="c", evidence=False)
+    assert "- C1 [FACT/open] a: 1 claim text [E1]" in block and "EVIDENCE:" not in block
+    assert "- C4 [INFER/contested] c: 1 claim text (opposed by C6)" in block
+    assert "- … 2 other claim(s) not shown here" in block and "- C2 " not in block
 
 
 # ------------------------------------------------------------------------------------------------ anchors
@@ -118,9 +134,9 @@ def test_anchors_are_assigned_round_robin_in_order() -> None:
 
 def test_the_anchor_prompt_carries_the_definition() -> None:
     text = anchor_prompt("Evidence-Calibrated")
-    assert text.startswith("=== YOUR PERSPECTIVE ANCHOR ===\nFramework: Evidence-Calibrated\n")
-    assert "Focus: Focus on data quality, uncertainty quantification" in text
-    assert "Contribution intensity should match topic relevance." in text
+    assert text.startswith("=== PERSPECTIVE ANCHOR: Evidence-Calibrated ===\n")
+    assert "Focus on data quality, uncertainty quantification, empirical grounding, confidence bounds — " in text
+    assert "as far as the topic makes it relevant." in text
 
 
 # ------------------------------------------------------------------------------------------------ verification

@@ -21,6 +21,7 @@ from conclave.artifacts import (
     ArtifactParseError,
     ArtifactValidationError,
     check,
+    current_version,
     drop_null_optionals,
     extract_json,
     get_schema,
@@ -45,7 +46,7 @@ OPTIONAL = {
     ("verdict_explore", "$.properties.recommendations.items.properties.best_when"),
     ("verdict_explore", "$.properties.evidence"),
     ("verdict_explore", "$.properties.dissent"),
-    # the debate-quality fields: optional, so artifacts written before them stay valid
+    # the debate-quality fields an answer may leave out (claims and references are required since 1.1)
     ("common", "$.$defs.claims.items.properties.supports"),
     ("common", "$.$defs.claims.items.properties.opposes"),
     ("common", "$.$defs.references.items.properties.url"),
@@ -53,19 +54,13 @@ OPTIONAL = {
     *((name, f"$.properties.{field}")
       for name in ("independent", "cross_exam_reply", "cross_exam_reply_explore", "cross_exam_reply_adversarial",
                    "cross_exam_reply_devils_advocate")
-      for field in ("claims", "references", "alternatives", "failure_modes", "uncertainties")),
+      for field in ("alternatives", "failure_modes", "uncertainties")),
     ("cross_exam_reply", "$.properties.retracts"),
     ("cross_exam_reply_explore", "$.properties.retracts"),
     ("cross_exam_reply_adversarial", "$.properties.retracts"),
     ("cross_exam_reply_devils_advocate", "$.properties.retracts"),
     ("synthesis", "$.properties.verification"),
     ("cross_exam", "$.properties.claim_statuses"),
-    ("synthesis", "$.properties.consensus_points.items.properties.claim_ids"),
-    ("synthesis", "$.properties.tensions.items.properties.claim_ids"),
-    ("synthesis", "$.properties.partial_coverage"),
-    ("synthesis", "$.properties.unique_insights"),
-    ("synthesis", "$.properties.blind_spots"),
-    ("verdict", "$.properties.evidence_claims"),
 }
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)
@@ -77,7 +72,7 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     "independent.invalid.blank_key_point.json": [("$.key_points[1]", "pattern", "does not match")],
     "independent.invalid.confidence_negative.json": [("$.confidence", "minimum", "-0.1")],
     "independent.invalid.confidence_string.json": [("$.confidence", "type", "'number'")],
-    "independent.invalid.schema_version_2.json": [("$.schema_version", "const", "'1.0'")],
+    "independent.invalid.schema_version_2.json": [("$.schema_version", "const", "'1.1'")],
     "independent.invalid.extra_field.json": [("$", "additionalProperties", "'mood'")],
     "independent.invalid.claim_label_guess.json": [("$.claims[0].label", "enum", "'GUESS'")],
     "independent.invalid.empty_agent_id.json": [
@@ -360,16 +355,16 @@ def test_an_answer_with_every_property_fits_the_strict_variant(fixture: str) -> 
 
 def test_strict_nulls_are_dropped_before_validating_against_the_real_schema() -> None:
     schema = get_schema("verdict_explore")
-    answer = _load(FIXTURES / "verdict_explore.valid.json") | {"evidence": None, "dissent": None}
+    answer = _load(FIXTURES / "verdict_explore.valid.json") | {"dissent": None}
     for option in answer["recommendations"]:
         option.setdefault("best_when", None)
     assert list(Draft202012Validator(strict_variant(schema)).iter_errors(answer)) == []
     assert validate("verdict_explore", answer) != []
     cleaned = drop_null_optionals(schema, answer)
     assert validate("verdict_explore", cleaned) == []
-    assert "evidence" not in cleaned
+    assert "dissent" not in cleaned
     assert "best_when" not in cleaned["recommendations"][0]
-    assert answer["evidence"] is None  # the input is not modified
+    assert answer["dissent"] is None  # the input is not modified
 
 
 def test_drop_null_optionals_keeps_a_null_in_a_required_property() -> None:
@@ -504,10 +499,20 @@ _DISSENT = st.lists(
 )
 
 
+_IDS = st.lists(st.sampled_from(["C1", "C2", "C12"]), max_size=2)
+_CLAIMS = st.lists(st.fixed_dictionaries({
+    "id": _NON_EMPTY, "text": _NON_EMPTY, "label": st.sampled_from(["FACT", "INFER", "ASSUME"]),
+    "citations": st.lists(st.integers(1, 9), max_size=2)}, optional={"supports": _IDS, "opposes": _IDS}), max_size=3)
+_REFERENCES = st.lists(st.fixed_dictionaries({"id": st.integers(1, 9), "title": _NON_EMPTY},
+                                             optional={"url": _TEXT, "snippet": _TEXT}), max_size=2)
+_CLAIMED = {"claims": _CLAIMS, "references": _REFERENCES}  # every agent artifact carries them since 1.1
+_EVIDENCE_CLAIMS = st.lists(st.fixed_dictionaries({"evidence": _NON_EMPTY, "claim_ids": _IDS}), max_size=2)
+
+
 def _artifact(artifact_type: str, round_number: int, fields: dict[str, Any], optional: dict[str, Any] | None = None
               ) -> st.SearchStrategy[dict[str, Any]]:
     header = {
-        "artifact_type": st.just(artifact_type), "schema_version": st.just("1.0"),
+        "artifact_type": st.just(artifact_type), "schema_version": st.just(current_version()),
         "round_number": st.just(round_number), "created_at": _CREATED_AT,
     }
     return st.fixed_dictionaries(header | fields, optional=optional or {})
@@ -516,18 +521,25 @@ def _artifact(artifact_type: str, round_number: int, fields: dict[str, Any], opt
 STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "independent": _artifact("independent", 1, {
         "agent_id": _AGENT, "position": _NON_EMPTY, "key_points": st.lists(_NON_EMPTY, min_size=1, max_size=4),
-        "rationale": _NON_EMPTY, "confidence": _CONFIDENCE, "prose_excerpt": _TEXT,
+        "rationale": _NON_EMPTY, "confidence": _CONFIDENCE, "prose_excerpt": _TEXT, **_CLAIMED,
     }),
     "synthesis": _artifact("synthesis", 2, {
         "consensus_points": st.lists(st.fixed_dictionaries({
             "point": _NON_EMPTY, "supporting_agents": st.lists(_AGENT, max_size=3), "confidence": _CONFIDENCE,
+            "claim_ids": _IDS,
         }), max_size=3),
         "tensions": st.lists(st.fixed_dictionaries({
             "topic": _NON_EMPTY,
             "viewpoints": st.lists(st.fixed_dictionaries({"agent": _AGENT, "viewpoint": _NON_EMPTY}),
                                    min_size=2, max_size=4),
+            "claim_ids": _IDS,
         }), max_size=3),
         "priority_order": _STRINGS,
+        "partial_coverage": st.lists(st.fixed_dictionaries({
+            "point": _NON_EMPTY, "agents": st.lists(_AGENT, max_size=2), "claim_ids": _IDS}), max_size=2),
+        "unique_insights": st.lists(st.fixed_dictionaries({
+            "agent": _AGENT, "insight": _NON_EMPTY, "claim_ids": _IDS}), max_size=2),
+        "blind_spots": _STRINGS,
     }),
     "cross_exam": _artifact("cross_exam", 3, {
         "challenges": st.lists(st.fixed_dictionaries({
@@ -539,6 +551,7 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "verdict": _artifact("verdict", 4, {
         "recommendation": _NON_EMPTY, "confidence": _CONFIDENCE,
         "evidence": st.lists(_TEXT, min_size=1, max_size=3), "dissent": _DISSENT,
+        "evidence_claims": _EVIDENCE_CLAIMS,
     }, optional={
         "per_agent_contributions": st.lists(st.fixed_dictionaries({
             "agent": _AGENT, "key_insight": _NON_EMPTY, "adopted": st.booleans(),
@@ -549,31 +562,41 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "option": _NON_EMPTY, "description": _NON_EMPTY, "pros": _STRINGS, "cons": _STRINGS,
             "championed_by": st.lists(_AGENT, max_size=3),
         }, optional={"best_when": _TEXT}), min_size=1, max_size=4),
-        "synergies": _STRINGS, "confidence": _CONFIDENCE, "summary": _NON_EMPTY,
+        "synergies": _STRINGS, "confidence": _CONFIDENCE, "summary": _NON_EMPTY, "evidence_claims": _EVIDENCE_CLAIMS,
     }, optional={"evidence": _STRINGS, "dissent": _DISSENT}),
     "cross_exam_reply": st.fixed_dictionaries({
         "critique": _TEXT,
         "challenges": st.lists(st.fixed_dictionaries({
             "target_agent": _AGENT, "challenge": _NON_EMPTY, "evidence": _STRINGS,
         }), max_size=3),
-        "defense": _TEXT, "revised_position": _NON_EMPTY,
+        "defense": _TEXT, "revised_position": _NON_EMPTY, **_CLAIMED,
     }),
     "cross_exam_reply_explore": st.fixed_dictionaries({
-        "extensions": _STRINGS, "bridges": _STRINGS, "gaps": _STRINGS, "refined_position": _NON_EMPTY,
+        "extensions": _STRINGS, "bridges": _STRINGS, "gaps": _STRINGS, "refined_position": _NON_EMPTY, **_CLAIMED,
     }),
     "cross_exam_reply_adversarial": st.fixed_dictionaries({
         "target_agent": _AGENT, "steelman": _NON_EMPTY, "counter_argument": _NON_EMPTY, "rebuttal": _NON_EMPTY,
-        "revised_position": _NON_EMPTY,
+        "revised_position": _NON_EMPTY, **_CLAIMED,
     }, optional={"uncertainties": _STRINGS}),
     "cross_exam_reply_devils_advocate": st.fixed_dictionaries({
         "consensus_challenges": st.lists(st.fixed_dictionaries({"consensus_point": _NON_EMPTY,
                                                                 "challenge": _NON_EMPTY}), min_size=1, max_size=3),
-        "concessions": _STRINGS, "revised_position": _NON_EMPTY,
+        "concessions": _STRINGS, "revised_position": _NON_EMPTY, **_CLAIMED,
     }, optional={"retracts": _STRINGS}),
 }
 # answer mode: each answer-bearing artifact of converge plus a short final_answer
+# (answer mode's schemas carry no debate-quality fields)
+_NOT_IN_ANSWER = ("claims", "references", "partial_coverage", "unique_insights", "blind_spots", "evidence_claims")
+
+
+def _without_quality(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_quality(v) for k, v in value.items() if k not in (*_NOT_IN_ANSWER, "claim_ids")}
+    return [_without_quality(v) for v in value] if isinstance(value, list) else value
+
+
 for _base in ("independent", "synthesis", "cross_exam_reply", "verdict"):
-    STRATEGIES[f"{_base}_answer"] = st.builds(lambda body, answer: {**body, "final_answer": answer},
+    STRATEGIES[f"{_base}_answer"] = st.builds(lambda body, answer: {**_without_quality(body), "final_answer": answer},
                                               STRATEGIES[_base], _NON_EMPTY)
 
 
@@ -600,3 +623,35 @@ def test_generated_artifacts_survive_extraction_from_a_chatty_answer(name: str, 
     text = f"Here is my answer {{as asked}}:\n```json\n{json.dumps(instance, indent=2)}\n```\nAnything else?"
     assert extract_json(text) == instance
 
+
+
+def test_an_answer_leaving_out_a_list_added_in_1_1_reads_as_naming_none() -> None:
+    from conclave.engine.extraction import extract, header_for
+
+    body = {"position": "p", "key_points": ["k"], "rationale": "r", "confidence": 0.5, "prose_excerpt": ""}
+    done = extract(json.dumps(body), None, "independent", header_for("independent", 1, "architect"))
+    assert done.ok and done.artifact is not None
+    assert done.artifact["claims"] == [] and done.artifact["references"] == []
+    assert done.artifact["schema_version"] == current_version() == "1.1"
+    # any other missing field still fails and is quoted back in the re-ask
+    without = {k: v for k, v in body.items() if k != "key_points"}
+    failed = extract(json.dumps(without), None, "independent", header_for("independent", 1, "architect"))
+    assert not failed.ok and failed.errors == ("$: 'key_points' is a required property",)
+
+
+def test_a_stored_1_0_artifact_upgrades_to_the_current_version_and_nothing_else_changes() -> None:
+    from conclave.artifacts import upgrade
+
+    old = _load(FIXTURES / "synthesis.valid.json") | {"schema_version": "1.0"}
+    for key in ("partial_coverage", "unique_insights", "blind_spots"):
+        old.pop(key, None)
+    for item in old["consensus_points"] + old["tensions"]:
+        item.pop("claim_ids", None)
+    new = upgrade("synthesis", old)
+    assert validate("synthesis", new) == [] and new["schema_version"] == current_version()
+    assert new["partial_coverage"] == [] and all(p["claim_ids"] == [] for p in new["consensus_points"])
+    assert {k: v for k, v in new.items() if k not in ("partial_coverage", "unique_insights", "blind_spots",
+                                                      "consensus_points", "tensions", "schema_version")} == \
+        {k: v for k, v in old.items() if k not in ("consensus_points", "tensions", "schema_version")}
+    assert "partial_coverage" not in old  # the input is not modified
+    assert upgrade("synthesis", new) is new  # a current artifact is returned as is

@@ -1,7 +1,8 @@
 """Turning a model's answer into a validated artifact (DESIGN.md §5), and the words used to ask for JSON.
 
 Order: the provider's native structured output → the text as JSON → ``artifacts.extract_json`` (fenced block,
-outermost object, json-repair) → nulls for absent optionals dropped → header fields filled by us → validation
+outermost object, json-repair) → nulls for absent optionals dropped → absent lists added in format 1.1 read as
+empty → header fields filled by us → validation
 against the full schema file. What fails validation is
 described (path + message per error) so that one re-ask can quote it back to the model.
 """
@@ -50,7 +51,7 @@ def header_for(schema_name: str, round_number: int, agent_id: str | None) -> dic
     props = _schema(schema_name).get("properties", {})
     values: dict[str, Any] = {
         "artifact_type": _const(props.get("artifact_type"), schema_name),
-        "schema_version": _const(props.get("schema_version"), "1.0"),
+        "schema_version": _const(props.get("schema_version"), artifacts.current_version()),
         "round_number": _const(props.get("round_number"), round_number),
         "created_at": artifacts.now_iso(),
         "agent_id": agent_id,
@@ -86,6 +87,8 @@ def extract(
         return Extraction(None, None, (f"(root): expected a JSON object, got {type(obj).__name__}",))
     # Strict structured output answers an absent optional field with null; null is never a valid value here.
     obj = artifacts.drop_null_optionals(_schema(schema_name), obj)
+    # A list the format added in 1.1 (claims, references, claim ids, coverage) left out means none was named.
+    obj = artifacts.fill_added_lists(schema_name, obj)
     candidate = {**obj, **header}
     errors = artifacts.validate(schema_name, candidate)
     if errors:

@@ -31,23 +31,26 @@ from conclave.engine.session import RoundOutput, Session, prompt_json
 def shared_inputs(session: Session, round_type: RoundType, number: int, *, recipients: int = 1) -> dict[str, str]:
     """The template values every call of this round receives (everything but an agent's own answer)."""
     values = {"question": session.question, "panel": session.labels.panel(), "absent": session.absent_notice()}
-    values.update(session.quality.template_values(session.strategy.template(round_type.template).text))
+    values.update(session.quality.template_values(session.strategy.template(round_type.template).text,
+                                                  for_agents=round_type.seat == "agents"))
     for placeholder, source in round_type.inputs.items():
         if source.take != "own":
-            values[placeholder] = _shown(session, source, number, recipients)
+            values[placeholder] = _shown(session, source, number, recipients, round_type.seat)
     return values
 
 
 def own_inputs(session: Session, round_type: RoundType, agent: str) -> dict[str, str]:
-    """The values only agent ``agent`` receives: its label and its own earlier answers, in full."""
-    values = {"label": session.labels.label(agent)}
+    """The values only agent ``agent`` receives: its label, its own earlier answers in full, and the debate state
+    as its seat sees it."""
+    values = {"label": session.labels.label(agent),
+              **session.quality.agent_values(session.strategy.template(round_type.template).text, agent)}
     for placeholder, source in round_type.inputs.items():
         if source.take == "own":
             values[placeholder] = session.shown(session.record.by_agent(source.source).get(agent))
     return values
 
 
-def _shown(session: Session, source: Input, number: int, recipients: int) -> str:
+def _shown(session: Session, source: Input, number: int, recipients: int, seat: str = "judge") -> str:
     record, labels = session.record, session.labels
     if source.take == "judge":
         artifact = record.judged(source.source)
@@ -55,7 +58,7 @@ def _shown(session: Session, source: Input, number: int, recipients: int) -> str
             artifact = session.filtering.apply(
                 artifact, source.filtered, number, view=labels.judge_view, recipients=recipients
             )
-        return session.shown(artifact)
+        return session.shown(artifact, seat)
     answers = record.by_agent(source.source)
     order = [name for name in labels.order() if name in answers]
     if source.take == "each":

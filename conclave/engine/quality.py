@@ -9,18 +9,27 @@ restored ones included, so a resumed run rebuilds the same state and ids by repl
 - the synthesis' ``verification`` answers (the judged questions, for each round-1 position) are recorded the same
   way, under round 1;
 - the cross-examination judge's ``claim_statuses`` set claim statuses by id;
+- the synthesis is checked for completeness (every round-1 claim and position accounted for,
+  :mod:`conclave.quality.coverage`); a miss is a rule violation, journaled as ``quality:coverage``;
 - the whole state is journaled as ``quality:debate_state``.
 
 Templates receive two extra values: ``debate_state`` (the bounded DEBATE STATE block, agents under their neutral
-labels) and ``verification_questions`` (the judged questions, for the synthesis judge).
+labels) and ``verification_questions`` (the judged questions, for the synthesis judge). The block shows each seat
+the claims it needs, one compact line each:
+
+- the judge: every claim the latest round introduced or touched, and every contested one (the synthesis judge:
+  every round-1 claim, all of which it must account for), with the sources they cite;
+- an agent: its own claims (shortened: it wrote them), the claims linked to them, the claims the judge's
+  artifacts name and the contested ones; source ids only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from conclave.events import DEBATE_STATE, GROUNDING, QUALITY_CHECKS
+from conclave.events import COVERAGE, DEBATE_STATE, GROUNDING, QUALITY_CHECKS
+from conclave.quality import coverage
 from conclave.quality.anchors import anchor_prompt, assign_anchors
 from conclave.quality.claims import RULES, check_rules, claims_of, unlabelled_points
 from conclave.quality.grounding import agent_text, check_grounding
@@ -33,9 +42,14 @@ if TYPE_CHECKING:
 
 
 _PLACEHOLDERS = ("debate_state", "verification_questions")
+#: fields of a first-round position that later replies inherit unless they restate them
+CARRIED = ("alternatives", "failure_modes", "uncertainties")
 #: artifact fields later rounds are not shown (the state block carries claims and evidence; the rest is record)
 RECORD_ONLY = frozenset({"claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
                          "verification"})
+#: synthesis fields for the judge's later rounds only: how round 1 was covered matters to the verdict, while an agent
+#: gets the claims those fields name in its DEBATE STATE block
+AGENTS_NOT_SHOWN = frozenset({"partial_coverage", "unique_insights", "blind_spots"})
 
 
 class QualityLayer:
@@ -51,6 +65,8 @@ class QualityLayer:
         self.unknown_ids: list[str] = []  # state ids agents or the judge named that do not exist
         #: round number -> the judge's statements there, each grounded or not
         self.grounding: dict[int, list[dict[str, Any]]] = {}
+        #: round number -> what the synthesis of that round left unaccounted (rule violations)
+        self.coverage: dict[int, list[dict[str, Any]]] = {}
         self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
 
     # ------------------------------------------------------------------------------------------- prompts
@@ -68,16 +84,45 @@ class QualityLayer:
         head, sep, tail = system.partition(marker)
         return f"{head.rstrip()}\n\n{section}{sep}{tail}" if sep else f"{system.rstrip()}\n\n{section}"
 
-    def template_values(self, template_text: str, *, empty: bool = False) -> dict[str, str]:
-        """The quality values a template uses (computed only when it uses them); ``empty``: the debate state
-        left blank, for the cost estimate (:meth:`carried_tokens` bounds it)."""
+    def template_values(self, template_text: str, *, empty: bool = False, for_agents: bool = False
+                        ) -> dict[str, str]:
+        """The quality values a template uses (computed only when it uses them), the debate state as the judge's
+        seat sees it; ``empty``: the debate state left blank, for the cost estimate (:meth:`carried_tokens` bounds
+        it); ``for_agents``: without the debate state, which each agent gets from :meth:`agent_values`."""
         values: dict[str, str] = {}
-        if "debate_state" in template_text:
-            values["debate_state"] = "" if empty else self.state.block(
-                self.session.labels.label, budget=self.session.settings.quality.state_tokens)
+        if "debate_state" in template_text and not for_agents:
+            values["debate_state"] = "" if empty else self._block(None)
         if "verification_questions" in template_text:
             values["verification_questions"] = prompt_list(self.questions)
         return values
+
+    def agent_values(self, template_text: str, agent: str) -> dict[str, str]:
+        """The debate state as agent ``agent`` sees it, when its template uses it."""
+        return {"debate_state": self._block(agent)} if "debate_state" in template_text else {}
+
+    def _block(self, seat: str | None) -> str:
+        focus = self.state.focus(seat, self._judge_named() if seat is not None else set())
+        return self.state.block(self.session.labels.label, budget=self.session.settings.quality.state_tokens,
+                                focus=focus, own=seat, evidence=seat is None)
+
+    def _judge_named(self) -> set[str]:
+        """Claim ids the judge's artifacts so far rest statements on (consensus points, tensions, …)."""
+        named: set[str] = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, Mapping):
+                for key, item in value.items():
+                    if key == "claim_ids" and isinstance(item, list):
+                        named.update(str(i) for i in item)
+                    else:
+                        walk(item)
+            elif isinstance(value, list):
+                for item in value:
+                    walk(item)
+
+        for output in self.session.record.outputs.values():
+            walk(output.judge)
+        return named
 
     def carried_tokens(self, template_text: str) -> int:
         """Upper bound of the tokens the quality values add to one call of a template (the state block's budget)."""
@@ -115,6 +160,7 @@ class QualityLayer:
             elif output.judge is not None:
                 self._judge_artifact(number, step.type.name, output.judge)
                 self._grounding(session, number, output.judge)
+                self._coverage(session, number, output.judge)
         self.state.round = max(self.state.round, number)
         session.bus.emit(DEBATE_STATE, round_number=number, state=self.state.as_dict())
 
@@ -133,10 +179,19 @@ class QualityLayer:
             "facts": sum(1 for c in claims if c.get("label") == "FACT"),
             "facts_cited": sum(1 for c in claims if c.get("label") == "FACT" and c.get("citations")),
             "rules": [v.as_dict() for v in check_rules(claims, references)],
-            "verification": run_checkers(artifact, self.questions),
+            "verification": run_checkers(self._with_position(round_type, agent, artifact), self.questions),
         }
         self.checks.setdefault(number, {})[agent] = entry
         self.session.bus.emit(QUALITY_CHECKS, round_number=number, agent=agent, **entry)
+
+    def _with_position(self, round_type: str, agent: str, artifact: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A later reply checked with what it did not restate of its author's first-round position: alternatives,
+        failure modes and uncertainties stand until a reply changes them."""
+        first = self.session.plan.types[0].name
+        if round_type == first:
+            return artifact
+        position = self.session.record.by_agent(first).get(agent) or {}
+        return {**{k: position[k] for k in CARRIED if k in position}, **artifact}
 
     def _judge_artifact(self, number: int, round_type: str, artifact: Mapping[str, Any]) -> None:
         answers = artifact.get("verification")
@@ -162,6 +217,17 @@ class QualityLayer:
         session.bus.emit(GROUNDING, round_number=number, statements=results,
                          ungrounded=sum(1 for r in results if not r["grounded"]))
 
+    def _coverage(self, session: Session, number: int, artifact: Mapping[str, Any]) -> None:
+        """Check that a synthesis accounts for every round-1 claim and every present agent's position."""
+        if not coverage.applies(artifact):
+            return
+        first = session.plan.rounds()[0][0].number
+        claims = {c.id: c.agent for c in self.state.claims.values() if c.introduced_round == first}
+        present = session.present()
+        misses = [v.as_dict() for v in coverage.check_coverage(artifact, claims, present)]
+        self.coverage[number] = misses
+        session.bus.emit(COVERAGE, round_number=number, claims=len(claims), agents=len(present), violations=misses)
+
     # ------------------------------------------------------------------------------------------- the record
 
     def summary(self) -> dict[str, Any]:
@@ -174,20 +240,25 @@ class QualityLayer:
             "state": self.state.as_dict(),
             "unknown_ids": sorted(set(self.unknown_ids)),
             "grounding": {str(n): results for n, results in sorted(self.grounding.items())},
-            "metrics": {**metrics(self.checks), "ungrounded_statements": sum(
+            "coverage": {str(n): misses for n, misses in sorted(self.coverage.items())},
+            "metrics": {**metrics(self.checks, self.coverage), "ungrounded_statements": sum(
                 1 for results in self.grounding.values() for r in results if not r["grounded"])},
         }
 
 
-def metrics(checks: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+def metrics(checks: Mapping[int, Mapping[str, Mapping[str, Any]]],
+            coverage_misses: Mapping[int, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
     """Label adoption (% of claims labelled), citation compliance (% of FACT claims cited), rule violations by
-    rule, and the pass rate of each verification question (answered ones only)."""
+    rule (the citation rules and the synthesis coverage rules), and the pass rate of each verification question
+    (answered ones only)."""
     entries = [e for agents in checks.values() for e in agents.values()]
     labelled = sum(e.get("labelled", 0) for e in entries)
     total = labelled + sum(e.get("unlabelled", 0) for e in entries)
     facts = sum(e.get("facts", 0) for e in entries)
     cited = sum(e.get("facts_cited", 0) for e in entries)
     rules = {rule: sum(1 for e in entries for v in e.get("rules", []) if v.get("rule") == rule) for rule in RULES}
+    misses = [v for found in (coverage_misses or {}).values() for v in found]
+    rules.update({rule: sum(1 for v in misses if v.get("rule") == rule) for rule in coverage.RULES})
     tally: dict[str, list[int]] = {}
     for e in entries:
         for r in e.get("verification", []):

@@ -9,7 +9,8 @@ neutral labels. The older form (``round_1`` {agent: artifact}, ``round_2``, ``ro
 read as the standard plan's rounds 1–3.
 
 Rounds are restored in plan order, each only when every round before it is and it holds what the debate needs
-(enough agents' answers, the judge's artifact).
+(enough agents' answers, the judge's artifact). An artifact stored in an older format version is read as the
+current one (:func:`conclave.artifacts.upgrade`); the journal itself is never rewritten.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from conclave.artifacts import upgrade
 from conclave.engine.rounds import VERDICT_ROUND, Step
 from conclave.engine.session import RoundOutput, Session
 
@@ -55,7 +57,7 @@ def interrupted_answers(source: Mapping[str, Any], step: Step) -> dict[str, dict
     if step.type.seat != "agents" or interrupted.get("round_number") != step.number:
         return {}
     return {
-        p["agent"]: dict(p["artifact"])
+        p["agent"]: upgrade(step.type.schema, dict(p["artifact"]))
         for p in interrupted.get("artifacts") or []
         if p.get("agent") and p.get("round_type", step.type.name) == step.type.name
     }
@@ -72,13 +74,14 @@ def _restore(session: Session, step: Step, payloads: list[dict[str, Any]]) -> bo
         judge = next((p["artifact"] for p in reversed(mine) if not p.get("agent")), None)
         if judge is None:
             return False
-        record.outputs[round_type.name] = RoundOutput(step.number, judge=dict(judge))
+        judge = upgrade(round_type.schema, dict(judge))
+        record.outputs[round_type.name] = RoundOutput(step.number, judge=judge)
         if round_type.name == VERDICT_ROUND:
             record.verdict = dict(judge)
         return True
     first = session.plan.types[0].name == round_type.name
     players = list(session.agents) if first else session.present()
-    answers = {p["agent"]: dict(p["artifact"]) for p in mine if p.get("agent") in players}
+    answers = {p["agent"]: upgrade(round_type.schema, dict(p["artifact"])) for p in mine if p.get("agent") in players}
     if len(answers) < round_type.min_answers:
         return False
     output = record.outputs[round_type.name] = RoundOutput(step.number, by_agent=answers)

@@ -174,16 +174,18 @@ class Session:
 
     # --------------------------------------------------------------------------------- what is shown
 
-    def shown(self, artifact: dict[str, Any] | None) -> str:
-        """The labelled JSON of one stored artifact as the judge or an agent is shown it."""
-        return prompt_json(self.view(artifact) if artifact is not None else None)
+    def shown(self, artifact: dict[str, Any] | None, seat: str = "judge") -> str:
+        """The labelled JSON of one stored artifact as the judge or an agent (``seat``) is shown it."""
+        return prompt_json(self.view(artifact, seat) if artifact is not None else None)
 
-    def view(self, artifact: dict[str, Any]) -> dict[str, Any]:
+    def view(self, artifact: dict[str, Any], seat: str = "judge") -> dict[str, Any]:
         """One stored artifact as later rounds see it: under labels, without its quality record — claims and
-        references reach later rounds once, under their ids, in the DEBATE STATE block; checks stay in the record."""
-        from conclave.engine.quality import RECORD_ONLY
+        references reach later rounds once, under their ids, in the DEBATE STATE block; checks stay in the record.
+        Agents are not shown the synthesis' account of round-1 coverage (the claims behind it are in their block)."""
+        from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY
 
-        return {k: v for k, v in self.labels.judge_view(artifact).items() if k not in RECORD_ONLY}
+        hidden = RECORD_ONLY | AGENTS_NOT_SHOWN if seat == "agents" else RECORD_ONLY
+        return {k: v for k, v in self.labels.judge_view(artifact).items() if k not in hidden}
 
     # --------------------------------------------------------------------------------- events
 

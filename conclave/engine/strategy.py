@@ -134,7 +134,8 @@ class Strategy:
         The top consensus point is the recommendation, the mean consensus confidence the confidence, every
         consensus point the evidence; tension viewpoints of agents who support no consensus point become dissent,
         with severity by mean confidence (> 0.85 low, > 0.70 medium, else high); with no such outsider every
-        viewpoint is recorded as low-severity dissent. Nothing is invented: every string comes from the synthesis.
+        viewpoint is recorded as low-severity dissent; each evidence item rests on its consensus point's claim ids.
+        Nothing is invented: every string comes from the synthesis.
         """
         points = sorted(synthesis.get("consensus_points", []), key=lambda p: -float(p.get("confidence", 0)))
         confidence = round(consensus_confidence(synthesis), 4)  # rounded so 0.85 is not 0.8500000000000001
@@ -150,6 +151,7 @@ class Strategy:
             "dissent": [
                 {"agent": v.get("agent", ""), "concern": _tension_text(t, v), "severity": level} for t, v in chosen
             ],
+            "evidence_claims": [{"evidence": p["point"], "claim_ids": list(p.get("claim_ids") or [])} for p in points],
         }
 
 

@@ -28,10 +28,5 @@ def assign_anchors(agents: Sequence[str], setting: str | Mapping[str, str]) -> d
 
 
 def anchor_prompt(anchor: str) -> str:
-    """The system-prompt section that gives an agent its anchor."""
-    return (
-        "=== YOUR PERSPECTIVE ANCHOR ===\n"
-        f"Framework: {anchor}\n"
-        f"Focus: {ANCHORS[anchor]}\n\n"
-        "Apply this lens when relevant to the topic. Contribution intensity should match topic relevance.\n"
-    )
+    """The system-prompt section that gives an agent its anchor: its name and definition, and how to apply it."""
+    return f"=== PERSPECTIVE ANCHOR: {anchor} ===\n{ANCHORS[anchor]} — as far as the topic makes it relevant.\n"

@@ -123,12 +123,14 @@ def parse_inline(text: str) -> InlineAnswer:
 
 @dataclass(frozen=True)
 class RuleViolation:
-    """One broken citation rule: ``rule`` is fact_uncited | assume_cited | orphan_citation | unused_reference."""
+    """One broken rule: a citation rule (fact_uncited | assume_cited | orphan_citation | unused_reference) or a
+    synthesis coverage rule (claim_unaccounted | position_unaccounted, :mod:`conclave.quality.coverage`)."""
 
     rule: str
     detail: str
     claim: str | None = None
     reference: int | None = None
+    agent: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

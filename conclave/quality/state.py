@@ -9,14 +9,14 @@ its author's own claims; the round-3 judge sets statuses by id.
 A claim's status: ``open`` when introduced; ``contested`` once another claim opposes it; ``accepted`` once another
 agent backs it and nothing opposes it; ``retracted`` when its author withdraws it. The judge's statuses override.
 
-:meth:`DebateState.block` is the "DEBATE STATE" prompt block, kept under a token budget by compressing, then
-dropping, the oldest settled (accepted or retracted) claims first.
+:meth:`DebateState.block` is the "DEBATE STATE" prompt block: one compact line per claim a seat needs, kept under a
+token budget by compressing, then dropping, the oldest settled (accepted or retracted) claims first.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,9 +25,9 @@ from conclave.quality.claims import claims_of
 STATUSES = ("accepted", "contested", "retracted", "open")
 EVIDENCE_KINDS = ("citation", "tool_output", "calculation")
 SETTLED = ("accepted", "retracted")
-CLAIM_WORDS = 20  # a claim's text in the block: at most this many words (about 30 tokens)
+CLAIM_WORDS = 16  # a claim's text in the block: at most this many words (about 22 tokens)
 GIST_WORDS = 16  # about 25 tokens
-COMPRESSED_WORDS = 8
+COMPRESSED_WORDS = 8  # an old settled claim, or the seat's own claim
 BLOCK_BUDGET = 2000  # tokens
 _STATE_ID = re.compile(r"^[CE][1-9][0-9]*$")
 
@@ -194,10 +194,25 @@ class DebateState:
 
     # ------------------------------------------------------------------------------------------- the block
 
+    def focus(self, seat: str | None, named: Collection[str] = ()) -> set[str]:
+        """The ids of the claims a seat needs. The judge (``seat`` None): the claims the latest round introduced
+        or touched, and the contested ones. An agent: its own claims, the claims linked to them, the contested
+        ones and ``named`` (the ids the judge's artifacts rest statements on)."""
+        claims = list(self.claims.values())
+        if seat is None:
+            return {c.id for c in claims if c.last_updated_round >= self.round or c.status == "contested"}
+        mine = [c for c in claims if c.agent == seat]
+        out = {c.id for c in mine} | {i for c in mine for i in (*c.opposition, *c.backing, *c.opposes)}
+        return out | {c.id for c in claims if c.status == "contested"} | {i for i in named if i in self.claims}
+
     def block(self, label: Callable[[str], str] = str, *, budget: int = BLOCK_BUDGET,
-              count: Callable[[str], int] | None = None) -> str:
+              count: Callable[[str], int] | None = None, focus: Collection[str] | None = None,
+              own: str | None = None, evidence: bool = True) -> str:
         """The "DEBATE STATE" prompt block in fewer than ``budget`` tokens (``count``: the real tokenizer).
 
+        ``focus``: the ids of the claims this seat needs (None: every claim); the others are counted in one line.
+        ``own``: the seat's agent, whose own claims are shortened (it wrote them). ``evidence``: list the sources
+        cited by the claims shown (the judge's seat); otherwise only their ids appear on the claim lines.
         Oldest settled claims are compressed first, then dropped; then the oldest open or contested ones."""
         if count is None:
             from conclave.tokens import count_tokens
@@ -205,62 +220,57 @@ class DebateState:
             count = count_tokens
         measure = count
         lines: dict[str, int] = {}
+        shown = [c for c in self.claims.values() if focus is None or c.id in focus]
+        hidden = len(self.claims) - len(shown)
 
         def fits() -> bool:
             # cheap first: the sum of per-line counts (cached), then the real count of the whole block
-            parts = self._lines(label, words, dropped)
+            parts = self._lines(label, shown, hidden, words, dropped, evidence)
             for line in parts:
                 if line not in lines:
                     lines[line] = measure(line) + 1
             return sum(lines[line] for line in parts) < budget and measure("\n".join(parts) + "\n") < budget
 
-        order = sorted(self.claims.values(), key=lambda c: (c.status not in SETTLED, c.last_updated_round,
-                                                            int(c.id[1:])))
-        words = {c.id: CLAIM_WORDS for c in self.claims.values()}
+        order = sorted(shown, key=lambda c: (c.status not in SETTLED, c.last_updated_round, int(c.id[1:])))
+        words = {c.id: COMPRESSED_WORDS if c.agent == own else CLAIM_WORDS for c in shown}
         dropped: set[str] = set()
         for stage in ("compress", "drop"):
             for claim in order:
                 if fits():
-                    return self._render(label, words, dropped)
+                    return self._render(label, shown, hidden, words, dropped, evidence)
                 if stage == "compress":
-                    words[claim.id] = COMPRESSED_WORDS
+                    words[claim.id] = min(words[claim.id], COMPRESSED_WORDS)
                 else:
                     dropped.add(claim.id)
-        return self._render(label, words, dropped)
+        return self._render(label, shown, hidden, words, dropped, evidence)
 
-    def _render(self, label: Callable[[str], str], words: Mapping[str, int], dropped: set[str]) -> str:
-        return "\n".join(self._lines(label, words, dropped)) + "\n"
+    def _render(self, label: Callable[[str], str], shown: list[StateClaim], hidden: int, words: Mapping[str, int],
+                dropped: set[str], evidence: bool) -> str:
+        return "\n".join(self._lines(label, shown, hidden, words, dropped, evidence)) + "\n"
 
-    def _lines(self, label: Callable[[str], str], words: Mapping[str, int], dropped: set[str]) -> list[str]:
-        shown = [c for c in self.claims.values() if c.id not in dropped]
-        lines = ["=== DEBATE STATE ===", f"Round {self.round} · participants: "
-                 + ", ".join(label(p) for p in self.participants), "", "CLAIMS:"]
-        for c in shown:
-            links = []
-            if c.support:
-                links.append("supports: " + ", ".join(c.support))
-            if c.opposes:
-                links.append("opposes: " + ", ".join(c.opposes))
-            if c.opposition:
-                links.append("opposed by: " + ", ".join(c.opposition))
-            if c.backing:
-                links.append("backed by: " + ", ".join(c.backing))
+    def _lines(self, label: Callable[[str], str], shown: list[StateClaim], hidden: int, words: Mapping[str, int],
+               dropped: set[str], evidence: bool) -> list[str]:
+        """One compact line per claim: ``- C5 [INFER/open] Agent B: text [E1] (opposes C1)``."""
+        kept = [c for c in shown if c.id not in dropped]
+        lines = ["=== DEBATE STATE ===", "CLAIMS:"]
+        for c in kept:
+            links = [f"{name} {', '.join(ids)}" for name, ids in (
+                ("opposes", c.opposes), ("opposed by", c.opposition), ("backed by", c.backing)) if ids]
+            cites = f" [{', '.join(c.support)}]" if c.support else ""
             suffix = f" ({'; '.join(links)})" if links else ""
-            lines.append(f'- {c.id} [{c.label}/{c.status}] {label(c.agent)}: "{_words(c.text, words[c.id])}"'
-                         f"{suffix}")
-        if not shown:
+            lines.append(f"- {c.id} [{c.label}/{c.status}] {label(c.agent)}: {_words(c.text, words[c.id])}"
+                         f"{cites}{suffix}")
+        if not self.claims:
             lines.append("- (none yet)")
         if dropped:
             lines.append(f"- … {len(dropped)} older settled claim(s) omitted: {', '.join(sorted(dropped, key=_num))}")
-        cited = {e for c in shown for e in c.support}
-        evidence = [e for e in self.evidence.values() if e.id in cited]
-        if evidence:
-            lines += ["", "EVIDENCE:"]
-            for e in evidence:
-                gist = f' - "{e.gist}"' if e.gist else ""
-                lines.append(f'- {e.id} [{e.kind}]: "{_words(e.title, 10)}"{gist} (supports: '
-                             f"{', '.join(s for s in e.supports if s not in dropped)})")
-        lines += ["", 'You can reference claims by ID (e.g., "Building on C1..." or "Challenging C2...")']
+        if hidden:
+            lines.append(f"- … {hidden} other claim(s) not shown here")
+        cited = {e for c in kept for e in c.support}
+        sources = [e for e in self.evidence.values() if e.id in cited] if evidence else []
+        if sources:
+            lines.append("EVIDENCE:")
+            lines += [f"- {e.id} [{e.kind}]: {_words(e.title, 10)}" for e in sources]
         return lines
 
 

@@ -384,7 +384,21 @@ def _quality(result: Mapping[str, Any]) -> Section | None:
     if ungrounded:
         children.append(Bullets([f"{s.get('where')}: {s.get('text', '')} — {s.get('reason')}" for s in ungrounded],
                                 label="Ungrounded judge statements:"))
+    children.extend(_coverage(_map(quality.get("coverage"))))
     return Section("Debate quality", children)
+
+
+def _coverage(coverage: Mapping[str, Any]) -> list[Node]:
+    """Whether each synthesis accounted for every round-1 claim and position (results before the check: none)."""
+    out: list[Node] = []
+    for number, misses in sorted(coverage.items(), key=lambda item: int(item[0])):
+        found = [_map(v) for v in _list(misses)]
+        if found:
+            out.append(Bullets([str(v.get("detail")) for v in found],
+                               label=f"The round-{number} synthesis left unaccounted ({len(found)}):"))
+        else:
+            out.append(Para(f"The round-{number} synthesis accounts for every round-1 claim and position."))
+    return out
 
 
 def _context_line(result: Mapping[str, Any]) -> str:

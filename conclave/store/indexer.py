@@ -104,6 +104,8 @@ _CHILD_COLUMNS = {
                      "unlabelled", "facts", "facts_cited", "violations", "rules"),
     "verification": ("consultation_id", "round_number", "agent", "question_id", "passed", "reason",
                      "answered_by"),
+    "synthesis_coverage": ("consultation_id", "round_number", "claims", "agents", "claims_unaccounted",
+                           "positions_unaccounted", "violations"),
 }
 
 # One pass over each child table per consultation (row-value assignments); every expression reads the row's old
@@ -480,6 +482,16 @@ def _debate_state(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: flo
         ))
 
 
+def _coverage(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    """One row per synthesis: a re-run of its round replaces the whole row."""
+    misses = d.get("violations") or []
+    b.rows["synthesis_coverage"].append((
+        cid, d.get("round_number"), d.get("claims"), d.get("agents"),
+        sum(1 for v in misses if v.get("rule") == "claim_unaccounted"),
+        sum(1 for v in misses if v.get("rule") == "position_unaccounted"), _json(misses),
+    ))
+
+
 def result_summary(result: dict[str, Any]) -> dict[str, Any]:
     """The consultation columns a final result fills: recommendation, confidence, dissent count, duration."""
     verdict = result.get("verdict") if isinstance(result.get("verdict"), dict) else {}
@@ -531,4 +543,5 @@ _HANDLERS: dict[str, Handler] = {
     RESUMED: _resumed,
     ev.QUALITY_CHECKS: _quality_checks,
     ev.DEBATE_STATE: _debate_state,
+    ev.COVERAGE: _coverage,
 }

@@ -299,6 +299,18 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
 
 
 @migrations()
+def m015_views_synthesis_coverage(db: Any) -> None:
+    """What each synthesis left unaccounted: round-1 claims named in no section, agents appearing in none."""
+    db["synthesis_coverage"].create(
+        {
+            "consultation_id": str, "round_number": int, "claims": int, "agents": int, "claims_unaccounted": int,
+            "positions_unaccounted": int, "violations": str,
+        },
+        pk=("consultation_id", "round_number"), foreign_keys=[("consultation_id", "consultations", "id")],
+    )
+
+
+@migrations()
 def m016_eval_quality_protocol(db: Any) -> None:
     # `conclave eval`'s quality protocol (the debate with the quality layer on, forked from the item's round 1),
     # the quality layer's figures per protocol (JSON: protocol -> claims, violations, ungrounded, …), and the

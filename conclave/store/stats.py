@@ -120,8 +120,8 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
 
 def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
     """Debate quality over the period's consultations: label adoption (share of claims labelled), citation
-    compliance (share of FACT claims cited), rule violations, pass rate per verification question, and judge
-    statements resting on no agent claim or text."""
+    compliance (share of FACT claims cited), rule violations (of them, what syntheses left unaccounted), pass rate
+    per verification question, and judge statements resting on no agent claim or text."""
     clauses, params = [], []
     for op, bound in ((">=", period.since), ("<", period.until)):
         if bound is not None:
@@ -138,11 +138,15 @@ def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
         "group by v.question_id order by v.question_id", params).fetchall()
     ungrounded = conn.execute(f"select coalesce(sum(c.ungrounded_statements), 0) from consultations c {where}",
                               params).fetchone()[0]
+    unaccounted = conn.execute(
+        "select coalesce(sum(s.claims_unaccounted + s.positions_unaccounted), 0) from synthesis_coverage s join "
+        f"consultations c on c.id = s.consultation_id {where}", params).fetchone()[0]
     return {
         "claims": labelled,
         "label_adoption": _ratio(labelled, labelled + unlabelled),
         "citation_compliance": _ratio(cited, facts),
-        "rule_violations": violations,
+        "rule_violations": violations + unaccounted,  # the citation rules and the synthesis coverage rules
+        "synthesis_unaccounted": unaccounted,
         "pass_rate": {q: _ratio(p, n) for q, p, n in passes},
         "ungrounded_statements": ungrounded,
     }
@@ -232,8 +236,9 @@ def render_text(stats: dict[str, Any]) -> str:
     if quality.get("claims") or quality.get("pass_rate"):
         lines.append(f"debate quality     {quality['claims']:,} claims · labelled "
                      f"{_pct_text(quality['label_adoption'])} · FACT cited {_pct_text(quality['citation_compliance'])}"
-                     f" · {quality['rule_violations']} rule violations · {quality['ungrounded_statements']} "
-                     "ungrounded judge statements")
+                     f" · {quality['rule_violations']} rule violations ({quality.get('synthesis_unaccounted', 0)} "
+                     f"left unaccounted by a synthesis) · {quality['ungrounded_statements']} ungrounded judge "
+                     "statements")
         rates = " · ".join(f"{q} {_pct_text(r)}" for q, r in quality["pass_rate"].items())
         if rates:
             lines.append(f"verification       {rates}")

@@ -75,7 +75,8 @@ def build_grammar(schema: Mapping[str, Any], *, max_tokens: int, now: str,
     """
     resolve = documents or _shipped_document
     # Fewer array items before shorter strings: three 16-character points say less than one 60-character one.
-    for max_items in range(DEFAULT_MAX_ITEMS, 0, -1):
+    # At the smallest budgets a list with no minItems may have to stay empty (0): a valid, if thin, artifact.
+    for max_items in range(DEFAULT_MAX_ITEMS, -1, -1):
         probe = _Builder(resolve, now, string_chars=1, max_items=max_items).root(schema)
         room = max_tokens - probe.fixed - 8  # a few tokens for the end-of-turn marker and slack
         if probe.slots == 0 or room // probe.slots >= MIN_STRING_CHARS:
@@ -254,6 +255,9 @@ class _Builder:
             if kind == "integer":
                 return _Piece(self._rule("integer", digits), 10, 0)
             return _Piece(self._rule("number", f'{digits} ("." [0-9]{{1,4}})?'), 15, 0)
+        if kind == "integer" and high is None and low in (0, 1):  # a count, or a 1-based number (a citation)
+            positive = "[1-9] [0-9]{0,8}"
+            return _Piece(self._rule("positive" if low else "count", positive if low else f'"0" | {positive}'), 9, 0)
         if kind == "integer" and low is not None and high is not None and 0 <= high - low <= 100:
             return self._choice([str(v) for v in range(math.ceil(low), math.floor(high) + 1)], hint)
         if kind == "number" and (low, high) == (0, 1):
