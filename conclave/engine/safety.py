@@ -304,7 +304,22 @@ class SafetyGuard:
                 self.would_block = self.would_block or record
             elif self.blocked is None:
                 self.blocked = {**block, "withheld": withheld}
+                self._withhold(withheld)
         self.session.bus.emit(SAFETY_CHECKED, **record)
+
+    def _withhold(self, withheld: list[dict[str, Any]]) -> None:
+        """Keep blocked answers out of the result (and so out of the report and stdout); the journal has them."""
+        record = self.session.record
+        for item in withheld:
+            output = record.output(item["round_type"])
+            if output is None:
+                continue
+            if item["agent"] is not None:
+                output.by_agent.pop(item["agent"], None)
+            else:
+                if record.verdict is not None and record.verdict is output.judge:
+                    record.verdict = None
+                output.judge = None
 
     def round_summary(self, number: int) -> dict[str, Any] | None:
         """What a round's end record carries: the highest tier its checks reached, and whether they passed."""
