@@ -72,7 +72,7 @@ OPTIONAL = {
 EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     "safety_evaluation.invalid.verdict_deny.json": [("$.verdict", "enum", "'deny'")],
     "safety_evaluation.invalid.risk_above_1.json": [("$.risk", "maximum", "1.5")],
-    "safety_evaluation.invalid.duplicate_category.json": [("$.categories", "uniqueItems", "non-unique")],
+    "safety_evaluation.invalid.missing_reason.json": [("$", "required", "'reason'")],
     "independent.invalid.missing_created_at.json": [("$", "required", "'created_at'")],
     "independent.invalid.created_at_yesterday.json": [("$.created_at", "format", "date-time")],
     "independent.invalid.round_number_2.json": [("$.round_number", "const", "1")],

@@ -249,7 +249,7 @@ class SafetyGuard:
         risk = float(evaluation.get("risk") or 0.0)
         if evaluation.get("verdict") != "block" and risk < thresholds.block_risk:
             return None
-        categories = [str(c) for c in evaluation.get("categories") or []] or ["unspecified"]
+        categories = list(dict.fromkeys(str(c) for c in evaluation.get("categories") or [])) or ["unspecified"]
         reason = (f"blocked by the safety evaluator (tier 3, {', '.join(categories)}) in {where}: "
                   f"{' '.join(str(evaluation.get('reason') or 'judged unsafe').split())} (risk {risk:.2f})")
         if "self_harm" in categories:
