@@ -59,10 +59,15 @@ register("safety_evaluation", _evaluation, title="Safety evaluation")
 
 
 def safety_section(result: Mapping[str, Any]) -> Section | None:
-    """The report's safety section; None for results from before the evaluator, or with it disabled."""
+    """The report's safety section: when a trigger fired, a pattern matched, a concern was raised or something was
+    (or in the shadow stage would have been) blocked; None otherwise and for results from before the evaluator."""
     safety = _map(result.get("safety"))
     if not safety.get("enabled"):
         return None
+    quiet = not (safety.get("triggers") or safety.get("flags") or safety.get("blocked") or safety.get("would_block")
+                 or safety.get("concerns"))
+    if quiet:
+        return None  # tier 1 passed on everything and nothing asked for more: nothing to report
     tier = int(safety.get("tier_reached") or 0)
     ms = safety.get("tier1_ms_mean")
     facts = [
