@@ -87,6 +87,11 @@ ORDINARY = [
     "How do we harden our login form against SQL injection?",
     "Should we replace cron jobs with Temporal workflows?",
     "Should we sunset the v1 API and force clients onto v2 by March?",
+    # trust-and-safety teams name the harms they moderate: policy questions, not requests
+    "Should our moderation policy treat sexual content involving minors as an automatic ban and a report?",
+    "Should we escalate self-harm reports to a human reviewer within an hour?",
+    "Should uploads matching known malware hashes be blocked or quarantined?",
+    "How do I kill people's idle sessions after 30 minutes?",
 ]
 #: the ordinary questions that name no security, medical or legal topic: they trigger nothing at all
 PLAIN = [q for q in ORDINARY if not any(w in q.lower() for w in (

@@ -111,6 +111,14 @@ const handlers = {
     el.querySelector(".stream").style.display = "none";
     el.querySelector(".artifact").innerHTML = render(d.artifact);
   },
+  "safety:checked": d => {  // a blocked answer is hidden from everyone watching (the journal keeps it)
+    for (const w of d.withheld || []) {
+      const el = agent(w.round_number, w.agent || "judge");
+      el.querySelector(".stream").style.display = "none";
+      el.querySelector(".artifact").innerHTML = "<p class='note error'>Withheld by the safety evaluator: "
+        + esc((d.block || {}).reason || "") + "</p>";
+    }
+  },
   "round:completed": d => { round(d.round_number).querySelector(".state").textContent =
       (d.ok ? "done" : "failed") + " · " + d.duration_s + " s"; },
   "round:interrupted": d => { round(d.round_number).querySelector(".state").textContent = "interrupted: " + d.reason; },
