@@ -126,12 +126,61 @@ class OutputSettings(StrictModel):
 ANCHOR_NAMES = ("Risk-Attentive", "Implementation-Focused", "Evidence-Calibrated", "Systems-Aware")
 
 
+class SafetyPatterns(StrictModel):
+    """Patterns added to the safety evaluator's built-in rules (case-insensitive Python regexes)."""
+
+    block: dict[Name, list[str]] = Field(default_factory=dict)  # tier 1, by category: a hit blocks
+    topic: list[str] = Field(default_factory=list)  # tier 2: the question's topic asks for a full evaluation
+    intent: list[str] = Field(default_factory=list)  # tier 2: the asker's intent (question and responses)
+    context: list[str] = Field(default_factory=list)  # tier 2: what the material contains (context and responses)
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> SafetyPatterns:
+        lists = [(f"block.{k}", v) for k, v in self.block.items()]
+        lists += [(kind, getattr(self, kind)) for kind in ("topic", "intent", "context")]
+        for key, patterns in lists:
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"quality.safety.patterns.{key}: {pattern!r} is not a valid regular "
+                                     f"expression ({exc})") from None
+        return self
+
+
+class SafetyThresholds(StrictModel):
+    block_risk: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7  # a full evaluation at or above this risk blocks
+    concern_risk: Annotated[float, Field(ge=0.0, le=1.0)] = 0.4  # at or above: recorded and reported as a concern
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SafetyThresholds:
+        if self.concern_risk > self.block_risk:
+            raise ValueError(f"quality.safety.thresholds.concern_risk: must not exceed block_risk "
+                             f"({self.block_risk}), got {self.concern_risk}")
+        return self
+
+
+class SafetySettings(StrictModel):
+    """The three-tier safety evaluator (:mod:`conclave.quality.safety`, :mod:`conclave.engine.safety`)."""
+
+    enabled: bool = True
+    stage: Literal["shadow", "on"] | None = None  # None: follow quality.stage (on when it is not set)
+    max_tier: Annotated[int, Field(ge=1, le=3)] = 3  # 1: patterns only; 2: + triggers recorded; 3: + the judge
+    tier1_action: Literal["block", "evaluate"] = "block"  # evaluate: a tier-1 hit asks the judge before blocking
+    modes: list[Name] = Field(default_factory=lambda: ["adversarial", "devils_advocate", "red_team_blue_team"])
+    patterns: SafetyPatterns = Field(default_factory=SafetyPatterns)
+    thresholds: SafetyThresholds = Field(default_factory=SafetyThresholds)
+    on_evaluation_failure: Literal["allow", "block"] = "allow"  # when the judge gives no usable evaluation
+    max_tokens: Annotated[int, Field(ge=128, le=4096)] = 1024  # output budget of one full evaluation
+
+
 class QualitySettings(StrictModel):
     """The debate-quality layer: perspective anchors, the opt-in high-stakes question, the state block's size."""
 
     anchors: str | dict[str, str] = "auto"
     high_stakes: Literal["security", "medical-legal", "agentic", "safety-critical"] | None = None
     state_tokens: Annotated[int, Field(ge=200, le=2000)] = 2000
+    safety: SafetySettings = Field(default_factory=SafetySettings)
 
     @field_validator("anchors", mode="before")
     @classmethod

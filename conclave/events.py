@@ -37,7 +37,9 @@ filter:applied                         round_number (3|4), artifact_type, filter
                                        tokens_before, tokens_after
 round:completed                        round_number, round_type, duration_s, input_tokens, output_tokens, cost,
                                        ok (false: the round ran to its end but failed in a way that stops the
-                                       consultation; ``conclave resume`` restores only ok rounds). Written only
+                                       consultation; ``conclave resume`` restores only ok rounds), safety (the
+                                       safety checks of the round: {tier, passed, blocked, would_block}, or null
+                                       when none ran). Written only
                                        when the round ran to its end, never for a cancelled one
 round:interrupted                      round_number, round_type, duration_s, input_tokens, output_tokens, cost,
                                        reason (cancelled|stopped|error), detail: the round did not run to its end
@@ -50,8 +52,18 @@ cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio,
 consultation:resumed                   restored_rounds [n], spent {cost, input_tokens, output_tokens,
                                        cached_input_tokens, by_provider {provider: cost}, unknown_prices}, from_seq
                                        (written by ``conclave resume`` before the engine continues)
-consultation:completed                 status (complete|completed_degraded|partial|aborted), result (the full
+consultation:completed                 status (complete|completed_degraded|partial|aborted|blocked), result (the full
                                        result JSON, see conclave.engine.result)
+safety:checked                         round_number (0: the question, before round 1), round_type ("question" or
+                                       the step's round type), stage (on|shadow), tier (1|2|3), tier_name
+                                       (lightweight|triggered|full-evaluation), responses (texts checked),
+                                       tier1_ms, flags [tier-1 hits {rule, kind, category, description, target,
+                                       matched}], triggers [tier-2 triggers, same shape; kind mode|topic|intent|
+                                       context], evaluation (the judge's full evaluation {status evaluated|reused|
+                                       failed, verdict, risk, categories, concerns, recommendations, reason,
+                                       content_sha256} or null), concern, passed, blocked, would_block (shadow),
+                                       block {tier, category, rule, target, round_number, reason} or null,
+                                       withheld [{round_number, round_type, agent}] (answers the report withholds)
 agent:chunk                            round_number, agent (name, or "judge"), text: streamed text of an answer
                                        being written; live only (published when a consultation streams, for the
                                        live view and the terminal), never journaled, carries no sequence number
@@ -92,6 +104,7 @@ QUALITY_CHECKS = "quality:checks"
 DEBATE_STATE = "quality:debate_state"
 GROUNDING = "quality:grounding"
 COVERAGE = "quality:coverage"
+SAFETY_CHECKED = "safety:checked"
 
 
 @dataclass(frozen=True)

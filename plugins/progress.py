@@ -277,9 +277,11 @@ class ProgressView:
         raw = data.get("result")
         result: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         status = str(data.get("status") or result.get("status") or "complete")
-        mark = {"complete": "✓", "completed_degraded": "⚠"}.get(status, "✖")
+        mark = {"complete": "✓", "completed_degraded": "⚠", "blocked": "⛔"}.get(status, "✖")
         text = f"{mark} {status.replace('_', ' ')}"
-        if status in ("partial", "aborted") and result.get("abort_reason"):
+        if status == "blocked" and result.get("abort_reason"):
+            text = f"{mark} {result['abort_reason']}"  # the reason starts "blocked by the safety evaluator"
+        elif status in ("partial", "aborted") and result.get("abort_reason"):
             text += f" ({result['abort_reason']})"
         summary = summary_line(result)
         self._write(f"  {text} · {summary}\n" if summary else f"  {text}\n")

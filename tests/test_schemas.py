@@ -36,8 +36,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "artifacts"
 SCHEMA_DIR = Path(__file__).parent.parent / "schemas"
 ARTIFACTS = [
     "cross_exam", "cross_exam_reply", "cross_exam_reply_adversarial", "cross_exam_reply_answer",
-    "cross_exam_reply_devils_advocate", "cross_exam_reply_explore", "independent", "independent_answer", "synthesis",
-    "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
+    "cross_exam_reply_devils_advocate", "cross_exam_reply_explore", "independent", "independent_answer",
+    "safety_evaluation", "synthesis", "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
 ]
 # The only properties a schema may leave out of ``required``.
 OPTIONAL = {
@@ -65,6 +65,9 @@ OPTIONAL = {
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)
 EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
+    "safety_evaluation.invalid.verdict_deny.json": [("$.verdict", "enum", "'deny'")],
+    "safety_evaluation.invalid.risk_above_1.json": [("$.risk", "maximum", "1.5")],
+    "safety_evaluation.invalid.missing_reason.json": [("$", "required", "'reason'")],
     "independent.invalid.missing_created_at.json": [("$", "required", "'created_at'")],
     "independent.invalid.created_at_yesterday.json": [("$.created_at", "format", "date-time")],
     "independent.invalid.round_number_2.json": [("$.round_number", "const", "1")],
@@ -584,6 +587,13 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "concessions": _STRINGS, "revised_position": _NON_EMPTY, **_CLAIMED,
     }, optional={"retracts": _STRINGS}),
 }
+STRATEGIES["safety_evaluation"] = st.fixed_dictionaries({
+    "artifact_type": st.just("safety_evaluation"), "schema_version": st.just("1.0"), "created_at": _CREATED_AT,
+    "verdict": st.sampled_from(["allow", "caution", "block"]), "risk": _CONFIDENCE,
+    "categories": st.lists(st.sampled_from(["weapons", "malware", "self_harm", "security", "other"]), unique=True,
+                           max_size=3),
+    "concerns": _STRINGS, "recommendations": _STRINGS, "reason": _NON_EMPTY,
+})
 # answer mode: each answer-bearing artifact of converge plus a short final_answer
 # (answer mode's schemas carry no debate-quality fields)
 _NOT_IN_ANSWER = ("claims", "references", "partial_coverage", "unique_insights", "blind_spots", "evidence_claims")

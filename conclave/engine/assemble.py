@@ -2,7 +2,8 @@
 
 Status: ``complete``; ``completed_degraded`` when it completed but the judge fallback was used, an agent was
 absent or missed round 3, or any call was answered by a substitute; ``partial`` when it stopped with at least
-one round-1 artifact; ``aborted`` when it stopped with none.
+one round-1 artifact; ``aborted`` when it stopped with none; ``blocked`` when the safety evaluator stopped it
+(:mod:`conclave.engine.safety`).
 
 Cost and tokens (``cost.actual``, ``cost.by_provider``, ``cost.unknown_prices``, ``tokens``) cover every billed
 call of the consultation across all its runs: a resumed run adds what its earlier runs spent (``prior``, from the
@@ -48,6 +49,8 @@ class Provenance:
 
 def consultation_status(session: Session, machine: StateMachine, substitutions: list[dict[str, Any]]) -> Status:
     record = session.record
+    if session.safety.blocked is not None:
+        return "blocked"
     if machine.state is not ConsultState.COMPLETE:
         return "partial" if record.round_1 else "aborted"
     degraded = (
@@ -122,6 +125,7 @@ def assemble_result(
         ),
         verdict=verdict,
         quality=session.quality.summary(),
+        safety=session.safety.summary(),
         recommendation=_recommendation(verdict),
         confidence=float(verdict["confidence"]) if verdict and "confidence" in verdict else None,
         dissent=list(verdict.get("dissent", [])) if verdict else [],

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["complete", "completed_degraded", "partial", "aborted"]
+Status = Literal["complete", "completed_degraded", "partial", "aborted", "blocked"]
 SCHEMA_VERSION = "1.0"
 
 
@@ -105,6 +105,9 @@ class ConsultationResult(_Frozen):
     #: the debate-quality record (anchors, checks per round and agent, debate state, metrics); None in results
     #: written before the layer existed
     quality: dict[str, Any] | None = None
+    #: the safety evaluator's record (stage, tier reached, triggers, flags, evaluations, the block if any); None in
+    #: results written before it existed
+    safety: dict[str, Any] | None = None
     recommendation: str | None
     confidence: float | None
     dissent: list[dict[str, Any]]

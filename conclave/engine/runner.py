@@ -221,12 +221,17 @@ class Consultation:
     async def _flow(self, session: Session) -> None:
         """Play the plan round by round; controllers may end or extend it after each round."""
         plan, record = session.plan, session.record
+        session.safety.cache.update(self.resume_from.get("safety") or {})
+        if session.safety.screen_question():  # tiers 1 and 2 on the question: before anything is spent
+            self._stop(record, session.safety.blocked["reason"] if session.safety.blocked else None)
         self._go(S.ESTIMATING, "estimating cost from the prompts")
         restored = restore_rounds(session, self.resume_from)
         self._estimate_and_consent(session, [n for n in plan.numbers() if n not in restored])
         if self._prior.total:  # earlier runs may have spent the budget already: check that exactly, first
             await self._exact_estimate()
             self._check_budget(session, "the earlier runs")
+        if await session.safety.preflight():  # tier 3 on a question tier 2 flagged, before any agent is asked
+            self._stop(record, session.safety.blocked["reason"] if session.safety.blocked else None)
         previous: int | None = None
         while (steps := plan.next_round()) is not None:
             number = steps[0].number
@@ -280,12 +285,14 @@ class Consultation:
                     done = steps[i - 1].type
                     self._check_budget(session, f"round {number} {done.short or done.name}")
                 failure = await play(session, step, interrupted_answers(self.resume_from, step))
+                failure = await session.safety.after_step(step) or failure  # a block is the reason it stops
                 if failure is not None:
                     break
         except BaseException as exc:
             self._round_interrupted(session, number, name, since, t0, exc)
             raise
-        self.bus.emit(ROUND_COMPLETED, **self._round_totals(number, name, session, since, t0), ok=failure is None)
+        self.bus.emit(ROUND_COMPLETED, **self._round_totals(number, name, session, since, t0), ok=failure is None,
+                      safety=session.safety.round_summary(number))
         self._flush()
         return failure
 
@@ -334,7 +341,8 @@ class Consultation:
         from conclave.tokens import utf8_upper_bound
 
         numbers = session.plan.numbers()
-        planned = planned_texts(session, numbers)
+        planned = planned_texts(session, numbers) + session.safety.planned_texts(numbers)
+        rounds = session.safety.estimate_rounds(rounds)  # the question's full evaluation, when planned
         bound = price_calls(session.pool, planned, utf8_upper_bound).only(rounds)
         consent = decide_consent(bound, self.settings, Interaction.non_interactive(), upper_bound=True)
         if consent.approved:

@@ -138,6 +138,9 @@ class Session:
         from conclave.engine.quality import QualityLayer
 
         self.quality = QualityLayer(self)
+        from conclave.engine.safety import SafetyGuard
+
+        self.safety = SafetyGuard(self)
 
     def native(self, provider: str) -> bool:
         """Whether ``provider``'s implementation honours a JSON schema natively (structured output)."""
@@ -210,6 +213,7 @@ class Session:
             raw_text=raw_text,
             status=status,
         )
+        self.safety.note_artifact(round_number, round_type or schema, agent, artifact)  # tier 1 on every answer
 
 
 def prompt_json(obj: Any) -> str:

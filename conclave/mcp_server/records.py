@@ -17,7 +17,7 @@ from conclave.store.paths import StoreLayout
 
 SESSION_COLUMNS = ("id", "started_at", "status", "mode", "question", "rounds_completed", "planned_rounds",
                    "total_cost", "total_tokens", "confidence", "recommendation", "origin", "client_name")
-STATUSES = ("running", "complete", "completed_degraded", "partial", "aborted")
+STATUSES = ("running", "complete", "completed_degraded", "partial", "aborted", "blocked")
 
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:

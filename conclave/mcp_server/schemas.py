@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from conclave import artifacts
 
-Status = Literal["complete", "completed_degraded", "partial", "aborted"]
+Status = Literal["complete", "completed_degraded", "partial", "aborted", "blocked"]
 
 
 def inlined_schema(name: str) -> dict[str, Any]:
@@ -44,7 +44,8 @@ class ConsultOutput(BaseModel):
     """The outcome of one consultation (``conclave_consult`` and ``conclave_resume``)."""
 
     consultation_id: str = Field(description="Id for conclave_show, conclave_resume, conclave_export_record.")
-    status: Status = Field(description="complete | completed_degraded | partial | aborted")
+    status: Status = Field(description="complete | completed_degraded | partial | aborted | blocked (the safety "
+                                        "evaluator stopped it; abort_reason says why)")
     question: str
     mode: str
     planned_rounds: int

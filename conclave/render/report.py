@@ -17,11 +17,13 @@ from conclave.render import journal_view as jv
 from conclave.render.debate_value import CHANGE_LABELS, debate_value
 from conclave.render.nodes import Bullets, Card, Facts, Node, Note, Para, Section, Table, one_line
 from conclave.render.renderers import Context, dissent_lines, pct, render_artifact, title_of
+from conclave.render.safety import safety_section, withhold
 
 _BANNERS = {
     "completed_degraded": ("⚠", "Completed, degraded.", "warn"),
     "partial": ("⚠", "Partial result.", "warn"),
     "aborted": ("✖", "Aborted.", "danger"),
+    "blocked": ("⛔", "Blocked by the safety evaluator.", "danger"),
     "interrupted": ("⏸", "Interrupted.", "warn"),
 }
 ROUND_TITLES = {"independent": "Independent positions", "synthesis": "Synthesis", "cross_exam": "Cross-examination",
@@ -55,6 +57,7 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
     result dict does not carry; ``only_round`` limits the body to that round's artifacts."""
     records = list(records or [])
     entries = jv.artifact_entries(records) if records else jv.entries_from_result(result)
+    entries = withhold(result, entries)  # answers a safety block stopped are not shown (the journal keeps them)
     if only_round is not None:
         return [*_header(result, label), *_round_sections(result, records, entries, only_round)]
     nodes: list[Node] = [*_header(result, label)]
@@ -62,7 +65,7 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
-    for part in (_movement(result), _quality(result), _cost(result, records)):
+    for part in (_movement(result), _quality(result), safety_section(result), _cost(result, records)):
         if part is not None:
             nodes.append(part)
     return nodes
@@ -209,7 +212,8 @@ def _round_sections(result: Mapping[str, Any], records: Sequence[Mapping[str, An
     context = _context(result)
     types = jv.round_types(records)
     # round 1 is shown even when nobody answered it: the table then says who was absent
-    has_panel = bool(_list(result.get("agents")))
+    # (not when the safety evaluator refused the question: nobody was asked)
+    has_panel = bool(_list(result.get("agents"))) and not (result.get("status") == "blocked" and not entries)
     numbers = sorted({e.round_number for e in entries} | ({1} if has_panel and only in (None, 1) else set()))
     sections: list[Node] = []
     for number in numbers:

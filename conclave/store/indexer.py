@@ -106,6 +106,9 @@ _CHILD_COLUMNS = {
                      "answered_by"),
     "synthesis_coverage": ("consultation_id", "round_number", "claims", "agents", "claims_unaccounted",
                            "positions_unaccounted", "violations"),
+    "safety_checks": ("consultation_id", "seq", "round_number", "round_type", "stage", "tier", "tier_name",
+                      "responses", "tier1_ms", "flags", "triggers", "trigger_kinds", "evaluated", "verdict", "risk",
+                      "concern", "passed", "blocked", "would_block", "block_tier", "block_category", "reason"),
 }
 
 # One pass over each child table per consultation (row-value assignments); every expression reads the row's old
@@ -336,7 +339,7 @@ def _consent(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
 # (round:interrupted, with its reason), or ``superseded`` when an earlier round started again after it (a resume
 # re-runs that round and every round after it, which built on it). A round that starts again replaces its own
 # earlier run's columns entirely, so a stale completion never survives.
-_ROUND_RUN = ("completed_at", "duration_s", "input_tokens", "output_tokens", "cost", "end_reason")
+_ROUND_RUN = ("completed_at", "duration_s", "input_tokens", "output_tokens", "cost", "end_reason", "safety_tier")
 _SUPERSEDE = """
 update rounds set status = 'superseded'
 where consultation_id = ? and round_number > ? and started_at < ? and status != 'superseded'
@@ -364,6 +367,7 @@ def _round_completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: 
         round_type=get("round_type"), completed_at=iso(ts), duration_s=get("duration_s"),
         input_tokens=get("input_tokens"), output_tokens=get("output_tokens"), cost=get("cost"),
         status="failed" if get("ok", True) is False else "ok", end_reason=None,
+        safety_tier=(get("safety") or {}).get("tier"),
     )
 
 
@@ -492,6 +496,21 @@ def _coverage(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, 
     ))
 
 
+def _safety_checked(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    get = d.get
+    evaluation = get("evaluation") or {}
+    block = get("block") or {}
+    triggers = get("triggers") or []
+    b.rows["safety_checks"].append((
+        cid, seq, get("round_number"), get("round_type"), get("stage"), get("tier"), get("tier_name"),
+        get("responses"), get("tier1_ms"), _json(get("flags") or []), _json(triggers),
+        ",".join(sorted({str(t.get("kind")) for t in triggers if isinstance(t, dict)})) or None,
+        int(evaluation.get("status") == "evaluated") if evaluation else 0, evaluation.get("verdict"),
+        evaluation.get("risk"), _flag(get("concern")), _flag(get("passed")), _flag(get("blocked")),
+        _flag(get("would_block")), block.get("tier"), block.get("category"), block.get("reason"),
+    ))
+
+
 def result_summary(result: dict[str, Any]) -> dict[str, Any]:
     """The consultation columns a final result fills: recommendation, confidence, dissent count, duration."""
     verdict = result.get("verdict") if isinstance(result.get("verdict"), dict) else {}
@@ -511,7 +530,15 @@ def result_summary(result: dict[str, Any]) -> dict[str, Any]:
         duration = pick("duration_ms") / 1000
     figures = (result.get("quality") or {}).get("metrics") or {}
     passes = list((figures.get("pass_rate") or {}).values())
+    safety = result.get("safety") if isinstance(result.get("safety"), dict) else {}
+    assert isinstance(safety, dict)
+    block = safety.get("block") if isinstance(safety.get("block"), dict) else {}
+    assert isinstance(block, dict)
     return {
+        "safety_tier": safety.get("tier_reached"),
+        "safety_blocked": _flag(safety.get("blocked")) if safety.get("enabled") else None,
+        "safety_would_block": _flag(safety.get("would_block")) if safety.get("enabled") else None,
+        "safety_reason": block.get("reason"),
         "label_adoption": figures.get("label_adoption"),
         "citation_compliance": figures.get("citation_compliance"),
         "rule_violations": sum((figures.get("rule_violations") or {}).values()) if figures else None,
@@ -544,4 +571,5 @@ _HANDLERS: dict[str, Handler] = {
     ev.QUALITY_CHECKS: _quality_checks,
     ev.DEBATE_STATE: _debate_state,
     ev.COVERAGE: _coverage,
+    ev.SAFETY_CHECKED: _safety_checked,
 }

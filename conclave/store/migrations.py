@@ -299,6 +299,26 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
 
 
 @migrations()
+def m012_safety_checks(db: Any) -> None:
+    # The safety evaluator: one row per screening (the question before round 1 is round 0; then every step), the
+    # tier each round's checks reached, and per consultation the tier reached, whether it was blocked and why.
+    db["safety_checks"].create(
+        {
+            "consultation_id": str, "seq": int, "round_number": int, "round_type": str, "stage": str, "tier": int,
+            "tier_name": str, "responses": int, "tier1_ms": float, "flags": str, "triggers": str,
+            "trigger_kinds": str, "evaluated": int, "verdict": str, "risk": float, "concern": int, "passed": int,
+            "blocked": int, "would_block": int, "block_tier": int, "block_category": str, "reason": str,
+        },
+        pk=("consultation_id", "seq"), foreign_keys=[("consultation_id", "consultations", "id")],
+    )
+    db["safety_checks"].create_index(["blocked"])
+    db["rounds"].add_column("safety_tier", int)
+    for column, kind in (("safety_tier", int), ("safety_blocked", int), ("safety_would_block", int),
+                         ("safety_reason", str)):
+        db["consultations"].add_column(column, kind)
+
+
+@migrations()
 def m015_views_synthesis_coverage(db: Any) -> None:
     """What each synthesis left unaccounted: round-1 claims named in no section, agents appearing in none."""
     db["synthesis_coverage"].create(

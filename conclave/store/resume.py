@@ -155,6 +155,10 @@ def _resume_dict(
         "labels": started.get("judge_labels") or {},
         "shuffle_seed": started.get("shuffle_seed"),
         "spent": spent(records),
+        # full safety evaluations already paid for, by the sha256 of the text they read: reused, never re-bought
+        "safety": {e["content_sha256"]: e for r in records if r["type"] == ev.SAFETY_CHECKED
+                   for e in [r["data"].get("evaluation") or {}]
+                   if e.get("status") == "evaluated" and e.get("content_sha256")},
         "judge_fallback": next((r["data"] for r in reversed(records) if r["type"] == ev.PROVIDER_SUBSTITUTED
                                 and r["data"].get("judge_fallback")), None),
     }

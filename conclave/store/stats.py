@@ -20,6 +20,8 @@ from conclave.store.rollups import (
     consultation_totals,
     provider_totals,
 )
+from conclave.store.safety_stats import render_line as safety_line
+from conclave.store.safety_stats import safety_figures
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
             for mode, m in sorted(modes.items(), key=lambda item: str(item[0]))
         ],
         "quality": quality_figures(conn, period),
+        "safety": safety_figures(conn, period.since, period.until),
     }
 
 
@@ -242,6 +245,9 @@ def render_text(stats: dict[str, Any]) -> str:
         rates = " · ".join(f"{q} {_pct_text(r)}" for q, r in quality["pass_rate"].items())
         if rates:
             lines.append(f"verification       {rates}")
+    safety = safety_line(stats.get("safety") or {})
+    if safety:
+        lines.append(safety)
     lines += ["", "provider     calls   failed   tokens in  tokens out        cost  avg latency"]
     for p in stats["providers"]:
         lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "

@@ -23,7 +23,7 @@ button { font:inherit; padding:8px 16px; border:0; border-radius:6px; background
 .note { padding:10px 14px; border-radius:6px; margin-bottom:14px; background:#fff7e6; border:1px solid #f0d49a; }
 .error { background:#fdecea; border-color:#f3b4ae; }
 .status { font-weight:600; } .status.complete,.status.completed_degraded { color:var(--ok); }
-.status.partial,.status.aborted,.status.interrupted { color:var(--bad); } .status.running { color:var(--run); }
+.status.partial,.status.aborted,.status.blocked,.status.interrupted { color:var(--bad); } .status.running { color:var(--run); }
 .round { background:var(--card); border:1px solid var(--line); border-radius:8px; margin:14px 0; }
 .round > h2 { margin:0; padding:10px 14px; font-size:15px; border-bottom:1px solid var(--line); display:flex; gap:10px; }
 .round > h2 .state { margin-left:auto; font-weight:400; color:var(--muted); font-size:13px; }
@@ -110,6 +110,14 @@ const handlers = {
     const el = agent(d.round_number, d.agent || "judge");
     el.querySelector(".stream").style.display = "none";
     el.querySelector(".artifact").innerHTML = render(d.artifact);
+  },
+  "safety:checked": d => {  // a blocked answer is hidden from everyone watching (the journal keeps it)
+    for (const w of d.withheld || []) {
+      const el = agent(w.round_number, w.agent || "judge");
+      el.querySelector(".stream").style.display = "none";
+      el.querySelector(".artifact").innerHTML = "<p class='note error'>Withheld by the safety evaluator: "
+        + esc((d.block || {}).reason || "") + "</p>";
+    }
   },
   "round:completed": d => { round(d.round_number).querySelector(".state").textContent =
       (d.ok ? "done" : "failed") + " · " + d.duration_s + " s"; },
