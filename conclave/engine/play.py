@@ -7,8 +7,9 @@ Every round goes through here, whatever its type (:mod:`conclave.engine.rounds` 
   lost to a sibling's failure;
 - on the judge's seat the judge is asked once (:class:`~conclave.engine.judge.JudgeSeat` replaces a failing
   judge once);
-- a call's system prompt is the strategy's agent (persona + context) or judge system prompt — the same for every
-  round, so providers can cache it — and its user message the round's template rendered with ``question``,
+- a call's system prompt is the strategy's agent (context + persona) or judge (context + judge) system prompt —
+  the same for every round, and its context block the same for every call, so providers can cache it (the call
+  carries :attr:`Session.prompt_cache`) — and its user message the round's template rendered with ``question``,
   ``panel``, ``absent``, the agent's ``label`` and the round type's inputs, shown under neutral labels and
   filtered where the input says so.
 """
@@ -80,6 +81,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
             schema_name=round_type.schema,
             round_number=number,
             max_tokens=round_type.max_tokens,
+            cache=session.prompt_cache,
         )
     assert agent is not None
     spec = session.settings.agents[agent]
@@ -95,6 +97,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         round_number=number,
         max_tokens=round_type.max_tokens,
         agent_id=agent,
+        cache=session.prompt_cache,
     )
 
 
