@@ -15,7 +15,8 @@ consultation:started                   question, mode, strategy, agents [{name, 
                                        over MCP also origin ("mcp") and client {name, version}
 state:transition                       from, to, reason
 consultation:cost_estimated            estimated_cost (float | null when a model's price is unknown),
-                                       input_tokens, output_tokens, unknown_prices [model]
+                                       input_tokens, cached_input_tokens (expected from prompt caches),
+                                       output_tokens, unknown_prices [model]
 consultation:user_consent              approved, auto_approved, reason
 round:started                          round_number, round_type (the name of the round's last round type:
                                        independent|synthesis|cross_exam|verdict, or a strategy's own)

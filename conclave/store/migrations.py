@@ -296,3 +296,19 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
     for column, kind in (("label_adoption", float), ("citation_compliance", float), ("rule_violations", int),
                          ("verification_pass_rate", float), ("ungrounded_statements", int)):
         db["consultations"].add_column(column, kind)
+
+
+@migrations()
+def m013_providers_cache_tokens(db: Any) -> None:
+    # Prompt caching: each call's cache writes beside its cached reads, and both summed per provider and day for
+    # `conclave stats`. On `index rebuild` the daily rollup does not exist yet (m004 is deferred) and is created
+    # with these columns; on an existing index the days are recomputed from the calls.
+    db["calls"].add_column("cache_write_tokens", int)
+    if not db["provider_daily"].exists():
+        return
+    for column in ("cached_input_tokens", "cache_write_tokens"):
+        if column not in db["provider_daily"].columns_dict:
+            db["provider_daily"].add_column(column, int)
+    from conclave.store.rollups import refresh_all_days
+
+    refresh_all_days(db.conn)
