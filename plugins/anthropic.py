@@ -92,16 +92,20 @@ class AnthropicProvider(HTTPProvider):
             body["system"] = request.system
         if request.temperature is not None and accepts_temperature(API_VERSION):
             body["temperature"] = request.temperature
+        tools: dict[str, Any] = {}
+        if cached and request.cache is not None:
+            # every schema of the consultation, always in the same order: the tools open the cached prefix (a
+            # request without a schema, such as a cache warm-up, sends them too and uses none)
+            tools = {api_name(n): dict(s) for n, s in request.cache.schemas}
         if request.json_schema is not None:
             name = schema_name(request)
-            tools = {name: dict(request.json_schema)}
-            if cached and request.cache is not None:
-                # every schema of the consultation, always in the same order: the tools open the cached prefix
-                tools = {api_name(n): dict(s) for n, s in request.cache.schemas}
-                tools.setdefault(name, dict(request.json_schema))
+            tools.setdefault(name, dict(request.json_schema))
+            body["tool_choice"] = {"type": "tool", "name": name}
+        elif tools:
+            body["tool_choice"] = {"type": "none"}
+        if tools:
             body["tools"] = [{"name": n, "description": _TOOL_DESCRIPTION, "input_schema": s}
                              for n, s in tools.items()]
-            body["tool_choice"] = {"type": "tool", "name": name}
         if stream:
             body["stream"] = True
         return body

@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conclave.engine.calls import CallSpec
+from conclave.engine.caching import WARMUP_AGENT, cache_rule, warmed_groups
+from conclave.engine.calls import JUDGE, CallSpec
 from conclave.engine.extraction import json_instruction
 from conclave.engine.play import call_spec
 from conclave.engine.rounds import RoundType, catalogue_of
 from conclave.engine.session import Session
-from conclave.providers.base import CacheRule, Usage
+from conclave.providers.base import Usage
 
 if TYPE_CHECKING:
     from conclave.providers.pool import ProviderPool
@@ -151,29 +152,46 @@ def price_calls(
 
     counter = count or count_tokens
     estimate = CostEstimate()
+    planned = list(planned)
     stable_sizes: dict[tuple[str, str], int] = {}
-    first_step: dict[tuple[str, ...], int] = {}  # who shares a cached prefix -> the step that first sends it
+
+    def stable_size(spec: CallSpec) -> int:
+        stable = spec.cache.split(spec.system)[0] if spec.cache is not None else ""
+        key = (stable[:64] + str(len(stable)), spec.model)
+        if key not in stable_sizes:
+            stable_sizes[key] = counter(stable, spec.model) if stable else 0
+        return stable_sizes[key]
+
+    # the warm-ups sent before the first round (see conclave.engine.caching), each a write of the shared prefix
+    first = min((c.step for c in planned), default=0)
+    opening = [c.spec for c in planned if c.step == first and c.spec.agent != JUDGE and c.spec.cache is not None]
+    sizes = {(s.provider, s.model): stable_size(s) for s in opening}
+    warmed = {pair for pair in warmed_groups(
+        pool, [(s.provider, s.model) for s in opening], 0,
+        lambda provider, model, _: cache_rule(pool, provider, model, sizes[(provider, model)]))}
+    first_step: dict[tuple[str, ...], int] = {(p, m): first - 1 for p, m in warmed}
+    for provider, model in sorted(warmed):
+        size = sizes[(provider, model)]
+        usage = Usage(size + MESSAGE_OVERHEAD_TOKENS, 1, 0, size)
+        estimate.calls.append(PlannedCall(planned[0].spec.round_number, WARMUP_AGENT, provider, model,
+                                          usage.input_tokens, 1, pool.cost(provider, model, usage), 0, size))
     created: set[tuple[str, ...]] = set()  # caches created once, whose creation is already counted
     for call in planned:
         spec = call.spec
         input_tokens = counter(call.text, spec.model) + call.carried + MESSAGE_OVERHEAD_TOKENS
         cached = written = 0
         if spec.cache is not None:
-            stable = spec.cache.split(spec.system)[0]
-            size_key = (stable[:64] + str(len(stable)), spec.model)
-            if size_key not in stable_sizes:
-                stable_sizes[size_key] = counter(stable, spec.model) if stable else 0
-            size = min(stable_sizes[size_key], input_tokens)
-            rule = _cache_rule(pool, spec.provider, spec.model, size)
+            size = min(stable_size(spec), input_tokens)
+            rule = cache_rule(pool, spec.provider, spec.model, size)
             if rule is not None:
                 key = (spec.provider, spec.model, *((spec.schema_name,) if rule.shared_by == "model+schema" else ()))
-                first = first_step.setdefault(key, call.step)
+                seen = first_step.setdefault(key, call.step)
                 if rule.created_once:  # one creation (a write of its own), then every call reads it
                     cached = size
                     if key not in created:
                         created.add(key)
                         written, input_tokens = size, input_tokens + size
-                elif first < call.step:
+                elif seen < call.step:
                     cached = size
                 else:
                     written = size
@@ -182,15 +200,6 @@ def price_calls(
         estimate.calls.append(PlannedCall(spec.round_number, spec.agent, spec.provider, spec.model, input_tokens,
                                           spec.max_tokens, price, cached, written))
     return estimate
-
-
-def _cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int) -> CacheRule | None:
-    from conclave.providers.base import ProviderError
-
-    try:
-        return pool.provider(provider).cache_rule(model, stable_tokens)
-    except ProviderError:
-        return None
 
 
 def estimate_cost(

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conclave import artifacts
+from conclave.engine.caching import warm_prompt_caches
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import header_for, json_instruction
 from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
@@ -134,6 +135,8 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
             session.emit_artifact(number, round_type.schema, name, artifact, "", "restored", round_type.name)
     to_ask = [name for name in players if name not in output.by_agent]
     shared = shared_inputs(session, round_type, number, recipients=len(to_ask)) if to_ask else {}
+    if to_ask and session.plan.types[0].name == round_type.name:
+        await warm_prompt_caches(session, to_ask)
 
     async def one(name: str) -> None:
         spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name)
