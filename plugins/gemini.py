@@ -44,6 +44,7 @@ from conclave.providers.schema_hints import restrict_keywords
 log = logging.getLogger(__name__)
 
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 #: how long an explicit cached content lives (it is deleted at the end of the consultation anyway); the price
 #: sheet's ``cache_write_input`` for Gemini includes this long a storage
 CACHE_TTL_S = 600
@@ -52,7 +53,6 @@ CACHE_TTL_S = 600
 def min_cache_tokens(model: str) -> int:
     """The smallest context Gemini caches for ``model`` (Flash models 1,024 tokens, the others 4,096)."""
     return 1024 if "flash" in model else 4096
-_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 
 
 class GeminiProvider(HTTPProvider):
@@ -156,7 +156,8 @@ class GeminiProvider(HTTPProvider):
             self._caches[(request.model.removeprefix("models/"), request.cache.key)] = None
 
     def _with_creation(self, usage: Usage, name: str | None) -> Usage:
-        """The first completed call after a cached content was created carries its creation (a cache write)."""
+        """The first completed call after a cached content was created carries its creation (a cache write),
+        also when the content then proved unusable: the creation was billed all the same."""
         tokens = self._unbilled.pop(name, 0) if name is not None else 0
         return usage + Usage(input_tokens=tokens, cache_write_tokens=tokens) if tokens else usage
 
@@ -206,7 +207,6 @@ class GeminiProvider(HTTPProvider):
             if name is None or not _cache_refused(exc):
                 raise
             self._forget(request, name, exc)
-            name = None
             payload = await self.post_json(self._url(request.model, "generateContent"), self.body(request),
                                            request.model)
         text, finish = self._candidate(payload, request.model)
@@ -241,7 +241,6 @@ class GeminiProvider(HTTPProvider):
                 if attempt_name is None or parts or not _cache_refused(exc):
                     raise
                 self._forget(request, attempt_name, exc)
-                name = None
                 continue
             break
         # Gemini's stream has no terminator: the last chunk carries the finish reason, so its absence = truncated.

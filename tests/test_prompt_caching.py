@@ -288,3 +288,27 @@ async def test_cli_consultation_records_cached_tokens_that_stats_report(
         db.close()
     assert stats["tokens"]["cached_input"] == sent
     assert stats["tokens"]["cache_write"] == sum(r.cache_write_tokens for r in fake.requests) > 0
+
+
+async def test_gemini_sends_the_whole_prompt_again_when_its_cached_content_has_gone(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, context_file: Path) -> None:
+    from conclave.testing.fake_server import Reply
+    from conclave.testing.schema_instances import instance_for
+
+    fake = fake_provider_server
+
+    def expire_then_answer(request: RecordedRequest) -> Reply:
+        fake.cache.contents.clear()  # the cache expires while round 1 is being answered
+        return Reply(json=instance_for(request.schema))
+
+    fake.script("gemini-2.5-flash", expire_then_answer)
+    run = await run_consultation(fake, f"context=[{context_file}]", "agents=gemini_only", "rounds=2",
+                                 "judge.model=gemini-2.5-flash", "agents.security.model=gemini-2.5-flash",
+                                 "agents.architect.model=gemini-2.5-flash", "agents.pragmatist.model=gemini-2.5-flash")
+    assert run.result.status == "complete"
+    calls = [r for r in fake.requests_for("gemini-2.5-flash") if "generationConfig" in (r.json or {})]
+    referenced = [i for i, r in enumerate(calls) if "cachedContent" in r.json]
+    # after the refusal every call (the round-2 judge's included) carries the whole prompt; nothing is re-created
+    assert referenced and all("systemInstruction" in r.json for r in calls[referenced[-1] + 1:])
+    assert "cachedContent" not in calls[-1].json and len(calls) > 4
+    assert len([r for r in fake.requests if r.path.endswith("/cachedContents")]) == 1
