@@ -1,6 +1,9 @@
 """The fake provider server in a process of its own, for benchmarks (like a remote API, it does not compete for
 the measured interpreter): every model answers each schema with an instance generated once, after ``latency``
-seconds; with ``log``, each request's arrival time is appended to that file.
+seconds; with ``log``, each request's arrival time is appended to that file; ``prompt_cache=False`` turns the
+fake's prompt caches off (every input token billed as uncached); ``rich=True`` makes the judge answer with a full
+synthesis and cross-examination (several consensus points, tensions, challenges and rebuttals, from
+``bench/filtering.py``'s generated debates) so that filtering has something to cut.
 
     with fake_server_process(0.3) as overrides: ...   # the overrides that point conclave at it
 """
@@ -19,22 +22,56 @@ from typing import Any
 MODELS = ("claude-sonnet-4-5", "gpt-4o", "gemini-2.5-pro", "gpt-4.1")
 
 
-async def serve(latency: float, log: str | None = None) -> None:
+def _rich_answers() -> dict[str, Any]:
+    """Schema title -> a full judge artifact (synthesis, cross-examination) of a generated 3-agent debate, its
+    agents named by the judge's labels."""
+    from filtering import generate_debate
+
+    from conclave.engine.extraction import request_schema
+
+    debate = generate_debate(2026)
+    text = json.dumps({kind: debate[kind] for kind in ("synthesis", "cross_exam")})
+    for name, label in zip(debate["agents"], ("Agent A", "Agent B", "Agent C"), strict=False):
+        text = text.replace(f'"{name}"', f'"{label}"')
+    artifacts = json.loads(text)
+    return {request_schema(kind)["title"]: artifacts[kind] for kind in artifacts}
+
+
+def _schema_in_prompt(request: Any) -> Any:
+    """The schema the ``prompt`` structured-output form writes into the last user message, if any."""
+    messages = (request.json or {}).get("messages") or []
+    text = str(messages[-1].get("content") or "") if messages else ""
+    start = text.rfind("```json\n")
+    if start < 0:
+        return None
+    body = text[start + len("```json\n"):]
+    return json.loads(body[: body.index("\n```")])
+
+
+async def serve(latency: float, log: str | None = None, prompt_cache: bool = True, rich: bool = False) -> None:
     from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
+    from conclave.testing.prompt_cache import PromptCacheModel
     from conclave.testing.schema_instances import instance_for
 
-    answers: dict[str, Any] = {}
+    answers: dict[str, Any] = _rich_answers() if rich else {}
 
     def answer(request: RecordedRequest) -> Reply:
         if log is not None:
             with open(log, "a") as f:
                 f.write(f"{time.time()}\n")
+        if not isinstance(request.schema, dict):
+            request.schema = _schema_in_prompt(request)
+        if not isinstance(request.schema, dict):  # no schema asked for (a cache warm-up)
+            return Reply(text="OK", latency=latency)
+        title = request.schema.get("title")
+        if title in answers:
+            return Reply(json=answers[title], latency=latency)
         key = json.dumps(request.schema, sort_keys=True)
         if key not in answers:
             answers[key] = instance_for(request.schema)
         return Reply(json=answers[key], latency=latency)
 
-    async with FakeProviderServer() as fake:
+    async with FakeProviderServer(prompt_cache=PromptCacheModel(enabled=prompt_cache)) as fake:
         for model in MODELS:
             fake.script(model, answer)
         print(json.dumps(fake.overrides()), flush=True)
@@ -42,10 +79,12 @@ async def serve(latency: float, log: str | None = None) -> None:
 
 
 @contextmanager
-def fake_server_process(latency: float, log: str | None = None) -> Iterator[list[str]]:
+def fake_server_process(latency: float, log: str | None = None, *, prompt_cache: bool = True,
+                        rich: bool = False) -> Iterator[list[str]]:
     """A fake server process answering after ``latency`` s; yields the overrides that point conclave at it."""
-    child = subprocess.Popen([sys.executable, __file__, str(latency), *([log] if log else [])],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, __file__, str(latency), log or "", *([] if prompt_cache else ["no-cache"]),
+            *(["rich"] if rich else [])]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
         yield json.loads(child.stdout.readline())
@@ -56,4 +95,5 @@ def fake_server_process(latency: float, log: str | None = None) -> Iterator[list
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(float(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None))
+    asyncio.run(serve(float(sys.argv[1]), (sys.argv[2] or None) if len(sys.argv) > 2 else None,
+                      prompt_cache="no-cache" not in sys.argv[3:], rich="rich" in sys.argv[3:]))

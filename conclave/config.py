@@ -60,6 +60,9 @@ class ProviderSettings(StrictModel):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     structured_output: Literal["auto", "json_schema", "json_object", "prompt", "off"] = "auto"
     max_concurrency: Annotated[int, Field(ge=0, le=1024)] | None = None
+    #: prompt-caching hints: ``auto`` where the endpoint is known to take them, ``on`` also on a custom base_url,
+    #: ``off`` none
+    prompt_cache: Literal["auto", "on", "off"] = "auto"
     model_path: str | None = None
 
     @field_validator("model_path")

@@ -15,7 +15,8 @@ consultation:started                   question, mode, strategy, agents [{name, 
                                        over MCP also origin ("mcp") and client {name, version}
 state:transition                       from, to, reason
 consultation:cost_estimated            estimated_cost (float | null when a model's price is unknown),
-                                       input_tokens, output_tokens, unknown_prices [model]
+                                       input_tokens, cached_input_tokens (expected from prompt caches),
+                                       output_tokens, unknown_prices [model]
 consultation:user_consent              approved, auto_approved, reason
 round:started                          round_number, round_type (the name of the round's last round type:
                                        independent|synthesis|cross_exam|verdict, or a strategy's own)
@@ -23,8 +24,9 @@ provider:queued                        round_number, agent, provider, model, max
                                        waits for a free slot of its endpoint (``providers.<name>.max_concurrency``)
 provider:attempt                       round_number, agent (agent name, or "judge"), provider, model, number,
                                        started_at (epoch s), latency_s, outcome, status, error, hedge,
-                                       input_tokens, output_tokens, cached_input_tokens, cost (null = unknown),
-                                       estimated (true: an abandoned attempt whose tokens conclave counted itself)
+                                       input_tokens, output_tokens, cached_input_tokens, cache_write_tokens,
+                                       cost (null = unknown), estimated (true: an abandoned attempt whose
+                                       tokens conclave counted itself)
 consultation:provider_substituted      round_number, agent, original_provider, original_model,
                                        substitute_provider, substitute_model, reason (timeout|failure)
 agent:completed                        round_number, agent, ok, duration_s, input_tokens, output_tokens, cost,

@@ -2,6 +2,14 @@
 
 The system prompt is the top-level ``system`` field. Structured output is one forced tool whose ``input_schema``
 is the artifact schema (``tool_choice: {type: tool, name}``); the tool call's ``input`` is the parsed object.
+
+Prompt caching: Anthropic caches the prefix tools → system → messages up to each ``cache_control`` breakpoint
+(reads billed at ~10% of input, writes at 125%). When a call carries the consultation's cache hint and the shared
+prefix is at least the model's minimum cacheable length, the system prompt is sent as two text blocks — the
+context block every call shares, then the seat's own instructions — each ending in an ``ephemeral`` breakpoint
+(2 of the 4 allowed), and ``tools`` lists every schema of the consultation in a fixed order, the wanted one forced
+by ``tool_choice``: a different tool list would change the prefix before the system prompt from round to round,
+while ``tool_choice`` only affects the cached messages, which are never cached here.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import Any, ClassVar
 
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    CacheRule,
     Completion,
     CompletionRequest,
     OverloadedError,
@@ -22,11 +31,26 @@ from conclave.providers.base import (
     ServerError,
     Usage,
 )
-from conclave.providers.http import HTTPProvider, parse_object, schema_name
+from conclave.providers.http import HTTPProvider, api_name, approx_tokens, parse_object, schema_name
 
 API_VERSION = "2023-06-01"
 #: the first API version that rejects ``temperature``/``top_p``/``top_k`` with a 400 (ISO dates compare as strings)
 NO_SAMPLING_SINCE = "2026-10-21"
+
+
+#: the API's limit on ``cache_control`` breakpoints in one request
+MAX_BREAKPOINTS = 4
+EPHEMERAL = {"type": "ephemeral"}
+_TOOL_DESCRIPTION = "Record your answer. Call this tool exactly once with the complete answer."
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix the model caches (shorter ones are processed without caching, no error)."""
+    if model.startswith(("claude-opus-4-5", "claude-opus-4-6", "claude-opus-4-7", "claude-haiku-4-5")):
+        return 4096
+    if model.startswith(("claude-3-5-haiku", "claude-3-haiku")):
+        return 2048
+    return 1024
 
 
 def accepts_temperature(version: str = API_VERSION) -> bool:
@@ -56,21 +80,49 @@ class AnthropicProvider(HTTPProvider):
             "max_tokens": request.max_tokens,
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
         }
-        if request.system:
+        cached = self._cached_prefix(request)
+        if cached:
+            stable, own = request.cache.split(request.system) if request.cache is not None else ("", "")
+            blocks = [{"type": "text", "text": stable, "cache_control": dict(EPHEMERAL)}]
+            if own:
+                blocks.append({"type": "text", "text": own, "cache_control": dict(EPHEMERAL)})
+            assert len(blocks) <= MAX_BREAKPOINTS
+            body["system"] = blocks
+        elif request.system:
             body["system"] = request.system
         if request.temperature is not None and accepts_temperature(API_VERSION):
             body["temperature"] = request.temperature
+        tools: dict[str, Any] = {}
+        if cached and request.cache is not None:
+            # every schema of the consultation, always in the same order: the tools open the cached prefix (a
+            # request without a schema, such as a cache warm-up, sends them too and uses none)
+            tools = {api_name(n): dict(s) for n, s in request.cache.schemas}
         if request.json_schema is not None:
             name = schema_name(request)
-            body["tools"] = [{
-                "name": name,
-                "description": "Record your answer. Call this tool exactly once with the complete answer.",
-                "input_schema": dict(request.json_schema),
-            }]
+            tools.setdefault(name, dict(request.json_schema))
             body["tool_choice"] = {"type": "tool", "name": name}
+        elif tools:
+            body["tool_choice"] = {"type": "none"}
+        if tools:
+            body["tools"] = [{"name": n, "description": _TOOL_DESCRIPTION, "input_schema": s}
+                             for n, s in tools.items()]
         if stream:
             body["stream"] = True
         return body
+
+    def _cached_prefix(self, request: CompletionRequest) -> bool:
+        """Whether ``request`` gets cache breakpoints: hints are on, it carries the consultation's hint, and the
+        shared prefix is long enough for the model to cache."""
+        cache = request.cache
+        if cache is None or cache.stable_chars <= 0 or not self.sends_cache_hints():
+            return False
+        stable, _ = cache.split(request.system)
+        return approx_tokens(stable) >= min_cacheable_tokens(request.model)
+
+    def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
+        if not self.sends_cache_hints() or stable_tokens < min_cacheable_tokens(model):
+            return None
+        return CacheRule(shared_by="model")
 
     async def attempt(self, request: CompletionRequest) -> Completion:
         started = time.perf_counter()
@@ -191,6 +243,7 @@ def _usage(raw: Any) -> Usage:
         input_tokens=int(raw.get("input_tokens") or 0) + cached + written,
         output_tokens=int(raw.get("output_tokens") or 0),
         cached_input_tokens=cached,
+        cache_write_tokens=written,
     )
 
 

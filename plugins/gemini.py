@@ -5,19 +5,32 @@ schema as ``generationConfig.responseJsonSchema``, restricted to the keywords Ge
 are stated in descriptions). Streaming uses ``:streamGenerateContent?alt=sse``. A 429 ``RESOURCE_EXHAUSTED`` carries
 its wait in the body (``RetryInfo.retryDelay``); a per-day quota (a ``QuotaFailure`` whose ``quotaId`` says
 ``PerDay``) resets at midnight Pacific time and is not retried.
+
+Prompt caching: the context block that opens every system prompt of a consultation is the same in every call. When
+it is at least the model's minimum cacheable length and hints are on, the first call to a model creates an explicit
+cached content holding it (``POST cachedContents``, TTL 600 s, billed once at the input price plus its storage) and
+every call then references it (``cachedContent``), so each reads the context at the cached rate whatever its
+schema; the seat's own instructions, which a request naming a cached content may not send as
+``systemInstruction``, open its user turn instead. The caches are deleted when the consultation ends. If creation
+fails, or a cache has gone (expired), calls are sent whole, where Gemini's implicit caching (no guaranteed saving)
+may still serve the shared prefix.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
     BadRequestError,
+    CacheRule,
     Completion,
     CompletionRequest,
     ProviderError,
@@ -25,11 +38,21 @@ from conclave.providers.base import (
     RateLimitedError,
     Usage,
 )
-from conclave.providers.http import HTTPProvider, parse_object, parse_retry_after
+from conclave.providers.http import HTTPProvider, approx_tokens, parse_object, parse_retry_after
 from conclave.providers.schema_hints import restrict_keywords
+
+log = logging.getLogger(__name__)
 
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 _QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+#: how long an explicit cached content lives (it is deleted at the end of the consultation anyway); the price
+#: sheet's ``cache_write_input`` for Gemini includes this long a storage
+CACHE_TTL_S = 600
+
+
+def min_cache_tokens(model: str) -> int:
+    """The smallest context Gemini caches for ``model`` (Flash models 1,024 tokens, the others 4,096)."""
+    return 1024 if "flash" in model else 4096
 
 
 class GeminiProvider(HTTPProvider):
@@ -39,6 +62,15 @@ class GeminiProvider(HTTPProvider):
     DEFAULT_KEY_ENV = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset({"generativelanguage.googleapis.com"})
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: (model, cache key) -> the cached content's name, or None when it could not be created (or expired)
+        self._caches: dict[tuple[str, str], str | None] = {}
+        self._creating: dict[tuple[str, str], asyncio.Lock] = {}
+        #: cached content name -> tokens it holds, until a completed call carries its creation in its usage
+        self._unbilled: dict[str, int] = {}
+        self._created: list[str] = []
+
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-goog-api-key": key}  # a header, never ?key=: URLs end up in logs
 
@@ -46,15 +78,20 @@ class GeminiProvider(HTTPProvider):
         # Gemini answers an invalid key with 400 INVALID_ARGUMENT "API key not valid".
         return status in (401, 403) or (status == 400 and "api key" in message.lower())
 
-    def body(self, request: CompletionRequest) -> dict[str, Any]:
-        """The request body for ``request`` (what the API receives, key excluded)."""
-        body: dict[str, Any] = {
-            "contents": [
-                {"role": "model" if m.role == "assistant" else "user", "parts": [{"text": m.content}]}
-                for m in request.messages
-            ],
-        }
-        if request.system:
+    def body(self, request: CompletionRequest, cached_content: str | None = None) -> dict[str, Any]:
+        """The request body for ``request`` (what the API receives, key excluded); with ``cached_content`` the
+        consultation's shared prefix is referenced instead of sent."""
+        contents: list[dict[str, Any]] = [
+            {"role": "model" if m.role == "assistant" else "user", "parts": [{"text": m.content}]}
+            for m in request.messages
+        ]
+        body: dict[str, Any] = {"contents": contents}
+        if cached_content is not None and request.cache is not None:
+            body["cachedContent"] = cached_content
+            _, own = request.cache.split(request.system)
+            if own and contents:
+                contents[0]["parts"].insert(0, {"text": own})
+        elif request.system:
             body["systemInstruction"] = {"parts": [{"text": request.system}]}
         config: dict[str, Any] = {"maxOutputTokens": request.max_tokens}
         if request.temperature is not None:
@@ -64,6 +101,78 @@ class GeminiProvider(HTTPProvider):
             config["responseJsonSchema"] = restrict_keywords(request.json_schema)
         body["generationConfig"] = config
         return body
+
+    # ------------------------------------------------------------------------------------- explicit caching
+
+    def _explicit(self, request: CompletionRequest) -> bool:
+        cache = request.cache
+        if cache is None or cache.stable_chars <= 0 or not self.sends_cache_hints():
+            return False
+        stable, _ = cache.split(request.system)
+        return approx_tokens(stable) >= min_cache_tokens(request.model.removeprefix("models/"))
+
+    def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
+        # implicit caching promises no saving, so only the explicit cache counts in an estimate
+        if not self.sends_cache_hints() or stable_tokens < min_cache_tokens(model.removeprefix("models/")):
+            return None
+        return CacheRule(shared_by="model", created_once=True)
+
+    async def _cached_content(self, request: CompletionRequest) -> str | None:
+        """The name of the consultation's cached content for ``request.model``, created by the first call that
+        needs it (the others wait for it); None when explicit caching does not apply or creation failed."""
+        if not self._explicit(request) or request.cache is None:
+            return None
+        model = request.model.removeprefix("models/")
+        key = (model, request.cache.key)
+        if key in self._caches:
+            return self._caches[key]
+        async with self._creating.setdefault(key, asyncio.Lock()):
+            if key not in self._caches:
+                self._caches[key] = await self._create_cache(request, model)
+        return self._caches[key]
+
+    async def _create_cache(self, request: CompletionRequest, model: str) -> str | None:
+        assert request.cache is not None
+        stable, _ = request.cache.split(request.system)
+        body = {"model": f"models/{model}", "displayName": request.cache.key,
+                "systemInstruction": {"parts": [{"text": stable}]}, "ttl": f"{CACHE_TTL_S}s"}
+        try:
+            payload = await self.post_json(f"{self.base_url}/cachedContents", body, request.model)
+        except ProviderError as exc:
+            log.info("%s: no cached content for %s (%s); calls carry the whole prompt", self.name, model, exc)
+            return None
+        name = payload.get("name")
+        if not isinstance(name, str) or not name.startswith("cachedContents/"):
+            log.info("%s: the cached content for %s came back without a name; calls carry the whole prompt",
+                     self.name, model)
+            return None
+        self._created.append(name)
+        self._unbilled[name] = int((payload.get("usageMetadata") or {}).get("totalTokenCount") or 0)
+        return name
+
+    def _forget(self, request: CompletionRequest, name: str, exc: ProviderError) -> None:
+        log.info("%s: cached content %s is unusable (%s); calls carry the whole prompt", self.name, name, exc)
+        if request.cache is not None:
+            self._caches[(request.model.removeprefix("models/"), request.cache.key)] = None
+
+    def _with_creation(self, usage: Usage, name: str | None) -> Usage:
+        """The first completed call after a cached content was created carries its creation (a cache write),
+        also when the content then proved unusable: the creation was billed all the same."""
+        tokens = self._unbilled.pop(name, 0) if name is not None else 0
+        return usage + Usage(input_tokens=tokens, cache_write_tokens=tokens) if tokens else usage
+
+    async def close(self) -> None:
+        """Delete the cached contents this consultation created (they would expire on their own after the TTL)."""
+        import aiohttp
+
+        created, self._created = self._created, []
+        if self.session is None:
+            return
+        for name in created:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+                async with self.session.delete(f"{self.base_url}/{name}", headers=self.headers(""),
+                                               timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                    await resp.read()
 
     def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
                       kw: dict[str, Any]) -> ProviderError | None:
@@ -90,36 +199,55 @@ class GeminiProvider(HTTPProvider):
 
     async def attempt(self, request: CompletionRequest) -> Completion:
         started = time.perf_counter()
-        payload = await self.post_json(self._url(request.model, "generateContent"), self.body(request),
-                                       request.model)
+        name = await self._cached_content(request)
+        try:
+            payload = await self.post_json(self._url(request.model, "generateContent"), self.body(request, name),
+                                           request.model)
+        except ProviderError as exc:
+            if name is None or not _cache_refused(exc):
+                raise
+            self._forget(request, name, exc)
+            payload = await self.post_json(self._url(request.model, "generateContent"), self.body(request),
+                                           request.model)
         text, finish = self._candidate(payload, request.model)
         if finish is None and not text:
             raise self.truncated("the answer has neither text nor a finish reason", request.model)
-        return self._completion(request, text, finish, payload.get("usageMetadata"), payload.get("modelVersion"),
-                                started)
+        completion = self._completion(request, text, finish, payload.get("usageMetadata"),
+                                      payload.get("modelVersion"), started)
+        return replace(completion, usage=self._with_creation(completion.usage, name))
 
     async def attempt_stream(self, request: CompletionRequest) -> AsyncIterator[str | Completion]:
         started = time.perf_counter()
+        name = await self._cached_content(request)
         parts: list[str] = []
         finish: str | None = None
         usage: Any = None
         model: Any = None
         url = self._url(request.model, "streamGenerateContent") + "?alt=sse"
-        events = self.post_sse(url, self.body(request), request.model)
-        async with contextlib.aclosing(events):
-            async for _name, data in events:
-                chunk = self.decode_event(data, request.model)
-                text, chunk_finish = self._candidate(chunk, request.model)
-                if text:
-                    parts.append(text)
-                    yield text
-                finish = chunk_finish or finish
-                usage = chunk.get("usageMetadata") or usage
-                model = chunk.get("modelVersion") or model
+        for attempt_name in (name, None) if name is not None else (None,):
+            events = self.post_sse(url, self.body(request, attempt_name), request.model)
+            try:
+                async with contextlib.aclosing(events):
+                    async for _name, data in events:
+                        chunk = self.decode_event(data, request.model)
+                        text, chunk_finish = self._candidate(chunk, request.model)
+                        if text:
+                            parts.append(text)
+                            yield text
+                        finish = chunk_finish or finish
+                        usage = chunk.get("usageMetadata") or usage
+                        model = chunk.get("modelVersion") or model
+            except ProviderError as exc:
+                if attempt_name is None or parts or not _cache_refused(exc):
+                    raise
+                self._forget(request, attempt_name, exc)
+                continue
+            break
         # Gemini's stream has no terminator: the last chunk carries the finish reason, so its absence = truncated.
         if finish is None:
             raise self.truncated("the stream ended without a finish reason", request.model)
-        yield self._completion(request, "".join(parts), finish, usage, model, started)
+        completion = self._completion(request, "".join(parts), finish, usage, model, started)
+        yield replace(completion, usage=self._with_creation(completion.usage, name))
 
     def _candidate(self, payload: dict[str, Any], model: str) -> tuple[str, str | None]:
         candidates = payload.get("candidates")
@@ -161,6 +289,11 @@ class GeminiProvider(HTTPProvider):
                 break
             url = f"{self.base_url}/models?pageSize=1000&pageToken={quote(str(token))}"
         return ids
+
+
+def _cache_refused(exc: ProviderError) -> bool:
+    """Whether Gemini refused a request because of its ``cachedContent`` (expired, deleted, another model's)."""
+    return exc.status in (400, 403, 404) and "cachedcontent" in str(exc).lower().replace(" ", "").replace("_", "")
 
 
 def _seconds(value: Any) -> float | None:

@@ -7,6 +7,13 @@ strict: true}`` with the schema's strict-mode variant (every property required, 
 strict mode rejects moved into descriptions; the answer's ``null`` optionals are dropped again, so ``parsed`` matches
 the original schema); every other server gets the full schema, as ``json_schema``, else ``json_object`` with a
 ``schema``, else written into the prompt. Streaming uses SSE with ``include_usage``.
+
+Prompt caching is automatic on OpenAI for prompts of 1,024 tokens or more: the longest previously seen prefix
+(in 128-token steps) is billed at the cached rate. The system message opens with the consultation's context, the
+same bytes in every call, and the call's ``prompt_cache_key`` (the consultation's key; sent to api.openai.com, or
+anywhere with ``prompt_cache: on``) routes its calls to the same cache. The structured-output schema is part of
+the cached prefix, before the system message: calls share the cache only when they ask for the same schema, so
+round 1's answers and round 3's replies (one schema per round) are what reuse it across rounds.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from urllib.parse import urlsplit
 from conclave.artifacts import drop_null_optionals, strict_variant
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    CacheRule,
     Completion,
     CompletionRequest,
     ProviderError,
@@ -38,6 +46,8 @@ from conclave.providers.structured import is_rejection, memory_for, next_forms, 
 log = logging.getLogger(__name__)
 
 OPENAI_HOST = "api.openai.com"
+#: the shortest prompt OpenAI's automatic prompt cache serves
+OPENAI_MIN_CACHED = 1024
 
 
 class OpenAIProvider(HTTPProvider):
@@ -110,10 +120,24 @@ class OpenAIProvider(HTTPProvider):
                 body["response_format"] = {"type": "json_object", "schema": _grammar_schema(_canonical(schema))}
         elif schema is not None and form == "prompt":
             _append_to_last_user(messages, prompt_instruction(schema))
+        if request.cache is not None and self.sends_cache_hints_to_openai():
+            body["prompt_cache_key"] = request.cache.key
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def sends_cache_hints_to_openai(self) -> bool:
+        """``prompt_cache_key`` is OpenAI's own parameter: with ``prompt_cache: auto`` only api.openai.com gets it
+        (xAI and Mistral, on the same implementation, document no such field); ``on`` sends it anywhere."""
+        mode = self.settings.prompt_cache
+        return mode == "on" or (mode == "auto" and self.is_openai())
+
+    def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
+        # automatic on the vendor's side, whatever the hints: a 1,024-token prefix, shared by calls with one schema
+        if stable_tokens < OPENAI_MIN_CACHED or self.costs_nothing():
+            return None
+        return CacheRule(shared_by="model+schema")
 
     def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
                       kw: dict[str, Any]) -> ProviderError | None:

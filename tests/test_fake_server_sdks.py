@@ -158,3 +158,78 @@ async def test_google_genai_sdk_reads_resource_exhausted_with_retry_info(fake):
     details = {d["@type"].rsplit(".", 1)[-1]: d for d in caught.value.details["error"]["details"]}
     assert details["RetryInfo"]["retryDelay"] == "33s"
     assert "PerDay" in details["QuotaFailure"]["violations"][0]["quotaId"]
+
+
+# ------------------------------------------------------------------------------------- prompt caching
+
+
+def _cached_request(model: str, schema: bool = True) -> Any:
+    from conclave.providers.base import CompletionRequest, Message, PromptCache
+
+    stable, own = "Context supplied with the question:\n\n" + "C" * 8000 + "\n\n---\n\n", "You review security."
+    return CompletionRequest(model=model, messages=(Message("user", "q"),), system=stable + own,
+                             json_schema=SCHEMA if schema else None, schema_name="record" if schema else None,
+                             cache=PromptCache("conclave-k", len(stable), (("record", SCHEMA),)))
+
+
+def _ours(cls: Any, api: str, fake: FakeProviderServer) -> Any:
+    from conclave.config import ProviderSettings
+
+    return cls(api, ProviderSettings(api=api, base_url=fake.base_url(api), prompt_cache="on"), None, environ={})
+
+
+async def test_anthropic_sdk_sends_our_cache_breakpoints_unchanged_and_reads_cache_usage(fake):
+    from plugins.anthropic import AnthropicProvider
+
+    body = _ours(AnthropicProvider, "anthropic", fake).body(_cached_request("claude-sonnet-4-6"), stream=False)
+    client = _anthropic(fake)
+    first = await client.messages.create(**body)
+    second = await client.messages.create(**body)
+    assert [r.json for r in fake.requests_for("claude-sonnet-4-6")] == [body, body]  # the SDK's shape is ours
+    assert first.usage.cache_creation_input_tokens > 0 and first.usage.cache_read_input_tokens == 0
+    assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    warm = _ours(AnthropicProvider, "anthropic", fake).body(_cached_request("claude-sonnet-4-6", schema=False),
+                                                            stream=False)
+    assert (await client.messages.create(**warm)).usage.cache_read_input_tokens > 0  # tool_choice none is valid
+
+
+async def test_openai_sdk_sends_our_prompt_cache_key_unchanged_and_reads_cached_tokens(fake):
+    from plugins.openai import OpenAIProvider
+
+    body = _ours(OpenAIProvider, "openai", fake).body(_cached_request("gpt-4o"), stream=False)
+    client = _openai(fake)
+    await client.chat.completions.create(**body)
+    again = await client.chat.completions.create(**body)
+    assert [r.json for r in fake.requests_for("gpt-4o")] == [body, body] and body["prompt_cache_key"] == "conclave-k"
+    assert again.usage.prompt_tokens_details.cached_tokens >= 1024
+
+
+async def test_google_genai_sdk_creates_uses_and_deletes_a_cached_content_as_we_do(fake):
+    from google.genai import types
+
+    from plugins.gemini import CACHE_TTL_S
+
+    client = _gemini(fake)
+    request = _cached_request("gemini-2.5-flash")
+    stable, own = request.cache.split(request.system)
+    cache = await client.aio.caches.create(model="gemini-2.5-flash", config=types.CreateCachedContentConfig(
+        system_instruction=stable, ttl=f"{CACHE_TTL_S}s", display_name="conclave-k"))
+    (created,) = [r for r in fake.requests if r.path.endswith("/cachedContents")]
+    ours = {"model": "models/gemini-2.5-flash", "displayName": "conclave-k",
+            "systemInstruction": {"parts": [{"text": stable}]}, "ttl": f"{CACHE_TTL_S}s"}
+    sdk = {**created.json, "systemInstruction": {"parts": created.json["systemInstruction"]["parts"]}}
+    assert sdk == ours and cache.name.startswith("cachedContents/") and cache.usage_metadata.total_token_count > 0
+    from plugins.gemini import GeminiProvider
+
+    body = _ours(GeminiProvider, "gemini", fake).body(request, cache.name)
+    answer = await client.aio.models.generate_content(
+        model="gemini-2.5-flash", contents=[types.Content(role="user", parts=[types.Part(text=own),
+                                                                              types.Part(text="q")])],
+        config=types.GenerateContentConfig(cached_content=cache.name, max_output_tokens=2048,
+                                           response_mime_type="application/json", response_json_schema=SCHEMA))
+    sent = fake.requests_for("gemini-2.5-flash")[-1].json
+    assert sent["cachedContent"] == body["cachedContent"] and sent["contents"] == body["contents"]
+    assert answer.usage_metadata.cached_content_token_count == cache.usage_metadata.total_token_count
+    await client.aio.caches.delete(name=cache.name)
+    assert fake.requests[-1].method == "DELETE" and fake.requests[-1].path == f"/gemini/v1beta/{cache.name}"
+    assert not fake.cache.contents

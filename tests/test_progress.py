@@ -58,7 +58,7 @@ EXPECTED = [
     "  ▸ Round 2 · Synthesis     judge ✓ 2.2s   confidence 78%",
     "  ▸ Round 3 · Cross-exam    security ✓ 1.0s   pragmatist ✗ (timeout)   judge ✓ 3.3s",
     "  ▸ Round 4 · Verdict       judge ✓ 3.6s   confidence 84%",
-    "  ✓ complete · cost $0.0412 · 18,305 tokens · 16.4 s · saved 4,210 tokens (31%)",
+    "  ✓ complete · cost $0.0412 · 18,305 tokens (4,096 read from prompt caches) · 16.4 s · saved 4,210 tokens (31%)",
 ]
 
 
@@ -143,7 +143,7 @@ def test_an_aborted_run_ends_with_its_reason() -> None:
     assert out.getvalue().splitlines() == [
         "  ✖ Cost $0.0900 exceeded 1.5 × the estimate $0.0500: stopping",
         "  ▸ Round 3 · Cross-exam",
-        "  ✖ aborted (cost_exceeded) · cost $0.0412 · 18,305 tokens · 16.4 s",
+        "  ✖ aborted (cost_exceeded) · cost $0.0412 · 18,305 tokens (4,096 read from prompt caches) · 16.4 s",
     ]
 
 

@@ -77,7 +77,7 @@ def test_converge_report_details(converge: dict[str, Any]) -> None:
     assert "**Unresolved**\n\n- Who staffs the projection rebuild and on-call for the event store" in md
     assert "- pragmatist (medium): The team has no on-call experience with an event store;" in md
     assert md.rstrip().splitlines()[-9:] == [
-        "cost $0.0412 · 18,305 tokens · 16.4 s · saved 4,210 tokens (31%)",
+        "cost $0.0412 · 18,305 tokens (4,096 read from prompt caches) · 16.4 s · saved 4,210 tokens (31%)",
         "",
         "| Provider | Cost |",
         "| --- | ---: |",

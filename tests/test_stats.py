@@ -45,7 +45,7 @@ def test_all_time_figures_match_the_events(tmp_path: Path) -> None:
     record(tmp_path, streams)
     stats = stats_for(tmp_path)
 
-    costs, tokens_in, tokens_out, confidences, durations = [], 0, 0, [], []
+    costs, tokens_in, tokens_out, cached_in, written, confidences, durations = [], 0, 0, 0, 0, [], []
     providers: dict[str, Counter] = defaultdict(Counter)
     saved_cost, accepted, filter_saved = 0.0, 0, 0
     modes: Counter[str] = Counter()
@@ -54,6 +54,8 @@ def test_all_time_figures_match_the_events(tmp_path: Path) -> None:
         costs.append(sum(a["cost"] for a in attempts))
         tokens_in += sum(a["input_tokens"] for a in attempts)
         tokens_out += sum(a["output_tokens"] for a in attempts)
+        cached_in += sum(a.get("cached_input_tokens") or 0 for a in attempts)
+        written += sum(a.get("cache_write_tokens") or 0 for a in attempts)
         for a in attempts:
             providers[a["provider"]]["calls"] += 1
             providers[a["provider"]]["failed"] += a["outcome"] != "ok"
@@ -74,7 +76,8 @@ def test_all_time_figures_match_the_events(tmp_path: Path) -> None:
     assert stats["by_status"] == {"complete": finished, "running": 40 - finished}
     assert stats["cost"]["total"] == pytest.approx(sum(costs))
     assert stats["cost"]["median"] == pytest.approx(statistics.median(costs), abs=1e-6)
-    assert stats["tokens"] == {"input": tokens_in, "output": tokens_out, "total": tokens_in + tokens_out}
+    assert stats["tokens"] == {"input": tokens_in, "output": tokens_out, "total": tokens_in + tokens_out,
+                               "cached_input": cached_in, "cache_write": written}
     assert stats["duration_s"]["median"] == pytest.approx(statistics.median(durations), abs=2e-3)
     distribution = stats["confidence"]["distribution"]
     assert distribution[">=0.85"] == sum(c >= 0.85 for c in confidences)

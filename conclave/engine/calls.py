@@ -22,7 +22,7 @@ from conclave.engine.extraction import (
     request_schema,
 )
 from conclave.events import AGENT_CHUNK, AGENT_COMPLETED, EventBus
-from conclave.providers.base import Completion, CompletionRequest, Message, ProviderError, Usage
+from conclave.providers.base import Completion, CompletionRequest, Message, PromptCache, ProviderError, Usage
 from conclave.providers.pricing import same_model
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class CallSpec:
     max_tokens: int
     agent_id: str | None = None  # set on the artifact header when its schema has ``agent_id``
     allow_substitution: bool = True  # whether the pool may answer with a backup model
+    cache: PromptCache | None = None  # the consultation's shared prefix (None: no caching hints)
 
 
 @dataclass
@@ -90,6 +91,7 @@ async def ask_for_artifact(
         json_schema=request_schema(spec.schema_name),
         schema_name=spec.schema_name,
         max_tokens=spec.max_tokens,
+        cache=spec.cache,
     )
     header = header_for(spec.schema_name, spec.round_number, spec.agent_id)
     try:
@@ -113,6 +115,7 @@ async def ask_for_artifact(
                 json_schema=request.json_schema,
                 schema_name=request.schema_name,
                 max_tokens=request.max_tokens,
+                cache=request.cache,
             )
             outcome.reasked = True
             completion = await _complete(pool, reask_spec, retry, outcome, on_chunk)

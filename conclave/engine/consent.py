@@ -54,7 +54,10 @@ def _ask(estimate: CostEstimate, interaction: Interaction) -> Consent:
         )
         choice = answer.strip().lower()[:1]
         return Consent(choice == "y", False, "approved by the user" if choice == "y" else "declined by the user")
-    answer = interaction.ask(f"Estimated cost: ${total:.4f}. Continue? [y]es / [n]o / [a]lways")
+    cached = estimate.cached_input_tokens
+    share = (f" ({cached:,} of {estimate.input_tokens:,} input tokens expected from prompt caches)"
+             if cached else "")
+    answer = interaction.ask(f"Estimated cost: ${total:.4f}{share}. Continue? [y]es / [n]o / [a]lways")
     choice = answer.strip().lower()[:1]
     if choice == "a":
         threshold = round_up_to_cent(total)

@@ -5,8 +5,13 @@ Estimate, per planned call:
   be sent; later rounds are the real templates rendered with the question and context, plus the artifacts they
   will carry, each counted at its producer's output cap — filtering only ever makes them smaller),
 - output = the call's ``max_tokens`` cap (declared by its round type, :mod:`conclave.engine.rounds`),
-priced with ``pool.estimate_cost``. A model without a price makes the whole estimate unknown. Re-asks, retries,
-hedges and a judge fallback are not planned calls and come on top.
+- the cached share: the consultation's shared prefix (the context block) is expected from the provider's prompt
+  cache as its :class:`~conclave.providers.base.CacheRule` says — read by a call when a call sharing it was answered
+  in an earlier step (calls of one step run at once, so they all miss and the first step's calls write it), or,
+  for a cache created once (Gemini), written once and read by every call —
+priced with the pool's price table (cached reads and cache writes at their own rates). A model without a price
+makes the whole estimate unknown. Re-asks, retries, hedges and a judge fallback are not planned calls and come on
+top.
 
 The meter (:func:`spent`) reads this process's call log; a resumed consultation adds what its earlier runs were
 billed (:meth:`SpentSoFar.from_journal`, from ``resume_from["spent"]``), so the actual cost and the in-flight abort
@@ -20,7 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conclave.engine.calls import CallSpec
+from conclave.engine.caching import WARMUP_AGENT, cache_rule, warmed_groups
+from conclave.engine.calls import JUDGE, CallSpec
 from conclave.engine.extraction import json_instruction
 from conclave.engine.play import call_spec
 from conclave.engine.rounds import RoundType, catalogue_of
@@ -40,6 +46,9 @@ class PlannedCall:
     input_tokens: int
     output_tokens: int
     cost: float | None
+    #: input tokens expected from the prompt cache, and written to it (both included in ``input_tokens``)
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass
@@ -75,6 +84,10 @@ class CostEstimate:
     def output_tokens(self) -> int:
         return sum(c.output_tokens for c in self.calls)
 
+    @property
+    def cached_input_tokens(self) -> int:
+        return sum(c.cached_input_tokens for c in self.calls)
+
 
 #: tokens a chat API adds around the system and user messages of one call (role markers, separators)
 MESSAGE_OVERHEAD_TOKENS = 16
@@ -87,6 +100,7 @@ class PlannedText:
     spec: CallSpec
     text: str
     carried: int
+    step: int = 0  # the plan step it belongs to: calls of one step are sent at once
 
 
 def empty_values(session: Session, round_type: RoundType) -> dict[str, str]:
@@ -105,8 +119,8 @@ def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
     agents = list(session.settings.agents)
     wanted = set(rounds)
     catalogue = catalogue_of(session.plan)
-    specs: list[tuple[CallSpec, int]] = []
-    for step in session.plan.steps():
+    specs: list[tuple[CallSpec, int, int]] = []
+    for index, step in enumerate(session.plan.steps()):
         if step.number not in wanted:
             continue
         round_type = step.type
@@ -114,17 +128,17 @@ def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
         empty = empty_values(session, round_type)
         carried = round_type.carried_tokens(catalogue, len(agents)) + session.quality.carried_tokens(text)
         if round_type.seat == "judge":
-            specs.append((call_spec(session, round_type, step.number, empty), carried))
+            specs.append((call_spec(session, round_type, step.number, empty), carried, index))
         else:
             specs += [
                 (call_spec(session, round_type, step.number, {**empty, "label": session.labels.label(name)}, name),
-                 carried)
+                 carried, index)
                 for name in agents
             ]
     texts = []
-    for spec, carried in specs:
+    for spec, carried, index in specs:
         instruction = json_instruction(spec.schema_name, session.native(spec.provider))
-        texts.append(PlannedText(spec, f"{spec.system}\n{spec.user}\n{instruction}", carried))
+        texts.append(PlannedText(spec, f"{spec.system}\n{spec.user}\n{instruction}", carried, index))
     return texts
 
 
@@ -138,13 +152,53 @@ def price_calls(
 
     counter = count or count_tokens
     estimate = CostEstimate()
+    planned = list(planned)
+    stable_sizes: dict[tuple[str, str], int] = {}
+
+    def stable_size(spec: CallSpec) -> int:
+        stable = spec.cache.split(spec.system)[0] if spec.cache is not None else ""
+        key = (stable[:64] + str(len(stable)), spec.model)
+        if key not in stable_sizes:
+            stable_sizes[key] = counter(stable, spec.model) if stable else 0
+        return stable_sizes[key]
+
+    # the warm-ups sent before the first round (see conclave.engine.caching), each a write of the shared prefix
+    first = min((c.step for c in planned), default=0)
+    opening = [c.spec for c in planned if c.step == first and c.spec.agent != JUDGE and c.spec.cache is not None]
+    sizes = {(s.provider, s.model): stable_size(s) for s in opening}
+    warmed = {pair for pair in warmed_groups(
+        pool, [(s.provider, s.model) for s in opening], 0,
+        lambda provider, model, _: cache_rule(pool, provider, model, sizes[(provider, model)]))}
+    first_step: dict[tuple[str, ...], int] = {(p, m): first - 1 for p, m in warmed}
+    for provider, model in sorted(warmed):
+        size = sizes[(provider, model)]
+        usage = Usage(size + MESSAGE_OVERHEAD_TOKENS, 1, 0, size)
+        estimate.calls.append(PlannedCall(planned[0].spec.round_number, WARMUP_AGENT, provider, model,
+                                          usage.input_tokens, 1, pool.cost(provider, model, usage), 0, size))
+    created: set[tuple[str, ...]] = set()  # caches created once, whose creation is already counted
     for call in planned:
         spec = call.spec
         input_tokens = counter(call.text, spec.model) + call.carried + MESSAGE_OVERHEAD_TOKENS
-        price = pool.estimate_cost(spec.provider, spec.model, input_tokens, spec.max_tokens)
-        estimate.calls.append(
-            PlannedCall(spec.round_number, spec.agent, spec.provider, spec.model, input_tokens, spec.max_tokens, price)
-        )
+        cached = written = 0
+        if spec.cache is not None:
+            size = min(stable_size(spec), input_tokens)
+            rule = cache_rule(pool, spec.provider, spec.model, size)
+            if rule is not None:
+                key = (spec.provider, spec.model, *((spec.schema_name,) if rule.shared_by == "model+schema" else ()))
+                seen = first_step.setdefault(key, call.step)
+                if rule.created_once:  # one creation (a write of its own), then every call reads it
+                    cached = size
+                    if key not in created:
+                        created.add(key)
+                        written, input_tokens = size, input_tokens + size
+                elif seen < call.step:
+                    cached = size
+                else:
+                    written = size
+        usage = Usage(input_tokens, spec.max_tokens, cached, written)
+        price = pool.cost(spec.provider, spec.model, usage)
+        estimate.calls.append(PlannedCall(spec.round_number, spec.agent, spec.provider, spec.model, input_tokens,
+                                          spec.max_tokens, price, cached, written))
     return estimate
 
 

@@ -7,8 +7,9 @@ Every round goes through here, whatever its type (:mod:`conclave.engine.rounds` 
   lost to a sibling's failure;
 - on the judge's seat the judge is asked once (:class:`~conclave.engine.judge.JudgeSeat` replaces a failing
   judge once);
-- a call's system prompt is the strategy's agent (persona + context) or judge system prompt — the same for every
-  round, so providers can cache it — and its user message the round's template rendered with ``question``,
+- a call's system prompt is the strategy's agent (context + persona) or judge (context + judge) system prompt —
+  the same for every round, and its context block the same for every call, so providers can cache it (the call
+  carries :attr:`Session.prompt_cache`) — and its user message the round's template rendered with ``question``,
   ``panel``, ``absent``, the agent's ``label`` and the round type's inputs, shown under neutral labels and
   filtered where the input says so.
 """
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conclave import artifacts
+from conclave.engine.caching import warm_prompt_caches
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import header_for, json_instruction
 from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
@@ -83,6 +85,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
             schema_name=round_type.schema,
             round_number=number,
             max_tokens=round_type.max_tokens,
+            cache=session.prompt_cache,
         )
     assert agent is not None
     spec = session.settings.agents[agent]
@@ -98,6 +101,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         round_number=number,
         max_tokens=round_type.max_tokens,
         agent_id=agent,
+        cache=session.prompt_cache,
     )
 
 
@@ -134,6 +138,8 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
             session.emit_artifact(number, round_type.schema, name, artifact, "", "restored", round_type.name)
     to_ask = [name for name in players if name not in output.by_agent]
     shared = shared_inputs(session, round_type, number, recipients=len(to_ask)) if to_ask else {}
+    if to_ask and session.plan.types[0].name == round_type.name:
+        await warm_prompt_caches(session, to_ask)
 
     async def one(name: str) -> None:
         spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name)

@@ -72,17 +72,13 @@ class QualityLayer:
     # ------------------------------------------------------------------------------------------- prompts
 
     def system_for(self, agent: str, system: str, role: str = "") -> str:
-        """An agent's system prompt with its strategy role and perspective anchor (before the context, which
-        stays last)."""
+        """An agent's system prompt with its strategy role and perspective anchor appended (after the context
+        block that opens it, so the prefix every call shares stays intact)."""
         anchor = self.anchors.get(agent)
         section = "\n".join(s for s in (role, anchor_prompt(anchor) if anchor else "") if s)
         if not section:
             return system
-        from conclave.engine.strategy import CONTEXT_HEADER
-
-        marker = f"\n\n---\n\n{CONTEXT_HEADER}"
-        head, sep, tail = system.partition(marker)
-        return f"{head.rstrip()}\n\n{section}{sep}{tail}" if sep else f"{system.rstrip()}\n\n{section}"
+        return f"{system.rstrip()}\n\n{section}"
 
     def template_values(self, template_text: str, *, empty: bool = False, for_agents: bool = False
                         ) -> dict[str, str]:

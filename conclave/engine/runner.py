@@ -377,6 +377,7 @@ class Consultation:
             COST_ESTIMATED,
             estimated_cost=estimate.total,
             input_tokens=estimate.input_tokens,
+            cached_input_tokens=estimate.cached_input_tokens,
             output_tokens=estimate.output_tokens,
             unknown_prices=estimate.unknown_prices,
             rounds=rounds,

@@ -21,6 +21,7 @@ from conclave.events import ROUND_ARTIFACT, EventBus
 
 if TYPE_CHECKING:
     from conclave.plugins import Plugins
+    from conclave.providers.base import PromptCache
     from conclave.providers.pool import ProviderPool
 
 
@@ -141,6 +142,17 @@ class Session:
         from conclave.engine.safety import SafetyGuard
 
         self.safety = SafetyGuard(self)
+        self._prompt_cache: PromptCache | None = None
+        self._prompt_cache_known = False
+
+    @property
+    def prompt_cache(self) -> PromptCache | None:
+        """The caching hint every call of this consultation carries (None without a context)."""
+        if not self._prompt_cache_known:
+            from conclave.engine.caching import prompt_cache_for
+
+            self._prompt_cache, self._prompt_cache_known = prompt_cache_for(self), True
+        return self._prompt_cache
 
     def native(self, provider: str) -> bool:
         """Whether ``provider``'s implementation honours a JSON schema natively (structured output)."""

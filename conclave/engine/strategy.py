@@ -31,7 +31,8 @@ round4             question, panel, absent, independents, synthesis, cross_exam 
 =================  =========================================================================================
 
 Artifacts arrive as JSON text in which agents appear only under their neutral labels ("Agent A"). The user's
-context is appended to both system prompts by the engine (a stable prefix, so providers can cache it).
+context opens both system prompts (:func:`context_block`): it is the same leading text in every call of a
+consultation, agents' and judge's, so providers can cache it; the seat's own instructions follow it.
 """
 
 from __future__ import annotations
@@ -167,7 +168,14 @@ def _tension_text(tension: Mapping[str, Any], viewpoint: Mapping[str, Any]) -> s
     return f"{topic}: {text}" if topic and text else topic or text
 
 
-def _with_context(system: str, context: str) -> str:
+def context_block(context: str) -> str:
+    """The leading text of every system prompt of a consultation with ``context`` ("" without one): byte-identical
+    in every call, so it is the prefix providers cache."""
     if not context.strip():
-        return system
-    return f"{system.rstrip()}\n\n---\n\n{CONTEXT_HEADER}\n\n{context.strip()}\n"
+        return ""
+    return f"{CONTEXT_HEADER}\n\n{context.strip()}\n\n---\n\n"
+
+
+def _with_context(system: str, context: str) -> str:
+    # the context comes first and the seat's instructions after it: the longest prefix every call shares
+    return f"{context_block(context)}{system}"

@@ -28,8 +28,32 @@ class Message:
 
 
 @dataclass(frozen=True)
+class PromptCache:
+    """How a call may reuse the prefix it shares with the other calls of its consultation.
+
+    The first ``stable_chars`` characters of the request's ``system`` (the context block) are byte-identical in
+    every call of the consultation, agents' and judge's; the rest of ``system`` (persona, role, anchors) is stable
+    across one seat's calls; the user message varies. ``key`` is the same for every call of a consultation with
+    this context (OpenAI's ``prompt_cache_key``, the name of a Gemini cached content). ``schemas`` are all the
+    artifact schemas the consultation asks for, in a fixed order, for APIs whose cached prefix includes the tool
+    definitions (Anthropic): sending them all keeps that prefix identical from round to round.
+    """
+
+    key: str
+    stable_chars: int
+    schemas: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+
+    def split(self, system: str | None) -> tuple[str, str]:
+        """``system`` as (the consultation-wide stable part, the seat's part)."""
+        text = system or ""
+        return text[: self.stable_chars], text[self.stable_chars :]
+
+
+@dataclass(frozen=True)
 class CompletionRequest:
-    """What to ask: ``json_schema`` (an artifact schema from ``schemas/``) requests native structured output."""
+    """What to ask: ``json_schema`` (an artifact schema from ``schemas/``) requests native structured output;
+    ``cache`` (None: no caching hints) says which leading part of the prompt every call of the consultation
+    shares."""
 
     model: str
     messages: tuple[Message, ...]
@@ -39,13 +63,19 @@ class CompletionRequest:
     max_tokens: int = 2048
     temperature: float | None = None
     timeout_s: float | None = None  # whole-call deadline, retries included; None = the provider's timeout_s
+    cache: PromptCache | None = None
 
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens of one call. ``input_tokens`` counts every input token, including ``cached_input_tokens`` (read from
+    a prompt cache, billed at the cached rate) and ``cache_write_tokens`` (written to a cache: Anthropic's cache
+    creation, a Gemini cached content's creation; billed at the write rate)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -56,7 +86,23 @@ class Usage:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cached_input_tokens + other.cached_input_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
+
+
+@dataclass(frozen=True)
+class CacheRule:
+    """How an endpoint reuses a consultation's stable prefix, for the pre-flight estimate.
+
+    ``shared_by``: which calls can read what another call wrote — every call to the model (``model``), or only
+    calls that also ask for the same schema (``model+schema``: the API puts the schema before the prompt). A call
+    reads the prefix only when a call sharing it finished in an earlier round (calls of one round run at once and
+    all miss). ``created_once``: the prefix is cached by a separate request before the first call (Gemini's
+    cached contents), so every call reads it and the creation is billed once as a write.
+    """
+
+    shared_by: Literal["model", "model+schema"] = "model"
+    created_once: bool = False
 
 
 Outcome = Literal[
@@ -277,6 +323,11 @@ class Provider(abc.ABC):
 
     async def list_models(self) -> list[str] | None:
         """The model ids the endpoint serves, or None when its API has no models list."""
+        return None
+
+    def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
+        """How calls to ``model`` reuse a stable prefix of ``stable_tokens`` tokens; None when they do not (no
+        prompt cache, caching off, or a prefix too short to be cached)."""
         return None
 
     def context_window(self, model: str) -> int | None:

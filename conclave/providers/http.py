@@ -89,6 +89,12 @@ class HTTPProvider(Provider):
         Ollama serve one request per slot, one slot by default); no cap for a hosted API."""
         return 1 if is_local_url(self.base_url) else None
 
+    def sends_cache_hints(self) -> bool:
+        """Whether requests carry prompt-caching hints (``providers.<name>.prompt_cache``): ``auto`` on the
+        vendor's own host, ``on`` anywhere, ``off`` never."""
+        mode = self.settings.prompt_cache
+        return mode == "on" or (mode == "auto" and self.is_official())
+
     def sends_key(self) -> bool:
         """Whether this endpoint may receive the key (``providers.<name>.send_key``; ``official`` by default)."""
         mode = self.settings.send_key
@@ -411,7 +417,17 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 def schema_name(request: CompletionRequest, default: str = "response") -> str:
     """A name for the schema the APIs accept (``^[A-Za-z0-9_-]{1,64}$``): ``schema_name``, the title, or default."""
     raw = request.schema_name or str((request.json_schema or {}).get("title") or "") or default
+    return api_name(raw, default)
+
+
+def api_name(raw: str, default: str = "response") -> str:
+    """``raw`` as a tool or schema name the APIs accept (``^[A-Za-z0-9_-]{1,64}$``)."""
     return (_NAME_CHARS.sub("_", raw).strip("_") or default)[:64]
+
+
+def approx_tokens(text: str) -> int:
+    """A cheap token estimate (4 UTF-8 bytes a token) for deciding whether a prefix is long enough to cache."""
+    return len(text.encode("utf-8")) // 4
 
 
 def parse_object(text: str) -> dict[str, Any] | None:

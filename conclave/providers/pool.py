@@ -458,6 +458,7 @@ class ProviderPool:
                 input_tokens=attempt.usage.input_tokens,
                 output_tokens=attempt.usage.output_tokens,
                 cached_input_tokens=attempt.usage.cached_input_tokens,
+                cache_write_tokens=attempt.usage.cache_write_tokens,
                 cost=self.cost(provider, model, attempt.usage),
                 estimated=attempt.estimated,
             )

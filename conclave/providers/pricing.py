@@ -1,9 +1,10 @@
 """Model prices from ``conclave/data/pricing/*.yaml`` (one file per provider; package data, not a Hydra config
 group) and the cost of real usage.
 
-Prices are USD per million tokens. ``Usage.input_tokens`` includes cached input; the cached part is billed at
-``cached_input`` (or the input price when a provider gives no discount). An unknown model costs ``None``: unknown,
-never a silent 0.
+Prices are USD per million tokens. ``Usage.input_tokens`` includes cached input and cache writes; the cached part
+is billed at ``cached_input`` (or the input price when a provider gives no discount), the written part at
+``cache_write_input`` (or the input price: OpenAI's automatic cache writes cost nothing extra). An unknown model
+costs ``None``: unknown, never a silent 0.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ class ModelPrice:
     input: float
     output: float
     cached_input: float | None = None
+    cache_write_input: float | None = None
 
     def cost(self, usage: Usage) -> float:
         cached = min(usage.cached_input_tokens, usage.input_tokens)
+        written = min(usage.cache_write_tokens, usage.input_tokens - cached)
         cached_price = self.input if self.cached_input is None else self.cached_input
-        return ((usage.input_tokens - cached) * self.input + cached * cached_price
-                + usage.output_tokens * self.output) / MILLION
+        write_price = self.input if self.cache_write_input is None else self.cache_write_input
+        return ((usage.input_tokens - cached - written) * self.input + cached * cached_price
+                + written * write_price + usage.output_tokens * self.output) / MILLION
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
             input=float(entry["input"]),
             output=float(entry["output"]),
             cached_input=None if entry.get("cached_input") is None else float(entry["cached_input"]),
+            cache_write_input=(None if entry.get("cache_write_input") is None
+                               else float(entry["cache_write_input"])),
         )
 
     try:

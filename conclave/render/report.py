@@ -333,9 +333,11 @@ def _cost(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> Se
 def summary_line(result: Mapping[str, Any]) -> str:
     """``cost $0.0412 · 18,305 tokens · 14.2 s · saved 4,210 tokens (31%)``: the footer, also used by progress."""
     facts = [_cost_text(_map(result.get("cost")))]
-    total = _map(result.get("tokens")).get("total")
+    tokens = _map(result.get("tokens"))
+    total, cached = tokens.get("total"), tokens.get("cached_input")
     if isinstance(total, int):
-        facts.append(f"{total:,} tokens")
+        facts.append(f"{total:,} tokens" + (f" ({cached:,} read from prompt caches)"
+                                            if isinstance(cached, int) and cached > 0 else ""))
     if isinstance(result.get("duration_s"), int | float):
         facts.append(f"{result['duration_s']:.1f} s")
     stats = _map(result.get("token_efficiency_stats"))

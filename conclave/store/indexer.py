@@ -85,7 +85,7 @@ def _flag(value: Any) -> int | None:
 _CHILD_COLUMNS = {
     "calls": ("consultation_id", "seq", "round_number", "agent", "provider", "model", "attempt", "started_at",
               "latency_s", "outcome", "status", "error", "hedge", "input_tokens", "output_tokens",
-              "cached_input_tokens", "cost"),
+              "cached_input_tokens", "cost", "cache_write_tokens"),
     "artifacts": ("consultation_id", "seq", "round_number", "artifact_type", "schema", "agent", "status",
                   "artifact", "raw_chars"),
     "transitions": ("consultation_id", "seq", "at", "from_state", "to_state", "reason"),
@@ -392,7 +392,7 @@ def _attempt(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
         cid, seq, get("round_number"), get("agent"), get("provider"), get("model"), get("number"),
         iso(started) if isinstance(started, (int, float)) else None, get("latency_s"), get("outcome"),
         get("status"), get("error"), None if hedge is None else int(bool(hedge)), get("input_tokens"),
-        get("output_tokens"), get("cached_input_tokens"), get("cost"),
+        get("output_tokens"), get("cached_input_tokens"), get("cost"), get("cache_write_tokens"),
     ))
 
 

@@ -318,6 +318,21 @@ def m012_safety_checks(db: Any) -> None:
         db["consultations"].add_column(column, kind)
 
 
+def m013_providers_cache_tokens(db: Any) -> None:
+    # Prompt caching: each call's cache writes beside its cached reads, and both summed per provider and day for
+    # `conclave stats`. On `index rebuild` the daily rollup does not exist yet (m004 is deferred) and is created
+    # with these columns; on an existing index the days are recomputed from the calls.
+    db["calls"].add_column("cache_write_tokens", int)
+    if not db["provider_daily"].exists():
+        return
+    for column in ("cached_input_tokens", "cache_write_tokens"):
+        if column not in db["provider_daily"].columns_dict:
+            db["provider_daily"].add_column(column, int)
+    from conclave.store.rollups import refresh_all_days
+
+    refresh_all_days(db.conn)
+
+
 @migrations()
 def m015_views_synthesis_coverage(db: Any) -> None:
     """What each synthesis left unaccounted: round-1 claims named in no section, agents appearing in none."""

@@ -41,6 +41,8 @@ PROVIDER_FIGURES: dict[str, str] = {
     "failed_calls": "coalesce(sum(k.outcome not in ('ok', 'cancelled')), 0)",
     "input_tokens": "coalesce(sum(k.input_tokens), 0)",
     "output_tokens": "coalesce(sum(k.output_tokens), 0)",
+    "cached_input_tokens": "coalesce(sum(k.cached_input_tokens), 0)",
+    "cache_write_tokens": "coalesce(sum(k.cache_write_tokens), 0)",
     "cost": "total(k.cost)",
     "latency_s": "total(k.latency_s)",
 }
@@ -84,6 +86,14 @@ def refresh_days(conn: Any, consultation_ids: list[str]) -> None:
     import json
 
     days = [{"day": day} for (day,) in conn.execute(_TOUCHED_DAYS, [json.dumps(consultation_ids)])]
+    for sql in _REFRESH:
+        conn.executemany(sql, days)
+
+
+def refresh_all_days(conn: Any) -> None:
+    """Recompute both rollups for every day any consultation started (after a figure is added)."""
+    days = [{"day": day} for (day,) in conn.execute(
+        "select distinct substr(started_at, 1, 10) from consultations where started_at is not null")]
     for sql in _REFRESH:
         conn.executemany(sql, days)
 

@@ -75,13 +75,17 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
     quantile = _Quantiles(conn, period)
     input_tokens, output_tokens = total("input_tokens"), total("output_tokens")
     filter_saved = total("filter_saved")
+    providers = sorted(provider_totals(conn, span), key=lambda p: (-p["cost"], str(p["provider"])))
     return {
         "period": period.as_dict(),
         "consultations": count,
         "by_status": dict(sorted(by_status.items())),
         "cost": {"total": round(cost, 6), "median": quantile("total_cost", 0.5, total("costed")),
                  "mean": _ratio(cost, count, 6)},
-        "tokens": {"input": input_tokens, "output": output_tokens, "total": input_tokens + output_tokens},
+        "tokens": {"input": input_tokens, "output": output_tokens, "total": input_tokens + output_tokens,
+                   # input read from / written to providers' prompt caches (part of "input")
+                   "cached_input": sum(p["cached_input_tokens"] for p in providers),
+                   "cache_write": sum(p["cache_write_tokens"] for p in providers)},
         "duration_s": {"median": quantile("duration_s", 0.5, timed),
                        "p95": quantile("duration_s", 0.95, timed)},
         "confidence": {
@@ -105,9 +109,10 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
         "providers": [
             {"provider": p["provider"], "calls": p["calls"], "failed_calls": p["failed_calls"],
              "failure_rate": _ratio(p["failed_calls"], p["calls"]), "input_tokens": p["input_tokens"],
-             "output_tokens": p["output_tokens"], "cost": round(p["cost"], 6),
+             "output_tokens": p["output_tokens"], "cached_input_tokens": p["cached_input_tokens"],
+             "cache_write_tokens": p["cache_write_tokens"], "cost": round(p["cost"], 6),
              "avg_latency_s": _ratio(p["latency_s"], p["calls"], 3)}
-            for p in sorted(provider_totals(conn, span), key=lambda p: (-p["cost"], str(p["provider"])))
+            for p in providers
         ],
         "modes": [
             {"mode": mode, "consultations": m["consultations"], "cost": round(m["cost"], 6),
@@ -223,6 +228,9 @@ def render_text(stats: dict[str, Any]) -> str:
         f"consultations      {count:,} ({statuses})",
         f"cost               ${cost['total']:,.4f} total · ${_num(cost['median'])} median · ${_num(cost['mean'])} mean",
         f"tokens             {tokens['total']:,} ({tokens['input']:,} in · {tokens['output']:,} out)",
+        f"prompt caches      {tokens['cached_input']:,} input tokens read "
+        f"({_pct_text(_ratio(tokens['cached_input'], tokens['input']))} of the input) · "
+        f"{tokens['cache_write']:,} written",
         f"duration           {_num(duration['median'], 1)} s median · {_num(duration['p95'], 1)} s p95",
     ]
     conf = stats["confidence"]
@@ -248,10 +256,11 @@ def render_text(stats: dict[str, Any]) -> str:
     safety = safety_line(stats.get("safety") or {})
     if safety:
         lines.append(safety)
-    lines += ["", "provider     calls   failed   tokens in  tokens out        cost  avg latency"]
+    lines += ["", "provider     calls   failed   tokens in   cached in  tokens out        cost  avg latency"]
     for p in stats["providers"]:
         lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "
-                     f"{p['output_tokens']:>11,} {p['cost']:>11,.4f} {p['avg_latency_s']:>10.2f} s")
+                     f"{p['cached_input_tokens']:>11,} {p['output_tokens']:>11,} {p['cost']:>11,.4f} "
+                     f"{p['avg_latency_s']:>10.2f} s")
     lines += ["", "mode         consultations        cost   median  confidence  early-term"]
     for m in stats["modes"]:
         lines.append(f"{m['mode'] or '-':<12} {m['consultations']:>13,} {m['cost']:>11,.4f} "

@@ -7,6 +7,11 @@ request is recorded with its auth header values replaced by ``"<redacted>"``; wh
 SHA-256 digest (``RecordedRequest.auth_sha256``, compare with :func:`key_digest` or ``RecordedRequest.carries``).
 The fake stands in for the vendors' own hosts, so the config it hands out opts in to sending keys to it
 (``send_key: always``).
+
+Prompt caching is modelled per API (:mod:`conclave.testing.prompt_cache`): a request that repeats a long enough
+prefix of an earlier one is reported with cached input tokens the way its API reports them, and Gemini's
+``cachedContents`` endpoints create, serve and delete explicit caches. ``FakeProviderServer(prompt_cache=
+PromptCacheModel(enabled=False))`` turns the implicit caches off.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from conclave.testing.prompt_cache import CacheUse, PromptCacheModel
 from conclave.testing.schema_instances import instance_for
 
 Latency = float | Callable[[random.Random], float]
@@ -194,6 +200,9 @@ class RecordedRequest:
     disconnected: bool = False  # the client closed the connection before the answer was complete
     #: header (lower case) or ``?key`` -> SHA-256 hex of the credential it carried ("Bearer " stripped)
     auth_sha256: dict[str, str] = field(default_factory=dict)
+    #: input tokens the fake's prompt cache served to this request, and wrote for it
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def carries(self, key: str) -> bool:
         """Whether this request carried ``key`` in any auth header (or a ``key`` query parameter)."""
@@ -219,13 +228,14 @@ class FakeProviderServer:
     would; without it every key (and no key) is accepted."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
-                 keys: Mapping[str, str] | None = None) -> None:
+                 keys: Mapping[str, str] | None = None, prompt_cache: PromptCacheModel | None = None) -> None:
         self.host = host
         self.port = port
         self.rng = random.Random(seed)
         self.keys = dict(keys or {})
         self.models: dict[str, list[str]] = {api: list(ids) for api, ids in DEFAULT_MODELS.items()}
         self.requests: list[RecordedRequest] = []
+        self.cache = prompt_cache or PromptCacheModel()
         self._scripts: dict[str, _Script] = {}
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -241,6 +251,9 @@ class FakeProviderServer:
         app.router.add_get("/anthropic/v1/models", self._models_anthropic)
         app.router.add_post("/gemini/v1beta/models/{target}", self._gemini)
         app.router.add_get("/gemini/v1beta/models", self._models_gemini)
+        app.router.add_post("/gemini/v1beta/cachedContents", self._gemini_cache_create)
+        app.router.add_get("/gemini/v1beta/cachedContents/{id}", self._gemini_cache_get)
+        app.router.add_delete("/gemini/v1beta/cachedContents/{id}", self._gemini_cache_delete)
         # handler_cancellation: a client that hangs up cancels its handler, which is how we see a hedge's loser go
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
@@ -294,9 +307,10 @@ class FakeProviderServer:
                 "grok": "XAI_API_KEY", "mistral": "MISTRAL_API_KEY"}
         # It plays hosted APIs, so like them it takes any number of calls at once (a 127.0.0.1 server would
         # otherwise get one slot by default).
+        # It plays the vendors' hosts, so it is sent their caching hints too (prompt_cache: on).
         return {
             name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
-                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0}
+                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0, "prompt_cache": "on"}
             for name, var in keys.items()
         }
 
@@ -305,7 +319,8 @@ class FakeProviderServer:
         return [override for name, entry in self.providers_config(send_key=send_key).items()
                 for override in (f"providers.{name}.base_url={entry['base_url']}",
                                  f"providers.{name}.send_key={entry['send_key']}",
-                                 f"providers.{name}.max_concurrency={entry['max_concurrency']}")]
+                                 f"providers.{name}.max_concurrency={entry['max_concurrency']}",
+                                 f"providers.{name}.prompt_cache={entry['prompt_cache']}")]
 
     def settings(self, **overrides: Any) -> Any:
         """A minimal valid :class:`~conclave.config.Settings` on this fake: agents on openai, anthropic and gemini,
@@ -331,9 +346,10 @@ class FakeProviderServer:
         return [r for r in self.requests if r.model == model]
 
     def reset(self) -> None:
-        """Forget scripts and recorded requests."""
+        """Forget scripts, recorded requests and everything cached."""
         self._scripts.clear()
         self.requests.clear()
+        self.cache.forget()
 
     # ------------------------------------------------------------------------------------- handlers
 
@@ -365,6 +381,35 @@ class FakeProviderServer:
         schema = config.get("responseJsonSchema") or config.get("responseSchema")
         record = self._record(request, "gemini", model, body, method == "streamGenerateContent", schema)
         return await self._serve(request, record, _Gemini(body))
+
+    async def _gemini_cache_create(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request)
+        self._record(request, "gemini", body.get("model"), body, False, None)
+        if (denied := self._denied(request, "gemini")) is not None:
+            return denied
+        status, payload = self.cache.create(body, next(self._ids))
+        if status != 200:
+            return web.json_response(_Gemini.error_body(status, payload["message"]), status=status)
+        return web.json_response(payload)
+
+    async def _gemini_cache_get(self, request: web.Request) -> web.StreamResponse:
+        self._record(request, "gemini", None, None, False, None)
+        if (denied := self._denied(request, "gemini")) is not None:
+            return denied
+        content = self.cache.contents.get(f"cachedContents/{request.match_info['id']}")
+        if content is None or content.expires <= time.time():
+            return web.json_response(_Gemini.error_body(404, "CachedContent not found (or permission denied)"),
+                                     status=404)
+        return web.json_response(content.resource())
+
+    async def _gemini_cache_delete(self, request: web.Request) -> web.StreamResponse:
+        self._record(request, "gemini", None, None, False, None)
+        if (denied := self._denied(request, "gemini")) is not None:
+            return denied
+        if not self.cache.delete(f"cachedContents/{request.match_info['id']}"):
+            return web.json_response(_Gemini.error_body(404, "CachedContent not found (or permission denied)"),
+                                     status=404)
+        return web.json_response({})
 
     async def _models_openai(self, request: web.Request) -> web.StreamResponse:
         self._record(request, "openai", None, None, False, None)
@@ -439,11 +484,16 @@ class FakeProviderServer:
         try:
             if (denied := self._denied(request, record.api)) is not None:
                 return denied
+            use = self.cache.use(record.api, record.model or "", record.json or {})
+            if use.error is not None:
+                return web.json_response(api.error_body(*use.error), status=use.error[0])
             item = self._choose(record)
             await asyncio.sleep(self._latency(item.latency))
             if isinstance(item, Fault):
                 return await self._fault(request, record, item, api)
-            answer = _Answer.of(item, record, next(self._ids))
+            answer = _Answer.of(item, record, next(self._ids), use)
+            record.cached_tokens, record.cache_write_tokens = answer.usage[2], answer.cache_write
+            self.cache.apply(use)  # answered: what it wrote is readable from now on
             if record.stream:
                 return await self._stream(request, record, api.frames(answer))
             return web.json_response(api.body(answer))
@@ -520,17 +570,27 @@ class _Answer:
     usage: tuple[int, int, int]
     finish_reason: str | None
     refusal: str | None = None
+    cache_write: int = 0  # input tokens written to a prompt cache (Anthropic's cache_creation_input_tokens)
 
     @classmethod
-    def of(cls, reply: Reply, record: RecordedRequest, number: int) -> _Answer:
+    def of(cls, reply: Reply, record: RecordedRequest, number: int, use: CacheUse | None = None) -> _Answer:
+        """``reply`` for ``record``; unscripted usage counts the request (and the cache ``use``)."""
         text = reply.text if reply.json is None else json.dumps(reply.json)
         text = text or ""
         if reply.refusal is not None and record.api != "openai":
             text = reply.refusal  # no refusal field outside OpenAI: the model says it in words
-        usage = reply.usage or (_count_tokens(record.json) + 7, max(1, len(text or reply.refusal or "") // 4), 0)
+        write = 0
+        if reply.usage is not None:
+            usage = reply.usage
+        else:
+            use = use or CacheUse()
+            total = _count_tokens(record.json) + 7 + use.extra
+            cached = min(use.read, total)
+            write = min(use.write, total - cached)
+            usage = (total, max(1, len(text or reply.refusal or "") // 4), cached)
         refusal = reply.refusal if record.api == "openai" else None
         return cls(number, reply.model or record.model or "fake-model", "" if refusal else text, reply.json,
-                   usage, reply.finish_reason, refusal)
+                   usage, reply.finish_reason, refusal, write)
 
     def pieces(self, n: int = 4) -> list[str]:
         size = max(1, -(-len(self.text) // n))
@@ -642,13 +702,13 @@ class _Anthropic(_Format):
             block, stop = {"type": "text", "text": answer.text}, "end_turn"
         return {"id": f"msg_fake{answer.id}", "type": "message", "role": "assistant", "model": answer.model,
                 "content": [block], "stop_reason": answer.finish_reason or stop, "stop_sequence": None,
-                "usage": _anthropic_usage(answer.usage)}
+                "usage": _anthropic_usage(answer.usage, answer.cache_write)}
 
     def frames(self, answer: _Answer) -> list[bytes]:
         message: dict[str, Any] = {
             "id": f"msg_fake{answer.id}", "type": "message", "role": "assistant", "model": answer.model,
             "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {**_anthropic_usage(answer.usage), "output_tokens": 1},
+            "usage": {**_anthropic_usage(answer.usage, answer.cache_write), "output_tokens": 1},
         }
         frames = [_sse({"type": "message_start", "message": message}, "message_start")]
         if self._use_tool(answer):
@@ -770,10 +830,10 @@ def _openai_usage(usage: tuple[int, int, int]) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": usage[2]}}
 
 
-def _anthropic_usage(usage: tuple[int, int, int]) -> dict[str, Any]:
-    # Anthropic's input_tokens excludes cache reads, which it reports apart.
-    return {"input_tokens": usage[0] - usage[2], "output_tokens": usage[1], "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": usage[2]}
+def _anthropic_usage(usage: tuple[int, int, int], written: int = 0) -> dict[str, Any]:
+    # Anthropic's input_tokens excludes cache reads and writes, which it reports apart.
+    return {"input_tokens": usage[0] - usage[2] - written, "output_tokens": usage[1],
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": usage[2]}
 
 
 def _count_tokens(body: Any) -> int:

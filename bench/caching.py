@@ -1,0 +1,152 @@
+"""Benchmark: the input a consultation with a 100 KB context is billed, with prompt caching and without.
+
+Each panel (3 agents + judge, 4 rounds) runs as separate `python -m conclave "Q" context=<100 KB file>` processes
+against the fake provider server in its own process, which models each API's prompt cache (OpenAI's automatic
+prefix cache, Anthropic's cache_control breakpoints, Gemini's cached contents; a prefix is readable once the request
+that wrote it is answered). Per panel, three runs: caching (the default hints, `prompt_cache: on` for the fake),
+no caching (`prompt_cache=off` and the fake's caches off: every token billed in full), and caching with filtering
+off (`verbose=true`). Billed input is read from the index the CLI wrote: Σ over calls of uncached input × input
+price + cached input × cached price + cache writes × write price (list prices from conclave/data/pricing).
+
+    python bench/caching.py [--latency 0.05] [--context-kb 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from fake_process import fake_server_process
+
+from conclave.providers.base import Usage
+from conclave.providers.pricing import PriceTable
+
+QUESTION = "Should the billing service move to event sourcing, given the code and notes in the context?"
+#: row label, panel (conf/agents) and extra overrides; OpenAI once more with the schema in the user message
+#: (structured_output=prompt; on api.openai.com json_object does the same) instead of in front of the prompt, where
+#: a schema per round splits the cache by round
+PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("anthropic", "anthropic_only", ()),
+    ("openai", "openai_only", ()),
+    ("openai, prompt", "openai_only", ("providers.openai.structured_output=prompt",)),
+    ("gemini", "gemini_only", ()),
+    ("default (mixed)", "default", ()),
+)
+GOAL = 0.40
+
+_WORDS = [
+    "ledger", "invoice", "account", "balance", "event", "stream", "projection", "replay", "snapshot", "aggregate",
+    "command", "handler", "idempotent", "retry", "outbox", "consumer", "partition", "offset", "schema", "migration",
+    "audit", "compliance", "latency", "throughput", "rollback", "reconciliation", "settlement", "currency",
+    "refund", "dispute", "chargeback", "tax",
+]
+
+
+def context_file(path: Path, kilobytes: int) -> Path:
+    """A deterministic text of ``kilobytes`` KB: code-like sections and prose, like a project summary."""
+    rng = random.Random(2026)
+    parts: list[str] = []
+    size, n = 0, 0
+    while size < kilobytes * 1024:
+        n += 1
+        if n % 3:
+            words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(40, 90)))
+            block = f"## Note {n}\n\n{words.capitalize()}.\n\n"
+        else:
+            name = "_".join(rng.sample(_WORDS, 2))
+            block = (f"def {name}(event, store):\n    \"\"\"{' '.join(rng.sample(_WORDS, 8))}.\"\"\"\n"
+                     f"    state = store.load(event.{rng.choice(_WORDS)}_id)\n"
+                     f"    if state.{rng.choice(_WORDS)} > {rng.randint(1, 999)}:\n"
+                     f"        return store.append(event, expected_version=state.version)\n"
+                     f"    raise ValueError(\"{' '.join(rng.sample(_WORDS, 5))}\")\n\n")
+        parts.append(block)
+        size += len(block.encode())
+    path.write_text("".join(parts)[: kilobytes * 1024])
+    return path
+
+
+@dataclass
+class Billed:
+    input_tokens: int = 0
+    cached: int = 0
+    written: int = 0
+    input_cost: float = 0.0
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached / self.input_tokens if self.input_tokens else 0.0
+
+
+def run(overrides: list[str], context: Path, extra: list[str]) -> Billed:
+    """One CLI consultation in a fresh home; its calls as the index recorded them, priced."""
+    with tempfile.TemporaryDirectory() as home:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env.update({"CONCLAVE_HOME": home, "OPENAI_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-ant-bench",
+                    "GEMINI_API_KEY": "bench"})
+        proc = subprocess.run([sys.executable, "-m", "conclave", QUESTION, *overrides, f"context=[{context}]",
+                               "cost.auto_approve=true", "output.format=json", *extra],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"conclave failed ({' '.join(extra)}): {proc.stderr[-2000:]}")
+        json.loads(proc.stdout)  # a complete result
+        prices = PriceTable.load()
+        billed = Billed()
+        with sqlite3.connect(Path(home) / "index.db") as db:
+            rows = db.execute("select provider, model, input_tokens, cached_input_tokens, cache_write_tokens "
+                              "from calls").fetchall()
+        for provider, model, tokens, cached, written in rows:
+            usage = Usage(tokens or 0, 0, cached or 0, written or 0)
+            price = prices.price(provider, model)
+            assert price is not None, f"no price for {provider}/{model}"
+            billed.input_tokens += usage.input_tokens
+            billed.cached += usage.cached_input_tokens
+            billed.written += usage.cache_write_tokens
+            billed.input_cost += price.cost(usage)
+        return billed
+
+
+def with_caching(overrides: list[str], mode: str) -> list[str]:
+    return [o if ".prompt_cache=" not in o else o.split("=")[0] + f"={mode}" for o in overrides]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--context-kb", type=int, default=100)
+    args = parser.parse_args()
+    print(f"billed input of one CLI consultation (3 agents + judge, 4 rounds) with a {args.context_kb} KB context: "
+          "prompt caching on ÷ off, and what filtering saves with caching on")
+    header = (f"{'panel':<15} {'input tok':>10} {'cached':>7} {'$ in off':>9} {'$ in on':>9} {'on÷off':>7} "
+              f"{'goal':>5}  {'filter: tok saved':>17} {'$ saved':>8}")
+    print(header)
+    with tempfile.TemporaryDirectory() as tmp:
+        context = context_file(Path(tmp) / "context.md", args.context_kb)
+        for label, panel, extra in PANELS:
+            # a fresh server for each run: a consultation must not read what an earlier one cached
+            with fake_server_process(args.latency, rich=True) as overrides:
+                on = run(with_caching(overrides, "on"), context, [f"agents={panel}", *extra])
+            with fake_server_process(args.latency, rich=True) as overrides:
+                verbose = run(with_caching(overrides, "on"), context, [f"agents={panel}", "verbose=true", *extra])
+            with fake_server_process(args.latency, prompt_cache=False, rich=True) as overrides:
+                off = run(with_caching(overrides, "off"), context, [f"agents={panel}", *extra])
+            ratio = on.input_cost / off.input_cost
+            token_saving = 1 - on.input_tokens / verbose.input_tokens
+            cost_saving = 1 - on.input_cost / verbose.input_cost
+            print(f"{label:<15} {off.input_tokens:>10,} {on.cached_share:>6.0%} {off.input_cost:>9.4f} "
+                  f"{on.input_cost:>9.4f} {ratio:>7.2f} {'met' if ratio <= GOAL else 'MISS':>5}  "
+                  f"{token_saving:>17.1%} {cost_saving:>8.1%}")
+    print(f"goal: billed input with caching ≤ {GOAL:.0%} of the uncached bill; 'input tok' = uncached run's input "
+          "tokens; 'cached' = share of the cached run's input read from caches")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

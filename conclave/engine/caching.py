@@ -1,0 +1,90 @@
+"""The consultation's prompt-cache hint: which leading part of every call's prompt is the same, and its key.
+
+Every system prompt of a consultation opens with the same context block (:func:`conclave.engine.strategy.
+context_block`); that block is the prefix every call shares, agents' and judge's, round after round. The hint
+names its length, a key derived from it (the same context gives the same key, so a resumed or repeated
+consultation on the same files finds its cache warm) and every artifact schema the plan asks for, in plan order.
+Providers turn it into their API's caching hints (``providers.<name>.prompt_cache``).
+
+Calls sent at the same time cannot read each other's cache writes, so the first round's agents would all write the
+same prefix. Before the first round, one small request per (provider, model) that two or more of its agents share
+— where the provider caches the prefix for every call to the model (``CacheRule.shared_by == "model"``) and does
+not create it separately — writes the prefix once (:func:`warm_prompt_caches`); the agents then read it. It costs
+one prefill of the context before round 1 and saves a cache write per further agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from conclave.engine.extraction import request_schema
+from conclave.engine.strategy import context_block
+from conclave.providers.base import CacheRule, CompletionRequest, Message, PromptCache, ProviderError
+from conclave.providers.http import approx_tokens
+
+if TYPE_CHECKING:
+    from conclave.engine.session import Session
+    from conclave.providers.pool import ProviderPool
+
+log = logging.getLogger(__name__)
+
+#: the ``agent`` of a cache warm-up request in the call log
+WARMUP_AGENT = "prompt_cache"
+WARMUP_PROMPT = "Reply with OK."
+
+
+def prompt_cache_for(session: Session) -> PromptCache | None:
+    """The hint for ``session``'s calls; None without a context (nothing long and shared to cache)."""
+    block = context_block(session.context_text)
+    if not block:
+        return None
+    key = "conclave-" + hashlib.sha256(block.encode("utf-8")).hexdigest()[:32]
+    names = dict.fromkeys(t.schema for t in session.plan.types)
+    return PromptCache(key=key, stable_chars=len(block), schemas=tuple((n, request_schema(n)) for n in names))
+
+
+def cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int) -> CacheRule | None:
+    """``provider``'s rule for a stable prefix of ``stable_tokens`` tokens (None: unknown provider, or no caching)."""
+    try:
+        return pool.provider(provider).cache_rule(model, stable_tokens)
+    except ProviderError:
+        return None
+
+
+def warmed_groups(pool: ProviderPool, seats: Iterable[tuple[str, str]], stable_tokens: int,
+                  rule_for: Callable[[str, str, int], CacheRule | None] | None = None) -> list[tuple[str, str]]:
+    """The (provider, model) pairs among the first round's ``seats`` that get a warm-up request."""
+    rule_for = rule_for or (lambda provider, model, size: cache_rule(pool, provider, model, size))
+    out = []
+    for (provider, model), count in Counter(seats).items():
+        rule = rule_for(provider, model, stable_tokens)
+        if count >= 2 and rule is not None and rule.shared_by == "model" and not rule.created_once:
+            out.append((provider, model))
+    return out
+
+
+async def warm_prompt_caches(session: Session, agents: Iterable[str]) -> None:
+    """Write the consultation's shared prefix once per warmed (provider, model) before the first round's
+    ``agents`` are asked. A warm-up that fails costs only the cache: the round goes ahead."""
+    cache = session.prompt_cache
+    if cache is None:
+        return
+    stable = context_block(session.context_text)
+    seats = [(session.settings.agents[a].provider, session.settings.agents[a].model) for a in agents]
+    requests = [
+        session.pool.complete(
+            agent=WARMUP_AGENT, provider=provider, round_number=1, allow_substitution=False,
+            request=CompletionRequest(model=model, messages=(Message("user", WARMUP_PROMPT),), system=stable,
+                                      max_tokens=1, cache=cache))
+        for provider, model in warmed_groups(session.pool, seats, approx_tokens(stable))
+    ]
+    for outcome in await asyncio.gather(*requests, return_exceptions=True):
+        if isinstance(outcome, ProviderError):
+            log.info("prompt cache warm-up failed (%s); the first round writes the cache itself", outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
