@@ -318,6 +318,7 @@ def m012_safety_checks(db: Any) -> None:
         db["consultations"].add_column(column, kind)
 
 
+@migrations()
 def m013_providers_cache_tokens(db: Any) -> None:
     # Prompt caching: each call's cache writes beside its cached reads, and both summed per provider and day for
     # `conclave stats`. On `index rebuild` the daily rollup does not exist yet (m004 is deferred) and is created
