@@ -138,6 +138,9 @@ class Session:
         from conclave.engine.quality import QualityLayer
 
         self.quality = QualityLayer(self)
+        from conclave.quality.summarize import ContextWindow
+
+        self.context = ContextWindow(self)  # what each call shows of earlier rounds (summarized in long debates)
 
     def native(self, provider: str) -> bool:
         """Whether ``provider``'s implementation honours a JSON schema natively (structured output)."""
