@@ -344,10 +344,9 @@ class Consultation:
         about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
         round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
-        from conclave.tokens import utf8_upper_bound
-
         from conclave.engine.rounds import Plan
         from conclave.quality.exit import max_plan
+        from conclave.tokens import utf8_upper_bound
 
         longest = Plan(max_plan(session))
         numbers = longest.numbers()

@@ -27,7 +27,7 @@ last one.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any

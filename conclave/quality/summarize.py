@@ -135,7 +135,7 @@ class ContextWindow:
         summarized: set[int] = set()
         for placeholder, k in sources.items():
             age = number - k
-            if age <= 1:
+            if age <= 1 or k not in self.played:  # not played in this process yet: the cost estimate of a resume
                 continue
             source = round_type.inputs[placeholder]
             if source.take == "own":
