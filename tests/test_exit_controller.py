@@ -17,11 +17,11 @@ import pytest
 from test_engine_support import (
     AGENT_MODELS,
     JUDGE_MODEL,
+    QUESTION,
     answering,
     by_schema,
     independent,
     requests_with,
-    run_consultation,
     schema_of,
     synthesis,
 )
@@ -144,6 +144,34 @@ def script_votes(fake: FakeProviderServer, vote: Callable[[str, int], str],
     fake.script(JUDGE_MODEL, by_schema())
 
 
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> Any:
+    return compose_settings(QUESTION, [*BASE, *overrides])
+
+
+def settings_on(fake: FakeProviderServer, *overrides: str) -> Any:
+    """The settings ``conclave`` composes for ``overrides`` (composed once per set: Hydra takes a second), with
+    every provider pointed at ``fake`` as ``fake.overrides()`` would."""
+    settings = _composed(overrides)
+    providers = {name: spec.model_copy(update={k: v for k, v in fake.providers_config()[name].items()
+                                               if k in ("base_url", "send_key", "max_concurrency")})
+                 if name in fake.providers_config() else spec for name, spec in settings.providers.items()}
+    return settings.model_copy(update={"providers": providers})
+
+
+async def run_fast(fake: FakeProviderServer, *overrides: str, interaction: Interaction | None = None,
+                   recorder: Any = None) -> Any:
+    """``run_consultation`` with the composition cached (see :func:`settings_on`)."""
+    from test_engine_support import Run
+
+    run = Run(result=None)  # type: ignore[arg-type]
+    consultation = Consultation(settings_on(fake, *overrides), interaction=interaction,
+                                subscribers=[run.events.append], recorder=recorder)
+    run.consultation = consultation
+    run.result = await consultation.run()
+    return run
+
+
 def _blocker(name: str, k: int) -> str:
     return "BLOCKER" if name == "security" else "ACCEPT"
 
@@ -160,7 +188,7 @@ async def test_an_unresolved_blocker_keeps_cross_examination_going_to_the_cap(
         fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
     fake = fake_provider_server
     script_votes(fake, _blocker, _swinging)
-    run = await run_consultation(fake, base=BASE)
+    run = await run_fast(fake)
     result = run.result
     assert result.status == "complete" and result.completed_rounds == 6
     assert _rounds(run) == [(1, "independent"), (2, "synthesis"), (3, "cross_exam"), (4, "cross_exam"),
@@ -183,7 +211,7 @@ async def test_a_plateau_exits_with_convergence(fake_provider_server: FakeProvid
     """Nothing moves (same positions, votes and confidence, no new FACT): two flat rounds, then the verdict."""
     fake = fake_provider_server
     script_votes(fake, _blocker)
-    run = await run_consultation(fake, base=BASE)
+    run = await run_fast(fake)
     assert run.result.completed_rounds == 5 and run.result.exit is not None
     assert run.result.exit["reason"] == "convergence"
     decisions = run.of("exit:evaluated")
@@ -196,7 +224,7 @@ async def test_new_facts_are_movement_and_no_plateau(fake_provider_server: FakeP
                                                      conclave_env: Any) -> None:
     fake = fake_provider_server
     script_votes(fake, _blocker, claims=True)  # flat votes and confidence, but a new FACT claim every round
-    run = await run_consultation(fake, base=BASE)
+    run = await run_fast(fake)
     assert run.result.exit is not None and run.result.exit["reason"] == "round-cap"
     assert all(d["new_facts"] == 3 and not d["plateau"] for d in run.of("exit:evaluated"))
 
@@ -205,7 +233,7 @@ async def test_consensus_exits_after_one_cross_examination(fake_provider_server:
                                                            conclave_env: Any) -> None:
     fake = fake_provider_server
     script_votes(fake, lambda name, k: "MINOR" if name == "security" else "ACCEPT")
-    run = await run_consultation(fake, base=BASE)
+    run = await run_fast(fake)
     result = run.result
     assert result.completed_rounds == 4 and result.exit is not None and result.exit["reason"] == "consensus"
     assert result.exit["rounds_played"] == 4 and result.exit["estimated_rounds"] == 6
@@ -217,7 +245,7 @@ async def test_consensus_exits_after_one_cross_examination(fake_provider_server:
 async def test_the_override_continues_to_the_cap(fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
     fake = fake_provider_server
     script_votes(fake, lambda name, k: "ACCEPT")
-    run = await run_consultation(fake, "exit.override=continue", base=BASE)
+    run = await run_fast(fake, "exit.override=continue")
     assert run.result.completed_rounds == 6 and run.result.exit is not None
     # at the cap the consensus is what the debate ended on
     assert run.result.exit["reason"] == "consensus" and run.result.exit["override"] == "continue"
@@ -230,7 +258,7 @@ async def test_on_a_terminal_the_user_may_continue_past_consensus(fake_provider_
     fake = fake_provider_server
     script_votes(fake, lambda name, k: "ACCEPT")
     asked: list[str] = []
-    run = await run_consultation(fake, base=BASE, interaction=Interaction(True, answering(asked, "n")))
+    run = await run_fast(fake, interaction=Interaction(True, answering(asked, "n")))
     assert asked[0].startswith("Consensus reached (100% ACCEPT or MINOR, no BLOCKER) after round 3. Go on to the "
                                "verdict?")
     assert len(asked) == 2  # rounds 3 and 4; after round 5 the cap decides
@@ -243,7 +271,7 @@ async def test_on_a_terminal_the_user_may_stop_a_blocked_debate(fake_provider_se
     fake = fake_provider_server
     script_votes(fake, _blocker, _swinging)
     asked: list[str] = []
-    run = await run_consultation(fake, base=BASE, interaction=Interaction(True, answering(asked, "no")))
+    run = await run_fast(fake, interaction=Interaction(True, answering(asked, "no")))
     assert asked == ["No consensus after round 3 (1 BLOCKER vote(s), 67% ACCEPT or MINOR). Run another "
                      "cross-examination round? (no: go on to the verdict) [Y/n]"]
     assert run.result.completed_rounds == 4 and run.result.exit is not None
@@ -255,7 +283,7 @@ async def test_fixed_rounds_never_repeat(fake_provider_server: FakeProviderServe
                                          rounds: str, played: int) -> None:
     fake = fake_provider_server
     script_votes(fake, _blocker, _swinging)
-    run = await run_consultation(fake, rounds, base=BASE)
+    run = await run_fast(fake, rounds)
     assert run.result.completed_rounds == played and not run.of("plan:changed")
     assert run.result.exit is not None and run.result.exit["reason"] == "round-cap"
     assert run.result.exit["round_cap"] == played and run.result.exit["estimated_rounds"] == played
@@ -266,13 +294,13 @@ async def test_quick_ends_with_round_cap_and_early_termination_is_its_own_reason
         fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
     fake = fake_provider_server
     script_votes(fake, _blocker)
-    quick = await run_consultation(fake, "quick=true", base=BASE)
+    quick = await run_fast(fake, "quick=true")
     assert quick.result.exit is not None and quick.result.exit["reason"] == "round-cap"
     assert quick.result.exit["cross_exam_rounds"] == 0
     strong = synthesis([("Adopt it for invoices", ["Agent A", "Agent B", "Agent C"], 0.95)],
                        [("Timing", [("Agent C", "Wait a quarter"), ("Agent A", "Now")])])
     fake.script(JUDGE_MODEL, by_schema(synthesis=strong))
-    early = await run_consultation(fake, base=BASE)
+    early = await run_fast(fake)
     assert early.result.completed_rounds == 2 and early.result.exit is not None
     assert early.result.exit["reason"] == "early-termination"
 
@@ -299,8 +327,7 @@ async def test_resume_in_the_middle_of_a_repeat(fake_provider_server: FakeProvid
             return Reply(json=independent(f"position of {name}", 0.8))
 
         fake.script(AGENT_MODELS[name], maybe_hang)
-    settings = compose_settings("Should billing be event-sourced?", [*fake.overrides(), *BASE,
-                                                                     "hedging.enabled=false"])
+    settings = settings_on(fake, "hedging.enabled=false")
     events: list[Event] = []
     recorder = Recorder(tmp_path, index=False)
     consultation = Consultation(settings, subscribers=[events.append], recorder=recorder)
@@ -333,3 +360,36 @@ async def test_resume_in_the_middle_of_a_repeat(fake_provider_server: FakeProvid
     decisions = [e.data for e in resumed if e.type == "exit:evaluated"]
     assert [(d["round_number"], d["restored"]) for d in decisions] == [(3, True), (4, False), (5, False)]
     assert result.exit is not None and result.exit["reason"] == "round-cap"
+
+
+async def test_the_index_and_stats_hold_exit_reasons_rounds_and_context_tokens(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    from conclave.store.index import connect
+    from conclave.store.stats import compute_stats, period_from_args, render_text
+
+    fake = fake_provider_server
+    script_votes(fake, _blocker, _swinging)
+    recorder = Recorder(tmp_path)
+    run = await run_fast(fake, recorder=recorder)
+    recorder.close()
+    cid = run.result.consultation_id
+    with sqlite3.connect(StoreLayout(tmp_path).index_path) as db:
+        row = db.execute("select exit_reason, cross_exam_rounds, round_cap, rounds_completed, context_tokens, "
+                         "context_tokens_unsummarized from consultations where id = ?", (cid,)).fetchone()
+        decisions = db.execute("select round_number, reason, action, blockers, overridden from exit_decisions "
+                               "where consultation_id = ? order by round_number", (cid,)).fetchall()
+        context = db.execute("select round_number, summarized from context_rounds where consultation_id = ? "
+                             "order by round_number", (cid,)).fetchall()
+    assert run.result.context is not None
+    assert row == ("round-cap", 3, 6, 6, run.result.context["tokens"], run.result.context["tokens_unsummarized"])
+    assert decisions == [(3, None, "repeat", 1, 0), (4, None, "repeat", 1, 0), (5, "round-cap", "stop", 1, 0)]
+    assert context == [(1, 0), (2, 0), (3, 0), (4, 0), (5, 1), (6, 1)]
+    index = connect(StoreLayout(tmp_path).index_path)
+    figures = compute_stats(index, period_from_args(all_time=True))
+    index.close()
+    stats = figures["exit"]
+    assert "exit               round-cap 1 · 6.0 rounds, 3.0 cross-examinations on average" in render_text(figures)
+    assert stats["reasons"] == {"round-cap": 1} and stats["avg_rounds"] == 6.0
+    assert stats["avg_cross_exam_rounds"] == 3.0 and 0 < stats["context_saved"] < 1

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from test_engine_support import AGENT_MODELS, JUDGE_MODEL, requests_with, run_consultation
-from test_exit_controller import BASE, _blocker, _swinging, script_votes
+from test_engine_support import AGENT_MODELS, JUDGE_MODEL, requests_with
+from test_exit_controller import _blocker, _swinging, run_fast, script_votes
 
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
 from conclave.tokens import count_tokens
@@ -28,7 +28,7 @@ def user_message(request: RecordedRequest) -> str:
 async def _six_rounds(fake: FakeProviderServer, *overrides: str) -> Any:
     """Never settles: cross-examination repeats to the cap (rounds 3-5, verdict 6), three FACT claims a round."""
     script_votes(fake, _blocker, _swinging, claims=True)
-    return await run_consultation(fake, *overrides, base=BASE)
+    return await run_fast(fake, *overrides)
 
 
 async def test_from_round_5_prompts_summarize_older_rounds_within_the_budget(
@@ -88,6 +88,6 @@ async def test_summarization_off_or_a_four_round_debate_leaves_prompts_whole(
     assert not any("(summary)" in user_message(r) for r in fake.requests)
     fake.reset()
     script_votes(fake, _blocker, _swinging)
-    four = await run_consultation(fake, "rounds=4", base=BASE)
+    four = await run_fast(fake, "rounds=4")
     assert four.result.context is not None and four.result.context["saved"] is None
     assert not any("since repeated" in user_message(r) or "(summary)" in user_message(r) for r in fake.requests)

@@ -13,7 +13,8 @@ cross-examination round the controller checks, in order:
   position's words that changed (1 − difflib ratio over word lists) and the vote's move (ACCEPT–MINOR–BLOCKER:
   one step 0.5, two steps 1). The first cross-examination round is compared with the round-1 answers;
 - **round-cap** — another cross-examination round would push the verdict past ``exit.round_cap`` (6 rounds in
-  all), or the plan is fixed: ``rounds=1..4`` and ``quick`` play exactly the rounds they name, never a repeat.
+  all), or the plan is fixed: ``rounds=1..4`` and ``quick`` play exactly the rounds they name, never a repeat
+  (nor does a plugin strategy whose replies carry no vote).
 
 No reason: cross-examination repeats (R3a, R3b, …): the round's own steps are inserted again before the verdict
 through :meth:`conclave.engine.rounds.Plan.insert_next`. ``exit.override=continue`` ignores consensus and
@@ -198,7 +199,8 @@ class ExitController:
         flat = plateau(self.deltas, self.new_facts, settings)
         reason = "consensus" if found["met"] else "convergence" if flat else None
         to_come = [g for g in session.plan.rounds() if g[0].number > number]
-        can_repeat = session.settings.may_repeat and number + 1 + len(to_come) <= settings.round_cap
+        voted = any(s.vote for s in now.values())  # a strategy whose replies carry no vote never repeats
+        can_repeat = session.settings.may_repeat and voted and number + 1 + len(to_come) <= settings.round_cap
         decision = Decision(number, {a: s.vote for a, s in now.items()}, {a: s.confidence for a, s in now.items()},
                             found, self.deltas[-1], self.new_facts[-1], flat, reason, "stop", can_repeat)
         recorded = self.recorded.get(number) if restored else None

@@ -56,6 +56,7 @@ class ContextWindow:
         #: (round number, user message sent, the same message without summarization)
         self._sent: list[tuple[int, str, str]] = []
         self.over_budget: list[int] = []  # rounds with a call that stayed over the budget after every cut
+        self._summaries: dict[tuple[int, int], str] = {}  # (round summarized, debate-state round) -> summary
 
     # ------------------------------------------------------------------------------------------- recording
 
@@ -207,13 +208,18 @@ class ContextWindow:
         """Round ``k`` as a structured summary under ``summarization.summary_tokens`` tokens (real tokenizer)."""
         from conclave.tokens import count_tokens
 
+        key = (k, self.session.quality.state.round)  # every call of a round shows the same summary
+        if key in self._summaries:
+            return self._summaries[key]
         budget = self.session.settings.summarization.summary_tokens
         text = ""
         for words in ITEM_WORDS:
             for ids in (None, 12, 6):
                 text = self._summary_text(k, words, ids)
                 if count_tokens(text) <= budget:
+                    self._summaries[key] = text
                     return text
+        self._summaries[key] = text
         return text
 
     def _summary_text(self, k: int, words: int, max_ids: int | None) -> str:
