@@ -393,3 +393,16 @@ async def test_the_index_and_stats_hold_exit_reasons_rounds_and_context_tokens(
     assert "exit               round-cap 1 · 6.0 rounds, 3.0 cross-examinations on average" in render_text(figures)
     assert stats["reasons"] == {"round-cap": 1} and stats["avg_rounds"] == 6.0
     assert stats["avg_cross_exam_rounds"] == 3.0 and 0 < stats["context_saved"] < 1
+
+
+async def test_the_consent_prompt_says_the_estimate_covers_the_cap(fake_provider_server: FakeProviderServer,
+                                                                   conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_votes(fake, lambda name, k: "ACCEPT")
+    asked: list[str] = []
+    run = await run_fast(fake, "cost.auto_approve=false", "cost.always_allow_under=0",
+                         interaction=Interaction(True, answering(asked, "y")))
+    assert asked[0].startswith("Estimated cost: $") and asked[0].endswith(
+        " for up to 6 rounds (cross-examination may repeat). Continue? [y]es / [n]o / [a]lways")
+    assert run.result.completed_rounds == 4 and run.result.cost.estimated is not None
+    assert run.result.cost.actual < run.result.cost.estimated  # what ran, under the ceiling

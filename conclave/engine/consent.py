@@ -54,7 +54,10 @@ def _ask(estimate: CostEstimate, interaction: Interaction) -> Consent:
         )
         choice = answer.strip().lower()[:1]
         return Consent(choice == "y", False, "approved by the user" if choice == "y" else "declined by the user")
-    answer = interaction.ask(f"Estimated cost: ${total:.4f}. Continue? [y]es / [n]o / [a]lways")
+    rounds = len({c.round_number for c in estimate.calls})
+    # past four rounds the estimate is a ceiling: it covers every cross-examination repeat up to the cap
+    ceiling = f" for up to {rounds} rounds (cross-examination may repeat)" if rounds > 4 else ""
+    answer = interaction.ask(f"Estimated cost: ${total:.4f}{ceiling}. Continue? [y]es / [n]o / [a]lways")
     choice = answer.strip().lower()[:1]
     if choice == "a":
         threshold = round_up_to_cent(total)
