@@ -406,3 +406,18 @@ async def test_the_consent_prompt_says_the_estimate_covers_the_cap(fake_provider
         " for up to 6 rounds (cross-examination may repeat). Continue? [y]es / [n]o / [a]lways")
     assert run.result.completed_rounds == 4 and run.result.cost.estimated is not None
     assert run.result.cost.actual < run.result.cost.estimated  # what ran, under the ceiling
+
+
+async def test_in_shadow_stage_decisions_are_recorded_and_the_debate_keeps_four_rounds(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script_votes(fake, _blocker, _swinging)
+    settings = settings_on(fake)
+    # quality.stage (shadow | on) belongs to the groupthink layer's settings; read here as it will be set
+    shadow = settings.model_copy(update={"quality": settings.quality.model_copy(update={"stage": "shadow"})})
+    events: list[Event] = []
+    result = await Consultation(shadow, subscribers=[events.append]).run()
+    assert result.completed_rounds == 4 and not [e for e in events if e.type == "plan:changed"]
+    (decision,) = [e.data for e in events if e.type == "exit:evaluated"]
+    assert decision["shadow"] and decision["action"] == "repeat" and decision["reason"] is None
+    assert result.exit is not None and result.exit["reason"] == "round-cap" and result.exit["estimated_rounds"] == 4

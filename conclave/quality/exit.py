@@ -20,7 +20,9 @@ No reason: cross-examination repeats (R3a, R3b, …): the round's own steps are 
 through :meth:`conclave.engine.rounds.Plan.insert_next`. ``exit.override=continue`` ignores consensus and
 convergence and repeats up to the cap. On a terminal the user is asked before each decision that can still go
 either way: stop on consensus/convergence (answering no continues: an override), or run another round (answering
-no stops: ``user-stop``). An accepted early termination after the synthesis ends the debate with
+no stops: ``user-stop``). With ``quality.stage=shadow`` every decision is recorded (``shadow: true``) as if repeats
+were allowed and nobody could be asked, and nothing changes: the debate plays its four rounds. An accepted early
+termination after the synthesis ends the debate with
 ``early-termination``. Each decision is journaled as ``exit:evaluated``; the consultation's exit reason is the
 last one.
 """
@@ -142,6 +144,7 @@ class Decision:
     asked: str | None = None  # the question put to the user, when one was
     answer: str | None = None
     restored: bool = False  # replayed from the journal on resume
+    shadow: bool = False  # quality.stage=shadow: recorded, never acted on (the plan is not changed)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -204,18 +207,24 @@ class ExitController:
         decision = Decision(number, {a: s.vote for a, s in now.items()}, {a: s.confidence for a, s in now.items()},
                             found, self.deltas[-1], self.new_facts[-1], flat, reason, "stop", can_repeat)
         recorded = self.recorded.get(number) if restored else None
-        if recorded is not None:  # decided by an earlier run: the same again, nobody asked twice
+        if shadow_stage(session):  # what it would do with repeats allowed and nobody to ask; the plan stays
+            decision.shadow = True
+            decision.can_repeat = voted and number + 1 + len(to_come) <= settings.round_cap
+            self._decide(decision, settings, ask=False)
+        elif recorded is not None:  # decided by an earlier run: the same again, nobody asked twice
             decision.reason, decision.action = recorded.get("reason"), str(recorded.get("action", "stop"))
             decision.overridden, decision.restored = bool(recorded.get("overridden")), True
         else:
             self._decide(decision, settings)
         self.decisions.append(decision)
-        self.reason = decision.reason
+        self.reason = decision.reason if not decision.shadow or decision.action == "stop" else None
         session.bus.emit(EXIT_EVALUATED, **decision.as_dict())
-        if decision.action == "repeat" and not (to_come and to_come[0][0].type.name == REPLIES):
+        if decision.action == "repeat" and not decision.shadow \
+                and not (to_come and to_come[0][0].type.name == REPLIES):
             session.plan.insert_next([s.type for s in steps], _why(decision))
 
-    def _decide(self, decision: Decision, settings: ExitSettings) -> None:
+    def _decide(self, decision: Decision, settings: ExitSettings, *, ask: bool = True) -> None:
+        interactive = ask and self.interaction.interactive
         if not decision.can_repeat:
             decision.reason = decision.reason or "round-cap"
             return
@@ -223,14 +232,14 @@ class ExitController:
             if settings.override == "continue":
                 decision.overridden, decision.action, decision.reason = True, "repeat", None
                 return
-            if self.interaction.interactive:
+            if interactive:
                 decision.asked = (f"{_found(decision)} after round {decision.round_number}. "
                                   "Go on to the verdict? (no: another cross-examination round) [Y/n]")
                 decision.answer = self.interaction.ask(decision.asked)
                 if not _yes(decision.answer):
                     decision.overridden, decision.action, decision.reason = True, "repeat", None
             return
-        if self.interaction.interactive:
+        if interactive:
             decision.asked = (f"No consensus after round {decision.round_number} ({_open(decision)}). "
                               "Run another cross-examination round? (no: go on to the verdict) [Y/n]")
             decision.answer = self.interaction.ask(decision.asked)
@@ -266,7 +275,7 @@ def max_plan(session: Session) -> list[RoundType]:
     """The longest plan the exit controller could play: the first cross-examination round repeated until the
     plan reaches the round cap (the consent gate's estimate). Without repeats, the plan as it is."""
     types = list(session.plan.types)
-    if not session.settings.may_repeat:
+    if not session.settings.may_repeat or shadow_stage(session):
         return types
     from conclave.engine.rounds import Plan
 
@@ -280,6 +289,11 @@ def max_plan(session: Session) -> list[RoundType]:
     for _ in range(extra):
         groups_types.insert(at + 1, list(repeat))
     return [t for g in groups_types for t in g]
+
+
+def shadow_stage(session: Session) -> bool:
+    """``quality.stage=shadow``: the controller records what it would do and changes nothing (absent: on)."""
+    return getattr(session.settings.quality, "stage", "on") == "shadow"
 
 
 def _yes(answer: str | None) -> bool:
