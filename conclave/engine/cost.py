@@ -153,11 +153,13 @@ def price_calls(
 
 
 def estimate_cost(
-    session: Session, rounds: Iterable[int], count: Callable[[str, str | None], int] | None = None
+    session: Session, rounds: Iterable[int], count: Callable[[str, str | None], int] | None = None,
+    plan: Plan | None = None,
 ) -> CostEstimate:
     """Every call the plan's rounds ``rounds`` will make, sized from the prompts that will be sent; ``count``
-    as in :func:`price_calls` (:func:`conclave.tokens.utf8_upper_bound` gives a bound that loads nothing)."""
-    return price_calls(session.pool, planned_texts(session, rounds), count)
+    as in :func:`price_calls` (:func:`conclave.tokens.utf8_upper_bound` gives a bound that loads nothing);
+    ``plan`` as in :func:`planned_texts`."""
+    return price_calls(session.pool, planned_texts(session, rounds, plan), count)
 
 
 @dataclass(frozen=True)

@@ -223,9 +223,11 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any) 
     """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed."""
     from conclave.engine.cost import CostEstimate, estimate_cost
     from conclave.engine.labels import JudgeLabels
+    from conclave.engine.rounds import Plan
     from conclave.engine.session import Session
     from conclave.events import EventBus
     from conclave.providers.pool import ProviderPool
+    from conclave.quality.exit import max_plan
 
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     bus = EventBus("eval-estimate")
@@ -241,7 +243,9 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any) 
         for item in items:
             session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
                               labels=labels, question=item.question, context_text=context)
-            total.calls.extend(estimate_cost(session, range(1, settings.planned_rounds + 1)).calls)
+            # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
+            longest = Plan(max_plan(session))
+            total.calls.extend(estimate_cost(session, longest.numbers(), plan=longest).calls)
     return total
 
 
