@@ -138,8 +138,7 @@ async def test_the_whole_run_goes_through_the_cost_gate_once(fake_provider_serve
     _, code, out, err = await evaluate(fake_provider_server, conclave_env, panel, n=10,
                                         settings_extra={"cost": {"always_allow_under": 0.001}})
     assert code == 1
-    # per item 3 + 1 + 3 × (3 + 1) + 1 = 17 calls: cross-examination may repeat up to the cap of 6 rounds
-    assert "estimated cost $" in err and "for 170 planned call(s)" in err
+    assert "estimated cost $" in err and "for 90 planned call(s)" in err
     assert "run not started" in err and "cost.auto_approve=true" in err
     assert fake_provider_server.requests == []  # nothing was spent
     assert out == ""
