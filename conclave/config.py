@@ -107,6 +107,26 @@ class EarlyTermination(StrictModel):
     non_interactive: Literal["accept", "decline"] = "accept"
 
 
+class ExitSettings(StrictModel):
+    """When repeated cross-examination stops: consensus, a convergence plateau, or the round cap."""
+
+    consensus: Annotated[float, Field(ge=0.0, le=1.0)] = 0.80  # share of ACCEPT or MINOR votes
+    min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70  # every agent at least this confident
+    plateau_delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.10  # a round changing less than this is flat
+    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 2  # this many flat rounds in a row: converged
+    round_cap: Annotated[int, Field(ge=2, le=12)] = 6  # rounds in all, the verdict included
+    override: Literal["auto", "continue"] = "auto"  # continue: ignore consensus/convergence, go on to the cap
+
+
+class SummarizationSettings(StrictModel):
+    """Progressive summarization of long debates: which rounds a prompt shows in full, summarized or merged."""
+
+    enabled: bool = True
+    from_round: Annotated[int, Field(ge=2, le=12)] = 5  # rounds from this one on get summarized context
+    summary_tokens: Annotated[int, Field(ge=50, le=1000)] = 300  # one earlier round's summary
+    budget_tokens: Annotated[int, Field(ge=1000, le=100_000)] = 8000  # the whole user message of one call
+
+
 class CostSettings(StrictModel):
     always_allow_under: Annotated[float, Field(ge=0.0)] = 0.50
     auto_approve: bool = False
@@ -208,7 +228,8 @@ class Settings(StrictModel):
     personas: dict[Name, Persona]
     providers: dict[Name, ProviderSettings]
     mode: ModeSettings
-    rounds: Annotated[int, Field(ge=1, le=4)] = 4
+    #: null: the full debate, whose cross-examination may repeat up to ``exit.round_cap``; 1-4: exactly that many
+    rounds: Annotated[int, Field(ge=1, le=4)] | None = None
     quick: bool = False
     verbose: bool = False
     strict_models: bool = False
@@ -223,6 +244,8 @@ class Settings(StrictModel):
     hedging: HedgingSettings = Field(default_factory=HedgingSettings)
     output: OutputSettings = Field(default_factory=OutputSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
+    exit: ExitSettings = Field(default_factory=ExitSettings)
+    summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")
@@ -279,7 +302,13 @@ class Settings(StrictModel):
     @property
     def planned_rounds(self) -> int:
         """How many rounds this run is configured for: ``quick`` means 2 unless ``rounds`` asks for fewer."""
-        return min(self.rounds, 2) if self.quick else self.rounds
+        rounds = 4 if self.rounds is None else self.rounds
+        return min(rounds, 2) if self.quick else rounds
+
+    @property
+    def may_repeat(self) -> bool:
+        """Whether cross-examination may repeat: only in the full debate (``rounds`` not given, not ``quick``)."""
+        return self.rounds is None and not self.quick
 
 
 def _describe_error(err: dict[str, Any]) -> str:

@@ -46,8 +46,14 @@ round:completed                        round_number, round_type, duration_s, inp
 round:interrupted                      round_number, round_type, duration_s, input_tokens, output_tokens, cost,
                                        reason (cancelled|stopped|error), detail: the round did not run to its end
                                        (Ctrl-C, the cost gate inside it, an unexpected error); never restored
-plan:changed                           action (insert|end), after_step (steps played when it changed), round_types
-                                       [name] (inserted, or dropped by end), reason, plan [name] (the plan now)
+plan:changed                           action (insert|end|restore), after_step (steps played when it changed),
+                                       round_types [name] (inserted, dropped by end, or the whole restored plan),
+                                       reason, plan [name] (the plan now)
+exit:evaluated                         round_number, votes {agent: vote}, confidence {agent: c}, consensus {share,
+                                       blockers, low_confidence, min_confidence, met}, change, new_facts, plateau,
+                                       reason (consensus|convergence|round-cap|user-stop|null), action
+                                       (stop|repeat), can_repeat, overridden, asked, answer, restored: the exit
+                                       controller after a cross-examination round (conclave.quality.exit)
 early_termination:decided              offered, accepted, confidence, threshold, reason, rounds_skipped,
                                        estimated_cost_saved
 cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio, phase
@@ -97,6 +103,7 @@ ROUND_COMPLETED = "round:completed"
 ROUND_INTERRUPTED = "round:interrupted"
 EARLY_TERMINATION = "early_termination:decided"
 PLAN_CHANGED = "plan:changed"
+EXIT_EVALUATED = "exit:evaluated"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"
 CONSULTATION_COMPLETED = "consultation:completed"

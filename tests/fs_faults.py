@@ -69,7 +69,7 @@ def journal_text(home: Path) -> str:
 
 def main() -> int:
     scenario, home, report_path, overrides = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4])
-    consult = [QUESTION, *overrides, "cost.auto_approve=true"]
+    consult = [QUESTION, *overrides, "cost.auto_approve=true", "rounds=4"]  # the four-round debate
     report: dict[str, Any] = {}
     if scenario == "read_only":
         mount_tmpfs(home, "4m", read_only=True)

@@ -205,6 +205,18 @@ def check_verification_pass_rate(home: Path, journals: dict[str, list[dict[str, 
     assert answered and got_answered == answered and got_passed == passed
 
 
+def check_exit_reasons(home: Path, journals: dict[str, list[dict[str, Any]]]) -> None:
+    ended = [final(r).get("exit") or {} for r in journals.values()]
+    expected = Counter(e["reason"] for e in ended if e.get("reason"))
+    got = {r["exit_reason"]: r for r in rows(home, "exit_reasons")}
+    assert expected and {k: r["consultations"] for k, r in got.items()} == dict(expected)
+    for reason, r in got.items():
+        played = [e["rounds_played"] for e in ended if e.get("reason") == reason]
+        assert r["avg_rounds"] == pytest.approx(sum(played) / len(played), abs=0.01)
+    sent = sum((final(r).get("context") or {}).get("tokens") or 0 for r in journals.values())
+    assert sum(r["context_tokens"] or 0 for r in got.values()) == sent
+
+
 # over evaluation runs: checked against eval runs in tests/test_eval_cli.py (these journals hold none)
 EVAL_QUERIES = {"eval_runs_overview", "eval_accuracy_vs_cost", "eval_sweep_by_value", "eval_lost_answers"}
 

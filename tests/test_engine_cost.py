@@ -49,10 +49,17 @@ async def test_the_estimate_counts_the_real_prompts_of_every_planned_call(fake_p
     # the context goes into each of the three round-1 system prompts
     assert 3 * added <= big["input_tokens"] - small["input_tokens"] <= 3 * added + 300
     assert small["output_tokens"] == 3 * MAX_OUTPUT_TOKENS["independent"]
-    full = await run_consultation(fake_provider_server, base=(*NO_AUTO[:1], "cost.auto_approve=true"))
+    full = await run_consultation(fake_provider_server, "rounds=4", base=(*NO_AUTO[:1], "cost.auto_approve=true"))
     (estimate,) = full.of("consultation:cost_estimated")
-    assert estimate["output_tokens"] == sum(MAX_OUTPUT_TOKENS[k] for k in ("synthesis", "cross_exam", "verdict")) \
-        + 3 * (MAX_OUTPUT_TOKENS["independent"] + MAX_OUTPUT_TOKENS["cross_exam_reply"])
+    cross_exam = MAX_OUTPUT_TOKENS["cross_exam"] + 3 * MAX_OUTPUT_TOKENS["cross_exam_reply"]
+    assert estimate["output_tokens"] == sum(MAX_OUTPUT_TOKENS[k] for k in ("synthesis", "verdict")) \
+        + 3 * MAX_OUTPUT_TOKENS["independent"] + cross_exam
+    # left to the exit controller, the estimate covers the cap: 6 rounds, two more cross-examination rounds
+    repeating = await run_consultation(fake_provider_server, base=(*NO_AUTO[:1], "cost.auto_approve=true"))
+    (ceiling,) = repeating.of("consultation:cost_estimated")
+    assert ceiling["output_tokens"] == estimate["output_tokens"] + 2 * cross_exam
+    assert ceiling["rounds"] == [1, 2, 3, 4, 5, 6] and repeating.result.exit is not None
+    assert repeating.result.exit["estimated_rounds"] == 6
     assert full.result.cost.estimated == estimate["estimated_cost"] > short.result.cost.estimated
 
 

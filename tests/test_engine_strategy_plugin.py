@@ -106,7 +106,8 @@ async def test_a_plugin_round_type_is_played_where_its_strategy_plans_it(
     fake = fake_provider_server
     script_panel(fake)
     events: list[Any] = []
-    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet"]
+    # five rounds: from round 5 on prompts summarize older rounds; off here to see the rebuttals whole
+    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet", "summarization.enabled=false"]
     result = await conclave.consult_async(QUESTION, overrides, plugins=example_plugin, subscribers=[events.append])
     assert result.status == "complete" and result.completed_rounds == 5
     started = [(e.data["round_number"], e.data["round_type"]) for e in events if e.type == "round:started"]

@@ -21,7 +21,10 @@ from conclave.testing.schema_instances import instance_for
 QUESTION = "Should the billing service move to event sourcing next quarter?"
 JUDGE_MODEL = "gpt-4.1"  # distinct from every agent model, so scripts and requests tell the judge apart
 AGENT_MODELS = {"security": "claude-sonnet-4-5", "architect": "gpt-4o", "pragmatist": "gemini-2.5-pro"}
-BASE_OVERRIDES = ("cost.auto_approve=true", f"judge.model={JUDGE_MODEL}")
+#: the four-round debate most engine tests describe (``rounds=4``: cross-examination never repeats); tests of the
+#: exit controller leave ``rounds`` out
+FOUR_ROUNDS = "rounds=4"
+BASE_OVERRIDES = ("cost.auto_approve=true", f"judge.model={JUDGE_MODEL}", FOUR_ROUNDS)
 
 Answer = Mapping[str, Any] | Callable[[RecordedRequest], Any]
 

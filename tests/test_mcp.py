@@ -119,7 +119,7 @@ async def test_a_consultation_reports_progress_and_returns_the_verdict(
 
     async with mcp_session(home, fake) as session:
         result = await session.call_tool("conclave_consult", {"question": "Should we shard the database?",
-                                                              "overrides": ["cost.auto_approve=true"]},
+                                                              "overrides": ["cost.auto_approve=true"], "rounds": 4},
                                          progress_callback=on_progress)
         listed = {str(r.uri) for r in (await session.list_resources()).resources}
         cid = result.structuredContent["consultation_id"]

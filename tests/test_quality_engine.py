@@ -55,7 +55,8 @@ SYNTHESIS = {
 
 
 def reply(claims: list[dict[str, Any]], retracts: list[str] | None = None) -> dict[str, Any]:
-    return {"critique": "", "challenges": [], "defense": "", "revised_position": "unchanged", "claims": claims,
+    return {"critique": "", "challenges": [], "defense": "", "revised_position": "unchanged", "vote": "MINOR",
+            "confidence": 0.75, "claims": claims,
             "references": [], "retracts": retracts or []}
 
 

@@ -251,7 +251,7 @@ def journal_records(home: Path) -> list[dict[str, Any]]:
 async def kill_during_round(home: Path, fake: FakeProviderServer, round_number: int) -> None:
     """Start a consultation, SIGKILL it once round ``round_number`` has started and its calls are in flight."""
     process = await asyncio.create_subprocess_exec(
-        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
         env=clean_env(home, FAKE_KEYS), cwd=home,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
@@ -278,7 +278,7 @@ def uninterrupted_result_keys(tmp_path_factory: pytest.TempPathFactory) -> set[s
 
     async def run() -> tuple[int, str, str]:
         async with FakeProviderServer() as fake:
-            return await conclave(home, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true")
+            return await conclave(home, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4")
 
     code, _, err = asyncio.run(run())
     assert code == 0, err
@@ -362,7 +362,7 @@ async def interrupt_during_round_1(home: Path, fake: FakeProviderServer) -> tupl
     for model in HANGING_AGENT_MODELS:
         fake.script(model, Fault.hang())
     process = await asyncio.create_subprocess_exec(
-        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
         env=clean_env(home, FAKE_KEYS), cwd=home,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
@@ -436,7 +436,7 @@ async def signal_during_round_1(home: Path, fake: FakeProviderServer, signum: in
     for model in HANGING_AGENT_MODELS:
         fake.script(model, Fault.hang())
     process = await asyncio.create_subprocess_exec(
-        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+        *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
         env=clean_env(home, FAKE_KEYS), cwd=home,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )

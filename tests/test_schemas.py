@@ -61,6 +61,10 @@ OPTIONAL = {
     ("cross_exam_reply_devils_advocate", "$.properties.retracts"),
     ("synthesis", "$.properties.verification"),
     ("cross_exam", "$.properties.claim_statuses"),
+    # a vote's reason (the vote itself and the confidence are required)
+    *((name, "$.properties.vote_reason") for name in (
+        "cross_exam_reply", "cross_exam_reply_explore", "cross_exam_reply_adversarial",
+        "cross_exam_reply_devils_advocate", "cross_exam_reply_answer")),
 }
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)
@@ -127,6 +131,7 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
         ("$.revised_position", "pattern", "does not match"),
     ],
     "cross_exam_reply.invalid.artifact_header.json": [("$", "additionalProperties", "'artifact_type'")],
+    "cross_exam_reply.invalid.unknown_vote.json": [("$.vote", "enum", "'MAYBE'")],
     "cross_exam_reply_explore.invalid.gaps_string.json": [("$.gaps", "type", "'array'")],
     "cross_exam_reply_adversarial.invalid.missing_steelman.json": [("$", "required", "'steelman'")],
     "cross_exam_reply_adversarial.invalid.blank_counter_argument.json": [
@@ -496,6 +501,7 @@ _CREATED_AT = st.datetimes(timezones=_ZONES).map(
     lambda d: d.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 )
 _STRINGS = st.lists(_TEXT, max_size=3)
+_VOTE = {"vote": st.sampled_from(["ACCEPT", "MINOR", "BLOCKER"]), "confidence": _CONFIDENCE}
 _DISSENT = st.lists(
     st.fixed_dictionaries({"agent": _AGENT, "concern": _NON_EMPTY, "severity": st.sampled_from(["high", "medium", "low"])}),
     max_size=3,
@@ -572,19 +578,19 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "challenges": st.lists(st.fixed_dictionaries({
             "target_agent": _AGENT, "challenge": _NON_EMPTY, "evidence": _STRINGS,
         }), max_size=3),
-        "defense": _TEXT, "revised_position": _NON_EMPTY, **_CLAIMED,
-    }),
+        "defense": _TEXT, "revised_position": _NON_EMPTY, **_CLAIMED, **_VOTE,
+    }, optional={"vote_reason": _TEXT}),
     "cross_exam_reply_explore": st.fixed_dictionaries({
-        "extensions": _STRINGS, "bridges": _STRINGS, "gaps": _STRINGS, "refined_position": _NON_EMPTY, **_CLAIMED,
+        "extensions": _STRINGS, "bridges": _STRINGS, "gaps": _STRINGS, "refined_position": _NON_EMPTY, **_CLAIMED, **_VOTE,
     }),
     "cross_exam_reply_adversarial": st.fixed_dictionaries({
         "target_agent": _AGENT, "steelman": _NON_EMPTY, "counter_argument": _NON_EMPTY, "rebuttal": _NON_EMPTY,
-        "revised_position": _NON_EMPTY, **_CLAIMED,
+        "revised_position": _NON_EMPTY, **_CLAIMED, **_VOTE,
     }, optional={"uncertainties": _STRINGS}),
     "cross_exam_reply_devils_advocate": st.fixed_dictionaries({
         "consensus_challenges": st.lists(st.fixed_dictionaries({"consensus_point": _NON_EMPTY,
                                                                 "challenge": _NON_EMPTY}), min_size=1, max_size=3),
-        "concessions": _STRINGS, "revised_position": _NON_EMPTY, **_CLAIMED,
+        "concessions": _STRINGS, "revised_position": _NON_EMPTY, **_CLAIMED, **_VOTE,
     }, optional={"retracts": _STRINGS}),
 }
 STRATEGIES["safety_evaluation"] = st.fixed_dictionaries({

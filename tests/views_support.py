@@ -52,7 +52,7 @@ VERDICT = {"recommendation": "Event-source the invoice aggregate first; keep the
 
 def _reply(name: str) -> dict[str, Any]:
     return {"critique": f"{name} sees gaps in the others' plans.", "challenges": [], "defense": "",
-            "revised_position": REVISED[name]}
+            "revised_position": REVISED[name], "vote": "MINOR", "confidence": 0.8}
 
 
 def _first_rate_limited(answer: Any) -> Any:

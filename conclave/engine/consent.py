@@ -57,7 +57,10 @@ def _ask(estimate: CostEstimate, interaction: Interaction) -> Consent:
     cached = estimate.cached_input_tokens
     share = (f" ({cached:,} of {estimate.input_tokens:,} input tokens expected from prompt caches)"
              if cached else "")
-    answer = interaction.ask(f"Estimated cost: ${total:.4f}{share}. Continue? [y]es / [n]o / [a]lways")
+    rounds = len({c.round_number for c in estimate.calls if c.round_number > 0})  # round 0: the safety check
+    # past four rounds the estimate is a ceiling: it covers every cross-examination repeat up to the cap
+    ceiling = f" for up to {rounds} rounds (cross-examination may repeat)" if rounds > 4 else ""
+    answer = interaction.ask(f"Estimated cost: ${total:.4f}{ceiling}{share}. Continue? [y]es / [n]o / [a]lways")
     choice = answer.strip().lower()[:1]
     if choice == "a":
         threshold = round_up_to_cent(total)

@@ -29,7 +29,7 @@ from conclave.engine.caching import WARMUP_AGENT, cache_rule, warmed_groups
 from conclave.engine.calls import JUDGE, CallSpec
 from conclave.engine.extraction import json_instruction
 from conclave.engine.play import call_spec
-from conclave.engine.rounds import RoundType, catalogue_of
+from conclave.engine.rounds import Plan, RoundType, catalogue_of
 from conclave.engine.session import Session
 from conclave.providers.base import Usage
 
@@ -111,22 +111,26 @@ def empty_values(session: Session, round_type: RoundType) -> dict[str, str]:
             **dict.fromkeys(round_type.inputs, ""), **session.quality.template_values(text, empty=True)}
 
 
-def planned_texts(session: Session, rounds: Iterable[int]) -> list[PlannedText]:
-    """The prompt of every call the plan's rounds ``rounds`` will make (no tokenizer needed).
+def planned_texts(session: Session, rounds: Iterable[int], plan: Plan | None = None) -> list[PlannedText]:
+    """The prompt of every call the plan's rounds ``rounds`` will make (no tokenizer needed); ``plan``: another
+    plan than the session's (the longest one the exit controller could play).
 
     Every agent is counted on the agents' seat (who will be present is not known before round 1); the
     artifacts a call will carry are empty here and counted at their producers' output caps."""
     agents = list(session.settings.agents)
     wanted = set(rounds)
-    catalogue = catalogue_of(session.plan)
+    plan = plan or session.plan
+    catalogue = catalogue_of(plan)
     specs: list[tuple[CallSpec, int, int]] = []
-    for index, step in enumerate(session.plan.steps()):
+    steps = plan.steps()
+    for index, step in enumerate(steps):
         if step.number not in wanted:
             continue
         round_type = step.type
         text = session.strategy.template(round_type.template).text
         empty = empty_values(session, round_type)
-        carried = round_type.carried_tokens(catalogue, len(agents)) + session.quality.carried_tokens(text)
+        carried = round_type.carried_tokens(catalogue, len(agents)) + session.quality.carried_tokens(text) \
+            + session.context.carried_tokens(steps, index, len(agents))
         if round_type.seat == "judge":
             specs.append((call_spec(session, round_type, step.number, empty), carried, index))
         else:
@@ -203,11 +207,13 @@ def price_calls(
 
 
 def estimate_cost(
-    session: Session, rounds: Iterable[int], count: Callable[[str, str | None], int] | None = None
+    session: Session, rounds: Iterable[int], count: Callable[[str, str | None], int] | None = None,
+    plan: Plan | None = None,
 ) -> CostEstimate:
     """Every call the plan's rounds ``rounds`` will make, sized from the prompts that will be sent; ``count``
-    as in :func:`price_calls` (:func:`conclave.tokens.utf8_upper_bound` gives a bound that loads nothing)."""
-    return price_calls(session.pool, planned_texts(session, rounds), count)
+    as in :func:`price_calls` (:func:`conclave.tokens.utf8_upper_bound` gives a bound that loads nothing);
+    ``plan`` as in :func:`planned_texts`."""
+    return price_calls(session.pool, planned_texts(session, rounds, plan), count)
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,11 @@ def _shown(session: Session, source: Input, number: int, recipients: int, seat: 
 
 
 def call_spec(session: Session, round_type: RoundType, number: int, values: Mapping[str, str],
-              agent: str | None = None) -> CallSpec:
-    """One call of ``round_type``: ``agent``'s (agents' seat) or the judge's, with its template ``values``."""
-    user = session.strategy.user_message(round_type, values)
+              agent: str | None = None, *, measure: bool = False) -> CallSpec:
+    """One call of ``round_type``: ``agent``'s (agents' seat) or the judge's, with its template ``values``
+    (earlier rounds added, summarized in long debates: :mod:`conclave.quality.summarize`); ``measure``: a call
+    that is really sent, whose context tokens are recorded."""
+    user = session.context.user_message(round_type, number, values, agent=agent, measure=measure)
     if round_type.seat == "judge":
         return CallSpec(
             agent=JUDGE,
@@ -142,7 +144,8 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
         await warm_prompt_caches(session, to_ask)
 
     async def one(name: str) -> None:
-        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name)
+        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name,
+                         measure=True)
         _count_sent(session, spec)
         outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus,
                                          stream=session.stream)
@@ -176,7 +179,7 @@ def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome)
 
 async def _play_judge(session: Session, step: Step) -> str | None:
     round_type, number = step.type, step.number
-    spec = call_spec(session, round_type, number, shared_inputs(session, round_type, number))
+    spec = call_spec(session, round_type, number, shared_inputs(session, round_type, number), measure=True)
     _count_sent(session, spec)
     outcome = await session.judge.ask(session.pool, spec, session.bus)
     if outcome.artifact is None:

@@ -126,6 +126,11 @@ class ConsultationResult(_Frozen):
     abort_reason: str | None
     config_hash: str
     transitions: list[TransitionRecord]
+    #: why the debate ended (consensus|convergence|round-cap|user-stop|early-termination), rounds played, the
+    #: cap, and each cross-examination round's exit decision (:mod:`conclave.quality.exit`); None in older results
+    exit: dict[str, Any] | None = None
+    #: context tokens per round, with and without summarization (:mod:`conclave.quality.summarize`)
+    context: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The result JSON (snake_case keys; ``transitions`` items use ``from``/``to``)."""

@@ -40,7 +40,11 @@ def round_runs(source: Mapping[str, Any]) -> dict[int, list[dict[str, Any]]]:
 
 
 def restore_rounds(session: Session, source: Mapping[str, Any]) -> set[int]:
-    """Load the completed rounds of ``source`` into ``session.record``; return their numbers."""
+    """Load the completed rounds of ``source`` into ``session.record``; return their numbers.
+
+    When the journal recorded a plan changed while it ran (``source["plan"]``: round type names, e.g. a repeated
+    cross-examination), the session plays that plan, so rounds played under it are restored in their place."""
+    restore_plan(session, source.get("plan"))
     runs, restored = round_runs(source), set[int]()
     for group in session.plan.rounds():
         number = group[0].number
@@ -49,6 +53,18 @@ def restore_rounds(session: Session, source: Mapping[str, Any]) -> set[int]:
         restored.add(number)
         session.record.completed_rounds = number
     return restored
+
+
+def restore_plan(session: Session, names: list[str] | None) -> None:
+    """Make the session's plan the recorded one, when it differs and every round type in it is known (the
+    strategy's own and the plan's); otherwise the plan stays as configured."""
+    plan = session.plan
+    if not names or names == [t.name for t in plan]:
+        return
+    known = {t.name: t for t in (*session.strategy.plan, *plan.types)}
+    if any(name not in known for name in names):
+        return
+    plan.restore([known[name] for name in names], "plan restored from the journal")
 
 
 def interrupted_answers(source: Mapping[str, Any], step: Step) -> dict[str, dict[str, Any]]:

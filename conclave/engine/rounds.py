@@ -189,7 +189,7 @@ class Step:
 class PlanChange:
     """A change a controller made to what is still to come (journaled as ``plan:changed``)."""
 
-    action: Literal["insert", "end"]
+    action: Literal["insert", "end", "restore"]
     after: int  # the position in the plan it was made at (steps played so far)
     round_types: list[str]
     reason: str
@@ -277,6 +277,13 @@ class Plan:
         dropped = self.types[self.played :]
         del self.types[self.played :]
         self._changed(PlanChange("end", self.played, [t.name for t in dropped], reason))
+
+    def restore(self, round_types: Sequence[RoundType], reason: str) -> None:
+        """Replace the plan, before play starts, by the one a resumed consultation had reached."""
+        if self.played:
+            raise ValueError("a plan is restored before any round is played")
+        self.types = list(round_types)
+        self._changed(PlanChange("restore", 0, [t.name for t in round_types], reason))
 
     def cut_to_stage(self, stage: int) -> None:
         """Keep only the round types of stages ≤ ``stage`` (``rounds=N``, ``quick``); before play starts."""

@@ -133,7 +133,11 @@ class Consultation:
         self.machine = StateMachine(self._on_transition)
         #: called after every round with (session, its steps, restored round numbers); a controller may end or
         #: extend the plan through ``session.plan.end_here`` / ``session.plan.insert_next``
-        self.controllers: list[Controller] = [self._quality, self._early_termination]
+        from conclave.quality.exit import ExitController
+
+        #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
+        self.exit = ExitController.from_resume(self.interaction, self.resume_from)
+        self.controllers: list[Controller] = [self._quality, self._history, self._early_termination, self.exit]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
@@ -143,6 +147,7 @@ class Consultation:
         self._budget: CostEstimate | None = None  # every planned round: the result's estimate and the abort check
         self._prior = SpentSoFar.from_journal(self.resume_from.get("spent"))  # billed by earlier runs
         self._exact: asyncio.Future[None] | None = None  # the exact estimate, while it is being counted
+        self._estimated_rounds: int | None = None  # how many rounds the estimate covers (the cap when repeating)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -206,6 +211,11 @@ class Consultation:
 
     def _finish(self, session: Session, provenance: Provenance) -> ConsultationResult:
         result = assemble_result(session, self.machine, provenance, self._budget, self._prior)
+        completed = self.machine.state is S.COMPLETE
+        result = result.model_copy(update={
+            "exit": self.exit.summary(session, completed, self._estimated_rounds),
+            "context": session.context.summary(),
+        })
         self.result = result
         try:
             self.bus.emit(CONSULTATION_COMPLETED, status=result.status, result=result.as_dict())
@@ -226,7 +236,7 @@ class Consultation:
             self._stop(record, session.safety.blocked["reason"] if session.safety.blocked else None)
         self._go(S.ESTIMATING, "estimating cost from the prompts")
         restored = restore_rounds(session, self.resume_from)
-        self._estimate_and_consent(session, [n for n in plan.numbers() if n not in restored])
+        self._estimate_and_consent(session, restored)
         if self._prior.total:  # earlier runs may have spent the budget already: check that exactly, first
             await self._exact_estimate()
             self._check_budget(session, "the earlier runs")
@@ -328,8 +338,11 @@ class Consultation:
 
     # ------------------------------------------------------------------------------------------ gates
 
-    def _estimate_and_consent(self, session: Session, rounds: list[int]) -> None:
-        """Estimate ``rounds`` (the ones this run plays) and ask for consent to spend that.
+    def _estimate_and_consent(self, session: Session, restored: set[int]) -> None:
+        """Estimate the rounds this run may play (all but ``restored``) and ask for consent to spend that.
+
+        When cross-examination may repeat, the estimate covers the longest plan the exit controller could play
+        (every repeat up to ``exit.round_cap``): a ceiling; the result reports the rounds that ran.
 
         First an upper bound that needs no tokenizer (every token covers at least one byte): when it is
         approved without asking anyone (``cost.auto_approve``, or under ``cost.always_allow_under``), round 1
@@ -338,10 +351,15 @@ class Consultation:
         about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
         round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
+        from conclave.engine.rounds import Plan
+        from conclave.quality.exit import max_plan
         from conclave.tokens import utf8_upper_bound
 
-        numbers = session.plan.numbers()
-        planned = planned_texts(session, numbers) + session.safety.planned_texts(numbers)
+        longest = Plan(max_plan(session))
+        numbers = longest.numbers()
+        self._estimated_rounds = len(numbers)
+        rounds = [n for n in numbers if n not in restored]
+        planned = planned_texts(session, numbers, plan=longest) + session.safety.planned_texts(numbers)
         rounds = session.safety.estimate_rounds(rounds)  # the question's full evaluation, when planned
         bound = price_calls(session.pool, planned, utf8_upper_bound).only(rounds)
         consent = decide_consent(bound, self.settings, Interaction.non_interactive(), upper_bound=True)
@@ -417,6 +435,11 @@ class Consultation:
         )
 
     @staticmethod
+    def _history(session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After every round: keep its artifacts for the context of later rounds (summarized in long debates)."""
+        session.context.capture(session, steps, restored)
+
+    @staticmethod
     def _quality(session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: the debate state, citation rules and verification (never stops a round)."""
         session.quality.after_round(session, steps, restored)
@@ -427,9 +450,11 @@ class Consultation:
         plan = session.plan
         if steps[-1].type.name != SYNTHESIS.name or plan.finished:
             return
-        remaining = [n for n in plan.numbers() if n > steps[-1].number]
-        if any(n in restored for n in remaining):
+        if any(n in restored for n in plan.numbers() if n > steps[-1].number):
             return
+        # every round the estimate covers after this one (with the repeats cross-examination might have had)
+        remaining = sorted({c.round_number for c in self._estimate.calls if c.round_number > steps[-1].number}) \
+            if self._estimate else []
         record = session.record
         assert record.round_2 is not None
         estimate = self._estimate

@@ -142,6 +142,9 @@ class Session:
         from conclave.engine.safety import SafetyGuard
 
         self.safety = SafetyGuard(self)
+        from conclave.quality.summarize import ContextWindow
+
+        self.context = ContextWindow(self)  # what each call shows of earlier rounds (summarized in long debates)
         self._prompt_cache: PromptCache | None = None
         self._prompt_cache_known = False
 

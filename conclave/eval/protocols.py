@@ -181,7 +181,7 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
                                  *cost_of((1, 2)))
     debate_answer = _answer(verdict) if result.get("status") in ("complete", "completed_degraded") else None
     protocols["debate"] = Outcome(debate_answer, is_correct(debate_answer, item), _confidence(verdict),
-                                  *cost_of((1, 2, 3, 4)))
+                                  *cost_of(sorted(capture.rounds)))  # every round, repeated cross-examination too
 
     right_1 = {a: is_correct(ans, item) for a, ans in round_1.items()}
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))

@@ -297,9 +297,11 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     decides and records in ``ev.reuse_round_1``."""
     from conclave.engine.cost import CostEstimate, estimate_cost
     from conclave.engine.labels import JudgeLabels
+    from conclave.engine.rounds import Plan
     from conclave.engine.session import Session
     from conclave.events import EventBus
     from conclave.providers.pool import ProviderPool
+    from conclave.quality.exit import max_plan
 
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     bus = EventBus("eval-estimate")
@@ -316,7 +318,9 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
         for item in items:
             session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
                               labels=labels, question=item.question, context_text=context)
-            whole = estimate_cost(session, range(1, settings.planned_rounds + 1))
+            # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
+            longest = Plan(max_plan(session))
+            whole = estimate_cost(session, longest.numbers(), plan=longest)
             total.calls.extend(whole.calls)
             if ev is not None and ev.options.matched_vote:
                 round_one = whole.only([1])
@@ -338,7 +342,9 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                         ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
                     if items:
                         first = 2 if ev.reuse_round_1 else 1
-                        total.calls.extend(estimate_cost(arm_session, range(first, arm.planned_rounds + 1)).calls)
+                        arm_longest = Plan(max_plan(arm_session))
+                        numbers = [n for n in arm_longest.numbers() if n >= first]
+                        total.calls.extend(estimate_cost(arm_session, numbers, plan=arm_longest).calls)
     return total
 
 

@@ -95,6 +95,11 @@ class ProgressBridge:
             return f"round {d.get('round_number')} · {d.get('round_type')} completed in {d.get('duration_s')} s"
         if type_ == ev.ROUND_INTERRUPTED:
             return f"round {d.get('round_number')} interrupted ({d.get('reason')})"
+        if type_ == ev.EXIT_EVALUATED:
+            if d.get("action") == "repeat":  # one more round than planned: the progress total grows with it
+                self.total = (self.total or 4.0) + 1
+                return f"round {d.get('round_number')}: cross-examination repeats"
+            return f"round {d.get('round_number')}: debate ends ({d.get('reason')})"
         if type_ == ev.EARLY_TERMINATION and d.get("accepted"):
             return f"early termination at confidence {d.get('confidence')}"
         if type_ == ev.PROVIDER_SUBSTITUTED:

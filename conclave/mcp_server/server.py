@@ -276,8 +276,9 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         ))] = None,
         mode: Annotated[str | None, Field(description="Debate strategy: converge (one verdict) or explore "
                                                       "(a menu of options).")] = None,
-        rounds: Annotated[int | None, Field(ge=1, le=4, description="How many rounds to run (1-4, default 4).")]
-        = None,
+        rounds: Annotated[int | None, Field(ge=1, le=4, description=(
+            "Exactly this many rounds (1-4); default: the full debate, whose cross-examination may repeat up to "
+            "exit.round_cap."))] = None,
         quick: Annotated[bool | None, Field(description="Two rounds only (independent answers + synthesis).")]
         = None,
         panel: Annotated[str | None, Field(description=(

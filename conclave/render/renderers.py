@@ -171,7 +171,16 @@ def _reply(a: Mapping[str, Any], ctx: Context) -> list[Node]:
     if _text(a.get("defense")):
         nodes.append(Para(_text(a.get("defense")), label="Defence:"))
     nodes.append(Para(_text(a.get("revised_position")), label="Revised position:"))
-    return nodes
+    return nodes + _vote(a)
+
+
+def _vote(a: Mapping[str, Any]) -> list[Node]:
+    """A reply's exit vote and confidence (replies from before votes have none)."""
+    if not a.get("vote"):
+        return []
+    reason = f" — {_text(a.get('vote_reason'))}" if _text(a.get("vote_reason")) else ""
+    confidence = f" · confidence {pct(a.get('confidence'))}" if isinstance(a.get("confidence"), int | float) else ""
+    return [Para(f"{a['vote']}{reason}{confidence}", label="Vote:")]
 
 
 @renderer("cross_exam_reply_explore")
@@ -183,7 +192,7 @@ def _reply_explore(a: Mapping[str, Any], ctx: Context) -> list[Node]:
         if _list(a.get(key)):
             nodes.append(Bullets([str(x) for x in _list(a.get(key))], label=label))
     nodes.append(Para(_text(a.get("refined_position")), label="Refined position:"))
-    return nodes
+    return nodes + _vote(a)
 
 
 def _evidence(item: Mapping[str, Any]) -> str:

@@ -61,7 +61,7 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
     if only_round is not None:
         return [*_header(result, label), *_round_sections(result, records, entries, only_round)]
     nodes: list[Node] = [*_header(result, label)]
-    for part in (_verdict(result), _dissent(result), _early_termination(result), _panel(result)):
+    for part in (_verdict(result), _dissent(result), _early_termination(result), _exit(result), _panel(result)):
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
@@ -78,6 +78,9 @@ def _rounds(result: Mapping[str, Any]) -> str:
     done, planned = result.get("completed_rounds"), result.get("planned_rounds")
     if done is None:
         return ""
+    cap = _map(result.get("exit")).get("round_cap")
+    if isinstance(cap, int) and isinstance(planned, int) and cap > planned:  # cross-examination could repeat
+        return f"{done} rounds (at most {cap})"
     return f"{done} of {planned} rounds" if planned is not None else f"{done} rounds"
 
 
@@ -157,6 +160,40 @@ def _early_termination(result: Mapping[str, Any]) -> Note | None:
     saved = early.get("estimated_cost_saved")
     text += f" (estimated saving ${saved:.4f})." if isinstance(saved, int | float) else "."
     return Note(text, tone="ok")
+
+
+_EXIT_TEXT = {
+    "consensus": "Ended on consensus after round {last}: {share} voted ACCEPT or MINOR, no BLOCKER, every agent "
+                 "at least 70% confident.",
+    "convergence": "Ended on convergence after round {last}: the panel stopped moving (no real change, no new FACT "
+                   "claim).",
+    "round-cap": "Ended at the round limit ({cap} rounds).",
+    "user-stop": "Stopped by the user after round {last}.",
+}
+
+
+def _exit(result: Mapping[str, Any]) -> Note | None:
+    """Why the debate ended (the exit controller) and, when cross-examination repeated, how often."""
+    ended = _map(result.get("exit"))
+    reason = ended.get("reason")
+    if reason not in _EXIT_TEXT or result.get("status") not in ("complete", "completed_degraded"):
+        return None
+    decisions = [_map(d) for d in _list(ended.get("decisions"))]
+    last = decisions[-1] if decisions else {}
+    found = _map(last.get("consensus"))
+    text = _EXIT_TEXT[str(reason)].format(last=last.get("round_number", "?"), share=pct(found.get("share")),
+                                          cap=ended.get("round_cap"))
+    if reason == "round-cap" and found.get("blockers"):
+        text += f" {len(found['blockers'])} BLOCKER vote(s) were still open."
+    repeats = ended.get("cross_exam_rounds")
+    if isinstance(repeats, int) and repeats > 1:
+        text += f" Cross-examination ran {repeats} times."
+    if any(d.get("overridden") for d in decisions):
+        text += " An exit was overridden to keep debating."
+    estimated = ended.get("estimated_rounds")
+    if isinstance(estimated, int) and estimated > (result.get("completed_rounds") or 0):
+        text += f" The cost estimate covered {estimated} rounds."
+    return Note(text, tone="warn" if reason in ("round-cap", "user-stop") and decisions else "ok")
 
 
 # ------------------------------------------------------------------------------------------------ panel
@@ -430,6 +467,12 @@ def _context_line(result: Mapping[str, Any]) -> str:
     if scrub.get("total"):
         kinds = ", ".join(f"{k}: {n}" for k, n in sorted(_map(scrub.get("by_type")).items()))
         parts.append(f"secrets redacted before sending: {scrub['total']} ({kinds})")
+    context = _map(result.get("context"))
+    if context.get("summarized_rounds"):
+        rounds = [int(n) for n in _list(context["summarized_rounds"])]
+        parts.append(f"summarized prompts from round {min(rounds)}: {context.get('tokens', 0):,} context tokens sent, "
+                     f"{context.get('tokens_unsummarized', 0):,} without summaries (saved {pct(context.get('saved'))} "
+                     "of those rounds' context)")
     return " · ".join(parts)
 
 

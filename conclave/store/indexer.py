@@ -109,6 +109,9 @@ _CHILD_COLUMNS = {
     "safety_checks": ("consultation_id", "seq", "round_number", "round_type", "stage", "tier", "tier_name",
                       "responses", "tier1_ms", "flags", "triggers", "trigger_kinds", "evaluated", "verdict", "risk",
                       "concern", "passed", "blocked", "would_block", "block_tier", "block_category", "reason"),
+    "exit_decisions": ("consultation_id", "round_number", "reason", "action", "vote_share", "blockers",
+                       "min_confidence", "change", "new_facts", "plateau", "overridden", "votes"),
+    "context_rounds": ("consultation_id", "round_number", "calls", "tokens", "tokens_unsummarized", "summarized"),
 }
 
 # One pass over each child table per consultation (row-value assignments); every expression reads the row's old
@@ -449,6 +452,24 @@ def _cost_gate(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float,
 def _completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
     result = d.get("result") or {}
     columns.update(status=d.get("status"), completed_at=iso(ts), **result_summary(result))
+    ended, context = result.get("exit") or {}, result.get("context") or {}
+    if ended or context:
+        columns.update(exit_reason=ended.get("reason"), cross_exam_rounds=ended.get("cross_exam_rounds"),
+                       round_cap=ended.get("round_cap"), context_tokens=context.get("tokens"),
+                       context_tokens_unsummarized=context.get("tokens_unsummarized"),
+                       context_saved=context.get("saved"))
+    for row in context.get("rounds") or []:
+        b.rows["context_rounds"].append((cid, row.get("round_number"), row.get("calls"), row.get("tokens"),
+                                         row.get("tokens_unsummarized"), _flag(row.get("summarized"))))
+
+
+def _exit_evaluated(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    found = d.get("consensus") or {}
+    b.rows["exit_decisions"].append((
+        cid, d.get("round_number"), d.get("reason"), d.get("action"), found.get("share"),
+        len(found.get("blockers") or []), found.get("min_confidence"), d.get("change"), d.get("new_facts"),
+        _flag(d.get("plateau")), _flag(d.get("overridden")), _json(d.get("votes")),
+    ))
 
 
 def _resumed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
@@ -572,4 +593,5 @@ _HANDLERS: dict[str, Handler] = {
     ev.DEBATE_STATE: _debate_state,
     ev.COVERAGE: _coverage,
     ev.SAFETY_CHECKED: _safety_checked,
+    ev.EXIT_EVALUATED: _exit_evaluated,
 }

@@ -299,6 +299,32 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
 
 
 @migrations()
+def m011_store_exit_and_context(db: Any) -> None:
+    # The exit controller and progressive summarization: why each debate ended and how many rounds it played, each
+    # cross-examination round's exit decision, and the context tokens of every round with and without summaries.
+    fk = [("consultation_id", "consultations", "id")]
+    for column, kind in (("exit_reason", str), ("cross_exam_rounds", int), ("round_cap", int),
+                         ("context_tokens", int), ("context_tokens_unsummarized", int), ("context_saved", float)):
+        db["consultations"].add_column(column, kind)
+    db["exit_decisions"].create(
+        {
+            "consultation_id": str, "round_number": int, "reason": str, "action": str, "vote_share": float,
+            "blockers": int, "min_confidence": float, "change": float, "new_facts": int, "plateau": int,
+            "overridden": int, "votes": str,
+        },
+        pk=("consultation_id", "round_number"), foreign_keys=fk,
+    )
+    db["context_rounds"].create(
+        {
+            "consultation_id": str, "round_number": int, "calls": int, "tokens": int, "tokens_unsummarized": int,
+            "summarized": int,
+        },
+        pk=("consultation_id", "round_number"), foreign_keys=fk,
+    )
+    db["consultations"].create_index(["exit_reason"])
+
+
+@migrations()
 def m012_safety_checks(db: Any) -> None:
     # The safety evaluator: one row per screening (the question before round 1 is round 0; then every step), the
     # tier each round's checks reached, and per consultation the tier reached, whether it was blocked and why.

@@ -159,6 +159,12 @@ def _resume_dict(
         "safety": {e["content_sha256"]: e for r in records if r["type"] == ev.SAFETY_CHECKED
                    for e in [r["data"].get("evaluation") or {}]
                    if e.get("status") == "evaluated" and e.get("content_sha256")},
+        # the plan as a controller extended it (a repeated cross-examination, an inserted round): restored rounds
+        # follow it; a plan only ever cut (rounds=N, early termination) is rebuilt from the config instead
+        "plan": next((r["data"]["plan"] for r in reversed(records) if r["type"] == ev.PLAN_CHANGED
+                      and r["data"].get("action") in ("insert", "restore") and r["data"].get("plan")), None),
+        # the exit controller's decisions, replayed for restored rounds instead of asking again
+        "exit": [r["data"] for r in records if r["type"] == "exit:evaluated"],
         "judge_fallback": next((r["data"] for r in reversed(records) if r["type"] == ev.PROVIDER_SUBSTITUTED
                                 and r["data"].get("judge_fallback")), None),
     }

@@ -123,6 +123,32 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
         ],
         "quality": quality_figures(conn, period),
         "safety": safety_figures(conn, period.since, period.until),
+        "exit": exit_figures(conn, period),
+    }
+
+
+def exit_figures(conn: Any, period: Period) -> dict[str, Any]:
+    """How the period's debates ended: consultations per exit reason, mean rounds and cross-examination rounds
+    played, and the context tokens every call sent with and without summarization (``saved``: the share removed,
+    over all consultations; rounds before 5 are never summarized)."""
+    clauses, params = ["exit_reason is not null"], []
+    for op, bound in ((">=", period.since), ("<", period.until)):
+        if bound is not None:
+            clauses.append(f"started_at {op} ?")
+            params.append(bound)
+    where = " and ".join(clauses)
+    reasons = conn.execute(f"select exit_reason, count(*) from consultations where {where} group by exit_reason "
+                           "order by count(*) desc, exit_reason", params).fetchall()
+    rounds, repeats, sent, whole = conn.execute(
+        "select avg(rounds_completed), avg(cross_exam_rounds), coalesce(sum(context_tokens), 0), "
+        f"coalesce(sum(context_tokens_unsummarized), 0) from consultations where {where}", params).fetchone()
+    return {
+        "reasons": {reason: n for reason, n in reasons},
+        "avg_rounds": round(rounds, 2) if rounds is not None else None,
+        "avg_cross_exam_rounds": round(repeats, 2) if repeats is not None else None,
+        "context_tokens": sent,
+        "context_tokens_unsummarized": whole,
+        "context_saved": _ratio(whole - sent, whole),
     }
 
 
@@ -256,6 +282,14 @@ def render_text(stats: dict[str, Any]) -> str:
     safety = safety_line(stats.get("safety") or {})
     if safety:
         lines.append(safety)
+    ended = stats.get("exit") or {}
+    if ended.get("reasons"):
+        reasons = " · ".join(f"{r} {n}" for r, n in ended["reasons"].items())
+        lines.append(f"exit               {reasons} · {_num(ended['avg_rounds'], 1)} rounds, "
+                     f"{_num(ended['avg_cross_exam_rounds'], 1)} cross-examinations on average")
+        lines.append(f"context            {ended['context_tokens']:,} tokens sent · "
+                     f"{ended['context_tokens_unsummarized']:,} without summaries "
+                     f"(saved {_pct_text(ended['context_saved'])})")
     lines += ["", "provider     calls   failed   tokens in   cached in  tokens out        cost  avg latency"]
     for p in stats["providers"]:
         lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "

@@ -169,6 +169,12 @@ class _Stream:
                   "recommendation": verdict["recommendation"] if verdict else "Adopt it incrementally",
                   "confidence": confidence, "dissent": verdict["dissent"] if verdict else [],
                   "early_terminated": last_round == 2, "rounds_completed": last_round}
+        # why the debate ended, fixed by the consultation's number (no draw from the random generator)
+        n = int(self.cid.rsplit("-", 1)[-1], 16) if "-" in self.cid else 0
+        result["exit"] = {"reason": "early-termination" if last_round == 2 else ("consensus", "convergence",
+                                                                                 "round-cap")[n % 3],
+                          "rounds_played": last_round, "cross_exam_rounds": int(last_round == 4), "round_cap": 6,
+                          "decisions": []}
         checks = self.quality_checks()
         labelled = sum(c["labelled"] for c in checks)
         facts, cited = sum(c["facts"] for c in checks), sum(c["facts_cited"] for c in checks)

@@ -73,11 +73,13 @@ class AnswerPanel:
         assert persona and question, "not an answer-mode agent request"
         name, text = persona.group(1), question.group(1)
         body: dict[str, Any] = instance_for(request.schema) if isinstance(request.schema, Mapping) else {}
-        if "Round 3 of 4" in user:
+        schema = request.schema if isinstance(request.schema, Mapping) else {}
+        if "revised_position" in schema.get("properties", {}):  # a cross-examination reply
             synthesis_answers = _FINAL.findall(user.split("synthesis of the panel", 1)[-1])
             own = _FINAL.findall(user)[0]
             now = synthesis_answers[-1] if self.conformity and synthesis_answers else own
-            body.update(revised_position=f"My answer is {now}.", final_answer=now)
+            # agreeing with confidence: the exit controller ends the debate after one cross-examination
+            body.update(revised_position=f"My answer is {now}.", final_answer=now, vote="ACCEPT", confidence=0.9)
         else:
             answer = self.answer(name, text)
             body.update(position=f"The answer is {answer}.", final_answer=answer, confidence=0.9,
@@ -92,7 +94,7 @@ class AnswerPanel:
             top = _most_common(answers)
             body.update(final_answer=top, consensus_points=[
                 {"point": f"The answer is {top}.", "supporting_agents": [], "confidence": self.judge_confidence}])
-        elif "Round 4 of 4" in user:
+        elif "The final answer." in user:  # the verdict
             # the answers given last (round-3 replies are not shown to the verdict; round 1 and the synthesis are)
             top = _most_common(answers)
             body.update(final_answer=top, recommendation=f"The answer is {top}.", confidence=self.verdict_confidence)
