@@ -52,6 +52,12 @@ consultation:resumed                   restored_rounds [n], spent {cost, input_t
                                        (written by ``conclave resume`` before the engine continues)
 consultation:completed                 status (complete|completed_degraded|partial|aborted), result (the full
                                        result JSON, see conclave.engine.result)
+groupthink:check                       round_number, detector (stagnation|early_convergence), fired, figures,
+                                       thresholds, why, stage (on|shadow), action (objection_round, or what was
+                                       not done and why: shadow, no_judge_step_left, objection_cap, resumed)
+groupthink:objection                   round_number, trigger {detector, round_number, why}, new_claims [id],
+                                       restated_claims [id], status_changes [{claim_id, from, to}], produced_new,
+                                       escalated, continued (the terminal user's answer; null when not asked)
 agent:chunk                            round_number, agent (name, or "judge"), text: streamed text of an answer
                                        being written; live only (published when a consultation streams, for the
                                        live view and the terminal), never journaled, carries no sequence number
@@ -91,6 +97,10 @@ AGENT_CHUNK = "agent:chunk"
 QUALITY_CHECKS = "quality:checks"
 DEBATE_STATE = "quality:debate_state"
 GROUNDING = "quality:grounding"
+#: a groupthink detector looked at a round (fired or not, with its figures, the stage and what was done)
+GROUPTHINK_CHECK = "groupthink:check"
+#: what a critical objection round produced (new claims, status changes) and whether it escalated
+OBJECTION_OUTCOME = "groupthink:objection"
 
 
 @dataclass(frozen=True)

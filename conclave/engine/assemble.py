@@ -122,6 +122,7 @@ def assemble_result(
         ),
         verdict=verdict,
         quality=session.quality.summary(),
+        escalated=session.quality.groupthink.escalated,
         recommendation=_recommendation(verdict),
         confidence=float(verdict["confidence"]) if verdict and "confidence" in verdict else None,
         dissent=list(verdict.get("dissent", [])) if verdict else [],

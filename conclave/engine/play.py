@@ -71,6 +71,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
     """One call of ``round_type``: ``agent``'s (agents' seat) or the judge's, with its template ``values``."""
     user = session.strategy.user_message(round_type, values)
     if round_type.seat == "judge":
+        user += session.quality.groupthink.judge_addendum(session, number)  # an objection round just before it
         return CallSpec(
             agent=JUDGE,
             provider=session.judge.provider,

@@ -52,6 +52,10 @@ class QualityLayer:
         #: round number -> the judge's statements there, each grounded or not
         self.grounding: dict[int, list[dict[str, Any]]] = {}
         self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
+        from conclave.quality.objection import GroupthinkMonitor
+
+        #: the groupthink detectors and the objection rounds they cause (a controller of its own)
+        self.groupthink = GroupthinkMonitor(session)
 
     # ------------------------------------------------------------------------------------------- prompts
 
@@ -77,6 +81,7 @@ class QualityLayer:
                 self.session.labels.label, budget=self.session.settings.quality.state_tokens)
         if "verification_questions" in template_text:
             values["verification_questions"] = prompt_list(self.questions)
+        values.update(self.groupthink.template_values(self.session, template_text))
         return values
 
     def carried_tokens(self, template_text: str) -> int:
@@ -176,6 +181,7 @@ class QualityLayer:
             "grounding": {str(n): results for n, results in sorted(self.grounding.items())},
             "metrics": {**metrics(self.checks), "ungrounded_statements": sum(
                 1 for results in self.grounding.values() for r in results if not r["grounded"])},
+            "groupthink": self.groupthink.summary(),
         }
 
 

@@ -105,6 +105,9 @@ class ConsultationResult(_Frozen):
     #: the debate-quality record (anchors, checks per round and agent, debate state, metrics); None in results
     #: written before the layer existed
     quality: dict[str, Any] | None = None
+    #: a critical objection round produced nothing new (``quality.groupthink``): a human should look at this
+    #: result; the report opens with a banner saying so
+    escalated: bool = False
     recommendation: str | None
     confidence: float | None
     dissent: list[dict[str, Any]]

@@ -133,7 +133,7 @@ class Consultation:
         self.machine = StateMachine(self._on_transition)
         #: called after every round with (session, its steps, restored round numbers); a controller may end or
         #: extend the plan through ``session.plan.end_here`` / ``session.plan.insert_next``
-        self.controllers: list[Controller] = [self._quality, self._early_termination]
+        self.controllers: list[Controller] = [self._quality, self._groupthink, self._early_termination]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
@@ -412,6 +412,10 @@ class Consultation:
         """After every round: the debate state, citation rules and verification (never stops a round)."""
         session.quality.after_round(session, steps, restored)
 
+    def _groupthink(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After every round: the groupthink detectors; a firing inserts a critical objection round."""
+        session.quality.groupthink.after_round(session, steps, restored, self.interaction)
+
     def _early_termination(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After the synthesis, with more rounds to come (none of them restored): offer to stop on a strong
         consensus; accepted, the plan ends here and the verdict is derived from the synthesis."""
@@ -431,6 +435,7 @@ class Consultation:
             synthesis=record.round_2,
             interaction=self.interaction,
             cost_saved=estimate.for_rounds(remaining) if estimate else None,
+            groupthink=session.quality.groupthink.guard(),
         )
         record.early_termination = decision
         self.bus.emit(EARLY_TERMINATION, **decision)
