@@ -1,0 +1,168 @@
+"""Groupthink in a running consultation on the fake provider server: a panel scripted to agree blindly triggers a
+critical objection round before the synthesis; what it produces decides escalation; shadow only records."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from test_engine_support import (
+    AGENT_MODELS,
+    JUDGE_MODEL,
+    answering,
+    by_schema,
+    requests_with,
+    run_consultation,
+    schema_of,
+    texts,
+)
+
+from conclave.engine.interaction import Interaction
+from conclave.quality.objection import CONTINUE_PROMPT
+from conclave.render.markdown import render_markdown
+from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
+from conclave.testing.fake_server import FakeProviderServer
+
+# Three agents who say the same thing in nearly the same words, all very sure, citing nothing.
+BLIND = {
+    "security": ("Move billing to event sourcing next quarter",
+                 "Event sourcing gives a full audit trail of billing changes"),
+    "architect": ("Yes, adopt event sourcing for billing next quarter",
+                  "An audit trail of every billing change comes with event sourcing"),
+    "pragmatist": ("Billing should move to event sourcing next quarter",
+                   "Event sourcing records every billing change for audit"),
+}
+
+
+def blind_answer(name: str) -> dict[str, Any]:
+    position, point = BLIND[name]
+    return {"position": position, "key_points": [point], "rationale": point, "confidence": 0.95,
+            "prose_excerpt": "", "claims": [{"id": "1", "text": point, "label": "INFER", "citations": []}]}
+
+
+def productive_objection(name: str) -> dict[str, Any]:
+    return {
+        "counterargument": {"text": f"Upcasting years of stored events makes every schema change costly ({name})",
+                            "opposes": ["C1"]},
+        "alternative_hypothesis": {"text": "An append-only audit table on the current ledger may satisfy auditors"},
+        "challenged_assumption": {"assumption": "The team can operate projections",
+                                  "challenge": "Nobody on the team has rebuilt a projection under load",
+                                  "opposes": []},
+        "revised_position": "Adopt event sourcing for invoices only, after a rebuild drill", "confidence": 0.7,
+    }
+
+
+def rubber_stamp_objection(name: str) -> dict[str, Any]:
+    position, point = BLIND[name]
+    return {"counterargument": {"text": point, "opposes": []},
+            "alternative_hypothesis": {"text": position},
+            "challenged_assumption": {"assumption": point, "challenge": point, "opposes": []},
+            "revised_position": position, "confidence": 0.95}
+
+
+def script(fake: FakeProviderServer, objection: Any) -> None:
+    for name, model in AGENT_MODELS.items():
+        fake.script(model, by_schema(independent=blind_answer(name), objection=objection(name)))
+    fake.script(JUDGE_MODEL, by_schema())
+
+
+def groupthink(run: Any) -> dict[str, Any]:
+    return run.result.quality["groupthink"]  # type: ignore[no-any-return]
+
+
+async def test_a_blindly_agreeing_panel_must_object_before_the_synthesis(fake_provider_server: FakeProviderServer,
+                                                                       conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake, productive_objection)
+    run = await run_consultation(fake, "rounds=2")
+    order = [schema_of(r) for r in fake.requests]
+    objections = requests_with(fake, "objection")
+    assert len(objections) == 3 and order.index("synthesis") > max(i for i, s in enumerate(order) if s == "objection")
+    prompt = texts(objections[0])
+    assert "Groupthink detected: early-convergence after round 1" in prompt
+    for duty in ("at least ONE counterargument", "ONE alternative hypothesis", "Challenge ONE assumption"):
+        assert duty in prompt
+    synthesis = texts(requests_with(fake, "synthesis")[0])
+    assert "=== CRITICAL OBJECTION ROUND (round 2) ===" in synthesis and "Upcasting years of stored events" in synthesis
+    (change,) = run.of("plan:changed")
+    assert change["round_types"] == ["objection"] and change["plan"][:3] == ["independent", "objection", "synthesis"]
+    (check,) = [c for c in run.of("groupthink:check") if c["fired"]]
+    assert check["detector"] == "early_convergence" and check["acted"] and check["action"] == "objection_round"
+    (outcome,) = run.of("groupthink:objection")
+    assert outcome["produced_new"] and not outcome["escalated"] and len(outcome["new_claims"]) >= 3
+    assert {"claim_id": "C1", "from": "open", "to": "contested"} in outcome["status_changes"]
+    figures = groupthink(run)["figures"]
+    assert figures["firings"] == {"stagnation": 0, "early_convergence": 1}
+    assert figures["objection_rounds"] == figures["objection_rounds_changed_status"] == 1
+    assert not run.result.escalated and run.result.status == "complete"
+
+
+async def test_an_objection_round_that_brings_nothing_new_escalates_with_a_banner(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
+    fake = fake_provider_server
+    script(fake, rubber_stamp_objection)
+    recorder = Recorder(tmp_path)
+    run = await run_consultation(fake, "rounds=2", recorder=recorder)
+    recorder.close()
+    (outcome,) = run.of("groupthink:objection")
+    assert outcome["new_claims"] == [] and outcome["status_changes"] == [] and outcome["escalated"]
+    assert outcome["continued"] is None  # no terminal: nobody was asked, the debate went on
+    assert run.result.escalated and run.result.verdict is not None
+    report = render_markdown(run.result.as_dict())
+    assert report.index("Escalated.") < report.index("Question:")
+    assert "A human should look at this result" in report
+    cid = run.result.consultation_id
+    with sqlite3.connect(StoreLayout(tmp_path).index_path) as db:
+        row = db.execute("select quality_stage, groupthink_firings, objection_rounds, escalated from consultations "
+                         "where id = ?", (cid,)).fetchone()
+        objection = db.execute("select new_claims, status_changes, escalated from objection_rounds "
+                               "where consultation_id = ?", (cid,)).fetchall()
+    assert row == ("on", 1, 1, 1) and objection == [(0, 0, 1)]
+    import sqlite_utils
+
+    from conclave.store.stats import Period, compute_stats, render_text
+
+    stats = compute_stats(sqlite_utils.Database(StoreLayout(tmp_path).index_path), Period("all time"))
+    assert stats["groupthink"] == {"firings": {"early_convergence": 1, "stagnation": 0}, "acted": 1,
+                                   "objection_rounds": 1, "objection_rounds_changed_status": 0,
+                                   "objection_rounds_new_claims": 0, "escalations": 1, "shadow_consultations": 0}
+    assert "groupthink         fired 1 early convergence" in render_text(stats)
+
+
+async def test_on_a_terminal_the_user_may_stop_after_a_fruitless_objection_round(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake, rubber_stamp_objection)
+    asked: list[str] = []
+    run = await run_consultation(fake, interaction=Interaction(True, ask=answering(asked, "n")))
+    assert asked == [CONTINUE_PROMPT]
+    assert not requests_with(fake, "cross_exam_reply")  # stopped: only the synthesis still ran
+    assert len(requests_with(fake, "synthesis")) == 1 and run.result.verdict is not None
+    assert groupthink(run)["escalation"]["continued"] is False
+    assert "the user chose to stop it there" in render_markdown(run.result.as_dict())
+
+
+async def test_shadow_stage_records_what_it_would_do_and_changes_nothing(fake_provider_server: FakeProviderServer,
+                                                                          conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake, productive_objection)
+    run = await run_consultation(fake, "rounds=2", "quality.stage=shadow")
+    assert not requests_with(fake, "objection") and not run.of("plan:changed")
+    (check,) = run.of("groupthink:check")
+    assert check["fired"] and check["stage"] == "shadow" and check["action"] == "objection_round"
+    assert not check["acted"] and check["not_acted_because"] == "shadow"
+    assert run.result.completed_rounds == 2 and not run.result.escalated
+
+
+async def test_a_panel_that_disagrees_runs_no_objection_round(fake_provider_server: FakeProviderServer,
+                                                             conclave_env: Any) -> None:
+    fake = fake_provider_server
+    for name, model in AGENT_MODELS.items():  # schema-generated answers: confidence 0.5
+        fake.script(model, by_schema())
+    fake.script(JUDGE_MODEL, by_schema())
+    run = await run_consultation(fake, "rounds=2")
+    (check,) = run.of("groupthink:check")
+    assert not check["fired"] and check["why"].startswith("only 0 of 3 agents")
+    assert not requests_with(fake, "objection") and run.result.completed_rounds == 2
