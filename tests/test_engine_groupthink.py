@@ -159,7 +159,7 @@ async def test_shadow_stage_records_what_it_would_do_and_changes_nothing(fake_pr
 async def test_a_panel_that_disagrees_runs_no_objection_round(fake_provider_server: FakeProviderServer,
                                                              conclave_env: Any) -> None:
     fake = fake_provider_server
-    for name, model in AGENT_MODELS.items():  # schema-generated answers: confidence 0.5
+    for model in AGENT_MODELS.values():  # schema-generated answers: confidence 0.5
         fake.script(model, by_schema())
     fake.script(JUDGE_MODEL, by_schema())
     run = await run_consultation(fake, "rounds=2")

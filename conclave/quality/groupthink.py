@@ -159,10 +159,12 @@ class StagnationDetector:
         for n in names:
             c = confidence_of(answers[n])
             if c is not None:
-                known[n], _ = c, stated.add(n)
+                known[n] = c
+                stated.add(n)
         confidences = {n: known.get(n, 0.0) for n in names}
         groups = clusters([position_text(answers[n]) for n in names], self.settings.cluster_similarity)
-        largest = set(max(groups, key=len)) if groups else set()
+        sizes = [len(g) for g in groups]
+        largest = set(groups[sizes.index(max(sizes))]) if groups else set()
         stances = {n: (1.0 if i in largest else -1.0) * confidences[n] for i, n in enumerate(names)}
         return RoundSnapshot(number, confidences, stances, stated, new_facts)
 

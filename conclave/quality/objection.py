@@ -167,8 +167,8 @@ class GroupthinkMonitor:
             because = "resumed"
         if because is None:
             first = plan.types[0].name
-            round_type = replace(OBJECTION, stage=steps[-1].type.stage,
-                                 inputs={"own_position": Input(first, "own"), "positions": Input(first, "each_by_label")})
+            inputs = {"own_position": Input(first, "own"), "positions": Input(first, "each_by_label")}
+            round_type = replace(OBJECTION, stage=steps[-1].type.stage, inputs=inputs)
             self._pending = {
                 "detectors": [c.detector for c in fired], "round_number": number,
                 "why": "; ".join(f"{c.detector.replace('_', '-')} after round {number}: {c.why}" for c in fired),
@@ -184,7 +184,8 @@ class GroupthinkMonitor:
             self._record(session, check, acted=False, action="objection_round", because=because)
 
     def _record(self, session: Session, check: Check, *, acted: bool, action: str, because: str | None) -> None:
-        entry = {**check.as_dict(), "stage": self.stage, "action": action, "acted": acted, "not_acted_because": because}
+        entry = {**check.as_dict(), "stage": self.stage, "action": action, "acted": acted,
+                 "not_acted_because": because}
         self.checks.append(entry)
         session.bus.emit(GROUPTHINK_CHECK, **entry)
 

@@ -26,14 +26,15 @@ from collections import Counter
 from collections.abc import Sequence
 
 _WORD = re.compile(r"[a-z0-9]+")
-STOP_WORDS = frozenset("""
+_STOP_TEXT = """
 a about above after again against all also am an and any are as at be because been before being below between
 both but by can could did do does doing down during each few for from further had has have having he her here
 hers him his how i if in into is it its itself just me more most my no nor not now of off on once only or other
 our ours out over own same she should so some such than that the their theirs them then there these they this
 those through to too under until up very was we were what when where which while who whom why will with would
 you your yours yourself one two may might must shall us its it's via per than rather
-""".split())
+"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
 _SUFFIXES = ("ations", "ation", "ments", "ment", "ness", "ings", "ing", "edly", "ed", "ies", "es", "ly", "s")
 
 

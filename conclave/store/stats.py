@@ -275,8 +275,9 @@ def render_text(stats: dict[str, Any]) -> str:
         firings = groupthink["firings"]
         lines.append(f"groupthink         fired {firings['early_convergence']} early convergence · "
                      f"{firings['stagnation']} stagnation ({groupthink['acted']} acted on) · "
-                     f"{groupthink['objection_rounds']} objection rounds, {groupthink['objection_rounds_changed_status']}"
-                     f" changed a claim's status · {groupthink['escalations']} escalated")
+                     f"{groupthink['objection_rounds']} objection rounds, "
+                     f"{groupthink['objection_rounds_changed_status']} changed a claim's status · "
+                     f"{groupthink['escalations']} escalated")
     lines += ["", "provider     calls   failed   tokens in  tokens out        cost  avg latency"]
     for p in stats["providers"]:
         lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "
