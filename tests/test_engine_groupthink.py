@@ -166,3 +166,23 @@ async def test_a_panel_that_disagrees_runs_no_objection_round(fake_provider_serv
     (check,) = run.of("groupthink:check")
     assert not check["fired"] and check["why"].startswith("only 0 of 3 agents")
     assert not requests_with(fake, "objection") and run.result.completed_rounds == 2
+
+
+async def test_a_resumed_run_restores_the_objection_round_instead_of_paying_again(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
+    from conclave.store.resume import load_resume_point
+
+    fake = fake_provider_server
+    script(fake, productive_objection)
+    recorder = Recorder(tmp_path, index=False)
+    first = await run_consultation(fake, "rounds=3", recorder=recorder)  # 1 independent, 2 objection, 3, 4
+    recorder.close()
+    assert first.result.completed_rounds == 4
+    fake.reset()
+    script(fake, productive_objection)
+    point = load_resume_point(StoreLayout(tmp_path), first.result.consultation_id, resumable=False)
+    again = await run_consultation(fake, resume_from=point.resume_from)
+    assert [schema_of(r) for r in fake.requests] == ["verdict"]  # only the round the first run did not play
+    assert again.result.completed_rounds == 5 and not again.of("plan:changed")
+    assert groupthink(again)["objection_rounds"] == groupthink(first)["objection_rounds"]
+    assert [c["acted"] for c in groupthink(again)["checks"] if c["fired"]] == [True]

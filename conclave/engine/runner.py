@@ -222,6 +222,8 @@ class Consultation:
         """Play the plan round by round; controllers may end or extend it after each round."""
         plan, record = session.plan, session.record
         self._go(S.ESTIMATING, "estimating cost from the prompts")
+        if session.quality.groupthink.replay_plan(session, self.resume_from):  # objection rounds played before
+            self.machine.follow(session.plan.states())
         restored = restore_rounds(session, self.resume_from)
         self._estimate_and_consent(session, [n for n in plan.numbers() if n not in restored])
         if self._prior.total:  # earlier runs may have spent the budget already: check that exactly, first

@@ -62,6 +62,13 @@ OBJECTION = RoundType(
     short="objections",
 )
 
+def objection_round(first: str, stage: int) -> RoundType:
+    """The objection round as inserted after a round of ``stage``: it shows the first round's answers (``first``
+    names that round type)."""
+    return replace(OBJECTION, stage=stage,
+                   inputs={"own_position": Input(first, "own"), "positions": Input(first, "each_by_label")})
+
+
 CONTINUE_PROMPT = ("The critical objection round produced nothing new (no new claim, no claim status change): the "
                    "panel may be rubber-stamping. Continue the debate? [Y/n]")
 
@@ -156,6 +163,9 @@ class GroupthinkMonitor:
         plan, number = session.plan, steps[0].number
         rest = plan.types[plan.played:]
         later = [s.number for s in plan.steps()[plan.played:]]
+        if self.stage == "on" and rest and rest[0].name == OBJECTION.name:
+            self._planned_objection(session, number, fired)  # resumed: an earlier run inserted it (replay_plan)
+            return
         because = None
         if self.stage != "on":
             because = "shadow"
@@ -166,22 +176,45 @@ class GroupthinkMonitor:
         elif any(n in restored for n in later):
             because = "resumed"
         if because is None:
-            first = plan.types[0].name
-            inputs = {"own_position": Input(first, "own"), "positions": Input(first, "each_by_label")}
-            round_type = replace(OBJECTION, stage=steps[-1].type.stage, inputs=inputs)
-            self._pending = {
-                "detectors": [c.detector for c in fired], "round_number": number,
-                "why": "; ".join(f"{c.detector.replace('_', '-')} after round {number}: {c.why}" for c in fired),
-                "before": {cid: c.status for cid, c in session.quality.state.claims.items()},
-            }
-            self._planned += 1
-            self.stagnation.reset()
-            for check in fired:
-                self._record(session, check, acted=True, action="objection_round", because=None)
-            plan.insert_next([round_type], f"groupthink: {', '.join(c.detector for c in fired)} after round {number}")
+            self._planned_objection(session, number, fired)
+            plan.insert_next([objection_round(plan.types[0].name, steps[-1].type.stage)],
+                             f"groupthink: {', '.join(c.detector for c in fired)} after round {number}")
             return
         for check in fired:
             self._record(session, check, acted=False, action="objection_round", because=because)
+
+    def _planned_objection(self, session: Session, number: int, fired: list[Check]) -> None:
+        """Remember the firing the coming objection round answers, and the claims' statuses before it."""
+        self._pending = {
+            "detectors": [c.detector for c in fired], "round_number": number,
+            "why": "; ".join(f"{c.detector.replace('_', '-')} after round {number}: {c.why}" for c in fired),
+            "before": {cid: c.status for cid, c in session.quality.state.claims.items()},
+        }
+        self._planned += 1
+        self.stagnation.reset()
+        for check in fired:
+            self._record(session, check, acted=True, action="objection_round", because=None)
+
+    @staticmethod
+    def replay_plan(session: Session, source: Mapping[str, Any]) -> bool:
+        """On resume, before rounds are restored: put the objection rounds an earlier run played back into the plan
+        where it played them, so their answers are restored, not paid for again. True when the plan changed."""
+        from conclave.engine.resume import round_runs
+
+        changed = False
+        for number, payloads in sorted(round_runs(source).items()):
+            if not any(p.get("round_type") == OBJECTION.name for p in payloads):
+                continue
+            steps = session.plan.steps()
+            before = [i for i, s in enumerate(steps) if s.number == number - 1]
+            if not before:
+                continue
+            at = before[-1] + 1
+            if at < len(steps) and steps[at].type.name == OBJECTION.name:
+                continue
+            session.plan.types.insert(at, objection_round(session.plan.types[0].name, steps[at - 1].type.stage))
+            changed = True
+        return changed
 
     def _record(self, session: Session, check: Check, *, acted: bool, action: str, because: str | None) -> None:
         entry = {**check.as_dict(), "stage": self.stage, "action": action, "acted": acted,

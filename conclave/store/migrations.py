@@ -308,7 +308,7 @@ def m010_quality_groupthink(db: Any) -> None:
             "consultation_id": str, "seq": int, "round_number": int, "detector": str, "fired": int, "stage": str,
             "action": str, "acted": int, "not_acted_because": str, "why": str, "figures": str,
         },
-        pk=("consultation_id", "seq"), foreign_keys=fk,
+        pk=("consultation_id", "round_number", "detector"), foreign_keys=fk,  # a resumed run checks again: one row
     )
     db["groupthink_checks"].create_index(["detector", "fired"])
     db["objection_rounds"].create(
