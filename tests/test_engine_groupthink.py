@@ -186,3 +186,42 @@ async def test_a_resumed_run_restores_the_objection_round_instead_of_paying_agai
     assert again.result.completed_rounds == 5 and not again.of("plan:changed")
     assert groupthink(again)["objection_rounds"] == groupthink(first)["objection_rounds"]
     assert [c["acted"] for c in groupthink(again)["checks"] if c["fired"]] == [True]
+
+
+async def test_a_debate_that_stops_moving_stagnates_and_must_object_before_the_verdict(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    """Cross-examination repeated (as an exit controller would) with replies that add nothing: stagnation fires
+    after the second low-activity round and the objection round runs before the verdict."""
+    from test_engine_support import BASE_OVERRIDES, QUESTION
+
+    from conclave.api import compose_settings
+    from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES
+    from conclave.engine.runner import Consultation
+
+    fake = fake_provider_server
+    for name, model in AGENT_MODELS.items():
+        position = BLIND[name][0]
+        fake.script(model, by_schema(
+            independent={**blind_answer(name), "confidence": 0.6, "claims": []},  # too unsure for early convergence
+            cross_exam_reply={"critique": "", "challenges": [], "defense": "", "revised_position": position},
+            objection=productive_objection(name)))
+    fake.script(JUDGE_MODEL, by_schema())
+    settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES])
+    events: list[Any] = []
+    consultation = Consultation(settings, subscribers=[events.append])
+
+    def repeat_once(session: Any, steps: list[Any], restored: set[int]) -> None:
+        if steps[-1].type.name == "cross_exam" and steps[0].number == 3:
+            session.plan.insert_next([CROSS_EXAM_REPLIES, CROSS_EXAM], "repeat cross-examination")
+
+    consultation.controllers.append(repeat_once)
+    result = await consultation.run()
+    started = [(e.data["round_number"], e.data["round_type"]) for e in events if e.type == "round:started"]
+    assert started == [(1, "independent"), (2, "synthesis"), (3, "cross_exam"), (4, "cross_exam"),
+                       (5, "objection"), (6, "verdict")]
+    checks = [e.data for e in events if e.type == "groupthink:check" and e.data["detector"] == "stagnation"]
+    assert [(c["round_number"], c["fired"]) for c in checks] == [(3, False), (4, True)]
+    assert checks[1]["figures"]["new_facts_per_agent"] == 0 and checks[1]["figures"]["stance_std"] == 0
+    verdict = texts(requests_with(fake, "verdict")[0])
+    assert "=== CRITICAL OBJECTION ROUND (round 5) ===" in verdict and "stagnation after round 4" in verdict
+    assert result.status == "complete" and not result.escalated
