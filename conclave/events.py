@@ -55,7 +55,8 @@ consultation:completed                 status (complete|completed_degraded|parti
 groupthink:check                       round_number, detector (stagnation|early_convergence), fired, figures,
                                        thresholds, why, stage (on|shadow), action (objection_round, or what was
                                        not done and why: shadow, no_judge_step_left, objection_cap, resumed)
-groupthink:objection                   round_number, trigger {detector, round_number, why}, new_claims [id],
+groupthink:objection                   round_number, template (id of the words sent), trigger {detectors,
+                                       round_number, why}, answers [agent], new_claims [id],
                                        restated_claims [id], status_changes [{claim_id, from, to}], produced_new,
                                        escalated, continued (the terminal user's answer; null when not asked)
 agent:chunk                            round_number, agent (name, or "judge"), text: streamed text of an answer

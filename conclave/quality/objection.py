@@ -249,6 +249,7 @@ class GroupthinkMonitor:
                                          "claim's status"}
         entry = {
             "round_number": number,
+            "template": session.strategy.template(OBJECTION.template).id,  # the words the agents were given
             "trigger": {k: pending.get(k) for k in ("detectors", "round_number", "why")},
             "answers": sorted(output.by_agent) if output is not None and output.number == number else [],
             "new_claims": new, "restated_claims": [c for c in introduced if c not in new], "status_changes": changes,
