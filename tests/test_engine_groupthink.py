@@ -225,3 +225,13 @@ async def test_a_debate_that_stops_moving_stagnates_and_must_object_before_the_v
     verdict = texts(requests_with(fake, "verdict")[0])
     assert "=== CRITICAL OBJECTION ROUND (round 5) ===" in verdict and "stagnation after round 4" in verdict
     assert result.status == "complete" and not result.escalated
+
+
+def test_show_prompt_shows_the_objection_round_where_a_firing_after_round_1_puts_it(conclave_env: Path) -> None:
+    from conclave.commands.show_prompt import render
+
+    calls = render("objection", ["Should we shard the users table?", "agents=default"], agent="architect")
+    (call,) = calls
+    assert call["round_type"] == "objection" and call["round_number"] == 2 and call["schema"] == "objection"
+    assert "=== CRITICAL OBJECTION ROUND ===" in call["user"] and "Should we shard the users table?" in call["user"]
+    assert "<what the detector found" in call["user"] and "Challenge ONE assumption" in call["user"]

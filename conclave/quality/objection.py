@@ -95,7 +95,9 @@ class GroupthinkMonitor:
     def template_values(self, session: Session, template_text: str) -> dict[str, str]:
         values: dict[str, str] = {}
         if "groupthink_trigger" in template_text:
-            values["groupthink_trigger"] = (self._pending or {}).get("why", "")
+            values["groupthink_trigger"] = (self._pending or {}).get("why") or (
+                "<what the detector found, e.g. early-convergence after round 1: 3 of 3 agents at confidence ≥ 0.85; "
+                "diversity gate failed: 0 distinct source(s) < 3>")
         if "consensus" in template_text:
             judged = [o for o in session.record.outputs.values() if o.judge is not None]
             latest = max(judged, key=lambda o: o.number).judge if judged else None
