@@ -62,6 +62,7 @@ OBJECTION = RoundType(
     short="objections",
 )
 
+
 def objection_round(first: str, stage: int) -> RoundType:
     """The objection round as inserted after a round of ``stage``: it shows the first round's answers (``first``
     names that round type)."""
@@ -93,12 +94,14 @@ class GroupthinkMonitor:
     # ------------------------------------------------------------------------------------------- prompts
 
     def template_values(self, session: Session, template_text: str) -> dict[str, str]:
+        """The objection template's own values: ``groupthink_trigger`` (what fired) and ``consensus`` (the judge's
+        latest artifact, under labels; null before the judge has spoken)."""
         values: dict[str, str] = {}
-        if "groupthink_trigger" in template_text:
+        if _uses(template_text, "groupthink_trigger"):
             values["groupthink_trigger"] = (self._pending or {}).get("why") or (
                 "<what the detector found, e.g. early-convergence after round 1: 3 of 3 agents at confidence ≥ 0.85; "
                 "diversity gate failed: 0 distinct source(s) < 3>")
-        if "consensus" in template_text:
+        if _uses(template_text, "consensus"):
             judged = [o for o in session.record.outputs.values() if o.judge is not None]
             latest = max(judged, key=lambda o: o.number).judge if judged else None
             values["consensus"] = session.shown(latest)
@@ -303,3 +306,7 @@ class GroupthinkMonitor:
                 "escalations": sum(1 for o in self.objections if o["escalated"]),
             },
         }
+
+
+def _uses(template_text: str, placeholder: str) -> bool:
+    return f"${placeholder}" in template_text or f"${{{placeholder}}}" in template_text
