@@ -33,7 +33,7 @@ from typing import Any
 
 from conclave.config import GroupthinkSettings
 from conclave.quality.claims import claims_of
-from conclave.quality.similarity import best_match, clusters, premise_overlap
+from conclave.quality.similarity import best_match, best_matches, clusters, premise_overlap
 
 STAGNATION = "stagnation"
 EARLY_CONVERGENCE = "early_convergence"
@@ -94,6 +94,11 @@ def confidence_of(artifact: Mapping[str, Any]) -> float | None:
 
 def is_new(text: str, earlier: Sequence[str], settings: GroupthinkSettings) -> bool:
     return best_match(text, earlier) < settings.novelty_similarity
+
+
+def new_ones(texts: Sequence[str], earlier: Sequence[str], settings: GroupthinkSettings) -> list[bool]:
+    """:func:`is_new` for each of ``texts`` at once."""
+    return [score < settings.novelty_similarity for score in best_matches(texts, earlier)]
 
 
 # ------------------------------------------------------------------------------------------------ early convergence

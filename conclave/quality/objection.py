@@ -37,7 +37,7 @@ from conclave.quality.groupthink import (
     Check,
     StagnationDetector,
     check_early_convergence,
-    is_new,
+    new_ones,
     position_text,
 )
 
@@ -236,7 +236,8 @@ class GroupthinkMonitor:
         before: Mapping[str, str] = pending.get("before", {})
         earlier = [text for r, text in self._said if r < number]
         introduced = [cid for cid, c in state.claims.items() if c.introduced_round == number]
-        new = [cid for cid in introduced if is_new(state.claims[cid].text, earlier, self.settings)]
+        fresh = new_ones([state.claims[cid].text for cid in introduced], earlier, self.settings)
+        new = [cid for cid, is_fresh in zip(introduced, fresh, strict=True) if is_fresh]
         changes = [{"claim_id": cid, "from": before[cid], "to": c.status}
                    for cid, c in state.claims.items() if cid in before and before[cid] != c.status]
         output = session.record.output(OBJECTION.name)
@@ -283,8 +284,9 @@ class GroupthinkMonitor:
 
     def _new_facts(self, session: Session, number: int) -> int:
         earlier = [text for r, text in self._said if r < number]
-        return sum(1 for c in session.quality.state.claims.values()
-                   if c.introduced_round == number and c.label == "FACT" and is_new(c.text, earlier, self.settings))
+        facts = [c.text for c in session.quality.state.claims.values()
+                 if c.introduced_round == number and c.label == "FACT"]
+        return sum(new_ones(facts, earlier, self.settings))
 
     # ------------------------------------------------------------------------------------------- the record
 

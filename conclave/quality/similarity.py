@@ -20,6 +20,7 @@ Paraphrases that share no content word score low: the measure sees vocabulary, n
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -38,6 +39,7 @@ STOP_WORDS = frozenset(_STOP_TEXT.split())
 _SUFFIXES = ("ations", "ation", "ments", "ment", "ness", "ings", "ing", "edly", "ed", "ies", "es", "ly", "s")
 
 
+@functools.lru_cache(maxsize=16384)
 def stem(word: str) -> str:
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -72,8 +74,21 @@ def cosine(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def similarity_matrix(texts: Sequence[str]) -> list[list[float]]:
+    """Every pairwise similarity of ``texts`` (1 on the diagonal), by dot products over each term's postings."""
     vs = vectors(texts)
-    return [[1.0 if i == j else cosine(vs[i], vs[j]) for j in range(len(vs))] for i in range(len(vs))]
+    postings: dict[str, list[tuple[int, float]]] = {}
+    for i, v in enumerate(vs):
+        for term, weight in v.items():
+            postings.setdefault(term, []).append((i, weight))
+    matrix = []
+    for i, v in enumerate(vs):
+        row = [0.0] * len(vs)
+        for term, weight in v.items():
+            for j, other in postings[term]:
+                row[j] += weight * other
+        row[i] = 1.0
+        matrix.append(row)
+    return matrix
 
 
 def best_match(text: str, earlier: Sequence[str]) -> float:
@@ -84,6 +99,27 @@ def best_match(text: str, earlier: Sequence[str]) -> float:
     return max((cosine(vs[0], v) for v in vs[1:]), default=0.0)
 
 
+def best_matches(texts: Sequence[str], earlier: Sequence[str]) -> list[float]:
+    """For each of ``texts``, its highest similarity to any of ``earlier`` (one vectorisation for all of them)."""
+    if not texts:
+        return []
+    if not earlier:
+        return [0.0] * len(texts)
+    vs = vectors([*texts, *earlier])
+    postings: dict[str, list[tuple[int, float]]] = {}
+    for j, v in enumerate(vs[len(texts):]):
+        for term, weight in v.items():
+            postings.setdefault(term, []).append((j, weight))
+    out = []
+    for v in vs[: len(texts)]:
+        dots = [0.0] * len(earlier)
+        for term, weight in v.items():
+            for j, other in postings.get(term, ()):
+                dots[j] += weight * other
+        out.append(max(dots))
+    return out
+
+
 def premise_overlap(premises: Sequence[Sequence[str]], match: float) -> float:
     """Mean over ordered pairs of agents (A, B) of the share of A's premises with a match ≥ ``match`` among B's.
 
@@ -92,8 +128,7 @@ def premise_overlap(premises: Sequence[Sequence[str]], match: float) -> float:
     groups = [list(p) for p in premises if p]
     if len(groups) < 2:
         return 0.0
-    flat = [t for g in groups for t in g]
-    vs = vectors(flat)
+    sim = similarity_matrix([t for g in groups for t in g])
     spans, start = [], 0
     for g in groups:
         spans.append(range(start, start + len(g)))
@@ -103,7 +138,7 @@ def premise_overlap(premises: Sequence[Sequence[str]], match: float) -> float:
         for j, other in enumerate(spans):
             if i == j:
                 continue
-            shared = sum(1 for a in own if max(cosine(vs[a], vs[b]) for b in other) >= match)
+            shared = sum(1 for a in own if max(sim[a][b] for b in other) >= match)
             shares.append(shared / len(own))
     return sum(shares) / len(shares)
 
