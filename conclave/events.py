@@ -53,8 +53,9 @@ consultation:resumed                   restored_rounds [n], spent {cost, input_t
 consultation:completed                 status (complete|completed_degraded|partial|aborted), result (the full
                                        result JSON, see conclave.engine.result)
 groupthink:check                       round_number, detector (stagnation|early_convergence), fired, figures,
-                                       thresholds, why, stage (on|shadow), action (objection_round, or what was
-                                       not done and why: shadow, no_judge_step_left, objection_cap, resumed)
+                                       thresholds, why, stage (on|shadow), action (objection_round|none), acted,
+                                       not_acted_because (shadow, rounds: a short run, objection_cap,
+                                       no_judge_step_left, resumed; null when acted)
 groupthink:objection                   round_number, template (id of the words sent), trigger {detectors,
                                        round_number, why}, answers [agent], new_claims [id],
                                        restated_claims [id], status_changes [{claim_id, from, to}], produced_new,

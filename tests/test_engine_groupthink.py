@@ -76,7 +76,7 @@ async def test_a_blindly_agreeing_panel_must_object_before_the_synthesis(fake_pr
                                                                        conclave_env: Any) -> None:
     fake = fake_provider_server
     script(fake, productive_objection)
-    run = await run_consultation(fake, "rounds=2")
+    run = await run_consultation(fake, "rounds=3")
     order = [schema_of(r) for r in fake.requests]
     objections = requests_with(fake, "objection")
     assert len(objections) == 3 and order.index("synthesis") > max(i for i, s in enumerate(order) if s == "objection")
@@ -104,7 +104,7 @@ async def test_an_objection_round_that_brings_nothing_new_escalates_with_a_banne
     fake = fake_provider_server
     script(fake, rubber_stamp_objection)
     recorder = Recorder(tmp_path)
-    run = await run_consultation(fake, "rounds=2", recorder=recorder)
+    run = await run_consultation(fake, "rounds=3", recorder=recorder)
     recorder.close()
     (outcome,) = run.of("groupthink:objection")
     assert outcome["new_claims"] == [] and outcome["status_changes"] == [] and outcome["escalated"]
@@ -154,6 +154,17 @@ async def test_shadow_stage_records_what_it_would_do_and_changes_nothing(fake_pr
     assert check["fired"] and check["stage"] == "shadow" and check["action"] == "objection_round"
     assert not check["acted"] and check["not_acted_because"] == "shadow"
     assert run.result.completed_rounds == 2 and not run.result.escalated
+
+
+async def test_a_short_run_records_the_firing_and_adds_no_round(fake_provider_server: FakeProviderServer,
+                                                                conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake, productive_objection)
+    run = await run_consultation(fake, "quick=true")  # rounds=N and quick keep their meaning
+    (check,) = run.of("groupthink:check")
+    assert check["fired"] and not check["acted"] and check["not_acted_because"] == "rounds"
+    assert not requests_with(fake, "objection") and run.result.completed_rounds == 2
+    assert "no objection round (rounds)" in render_markdown(run.result.as_dict())
 
 
 async def test_a_panel_that_disagrees_runs_no_objection_round(fake_provider_server: FakeProviderServer,

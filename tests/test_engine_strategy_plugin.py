@@ -143,7 +143,7 @@ async def test_a_plugin_strategy_without_an_objection_template_objects_in_the_en
     fake = fake_provider_server
     script_panel(fake, confidence=0.95)  # every agent very sure, nobody cites a source: early convergence
     events: list[Any] = []
-    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet", "rounds=2"]
+    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet", "rounds=3"]
     result = await conclave.consult_async(QUESTION, overrides, plugins=example_plugin, subscribers=[events.append])
     assert result.status == "complete"
     objections = requests_with(fake, "objection")

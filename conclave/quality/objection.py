@@ -7,9 +7,10 @@ termination is decided.
 - After each agents' round the detectors of :mod:`conclave.quality.groupthink` look at the answers; every check
   is journaled (``groupthink:check``) with its figures, the stage and what was done.
 - With ``quality.stage=on``, a firing inserts one :data:`OBJECTION` round right after the round just played —
-  so it runs before the next judge step — unless ``quality.groupthink.max_objection_rounds`` objection rounds
-  were already planned, no judge step is left to weigh it, or a later round was restored from a journal. With
-  ``shadow`` nothing is inserted: the check records that an objection round would have run.
+  so it runs before the next judge step — unless the consultation was planned short (``rounds=1|2``, ``quick``:
+  they keep their meaning), ``quality.groupthink.max_objection_rounds`` objection rounds were already planned,
+  no judge step is left to weigh it, or a later round was restored from a journal. With ``shadow`` nothing is
+  inserted: the check records that an objection round would have run.
 - Every present agent answers the objection round with one counterargument, one alternative hypothesis and one
   challenged assumption (schema ``objection``). Its answers become claims in the debate state; the next judge
   step is shown them in full (:meth:`~GroupthinkMonitor.judge_addendum`).
@@ -69,6 +70,10 @@ def objection_round(first: str, stage: int) -> RoundType:
     return replace(OBJECTION, stage=stage,
                    inputs={"own_position": Input(first, "own"), "positions": Input(first, "each_by_label")})
 
+
+#: a consultation planned with fewer rounds (``rounds=1|2``, ``quick``) asks for a short run: a firing is recorded,
+#: no objection round is added
+QUICK_ROUNDS = 3
 
 CONTINUE_PROMPT = ("The critical objection round produced nothing new (no new claim, no claim status change): the "
                    "panel may be rubber-stamping. Continue the debate? [Y/n]")
@@ -174,6 +179,8 @@ class GroupthinkMonitor:
         because = None
         if self.stage != "on":
             because = "shadow"
+        elif session.planned_rounds < QUICK_ROUNDS:
+            because = "rounds"  # rounds=1|2 and quick ask for a short run: no round is added to it
         elif self._planned >= self.settings.max_objection_rounds:
             because = "objection_cap"
         elif not any(t.seat == "judge" for t in rest):
