@@ -164,7 +164,7 @@ async def test_a_short_run_records_the_firing_and_adds_no_round(fake_provider_se
     (check,) = run.of("groupthink:check")
     assert check["fired"] and not check["acted"] and check["not_acted_because"] == "rounds"
     assert not requests_with(fake, "objection") and run.result.completed_rounds == 2
-    assert "no objection round (rounds)" in render_markdown(run.result.as_dict())
+    assert "no objection round: a short run (rounds 1-2 or quick)" in render_markdown(run.result.as_dict())
 
 
 async def test_a_panel_that_disagrees_runs_no_objection_round(fake_provider_server: FakeProviderServer,

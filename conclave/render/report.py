@@ -395,6 +395,15 @@ def _quality(result: Mapping[str, Any]) -> Section | None:
 # ------------------------------------------------------------------------------------------------ groupthink
 
 
+_NOT_ACTED = {
+    "shadow": "shadow stage, recorded only",
+    "rounds": "a short run (rounds 1-2 or quick), recorded only",
+    "objection_cap": "quality.groupthink.max_objection_rounds reached",
+    "no_judge_step_left": "no judge step left to weigh it",
+    "resumed": "the rounds after it were restored from the journal",
+}
+
+
 def escalation_banner(result: Mapping[str, Any]) -> Note | None:
     """When an objection round produced nothing new: the banner that opens the report."""
     if not result.get("escalated"):
@@ -418,8 +427,9 @@ def groupthink_section(result: Mapping[str, Any]) -> Section | None:
         return None
     children: list[Node] = []
     for check in fired:
+        because = str(check.get("not_acted_because"))
         done = "an objection round ran" if check.get("acted") else (
-            f"no objection round ({check.get('not_acted_because')})")
+            f"no objection round: {_NOT_ACTED.get(because, because)}")
         children.append(Para(f"Round {check.get('round_number')}: {check.get('why')} — {done}.",
                              label=f"{str(check.get('detector')).replace('_', ' ').capitalize()}:"))
     for outcome in map(_map, _list(groupthink.get("objection_rounds"))):
