@@ -197,9 +197,59 @@ class SafetySettings(StrictModel):
     max_tokens: Annotated[int, Field(ge=128, le=4096)] = 1024  # output budget of one full evaluation
 
 
-class QualitySettings(StrictModel):
-    """The debate-quality layer: perspective anchors, the opt-in high-stakes question, the state block's size."""
+Ratio = Annotated[float, Field(ge=0, le=1)]
 
+
+class StagnationSettings(StrictModel):
+    """Stagnation fires when, for ``consecutive_rounds`` agents' rounds in a row, each compared with the one
+    before: new FACT claims per agent < ``new_facts_per_agent``, mean |confidence change| <
+    ``confidence_change`` and the standard deviation of the agents' stances < ``stance_std``."""
+
+    new_facts_per_agent: Annotated[float, Field(ge=0)] = 1.0
+    confidence_change: Ratio = 0.10
+    stance_std: Ratio = 0.15
+    consecutive_rounds: Annotated[int, Field(ge=1, le=10)] = 2
+
+
+class EarlyConvergenceSettings(StrictModel):
+    """Early convergence fires on an agents' round numbered ≤ ``by_round`` when at least
+    ``high_confidence_ratio`` of the agents are at confidence ≥ ``confidence`` and the diversity gate fails:
+    fewer than ``min_sources`` distinct sources, premise overlap > ``max_premise_overlap``, or fewer than
+    ``min_clusters`` semantic clusters."""
+
+    by_round: Annotated[int, Field(ge=1, le=10)] = 2
+    high_confidence_ratio: Ratio = 0.75
+    confidence: Ratio = 0.85
+    min_sources: NonNegInt = 3
+    max_premise_overlap: Ratio = 0.70
+    min_clusters: Annotated[int, Field(ge=1, le=5)] = 2
+
+
+class GroupthinkSettings(StrictModel):
+    """The groupthink detectors and the critical objection round they trigger (:mod:`conclave.quality.groupthink`).
+
+    The similarity cut-offs belong to the offline measure of :mod:`conclave.quality.similarity`: two premises
+    match at ``match_similarity``, positions share a cluster at ``cluster_similarity`` (mean cosine), and a claim
+    is new when no earlier claim, position or key point reaches ``novelty_similarity``."""
+
+    enabled: bool = True
+    stagnation: StagnationSettings = Field(default_factory=StagnationSettings)
+    early_convergence: EarlyConvergenceSettings = Field(default_factory=EarlyConvergenceSettings)
+    match_similarity: Ratio = 0.3
+    cluster_similarity: Ratio = 0.35
+    novelty_similarity: Ratio = 0.5
+    max_objection_rounds: Annotated[int, Field(ge=0, le=4)] = 2
+
+
+class QualitySettings(StrictModel):
+    """The debate-quality layer: perspective anchors, the opt-in high-stakes question, the state block's size,
+    the rollout stage and the groupthink detectors."""
+
+    #: The rollout switch every quality detector and evaluator reads (groupthink, safety, exit criteria):
+    #: ``on`` acts on what it finds; ``shadow`` runs every detector and records what it would have done
+    #: (journal and index) without changing the debate.
+    stage: Literal["shadow", "on"] = "on"
+    groupthink: GroupthinkSettings = Field(default_factory=GroupthinkSettings)
     anchors: str | dict[str, str] = "auto"
     high_stakes: Literal["security", "medical-legal", "agentic", "safety-critical"] | None = None
     state_tokens: Annotated[int, Field(ge=200, le=2000)] = 2000

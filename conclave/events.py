@@ -72,6 +72,14 @@ safety:checked                         round_number (0: the question, before rou
                                        content_sha256} or null), concern, passed, blocked, would_block (shadow),
                                        block {tier, category, rule, target, round_number, reason} or null,
                                        withheld [{round_number, round_type, agent}] (answers the report withholds)
+groupthink:check                       round_number, detector (stagnation|early_convergence), fired, figures,
+                                       thresholds, why, stage (on|shadow), action (objection_round|none), acted,
+                                       not_acted_because (shadow, rounds: a short run, objection_cap,
+                                       no_judge_step_left, resumed; null when acted)
+groupthink:objection                   round_number, template (id of the words sent), trigger {detectors,
+                                       round_number, why}, answers [agent], new_claims [id],
+                                       restated_claims [id], status_changes [{claim_id, from, to}], produced_new,
+                                       escalated, continued (the terminal user's answer; null when not asked)
 agent:chunk                            round_number, agent (name, or "judge"), text: streamed text of an answer
                                        being written; live only (published when a consultation streams, for the
                                        live view and the terminal), never journaled, carries no sequence number
@@ -114,6 +122,10 @@ DEBATE_STATE = "quality:debate_state"
 GROUNDING = "quality:grounding"
 COVERAGE = "quality:coverage"
 SAFETY_CHECKED = "safety:checked"
+#: a groupthink detector looked at a round (fired or not, with its figures, the stage and what was done)
+GROUPTHINK_CHECK = "groupthink:check"
+#: what a critical objection round produced (new claims, status changes) and whether it escalated
+OBJECTION_OUTCOME = "groupthink:objection"
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,14 @@ ROUND_LABELS = {
     "synthesis": "Synthesis",
     "cross_exam": "Cross-exam",
     "verdict": "Verdict",
+    "objection": "Objection",
 }
 _CLEAR_LINE = "\r\x1b[K"
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TICK_S = 0.1
 #: who answers each round type: every present agent, the judge, or both (the judge after the agents)
 _PLAYERS = {"independent": ("agents",), "synthesis": ("judge",), "cross_exam": ("agents", "judge"),
-            "verdict": ("judge",)}
+            "verdict": ("judge",), "objection": ("agents",)}
 
 
 def short_error(error: Any) -> str:
@@ -86,6 +87,8 @@ class ProgressView:
             ev.FILTER_APPLIED: self._filter_applied,
             ev.ROUND_COMPLETED: self._round_completed,
             ev.EARLY_TERMINATION: self._early_termination,
+            ev.GROUPTHINK_CHECK: self._groupthink,
+            ev.OBJECTION_OUTCOME: self._objection,
             ev.COST_GATE_TRIGGERED: self._cost_gate,
             ev.CONSULTATION_COMPLETED: self._completed,
         }
@@ -260,6 +263,21 @@ class ProgressView:
             self._notice(f"⏹ Early termination: {why}; skipping {skipped} round{'s' if skipped != 1 else ''}")
         else:
             self._notice(f"Early termination offered ({why}) and declined: continuing")
+
+    def _groupthink(self, data: Mapping[str, Any]) -> None:
+        if not data.get("fired"):
+            return
+        detector = str(data.get("detector", "")).replace("_", " ")
+        what = ("a critical objection round runs next" if data.get("acted")
+                else f"no objection round ({data.get('not_acted_because')})")
+        self._notice(f"⚑ Groupthink: {detector} after round {data.get('round_number')}: {what}")
+
+    def _objection(self, data: Mapping[str, Any]) -> None:
+        if data.get("escalated"):
+            self._notice("⚑ The objection round produced nothing new: escalated, a human should look at the result")
+        else:
+            self._notice(f"Objection round: {len(data.get('new_claims') or [])} new claim(s), "
+                         f"{len(data.get('status_changes') or [])} status change(s)")
 
     def _cost_gate(self, data: Mapping[str, Any]) -> None:
         actual, estimate = data.get("actual_cost"), data.get("estimated_cost")

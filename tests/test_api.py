@@ -18,7 +18,7 @@ RESULT_KEYS = {
     "duration_s", "planned_rounds", "completed_rounds", "agents", "judge", "artifacts", "verdict", "recommendation",
     "confidence", "dissent", "concerns", "early_termination", "cost", "tokens", "token_efficiency_stats",
     "substitutions", "scrub_report", "context_sources", "prompt_versions", "judge_labels", "shuffle_seed",
-    "absent_agents", "abort_reason", "config_hash", "transitions", "quality", "safety", "exit", "context",
+    "absent_agents", "abort_reason", "config_hash", "transitions", "quality", "safety", "exit", "context", "escalated",
 }
 
 

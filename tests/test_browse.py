@@ -21,7 +21,7 @@ from conclave.store.synthetic import synthetic_events
 CANNED = {"costliest_consultations", "dissent_by_agent", "early_terminations_by_threshold", "provider_failures",
           "savings_by_filter_limits", "spending_per_day", "spending_per_provider", "confidence_distribution",
           "early_termination_savings", "filter_savings", "recent_consultations", "debate_quality",
-          "verification_pass_rate", "exit_reasons"}
+          "verification_pass_rate", "exit_reasons", "groupthink"}
 # over evaluation runs (this index has none; tests/test_eval_cli.py serves one that does)
 EVAL_CANNED = {"eval_runs_overview", "eval_accuracy_vs_cost", "eval_sweep_by_value", "eval_lost_answers"}
 

@@ -217,6 +217,18 @@ def check_exit_reasons(home: Path, journals: dict[str, list[dict[str, Any]]]) ->
     assert sum(r["context_tokens"] or 0 for r in got.values()) == sent
 
 
+def check_groupthink(home: Path, journals: dict[str, list[dict[str, Any]]]) -> None:
+    got = {r["id"]: r for r in rows(home, "groupthink")}
+    assert set(got) == set(journals)  # every consultation of these journals ran the detectors
+    for cid, records in journals.items():
+        fired = Counter(d["detector"] for d in of(records, "groupthink:check") if d["fired"])
+        row = got[cid]
+        assert (row["early_convergence"], row["stagnation"]) == (fired["early_convergence"], fired["stagnation"])
+        assert row["objection_rounds"] == len(of(records, "groupthink:objection"))
+        assert row["escalated"] == int(bool(final(records).get("escalated")))
+        assert row["stage"] == final(records)["quality"]["groupthink"]["stage"]
+
+
 # over evaluation runs: checked against eval runs in tests/test_eval_cli.py (these journals hold none)
 EVAL_QUERIES = {"eval_runs_overview", "eval_accuracy_vs_cost", "eval_sweep_by_value", "eval_lost_answers"}
 

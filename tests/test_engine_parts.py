@@ -157,6 +157,22 @@ def test_rubber_stamp_needs_high_confidence_everywhere_and_no_tensions() -> None
     assert not is_rubber_stamp({**sure, "c": {"confidence": 0.85}}, {"tensions": []})
 
 
+@pytest.mark.parametrize(("groupthink", "offered", "reason"), [
+    (True, False, "groupthink_detected"),  # the detectors fired: cross-examination is not skipped
+    (False, True, "high_confidence_after_synthesis"),  # they found a diverse panel: the old rule does not apply
+    (None, False, "rubber_stamp_guard"),  # shadow stage: the rubber-stamp rule decides, as before
+])
+def test_early_termination_defers_to_the_groupthink_detectors(groupthink: bool | None, offered: bool,
+                                                              reason: str) -> None:
+    decision = decide_early_termination(
+        strategy=ConvergeStrategy(), settings=_settings(),
+        round_1={"a": {"confidence": 0.9}, "b": {"confidence": 0.95}},  # every agent above 0.85
+        synthesis=_synthesis([("x", ["a", "b"], 0.95)]),  # and no tension
+        interaction=Interaction(interactive=False), cost_saved=None, groupthink=groupthink,
+    )
+    assert (decision["offered"], decision["reason"]) == (offered, reason)
+
+
 def test_termination_asks_on_a_terminal_with_the_confidence() -> None:
     asked: list[str] = []
     decision = decide_early_termination(

@@ -136,3 +136,18 @@ async def test_rounds_cut_a_plugin_plan_by_stage(example_plugin: Any, fake_provi
     assert result.status == "complete" and result.completed_rounds == 2
     assert not [r for r in fake.requests if "Rebut the synthesis" in texts(r)]
     assert result.verdict is not None  # derived from the synthesis
+
+
+async def test_a_plugin_strategy_without_an_objection_template_objects_in_the_engines_words(
+    example_plugin: Any, fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    fake = fake_provider_server
+    script_panel(fake, confidence=0.95)  # every agent very sure, nobody cites a source: early convergence
+    events: list[Any] = []
+    overrides = [*fake.overrides(), *BASE_OVERRIDES, "mode.strategy=gauntlet", "rounds=3"]
+    result = await conclave.consult_async(QUESTION, overrides, plugins=example_plugin, subscribers=[events.append])
+    assert result.status == "complete"
+    objections = requests_with(fake, "objection")
+    assert len(objections) == 3 and "=== CRITICAL OBJECTION ROUND ===" in texts(objections[0])
+    (outcome,) = [e.data for e in events if e.type == "groupthink:objection"]
+    assert outcome["template"].startswith("conclave/objection@v1#sha256:")

@@ -59,13 +59,28 @@ async def test_a_terminal_user_is_asked_and_may_decline(fake_provider_server: Fa
 
 async def test_a_rubber_stamp_panel_is_not_offered_early_termination(fake_provider_server: FakeProviderServer,
                                                                      conclave_env: Any) -> None:
+    # The groupthink detectors decide (quality.stage=on): every agent above 0.85 with no source fires early
+    # convergence, an objection round runs before the synthesis, and the strong synthesis is not trusted to
+    # skip cross-examination.
     fake = fake_provider_server
     no_tensions = synthesis([("Adopt it", ["Agent A", "Agent B", "Agent C"], 0.97)])
     script_panel(fake, confidence=0.9, synthesis=no_tensions)  # every agent above 0.85, nothing contested
     run = await run_consultation(fake)
     early = run.result.early_termination
+    assert early is not None and not early.offered and early.reason == "groupthink_detected"
+    assert len(requests_with(fake, "objection")) == 3
+    assert run.result.completed_rounds == 5 and requests_with(fake, "cross_exam_reply")
+
+
+async def test_in_shadow_stage_the_rubber_stamp_rule_still_guards(fake_provider_server: FakeProviderServer,
+                                                                   conclave_env: Any) -> None:
+    fake = fake_provider_server
+    no_tensions = synthesis([("Adopt it", ["Agent A", "Agent B", "Agent C"], 0.97)])
+    script_panel(fake, confidence=0.9, synthesis=no_tensions)
+    run = await run_consultation(fake, "quality.stage=shadow")
+    early = run.result.early_termination
     assert early is not None and not early.offered and early.reason == "rubber_stamp_guard"
-    assert run.result.completed_rounds == 4 and requests_with(fake, "cross_exam_reply")
+    assert run.result.completed_rounds == 4 and not requests_with(fake, "objection")
 
 
 async def test_below_the_threshold_nothing_is_offered(fake_provider_server: FakeProviderServer,

@@ -190,3 +190,24 @@ async def test_failed_items_count_wrong_and_are_retried_only_when_asked(fake_pro
     _, code, _, err = await evaluate(fake, conclave_env, None, n=2, run_id="ev-failing", retry_failed=True)
     assert code == 0 and "2 of 2 item(s) to run" in err
     assert store.read_run(conclave_env, "ev-failing")["summary"]["protocols"]["vote"]["correct"] == 2
+
+
+async def test_evaluations_run_the_groupthink_detectors_in_shadow_unless_asked(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    # a confident panel citing nothing fires early convergence on every item; the compared debate stays the same
+    panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=1)
+    assert code == 0 and ev.settings.quality.stage == "shadow"
+    assert len(fake_provider_server.requests) == 9  # no objection round
+
+
+async def test_with_the_detectors_on_the_debate_pays_for_its_objection_round(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=1,
+                                    overrides=["quality.stage=on"])
+    assert code == 0 and ev.settings.quality.stage == "on"
+    assert len(fake_provider_server.requests) == 9 + 3  # three objections before the synthesis
+    (row,) = store.read_items(conclave_env, ev.run_id)
+    assert row["rounds_completed"] == 5
+    assert row["vote_tokens"] < row["judge_tokens"] < row["debate_tokens"]

@@ -80,10 +80,15 @@ def test_without_the_plugin_its_names_are_rejected(tmp_path: Path) -> None:
     assert "filtering.filter: 'keep_all' is not a registered filter; allowed: top_n" in proc.stderr
 
 
+# The echo panel agrees blindly by construction (every confidence 1, no source): the groupthink detectors would
+# insert an objection round, so these runs keep them in shadow and the plan under test stays the strategy's own.
+SHADOW = "quality.stage=shadow"
+
+
 def test_consultation_runs_on_the_plugin_provider_strategy_and_filter(plugin_site: Path, tmp_path: Path) -> None:
     proc = run_conclave(
         "Should the example plugin win?", "mode=devil", "agents=echo_panel", "filtering.filter=keep_all",
-        "output.format=json", "cost.auto_approve=true", home=tmp_path, env=_with_plugin(plugin_site),
+        "output.format=json", "cost.auto_approve=true", SHADOW, home=tmp_path, env=_with_plugin(plugin_site),
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -98,7 +103,7 @@ def test_consultation_runs_on_the_plugin_provider_strategy_and_filter(plugin_sit
 def test_a_plugin_strategy_with_a_round_type_of_its_own_runs_from_the_cli(plugin_site: Path, tmp_path: Path) -> None:
     proc = run_conclave(
         "Should the example plugin win?", "mode=gauntlet", "agents=echo_panel", "output.format=json",
-        "cost.auto_approve=true", home=tmp_path, env=_with_plugin(plugin_site),
+        "cost.auto_approve=true", SHADOW, home=tmp_path, env=_with_plugin(plugin_site),
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

@@ -210,3 +210,20 @@ def test_calls_waiting_for_a_single_slot_server_show_as_queued() -> None:
         view(ev.Event(ev.PROVIDER_QUEUED, "c", 0, 0.0, {"agent": agent, "provider": "openai", "max_concurrency": 1}))
     assert plain.getvalue().splitlines() == [
         "  ⧗ openai takes 1 call(s) at a time: the others are queued (providers.openai.max_concurrency)"]
+
+
+def test_a_groupthink_firing_and_an_escalation_are_announced() -> None:
+    def scenario(bus: EventBus) -> None:
+        bus.emit(ev.GROUPTHINK_CHECK, detector="early_convergence", round_number=1, fired=True, acted=True)
+        bus.emit(ev.ROUND_STARTED, round_number=2, round_type="objection")
+        bus.emit(ev.AGENT_COMPLETED, round_number=2, agent="security", ok=True, duration_s=1.2, error=None)
+        bus.emit(ev.ROUND_COMPLETED, round_number=2, round_type="objection")
+        bus.emit(ev.OBJECTION_OUTCOME, round_number=2, new_claims=[], status_changes=[], escalated=True)
+
+    out = io.StringIO()
+    run(ProgressView(out, tty=False), scenario)
+    assert out.getvalue().splitlines() == [
+        "  ⚑ Groupthink: early convergence after round 1: a critical objection round runs next",
+        "  ▸ Round 2 · Objection     security ✓ 1.2s",
+        "  ⚑ The objection round produced nothing new: escalated, a human should look at the result",
+    ]

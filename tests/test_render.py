@@ -294,14 +294,14 @@ def test_a_new_record_type_needs_one_renderer_for_every_view(converge: dict[str,
         {"type": "consultation:started", "seq": 0, "consultation_id": "c-x",
          "data": {"question": "Q?", "mode": "converge", "agents": [{"name": "a", "provider": "openai", "model": "m"}]}},
         {"type": "consultation:round_artifact", "seq": 1,
-         "data": {"round_number": 5, "schema": "objection", "agent": None, "status": "valid",
-                  "artifact": {"artifact_type": "objection", "objections": ["too slow"], "severity": "high"}}},
+         "data": {"round_number": 5, "schema": "postmortem", "agent": None, "status": "valid",
+                  "artifact": {"artifact_type": "postmortem", "objections": ["too slow"], "severity": "high"}}},
     ]
     # unregistered: the generic renderer still shows every field
     generic = render_markdown({}, records)
-    assert "## Round 5 · Objection" in generic and "- too slow" in generic and "- **Severity:** high" in generic
+    assert "## Round 5 · Postmortem" in generic and "- too slow" in generic and "- **Severity:** high" in generic
 
-    renderers.register("objection", lambda a, ctx: [Para(f"{len(a['objections'])} objection(s)", label="Raised:"),
+    renderers.register("postmortem", lambda a, ctx: [Para(f"{len(a['objections'])} objection(s)", label="Raised:"),
                                                    Bullets(a["objections"])], title="Objections")
     try:
         md = render_markdown({}, records)
@@ -309,11 +309,11 @@ def test_a_new_record_type_needs_one_renderer_for_every_view(converge: dict[str,
         assert "<strong>Raised:</strong> 1 objection(s)" in render_html({}, records)
         from conclave.datasette_plugin import _artifact_cell
 
-        cell = str(_artifact_cell(json.dumps(records[1]["data"]["artifact"]), "objection"))
+        cell = str(_artifact_cell(json.dumps(records[1]["data"]["artifact"]), "postmortem"))
         assert "<strong>Raised:</strong> 1 objection(s)" in cell
     finally:
-        renderers._RENDERERS.pop("objection")
-        renderers.TITLES.pop("objection")
+        renderers._RENDERERS.pop("postmortem")
+        renderers.TITLES.pop("postmortem")
 
 
 def test_html_report_escapes_model_text(converge: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "artifacts"
 SCHEMA_DIR = Path(__file__).parent.parent / "schemas"
 ARTIFACTS = [
     "cross_exam", "cross_exam_reply", "cross_exam_reply_adversarial", "cross_exam_reply_answer",
-    "cross_exam_reply_devils_advocate", "cross_exam_reply_explore", "independent", "independent_answer",
+    "cross_exam_reply_devils_advocate", "cross_exam_reply_explore", "independent", "independent_answer", "objection",
     "safety_evaluation", "synthesis", "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
 ]
 # The only properties a schema may leave out of ``required``.
@@ -65,6 +65,8 @@ OPTIONAL = {
     *((name, "$.properties.vote_reason") for name in (
         "cross_exam_reply", "cross_exam_reply_explore", "cross_exam_reply_adversarial",
         "cross_exam_reply_devils_advocate", "cross_exam_reply_answer")),
+    # the critical objection answer: its three mandatory items are required, claims and sources optional
+    *(("objection", f"$.properties.{field}") for field in ("claims", "references", "retracts")),
 }
 
 # fixture -> the errors it must produce: (json path, failing keyword, text the message must contain)
@@ -153,6 +155,8 @@ EXPECTED_FAILURES: dict[str, list[tuple[str, str, str]]] = {
     "verdict_answer.invalid.missing_final_answer.json": [("$", "required", "'final_answer'")],
     "verdict_answer.invalid.blank_final_answer.json": [("$.final_answer", "pattern", "does not match")],
     "verdict_answer.invalid.final_answer_too_long.json": [("$.final_answer", "maxLength", "is too long")],
+    "objection.invalid.missing_alternative.json": [("$", "required", "'alternative_hypothesis'")],
+    "objection.invalid.blank_counterargument.json": [("$.counterargument.text", "pattern", "does not match")],
 }
 
 
@@ -591,6 +595,13 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "consensus_challenges": st.lists(st.fixed_dictionaries({"consensus_point": _NON_EMPTY,
                                                                 "challenge": _NON_EMPTY}), min_size=1, max_size=3),
         "concessions": _STRINGS, "revised_position": _NON_EMPTY, **_CLAIMED, **_VOTE,
+    }, optional={"retracts": _STRINGS}),
+    "objection": st.fixed_dictionaries({
+        "counterargument": st.fixed_dictionaries({"text": _NON_EMPTY, "opposes": _STRINGS}),
+        "alternative_hypothesis": st.fixed_dictionaries({"text": _NON_EMPTY}),
+        "challenged_assumption": st.fixed_dictionaries({"assumption": _NON_EMPTY, "challenge": _NON_EMPTY,
+                                                        "opposes": _STRINGS}),
+        "revised_position": _NON_EMPTY, "confidence": _CONFIDENCE,
     }, optional={"retracts": _STRINGS}),
 }
 STRATEGIES["safety_evaluation"] = st.fixed_dictionaries({

@@ -84,8 +84,16 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
                       context_text=context)
     if source is not None:
         session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
+        session.quality.groupthink.replay_plan(session, resume_from)  # objection rounds it played
     session.quality.rebuild(session, restore_rounds(session, resume_from))
     steps = session.plan.steps()
+    from conclave.quality.objection import OBJECTION, objection_round
+
+    if round_name == OBJECTION.name and all(s.type.name != OBJECTION.name for s in steps):
+        # never planned: shown where a groupthink firing after the first round puts it
+        first = session.plan.types[0]
+        session.plan.types.insert(1, objection_round(first.name, first.stage))
+        steps = session.plan.steps()
     chosen = [s for s in steps if s.type.name == round_name or str(s.number) == round_name]
     if not chosen:
         names = ", ".join(dict.fromkeys(f"{s.type.name} ({s.number})" for s in steps))

@@ -126,6 +126,7 @@ def assemble_result(
         verdict=verdict,
         quality=session.quality.summary(),
         safety=session.safety.summary(),
+        escalated=session.quality.groupthink.escalated,
         recommendation=_recommendation(verdict),
         confidence=float(verdict["confidence"]) if verdict and "confidence" in verdict else None,
         dissent=list(verdict.get("dissent", [])) if verdict else [],

@@ -68,6 +68,10 @@ class QualityLayer:
         #: round number -> what the synthesis of that round left unaccounted (rule violations)
         self.coverage: dict[int, list[dict[str, Any]]] = {}
         self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
+        from conclave.quality.objection import GroupthinkMonitor
+
+        #: the groupthink detectors and the objection rounds they cause (a controller of its own)
+        self.groupthink = GroupthinkMonitor(session)
 
     # ------------------------------------------------------------------------------------------- prompts
 
@@ -90,6 +94,7 @@ class QualityLayer:
             values["debate_state"] = "" if empty else self._block(None)
         if "verification_questions" in template_text:
             values["verification_questions"] = prompt_list(self.questions)
+        values.update(self.groupthink.template_values(self.session, template_text))
         return values
 
     def agent_values(self, template_text: str, agent: str) -> dict[str, str]:
@@ -239,6 +244,7 @@ class QualityLayer:
             "coverage": {str(n): misses for n, misses in sorted(self.coverage.items())},
             "metrics": {**metrics(self.checks, self.coverage), "ungrounded_statements": sum(
                 1 for results in self.grounding.values() for r in results if not r["grounded"])},
+            "groupthink": self.groupthink.summary(),
         }
 
 

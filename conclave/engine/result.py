@@ -108,6 +108,9 @@ class ConsultationResult(_Frozen):
     #: the safety evaluator's record (stage, tier reached, triggers, flags, evaluations, the block if any); None in
     #: results written before it existed
     safety: dict[str, Any] | None = None
+    #: a critical objection round produced nothing new (``quality.groupthink``): a human should look at this
+    #: result; the report opens with a banner saying so
+    escalated: bool = False
     recommendation: str | None
     confidence: float | None
     dissent: list[dict[str, Any]]

@@ -137,7 +137,8 @@ class Consultation:
 
         #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
         self.exit = ExitController.from_resume(self.interaction, self.resume_from)
-        self.controllers: list[Controller] = [self._quality, self._history, self._early_termination, self.exit]
+        self.controllers: list[Controller] = [self._quality, self._history, self._groupthink,
+                                                 self._early_termination, self.exit]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
@@ -235,6 +236,8 @@ class Consultation:
         if session.safety.screen_question():  # tiers 1 and 2 on the question: before anything is spent
             self._stop(record, session.safety.blocked["reason"] if session.safety.blocked else None)
         self._go(S.ESTIMATING, "estimating cost from the prompts")
+        if session.quality.groupthink.replay_plan(session, self.resume_from):  # objection rounds played before
+            self.machine.follow(session.plan.states())
         restored = restore_rounds(session, self.resume_from)
         self._estimate_and_consent(session, restored)
         if self._prior.total:  # earlier runs may have spent the budget already: check that exactly, first
@@ -444,6 +447,10 @@ class Consultation:
         """After every round: the debate state, citation rules and verification (never stops a round)."""
         session.quality.after_round(session, steps, restored)
 
+    def _groupthink(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After every round: the groupthink detectors; a firing inserts a critical objection round."""
+        session.quality.groupthink.after_round(session, steps, restored, self.interaction)
+
     def _early_termination(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After the synthesis, with more rounds to come (none of them restored): offer to stop on a strong
         consensus; accepted, the plan ends here and the verdict is derived from the synthesis."""
@@ -465,6 +472,7 @@ class Consultation:
             synthesis=record.round_2,
             interaction=self.interaction,
             cost_saved=estimate.for_rounds(remaining) if estimate else None,
+            groupthink=session.quality.groupthink.guard(),
         )
         record.early_termination = decision
         self.bus.emit(EARLY_TERMINATION, **decision)

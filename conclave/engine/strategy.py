@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from conclave.config import Persona
-from conclave.engine.prompt_template import PromptTemplate, load_template
+from conclave.engine.prompt_template import PromptTemplate, TemplateError, load_template
 from conclave.engine.rounds import STANDARD_PLAN, VERDICT_ROUND, RoundType
 from conclave.quality.verification import Question
 
@@ -53,6 +53,10 @@ SYSTEM_TEMPLATES = {"agent_system": "agent_system", "judge_system": "judge_syste
 
 #: template name -> ``prompt_versions`` key, for the standard plan
 TEMPLATE_KEYS = {**SYSTEM_TEMPLATES, **{t.template: t.prompt_key for t in STANDARD_PLAN}}
+
+#: templates of round types the engine inserts itself (the critical objection round): (package, directory); a
+#: strategy that ships a template of the same name words it its own way
+ENGINE_TEMPLATES = {"objection": ("conclave.quality", "prompts")}
 
 CONTEXT_HEADER = "Context supplied with the question (files and project summary):"
 
@@ -94,7 +98,15 @@ class Strategy:
     # ------------------------------------------------------------------------------------- templates
 
     def template(self, name: str) -> PromptTemplate:
-        return load_template(self.prompt_package, self.prompt_dir, self.name, name)
+        """The strategy's template ``name``; for a round type a controller inserts (:data:`ENGINE_TEMPLATES`) the
+        engine's own wording when the strategy ships none."""
+        try:
+            return load_template(self.prompt_package, self.prompt_dir, self.name, name)
+        except TemplateError:
+            if name not in ENGINE_TEMPLATES:
+                raise
+            package, directory = ENGINE_TEMPLATES[name]
+            return load_template(package, directory, "conclave", name)
 
     def template_keys(self) -> dict[str, str]:
         """Template name -> ``prompt_versions`` key, for the system prompts and every round of the plan."""

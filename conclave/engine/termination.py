@@ -1,8 +1,10 @@
 """Early termination after the synthesis: when to offer it, the rubber-stamp guard, and the decision.
 
 Offered only when the strategy allows it, rounds after 2 are planned, the mean consensus confidence reaches
-``early_termination.threshold``, and the panel is not a rubber stamp (every round-1 confidence above 0.85 and a
-synthesis without tensions: agreement too easy to trust without cross-examination).
+``early_termination.threshold``, and the panel is not a rubber stamp. With ``quality.stage=on`` the groupthink
+detectors decide that (:mod:`conclave.quality.objection`): after a firing or an escalation nothing is offered.
+Otherwise (``shadow``, detectors off) the rubber-stamp rule does: every round-1 confidence above 0.85 and a
+synthesis without tensions is agreement too easy to trust without cross-examination.
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ def decide_early_termination(
     synthesis: Mapping[str, Any],
     interaction: Interaction,
     cost_saved: float | None,
+    groupthink: bool | None = None,
 ) -> dict[str, Any]:
-    """The ``early_termination:decided`` payload (also the result's ``early_termination``)."""
+    """The ``early_termination:decided`` payload (also the result's ``early_termination``).
+
+    ``groupthink``: the groupthink detectors' say (``quality.stage=on``): True — they fired or an objection round
+    escalated, so a strong consensus is not trusted to skip cross-examination; False — they found nothing. None
+    (shadow stage, detectors off): the rubber-stamp rule decides instead."""
     threshold = settings.early_termination.threshold
     confidence = round(consensus_confidence(synthesis), 4)
     skipped = settings.planned_rounds - 2
@@ -53,7 +60,9 @@ def decide_early_termination(
         return {**decision, "reason": "strategy_runs_all_rounds", "notice": strategy.all_rounds_notice}
     if confidence < threshold:
         return {**decision, "reason": "below_threshold"}
-    if is_rubber_stamp(round_1, synthesis):
+    if groupthink:
+        return {**decision, "reason": "groupthink_detected"}
+    if groupthink is None and is_rubber_stamp(round_1, synthesis):
         return {**decision, "reason": "rubber_stamp_guard"}
     decision["offered"] = True
     if interaction.interactive:

@@ -177,11 +177,14 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     protocols["vote"] = Outcome(vote_answer, is_correct(vote_answer, item), agreement if vote_answer else None,
                                 *cost_of((1,)))
     judge_answer = _answer(synthesis)
+    # by round type, not number: an inserted round (a critical objection round) shifts the numbers
+    through_synthesis = next((n for n, d in sorted(capture.rounds.items()) if d.get("round_type") == "synthesis"), 2)
     protocols["judge"] = Outcome(judge_answer, is_correct(judge_answer, item), _consensus(synthesis),
-                                 *cost_of((1, 2)))
+                                 *cost_of([n for n in sorted(capture.rounds) if n <= through_synthesis] or (1, 2)))
     debate_answer = _answer(verdict) if result.get("status") in ("complete", "completed_degraded") else None
     protocols["debate"] = Outcome(debate_answer, is_correct(debate_answer, item), _confidence(verdict),
-                                  *cost_of(sorted(capture.rounds)))  # every round, repeated cross-examination too
+                                  # every round played, repeated cross-examination and objection rounds too
+                                  *cost_of(sorted(capture.rounds) or (1, 2, 3, 4)))
 
     right_1 = {a: is_correct(ans, item) for a, ans in round_1.items()}
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))

@@ -101,6 +101,10 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
     n = options.n if options.n is not None else (DEFAULT_ITEMS_LOCAL if local else DEFAULT_ITEMS)
     items = load_set(options.set, n=n, seed=options.seed)
     run_id = store.check_run_id(options.run_id) if options.run_id else new_run_id()
+    if not any(o.lstrip("+~").startswith("quality.stage=") for o in options.overrides):
+        # the protocols compare fixed debates: the quality detectors record what they would do (shadow) without
+        # adding rounds, unless quality.stage is given on the command line
+        settings = settings.model_copy(update={"quality": settings.quality.model_copy(update={"stage": "shadow"})})
     from conclave.eval import quality_arm
 
     arm_overrides, base_overrides, off = quality_arm.resolve(options.quality, settings, options.overrides)

@@ -181,9 +181,30 @@ def inline_problems(answer: InlineAnswer) -> list[RuleViolation]:
 PROSE_FIELDS = ("prose_excerpt", "rationale", "critique", "defense")
 
 
+def objection_items(artifact: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The three mandatory items of a critical objection answer as INFER claims: the counterargument and the
+    challenge to an assumption oppose the state claims they name; the alternative hypothesis stands alone."""
+    out: list[dict[str, Any]] = []
+    for key, text_key in (("counterargument", "text"), ("alternative_hypothesis", "text"),
+                          ("challenged_assumption", "challenge")):
+        item = artifact.get(key)
+        if isinstance(item, Mapping) and str(item.get(text_key) or "").strip():
+            claim: dict[str, Any] = {"id": key, "text": str(item[text_key]).strip(), "label": "INFER",
+                                     "citations": []}
+            if item.get("opposes"):
+                claim["opposes"] = [str(x) for x in item["opposes"]]
+            out.append(claim)
+    return out
+
+
 def claims_of(artifact: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
     """An agent artifact's claims and references, and where they came from: ``structured`` (its fields),
-    ``inline`` (parsed from its prose fields) or ``none``."""
+    ``inline`` (parsed from its prose fields) or ``none``. A critical objection answer's mandatory items come
+    first, as claims (:func:`objection_items`)."""
+    items = objection_items(artifact)
+    if items:
+        extra = [dict(c) for c in artifact.get("claims") or [] if isinstance(c, Mapping)]
+        return [*items, *extra], [dict(r) for r in artifact.get("references") or []], "structured"
     claims = artifact.get("claims")
     if isinstance(claims, list) and claims:
         return [dict(c) for c in claims], [dict(r) for r in artifact.get("references") or []], "structured"

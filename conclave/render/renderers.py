@@ -41,6 +41,7 @@ TITLES: dict[str, str] = {
     "cross_exam_reply_explore": "Cross-examination reply",
     "verdict": "Verdict",
     "verdict_explore": "Options",
+    "objection": "Critical objection",
 }
 
 
@@ -71,6 +72,8 @@ def kind_of(artifact: Mapping[str, Any], hint: str | None = None) -> str:
         return "verdict_explore"
     if isinstance(declared, str) and declared in _RENDERERS:
         return declared
+    if "counterargument" in artifact and "alternative_hypothesis" in artifact:
+        return "objection"
     if "refined_position" in artifact:
         return "cross_exam_reply_explore"
     if "revised_position" in artifact:
@@ -181,6 +184,32 @@ def _vote(a: Mapping[str, Any]) -> list[Node]:
     reason = f" — {_text(a.get('vote_reason'))}" if _text(a.get("vote_reason")) else ""
     confidence = f" · confidence {pct(a.get('confidence'))}" if isinstance(a.get("confidence"), int | float) else ""
     return [Para(f"{a['vote']}{reason}{confidence}", label="Vote:")]
+
+
+@renderer("objection")
+def _objection(a: Mapping[str, Any], ctx: Context) -> list[Node]:
+    """A critical objection answer: counterargument, alternative hypothesis, challenged assumption, where it now
+    stands."""
+    counter, alternative = _map(a.get("counterargument")), _map(a.get("alternative_hypothesis"))
+    assumption = _map(a.get("challenged_assumption"))
+    if ctx.brief:
+        return [Para(f"Objects: {_brief(_text(counter.get('text')))}")]
+
+    def against(item: Mapping[str, Any]) -> str:
+        ids = [str(x) for x in _list(item.get("opposes"))]
+        return f" (against {', '.join(ids)})" if ids else ""
+
+    nodes: list[Node] = [
+        Para(_text(counter.get("text")) + against(counter), label="Counterargument:"),
+        Para(_text(alternative.get("text")), label="Alternative hypothesis:"),
+        Para(f"{_text(assumption.get('assumption'))} — {_text(assumption.get('challenge'))}" + against(assumption),
+             label="Challenged assumption:"),
+    ]
+    position = _text(a.get("revised_position"))
+    if position:
+        nodes.append(Para(position + (f" (confidence {pct(a.get('confidence'))})" if "confidence" in a else ""),
+                          label="Position now:"))
+    return nodes
 
 
 @renderer("cross_exam_reply_explore")

@@ -65,7 +65,8 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
-    for part in (_movement(result), _quality(result), safety_section(result), _cost(result, records)):
+    for part in (_movement(result), _quality(result), groupthink_section(result), safety_section(result),
+                 _cost(result, records)):
         if part is not None:
             nodes.append(part)
     return nodes
@@ -81,6 +82,8 @@ def _rounds(result: Mapping[str, Any]) -> str:
     cap = _map(result.get("exit")).get("round_cap")
     if isinstance(cap, int) and isinstance(planned, int) and cap > planned:  # cross-examination could repeat
         return f"{done} rounds (at most {cap})"
+    if planned is not None and done > planned:  # a controller added rounds (an objection round)
+        return f"{done} rounds ({planned} planned)"
     return f"{done} of {planned} rounds" if planned is not None else f"{done} rounds"
 
 
@@ -89,6 +92,9 @@ def _header(result: Mapping[str, Any], label: str) -> list[Node]:
     if result.get("consultation_id"):
         facts.append(f"id {result['consultation_id']}")
     nodes: list[Node] = [Note(str(result.get("question") or ""), tone="info", label="Question:")]
+    escalation = escalation_banner(result)
+    if escalation is not None:
+        nodes.insert(0, escalation)  # the first thing a reader sees
     if label:
         nodes.insert(0, Para(label, label="Sweep run:"))
     shown = [f for f in facts if f]
@@ -256,10 +262,10 @@ def _round_sections(result: Mapping[str, Any], records: Sequence[Mapping[str, An
     for number in numbers:
         if only is not None and number != only:
             continue
-        if only is None and number == 4:
-            continue
         mine = [e for e in entries if e.round_number == number]
         round_type = types.get(number) or (mine[0].kind if mine else "round")
+        if only is None and round_type == "verdict":
+            continue  # the verdict opens the report
         title = f"Round {number} · {ROUND_TITLES.get(round_type) or title_of(round_type)}"
         if number == 1:
             body = _positions(result, mine, context)
@@ -442,6 +448,58 @@ def _coverage(coverage: Mapping[str, Any]) -> list[Node]:
         else:
             out.append(Para(f"The round-{number} synthesis accounts for every round-1 claim and position."))
     return out
+
+
+# ------------------------------------------------------------------------------------------------ groupthink
+
+
+_NOT_ACTED = {
+    "shadow": "shadow stage, recorded only",
+    "rounds": "a short run (rounds 1-2 or quick), recorded only",
+    "objection_cap": "quality.groupthink.max_objection_rounds reached",
+    "no_judge_step_left": "no judge step left to weigh it",
+    "resumed": "the rounds after it were restored from the journal",
+}
+
+
+def escalation_banner(result: Mapping[str, Any]) -> Note | None:
+    """When an objection round produced nothing new: the banner that opens the report."""
+    if not result.get("escalated"):
+        return None
+    groupthink = _map(_map(result.get("quality")).get("groupthink"))
+    escalation = _map(groupthink.get("escalation"))
+    where = f" after round {escalation['round_number']}" if escalation.get("round_number") else ""
+    text = (f"A human should look at this result: the panel agreed too easily, and the critical objection "
+            f"round{where} produced no new claim and changed no claim's status.")
+    if escalation.get("asked"):
+        text += " Asked on the terminal, the user chose to " + (
+            "continue the debate." if escalation.get("continued") else "stop it there.")
+    return Note(text, tone="danger", label="Escalated.", icon="⚑")
+
+
+def groupthink_section(result: Mapping[str, Any]) -> Section | None:
+    """What the groupthink detectors found and what the objection rounds changed (nothing when none fired)."""
+    groupthink = _map(_map(result.get("quality")).get("groupthink"))
+    fired = [_map(c) for c in _list(groupthink.get("checks")) if _map(c).get("fired")]
+    if not fired:
+        return None
+    children: list[Node] = []
+    for check in fired:
+        because = str(check.get("not_acted_because"))
+        done = "an objection round ran" if check.get("acted") else (
+            f"no objection round: {_NOT_ACTED.get(because, because)}")
+        children.append(Para(f"Round {check.get('round_number')}: {check.get('why')} — {done}.",
+                             label=f"{str(check.get('detector')).replace('_', ' ').capitalize()}:"))
+    for outcome in map(_map, _list(groupthink.get("objection_rounds"))):
+        changes = ", ".join(f"{_map(c).get('claim_id')} {_map(c).get('from')}→{_map(c).get('to')}"
+                            for c in _list(outcome.get("status_changes")))
+        new = ", ".join(map(str, _list(outcome.get("new_claims"))))
+        text = (f"new claims: {new or 'none'}; status changes: {changes or 'none'}"
+                + ("; nothing new — escalated" if outcome.get("escalated") else ""))
+        children.append(Para(text, label=f"Objection round {outcome.get('round_number')}:"))
+    if groupthink.get("stage") == "shadow":
+        children.append(Para("Shadow stage: the detectors only recorded what they would have done.", muted=True))
+    return Section("Groupthink", children, anchor="groupthink")
 
 
 def _context_line(result: Mapping[str, Any]) -> str:

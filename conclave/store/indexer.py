@@ -96,6 +96,10 @@ _CHILD_COLUMNS = {
     "agents": ("consultation_id", "agent", "persona", "provider", "model", "label", "anchor"),
     "agent_rounds": ("consultation_id", "round_number", "agent", "ok", "duration_s", "input_tokens",
                      "output_tokens", "cost", "error"),
+    "groupthink_checks": ("consultation_id", "seq", "round_number", "detector", "fired", "stage", "action",
+                          "acted", "not_acted_because", "why", "figures"),
+    "objection_rounds": ("consultation_id", "round_number", "trigger", "new_claims", "status_changes",
+                         "produced_new", "escalated", "continued", "detail"),
     "claims": ("consultation_id", "claim_id", "agent", "label", "status", "text", "introduced_round",
                "last_updated_round", "support", "opposition", "status_reason"),
     "evidence": ("consultation_id", "evidence_id", "kind", "title", "url", "gist", "agent", "added_round",
@@ -532,6 +536,37 @@ def _safety_checked(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: f
     ))
 
 
+def _groupthink_check(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    b.rows["groupthink_checks"].append((
+        cid, seq, d.get("round_number"), d.get("detector"), _flag(d.get("fired")), d.get("stage"), d.get("action"),
+        _flag(d.get("acted")), d.get("not_acted_because"), d.get("why"), _json(d.get("figures")),
+    ))
+
+
+def _objection_outcome(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    b.rows["objection_rounds"].append((
+        cid, d.get("round_number"), _json(d.get("trigger")), len(d.get("new_claims") or []),
+        len(d.get("status_changes") or []), _flag(d.get("produced_new")), _flag(d.get("escalated")),
+        _flag(d.get("continued")), _json({k: d.get(k) for k in ("new_claims", "restated_claims", "status_changes")}),
+    ))
+
+
+def groupthink_columns(result: dict[str, Any]) -> dict[str, Any]:
+    """The consultation columns of the groupthink record: stage, firings, objection rounds, escalation (null for
+    results written before the detectors existed)."""
+    groupthink = (result.get("quality") or {}).get("groupthink")
+    if not isinstance(groupthink, dict):
+        return {}
+    figures = groupthink.get("figures") or {}
+    return {
+        "quality_stage": groupthink.get("stage"),
+        "groupthink_firings": sum((figures.get("firings") or {}).values()),
+        "objection_rounds": figures.get("objection_rounds"),
+        "objection_status_changes": figures.get("objection_rounds_changed_status"),
+        "escalated": _flag(result.get("escalated")),
+    }
+
+
 def result_summary(result: dict[str, Any]) -> dict[str, Any]:
     """The consultation columns a final result fills: recommendation, confidence, dissent count, duration."""
     verdict = result.get("verdict") if isinstance(result.get("verdict"), dict) else {}
@@ -569,6 +604,7 @@ def result_summary(result: dict[str, Any]) -> dict[str, Any]:
         "confidence": pick("confidence"),
         "dissent_count": len(dissent) if isinstance(dissent, list) else None,
         "duration_s": duration,
+        **groupthink_columns(result),
     }
 
 
@@ -594,4 +630,6 @@ _HANDLERS: dict[str, Handler] = {
     ev.COVERAGE: _coverage,
     ev.SAFETY_CHECKED: _safety_checked,
     ev.EXIT_EVALUATED: _exit_evaluated,
+    ev.GROUPTHINK_CHECK: _groupthink_check,
+    ev.OBJECTION_OUTCOME: _objection_outcome,
 }

@@ -299,6 +299,31 @@ def m008_quality_claims_evidence_checks(db: Any) -> None:
 
 
 @migrations()
+def m010_quality_groupthink(db: Any) -> None:
+    # The groupthink detectors: every check (fired or not, the stage, what was done), every critical objection
+    # round's outcome, and per consultation the rollout stage, firings, objection rounds and escalation.
+    fk = [("consultation_id", "consultations", "id")]
+    db["groupthink_checks"].create(
+        {
+            "consultation_id": str, "seq": int, "round_number": int, "detector": str, "fired": int, "stage": str,
+            "action": str, "acted": int, "not_acted_because": str, "why": str, "figures": str,
+        },
+        pk=("consultation_id", "round_number", "detector"), foreign_keys=fk,  # a resumed run checks again: one row
+    )
+    db["groupthink_checks"].create_index(["detector", "fired"])
+    db["objection_rounds"].create(
+        {
+            "consultation_id": str, "round_number": int, "trigger": str, "new_claims": int,
+            "status_changes": int, "produced_new": int, "escalated": int, "continued": int, "detail": str,
+        },
+        pk=("consultation_id", "round_number"), foreign_keys=fk,
+    )
+    for column, kind in (("quality_stage", str), ("groupthink_firings", int), ("objection_rounds", int),
+                         ("objection_status_changes", int), ("escalated", int)):
+        db["consultations"].add_column(column, kind)
+
+
+@migrations()
 def m011_store_exit_and_context(db: Any) -> None:
     # The exit controller and progressive summarization: why each debate ended and how many rounds it played, each
     # cross-examination round's exit decision, and the context tokens of every round with and without summaries.

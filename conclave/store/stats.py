@@ -124,6 +124,7 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
         "quality": quality_figures(conn, period),
         "safety": safety_figures(conn, period.since, period.until),
         "exit": exit_figures(conn, period),
+        "groupthink": groupthink_figures(conn, period),
     }
 
 
@@ -149,6 +150,38 @@ def exit_figures(conn: Any, period: Period) -> dict[str, Any]:
         "context_tokens": sent,
         "context_tokens_unsummarized": whole,
         "context_saved": _ratio(whole - sent, whole),
+    }
+
+
+def groupthink_figures(conn: Any, period: Period) -> dict[str, Any]:
+    """Groupthink over the period's consultations: detector firings by type (and how many were acted on), the
+    objection rounds, how many changed a claim's status, escalations, and the consultations run in shadow."""
+    clauses, params = [], []
+    for op, bound in ((">=", period.since), ("<", period.until)):
+        if bound is not None:
+            clauses.append(f"c.started_at {op} ?")
+            params.append(bound)
+    where = f"where {' and '.join(clauses)}" if clauses else ""
+    fired = dict(conn.execute(
+        "select g.detector, count(*) from groupthink_checks g join consultations c on c.id = g.consultation_id "
+        f"{where} {'and' if where else 'where'} g.fired = 1 group by g.detector", params).fetchall())
+    acted = conn.execute(
+        "select count(*) from groupthink_checks g join consultations c on c.id = g.consultation_id "
+        f"{where} {'and' if where else 'where'} g.fired = 1 and g.acted = 1", params).fetchone()[0]
+    rounds, changed, new, escalated = conn.execute(
+        "select count(*), coalesce(sum(o.status_changes > 0), 0), coalesce(sum(o.new_claims > 0), 0), "
+        "coalesce(sum(o.escalated), 0) from objection_rounds o join consultations c on c.id = o.consultation_id "
+        f"{where}", params).fetchone()
+    shadow = conn.execute(f"select count(*) from consultations c {where} {'and' if where else 'where'} "
+                          "c.quality_stage = 'shadow'", params).fetchone()[0]
+    return {
+        "firings": {d: int(fired.get(d, 0)) for d in ("early_convergence", "stagnation")},
+        "acted": acted,
+        "objection_rounds": rounds,
+        "objection_rounds_changed_status": changed,
+        "objection_rounds_new_claims": new,
+        "escalations": escalated,
+        "shadow_consultations": shadow,
     }
 
 
@@ -290,6 +323,14 @@ def render_text(stats: dict[str, Any]) -> str:
         lines.append(f"context            {ended['context_tokens']:,} tokens sent · "
                      f"{ended['context_tokens_unsummarized']:,} without summaries "
                      f"(saved {_pct_text(ended['context_saved'])})")
+    groupthink = stats.get("groupthink") or {}
+    if sum((groupthink.get("firings") or {}).values()):
+        firings = groupthink["firings"]
+        lines.append(f"groupthink         fired {firings['early_convergence']} early convergence · "
+                     f"{firings['stagnation']} stagnation ({groupthink['acted']} acted on) · "
+                     f"{groupthink['objection_rounds']} objection rounds, "
+                     f"{groupthink['objection_rounds_changed_status']} changed a claim's status · "
+                     f"{groupthink['escalations']} escalated")
     lines += ["", "provider     calls   failed   tokens in   cached in  tokens out        cost  avg latency"]
     for p in stats["providers"]:
         lines.append(f"{p['provider'] or '-':<10} {p['calls']:>7,} {p['failed_calls']:>8,} {p['input_tokens']:>11,} "

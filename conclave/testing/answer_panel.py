@@ -7,7 +7,7 @@ decisions are independent across agents and reproducible; every wrong agent give
 ``final_answer`` it is shown (ties: the first shown). ``decisions`` records what each agent was scripted to do.
 
 ``conformity=True``: in round 3 every agent gives the answer the judge's synthesis gave (a right minority flips
-to the wrong majority).
+to the wrong majority). In a critical objection round every agent keeps its own answer.
 """
 
 from __future__ import annotations
@@ -74,7 +74,10 @@ class AnswerPanel:
         name, text = persona.group(1), question.group(1)
         body: dict[str, Any] = instance_for(request.schema) if isinstance(request.schema, Mapping) else {}
         schema = request.schema if isinstance(request.schema, Mapping) else {}
-        if "revised_position" in schema.get("properties", {}):  # a cross-examination reply
+        if "=== CRITICAL OBJECTION ROUND ===" in user:  # objects as told, and keeps its own answer
+            own = _FINAL.findall(user)[0]
+            body.update(revised_position=f"My answer is still {own}.", confidence=0.9)
+        elif "revised_position" in schema.get("properties", {}):  # a cross-examination reply
             synthesis_answers = _FINAL.findall(user.split("synthesis of the panel", 1)[-1])
             own = _FINAL.findall(user)[0]
             now = synthesis_answers[-1] if self.conformity and synthesis_answers else own

@@ -47,7 +47,8 @@ _SCRIPT = r"""
 const cid = document.body.dataset.id;
 const rounds = document.getElementById("rounds");
 const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c]));
-const title = {independent:"Independent", synthesis:"Synthesis", cross_exam:"Cross-examination", verdict:"Verdict"};
+const title = {independent:"Independent", synthesis:"Synthesis", cross_exam:"Cross-examination", verdict:"Verdict",
+               objection:"Critical objection"};
 function render(v) {
   if (Array.isArray(v)) return "<ul>" + v.map(x => "<li>" + render(x) + "</li>").join("") + "</ul>";
   if (v && typeof v === "object") return "<dl>" + Object.entries(v).filter(([k]) =>
