@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_index import dump
 
 from conclave import events as ev
 from conclave.store import index as index_module
@@ -15,7 +16,6 @@ from conclave.store.index import IndexWriter, connect, rebuild
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.synthetic import consultation_id, synthetic_events
-from test_index import dump
 
 
 def test_the_start_is_journaled_without_waiting_for_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
