@@ -13,7 +13,7 @@ moment it is about to hedge. Every write is a read-merge-replace under an exclus
 ``hedging.json.lock`` and an atomic rename, so concurrent processes neither corrupt the file nor lose each other's
 samples or spend the same token twice (where ``flock`` does not exist, the rename still keeps the file whole). An
 unreadable file is treated as empty and an unwritable one only costs the memory: hedging state is advisory and
-never fails a consultation.
+never fails a consultation (nor adds a line to its stderr: failures are logged at debug level).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class HedgeMemory:
                 data["budget"] = {"tokens": round(tokens - 1.0 if granted else tokens, 6)}
                 return granted
         except OSError as exc:
-            log.warning("cannot update the hedge budget in %s: %s", self.path, exc)
+            log.debug("cannot update the hedge budget in %s: %s", self.path, exc)
             return False
 
     def flush(self, burst: float) -> None:
@@ -104,7 +104,7 @@ class HedgeMemory:
                     del latency[next(iter(latency))]
                 data["budget"] = {"tokens": round(min(burst, self._bucket(data, burst) + self._accrued), 6)}
         except OSError as exc:
-            log.warning("cannot remember hedging latencies in %s: %s", self.path, exc)
+            log.debug("cannot remember hedging latencies in %s: %s", self.path, exc)
             return
         self._new.clear()
         self._accrued = 0.0
