@@ -3,7 +3,8 @@
 Two modes. ``--cli`` (what users run): ≥ 30 separate ``python -m conclave`` processes, one after another on one
 home, against a fake server in its own process where every model answers in 300 ms except exactly 5% of requests
 (per block of 100, at seeded places), which take 3 s; reported: p50/p90/p99 of the process wall and of the
-consultation's own duration, extra provider calls (hedges ÷ calls), hedges won, and the statuses, for hedging
+consultation's own duration, extra provider calls (hedges ÷ calls), hedges won, answers that waited for a slow
+primary (load-independent: how many slow calls hedging left on the critical path) and the statuses, for hedging
 off, on with same-model backups (``strict_models=true``) and on with the defaults (tier backups: a win is a
 substitution, so ``completed_degraded``). Run: ``python bench/hedging.py --cli [--consultations 30]``.
 
@@ -140,7 +141,10 @@ def cli_scenario(overrides: list[str], consultations: int, seed: int) -> dict[st
                 runs.append({"wall": wall, "duration": float(result["duration_s"]), "status": result["status"],
                              "calls": sum(1 for a in attempts if not a["hedge"] and a["number"] == 1),
                              "hedges": sum(1 for a in attempts if a["hedge"] and a["number"] == 1),
-                             "hedges_won": sum(1 for a in attempts if a["hedge"] and a["outcome"] == "ok")})
+                             "hedges_won": sum(1 for a in attempts if a["hedge"] and a["outcome"] == "ok"),
+                             # answers that waited for a slow primary: what hedging is there to prevent
+                             "slow_unhedged": sum(1 for a in attempts if not a["hedge"] and a["outcome"] == "ok"
+                                                  and a["latency_s"] >= 0.9 * CLI_SLOW_S)})
         requests = len((home / "arrivals.log").read_text().split())
     calls = sum(r["calls"] for r in runs)
     statuses: dict[str, int] = {}
@@ -152,6 +156,7 @@ def cli_scenario(overrides: list[str], consultations: int, seed: int) -> dict[st
         **{f"dur_{q}": _nearest_rank(durations, p) for q, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
         "calls": calls, "requests": requests, "hedges": sum(r["hedges"] for r in runs),
         "hedges_won": sum(r["hedges_won"] for r in runs), "statuses": statuses,
+        "slow_unhedged": sum(r["slow_unhedged"] for r in runs),
         "first_hedge": next((i + 1 for i, r in enumerate(runs) if r["hedges"]), None),
     }
 
@@ -161,7 +166,7 @@ def cli_main(consultations: int, seed: int) -> int:
           f"home; 3 agents + judge, 4 rounds; every model {CLI_FAST_S * 1000:.0f} ms, exactly "
           f"{SLOW_SHARE:.0%} of requests {CLI_SLOW_S:g} s\n")
     header = (f"{'hedging':<30}{'wall p50':>9}{'p90':>7}{'p99':>7}{'consult p50':>12}{'p90':>7}{'p99':>7}"
-              f"{'extra':>7}{'hedges':>7}{'won':>5}  statuses")
+              f"{'extra':>7}{'hedges':>7}{'won':>5}{'slow waited':>12}  statuses")
     print(header)
     print("-" * len(header))
     results: dict[str, dict[str, Any]] = {}
@@ -171,7 +176,8 @@ def cli_main(consultations: int, seed: int) -> int:
         extra = r["hedges"] / r["calls"] if r["calls"] else 0.0
         print(f"{name:<30}{r['wall_p50']:>8.2f}s{r['wall_p90']:>6.2f}s{r['wall_p99']:>6.2f}s"
               f"{r['dur_p50']:>11.2f}s{r['dur_p90']:>6.2f}s{r['dur_p99']:>6.2f}s{extra:>7.1%}{r['hedges']:>7}"
-              f"{r['hedges_won']:>5}  {', '.join(f'{k} {v}' for k, v in sorted(r['statuses'].items()))}",
+              f"{r['hedges_won']:>5}{r['slow_unhedged']:>12}  "
+              f"{', '.join(f'{k} {v}' for k, v in sorted(r['statuses'].items()))}",
               flush=True)
     off = results["off"]
     print()
