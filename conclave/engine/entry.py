@@ -44,8 +44,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
 
     plugins = get_plugins()
     owned = recorder is None
-    # the index is written on a thread of its own: opening it never delays round 1's calls
-    recorder = Recorder(settings.home, background_index=True) if owned else recorder
+    recorder = Recorder(settings.home) if owned else recorder
     consultation = Consultation(
         settings,
         plugins=plugins,

@@ -8,18 +8,12 @@ else happens, so even a run killed at once can be resumed. A journal the disk re
 it again. The index is best effort: a failed index write is retried at the next flush, and ``close()`` warns
 once when records are still missing from it — the journal is the truth, ``conclave resume`` re-indexes the
 consultation it continues and ``conclave index rebuild`` repairs the whole index.
-
-With ``background_index=True`` (the CLI) index writes run on one thread of their own, in order, so opening the
-index (importing sqlite-utils, migrations, the write lock) never sits between the start and round 1's provider
-calls, nor blocks the event loop at a round boundary; the journal is still made durable on the caller's thread
-before the flush returns. ``close()`` waits for the index thread, so the index is complete when it returns.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +33,7 @@ class Recorder:
     ``index=False`` journals only (the index can be rebuilt from the journal at any time).
     """
 
-    def __init__(self, home: Path, *, index: bool = True, background_index: bool = False) -> None:
+    def __init__(self, home: Path, *, index: bool = True) -> None:
         self.layout = StoreLayout(Path(home))
         self._heads = HeadsLog(self.layout.heads_path)
         self._redactor = Redactor.from_env()
@@ -47,11 +41,6 @@ class Recorder:
         self._index = IndexWriter(self.layout.index_path) if index else None
         self._pending: list[dict[str, Any]] = []
         self._index_error: str | None = None
-        #: records an index write failed to store, retried first by the next one (touched by the index thread only)
-        self._unindexed: list[dict[str, Any]] = []
-        self._executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="conclave-index")
-                          if background_index and index else None)
-        self._jobs: list[Future[None]] = []
 
     def __call__(self, event: ev.Event) -> None:
         self.record(event.consultation_id, event.type, event.data, event.ts)
@@ -105,39 +94,20 @@ class Recorder:
                 failed = failed or writer.failed is not None
                 writer.close()
             if self._index is not None:
-                index = self._index
-                self._run_index(index.close)
-                if self._executor is not None:
-                    self._executor.shutdown(wait=True)
-                missing = len(self._pending) + len(self._unindexed)
-                if missing and not failed:
+                if self._pending and not failed:
                     log.warning("the index is missing %d record(s) (%s); the journal has them: run `conclave "
-                                "index rebuild`", missing, self._index_error or "not written")
+                                "index rebuild`", len(self._pending), self._index_error or "not written")
+                self._index.close()
 
     def _write_index(self) -> None:
-        if self._index is None or not (self._pending or self._unindexed):
+        if self._index is None or not self._pending:
             return
-        batch, self._pending = self._pending, []
-        self._run_index(lambda: self._index_batch(batch))
-
-    def _run_index(self, job: Any) -> None:
-        """Run ``job`` on the index thread (without waiting), or here when there is none."""
-        if self._executor is None:
-            job()
-            return
-        self._jobs = [f for f in self._jobs if not f.done()]
-        self._jobs.append(self._executor.submit(job))
-
-    def _index_batch(self, batch: list[dict[str, Any]]) -> None:
-        assert self._index is not None
-        records = [*self._unindexed, *batch]
         try:
-            self._index.write(records)
+            self._index.write(self._pending)
         except Exception as exc:
-            # Keep the records: the next write retries them first, in order, so a passing lock timeout heals
-            # itself; close() says so once if they never made it.
-            self._unindexed = records
+            # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself;
+            # close() says so once if they never made it.
             self._index_error = str(exc) or type(exc).__name__
             return
-        self._unindexed = []
+        self._pending = []
         self._index_error = None
