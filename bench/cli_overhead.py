@@ -4,7 +4,8 @@ Every model (3 agents + judge) answers after exactly L seconds, so a 4-round con
 For each L, separate `conclave "Q" …` processes run one after another (as users run them); the fake server, in
 its own process, logs when each request arrives. Reported per L (medians over the runs): process start → first
 provider request; the consultation alone ÷ critical path (the result's own duration); the whole process ÷
-critical path; and the process's peak RSS.
+critical path; the process's peak RSS; and its CPU time (user + system, which machine load inflates far less
+than wall times).
 
     python bench/cli_overhead.py [--latency 0.3 1.0] [--runs 5]
 """
@@ -33,7 +34,8 @@ def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update({"CONCLAVE_HOME": home, "OPENAI_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-ant-bench",
                 "GEMINI_API_KEY": "bench"})
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.time()
     proc = subprocess.run([sys.executable, "-m", "conclave", QUESTION, *overrides, "cost.auto_approve=true",
                            "judge.model=gpt-4.1", "output.format=json"], capture_output=True, text=True, env=env)
@@ -42,9 +44,10 @@ def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
         raise SystemExit(f"conclave failed: {proc.stderr[-2000:]}")
     arrivals = sorted(float(line) for line in log.read_text().split())
     result = json.loads(proc.stdout)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"first_request_s": arrivals[0] - start, "consultation_s": float(result["duration_s"]),
-            "process_s": end - start, "peak_rss_mib": max(peak, before) / 1024}
+            "process_s": end - start, "peak_rss_mib": max(usage.ru_maxrss, before) / 1024,
+            "cpu_s": usage.ru_utime + usage.ru_stime - cpu_before}
 
 
 def main() -> int:
@@ -53,7 +56,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     print("what a user waits for: separate conclave CLI processes, 3 agents + judge, 4 rounds, fixed latency L")
-    print(f"{'L (s)':>6} {'start→1st request':>18} {'consultation÷CP':>16} {'process÷CP':>11} {'peak RSS':>9}")
+    print(f"{'L (s)':>6} {'start→1st request':>18} {'consultation÷CP':>16} {'process÷CP':>11} {'peak RSS':>9} "
+          f"{'CPU':>7}")
     for latency in args.latency:
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "arrivals.log"
@@ -65,7 +69,8 @@ def main() -> int:
             return statistics.median(r[key] for r in runs)
 
         print(f"{latency:>6.2f} {med('first_request_s'):>16.3f} s {med('consultation_s') / critical:>16.3f} "
-              f"{med('process_s') / critical:>11.3f} {max(r['peak_rss_mib'] for r in runs):>6.0f} MiB")
+              f"{med('process_s') / critical:>11.3f} {max(r['peak_rss_mib'] for r in runs):>6.0f} MiB "
+              f"{med('cpu_s'):>5.2f} s")
     print("goals: start→1st request ≤ 0.5 s; consultation÷CP ≤ 1.05 at L=0.3; process÷CP ≤ 1.10 at L=1.0; "
           "peak RSS ≤ 130 MiB")
     return 0

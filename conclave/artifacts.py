@@ -116,9 +116,49 @@ def _registry() -> Registry[Any]:
 def _validator(name: str) -> Validator:
     from jsonschema import Draft202012Validator
 
+    # Validated against the schema with every $ref inlined: the same keywords at the same instance paths (so the
+    # same errors), without resolving a reference through the registry at every node of every artifact.
     return Draft202012Validator(
-        _schema(name), registry=_registry(), format_checker=Draft202012Validator.FORMAT_CHECKER
+        _inlined(name), registry=_registry(), format_checker=Draft202012Validator.FORMAT_CHECKER
     )
+
+
+@functools.cache
+def _inlined(name: str) -> dict[str, Any]:
+    """Schema ``name`` with every ``$ref`` replaced by what it points to; the schema itself when it is recursive.
+
+    A ``$ref`` alone becomes the referenced schema; a ``$ref`` beside other keywords becomes ``allOf: [target]``
+    beside them (both apply in 2020-12, and ``allOf`` reports its subschema's errors unchanged, as ``$ref``
+    does).
+    """
+    schema = _schema(name)
+    try:
+        inlined = _inline(schema, _resolver_for(schema), ())
+    except RecursionError:
+        return schema
+    if "$ref" in json.dumps({k: v for k, v in inlined.items() if k != "$defs"}):
+        return schema  # a $ref under a keyword taken as data: the registry resolves them all, as before
+    return dict(inlined)
+
+
+def _inline(node: Any, resolver: Resolver[Any], seen: tuple[int, ...]) -> Any:
+    if isinstance(node, list):
+        return [_inline(item, resolver, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("$ref"), str):
+        ref = node["$ref"]
+        resolved = resolver.lookup(ref)
+        key = id(resolved.contents)
+        if key in seen:
+            raise RecursionError(ref)
+        target = _inline(resolved.contents, resolved.resolver, (*seen, key))
+        if isinstance(target, dict):
+            target = {k: v for k, v in target.items() if k not in ("$id", "$schema", "$defs")}
+        rest = {k: _inline(v, resolver, seen) for k, v in node.items() if k != "$ref"}
+        return {"allOf": [target], **rest} if rest else target
+    return {k: v if k in ("$defs", "const", "enum", "default", "examples") else _inline(v, resolver, seen)
+            for k, v in node.items()}
 
 
 def validate(name: str, instance: Any) -> list[ArtifactError]:
@@ -245,7 +285,20 @@ def drop_null_optionals(schema: dict[str, Any], instance: Any) -> Any:
 
     Only properties ``schema`` does not require are dropped: a ``null`` in a required one still fails.
     """
+    name = _names_by_id().get(schema.get("$id", ""))
+    if name is not None and schema == _schema(name):  # a shipped schema: walk its inlined form, no lookups
+        return _drop_nulls(instance, _inlined(name), _inlined_resolver(name))
     return _drop_nulls(instance, schema, _resolver_for(schema))
+
+
+@functools.cache
+def _names_by_id() -> dict[str, str]:
+    return {s["$id"]: name for name, s in _schemas().items() if "$id" in s}
+
+
+@functools.cache
+def _inlined_resolver(name: str) -> Resolver[Any]:
+    return _resolver_for(_schema(name))
 
 
 def _resolver_for(schema: dict[str, Any]) -> Resolver[Any]:

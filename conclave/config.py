@@ -136,8 +136,10 @@ class CostSettings(StrictModel):
 class HedgingSettings(StrictModel):
     enabled: bool = True
     hedge_after_s: Annotated[float, Field(gt=0)] | None = None
-    floor_s: Annotated[float, Field(gt=0)] = 2.0
+    floor_s: Annotated[float, Field(gt=0)] = 0.5
     budget: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
+    #: the most hedge tokens the bucket holds (hedges allowed in a burst; a new home starts with this many)
+    burst: Annotated[float, Field(ge=1.0, le=100.0)] = 2.0
 
 
 class OutputSettings(StrictModel):

@@ -27,6 +27,11 @@ provider:attempt                       round_number, agent (agent name, or "judg
                                        input_tokens, output_tokens, cached_input_tokens, cache_write_tokens,
                                        cost (null = unknown), estimated (true: an abandoned attempt whose
                                        tokens conclave counted itself)
+provider:hedged                        round_number, agent, provider, model (the primary), backup_provider,
+                                       backup_model, after_s (how long the primary had been silent), winner
+                                       (primary|backup|none: both failed), same_model (the backup was the same
+                                       model on the same provider: a win is no substitution and does not degrade
+                                       the consultation)
 consultation:provider_substituted      round_number, agent, original_provider, original_model,
                                        substitute_provider, substitute_model, reason (timeout|failure)
 agent:completed                        round_number, agent, ok, duration_s, input_tokens, output_tokens, cost,
@@ -103,6 +108,7 @@ USER_CONSENT = "consultation:user_consent"
 ROUND_STARTED = "round:started"
 PROVIDER_QUEUED = "provider:queued"
 PROVIDER_ATTEMPT = "provider:attempt"
+PROVIDER_HEDGED = "provider:hedged"
 PROVIDER_SUBSTITUTED = "consultation:provider_substituted"
 AGENT_COMPLETED = "agent:completed"
 ROUND_ARTIFACT = "consultation:round_artifact"

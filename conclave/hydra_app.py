@@ -47,9 +47,59 @@ def prepare_hydra() -> None:
     from conclave.home import default_home
 
     HydraPlugins.instance().register(ConclavePluginSearchPath)
+    _skip_the_mode_probe()
     if not OmegaConf.has_resolver("conclave_home"):
         # ${conclave_home:} in config.yaml: where a sweep's output goes unless hydra.sweep.dir says otherwise
         OmegaConf.register_new_resolver("conclave_home", lambda: str(default_home()))
+
+
+def _skip_the_mode_probe() -> None:
+    """Spare Hydra's first composition of the config, which it makes only to read ``hydra.mode``.
+
+    Before running, Hydra composes the whole configuration once to read ``hydra.mode`` and then again to run.
+    When nothing can set ``hydra.mode`` — no ``hydra.mode`` override, no other primary config (``-cn``/``-cp``/
+    ``-cd``), no user or plugin config file that mentions ``hydra`` (the packaged files never set it) — the probe
+    can only answer None, so it is answered without composing; otherwise Hydra's own probe runs.
+    """
+    from hydra._internal.hydra import Hydra
+
+    probe = Hydra.get_mode
+    if getattr(probe, "_conclave", False):
+        return
+
+    def get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
+        if _mode_may_be_set(overrides):
+            return probe(self, config_name, overrides)
+        return None
+
+    get_mode._conclave = True  # type: ignore[attr-defined]
+    Hydra.get_mode = get_mode  # type: ignore[method-assign]
+
+
+_OTHER_CONFIG_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir")
+
+
+def _mode_may_be_set(overrides: list[str]) -> bool:
+    import sys
+
+    from conclave.plugins import get_plugins
+
+    if any(o.lstrip("+~").startswith("hydra.mode") or o.lstrip("+~").startswith("hydra=") for o in overrides):
+        return True
+    if any(a in _OTHER_CONFIG_FLAGS or a.startswith(tuple(f + "=" for f in _OTHER_CONFIG_FLAGS))
+           for a in sys.argv[1:]):
+        return True
+    if get_plugins().config_paths:
+        return True
+    user_dir = user_config_dir()
+    if user_dir.is_dir():
+        for path in user_dir.rglob("*.y*ml"):
+            try:
+                if "hydra" in path.read_text(encoding="utf-8", errors="replace"):
+                    return True
+            except OSError:
+                return True
+    return False
 
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")

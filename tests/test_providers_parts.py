@@ -77,25 +77,34 @@ def test_p95_is_nearest_rank_over_successful_latencies():
 # ------------------------------------------------------------------------------------- hedging
 
 
-@pytest.mark.parametrize(("fraction", "calls", "allowed"), [
-    (0.05, 1, 0), (0.05, 19, 0), (0.05, 20, 1), (0.05, 39, 1), (0.05, 40, 2), (0.5, 1, 0), (0.5, 2, 1),
-    (1.0, 3, 3), (0.0, 100, 0),
+@pytest.mark.parametrize(("fraction", "burst", "calls", "allowed"), [
+    (0.05, 2.0, 1, 2), (0.05, 2.0, 20, 2), (0.05, 1.0, 19, 1), (0.5, 1.0, 3, 1), (1.0, 3.0, 3, 3), (0.0, 2.0, 100, 0),
 ])
-def test_hedge_budget_rounds_down(fraction, calls, allowed):
-    budget = HedgeBudget(fraction)
+def test_hedge_budget_starts_full_and_holds_at_most_burst(fraction, burst, calls, allowed):
+    budget = HedgeBudget(fraction, burst)
     for _ in range(calls):
         budget.note_call()
-    assert budget.allowed == allowed
     granted = sum(budget.try_acquire() for _ in range(allowed + 2))
     assert granted == allowed
 
 
-def test_hedge_delay_override_p95_floor_and_no_history():
+def test_hedge_budget_refills_at_the_budget_fraction_per_call():
+    budget = HedgeBudget(0.05, 2.0)
+    assert budget.try_acquire() and budget.try_acquire() and not budget.try_acquire()
+    for _ in range(19):
+        budget.note_call()
+    assert not budget.try_acquire()  # 0.95 tokens
+    budget.note_call()
+    assert budget.try_acquire() and not budget.try_acquire()
+
+
+def test_hedge_delay_override_history_margin_floor_and_no_history():
     assert hedge_after(HedgingSettings(enabled=False), 1.0) is None
     assert hedge_after(HedgingSettings(hedge_after_s=0.7), 5.0) == 0.7
     assert hedge_after(HedgingSettings(floor_s=2.0), None) == NO_HISTORY_HEDGE_AFTER_S == 10.0
     assert hedge_after(HedgingSettings(floor_s=2.0), 0.4) == 2.0
-    assert hedge_after(HedgingSettings(floor_s=2.0), 6.5) == 6.5
+    assert hedge_after(HedgingSettings(floor_s=0.5), 0.4) == pytest.approx(0.6)  # 1.5 × the p90
+    assert hedge_after(HedgingSettings(floor_s=2.0), 6.5) == pytest.approx(9.75)
 
 
 # ------------------------------------------------------------------------------------- retries

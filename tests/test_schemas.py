@@ -265,6 +265,21 @@ def test_invalid_fixture_fails_for_the_reason_in_its_name(fixture: str) -> None:
         assert any(fragment in m for m in messages), (fragment, messages)
 
 
+@pytest.mark.parametrize("fixture", sorted(EXPECTED_FAILURES))
+def test_the_inlined_validator_reports_what_the_registry_validator_reports(fixture: str) -> None:
+    from jsonschema import Draft202012Validator
+
+    from conclave import artifacts
+
+    name, instance = _schema_of(fixture), _load(FIXTURES / fixture)
+    by_registry = Draft202012Validator(artifacts.get_schema(name), registry=artifacts._registry(),
+                                       format_checker=Draft202012Validator.FORMAT_CHECKER)
+    expected = sorted((e.json_path, e.message, str(e.validator)) for e in by_registry.iter_errors(instance))
+    assert "$ref" not in json.dumps({k: v for k, v in artifacts._inlined(name).items() if k != "$defs"})
+    assert sorted((e.path, e.message, e.validator) for e in validate(name, instance)
+                  if e.validator != "finite") == expected
+
+
 # ------------------------------------------------------------------------------------------------ validator
 
 

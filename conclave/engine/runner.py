@@ -164,7 +164,13 @@ class Consultation:
         stored_seed = self.resume_from.get("shuffle_seed")
         seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other
         labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))
-        async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ) as pool:
+        from conclave.providers.hedge_memory import HedgeMemory
+
+        # the home's hedging file: latency history that sets the hedge delay from the first call, and the shared
+        # hedge budget
+        memory = HedgeMemory(self.settings.home)
+        async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ,
+                                hedge_memory=memory) as pool:
             self._check_keys(pool)
             session = Session(
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,

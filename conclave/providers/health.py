@@ -2,7 +2,8 @@
 
 Thresholds: HEALTHY under 3 s, DEGRADED under 10 s, UNHEALTHY at
 10 s or after 3 consecutive failures, over a window of the last 10 outcomes; UNKNOWN until a first outcome.
-The same tracker keeps a longer per-model latency history whose p95 decides when to hedge.
+The same tracker keeps a longer per-model latency history (seeded from the home's hedging file when a pool opens)
+that decides when to hedge.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ class HealthTracker:
                 history = self._latencies[key] = deque(maxlen=self.thresholds.latency_window)
             history.append(latency_s)
 
+    def seed(self, provider: str, model: str, latencies: list[float]) -> None:
+        """Latencies remembered from earlier processes, oldest first, placed before anything recorded since."""
+        key = (provider, model)
+        history: deque[float] = deque(latencies, maxlen=self.thresholds.latency_window)
+        history.extend(self._latencies.get(key, ()))
+        self._latencies[key] = history
+
     def snapshot(self, provider: str) -> ProviderHealth:
         window = self._windows.get(provider)
         if window is None or not window.outcomes:
@@ -99,10 +107,14 @@ class HealthTracker:
             return HealthStatus.DEGRADED
         return HealthStatus.HEALTHY
 
-    def p95(self, provider: str, model: str) -> float | None:
-        """Nearest-rank 95th percentile of the model's successful latencies; None without history."""
+    def latency_quantile(self, provider: str, model: str, q: float) -> float | None:
+        """Nearest-rank ``q`` quantile of the model's successful latencies; None without history."""
         history = self._latencies.get((provider, model))
         if not history:
             return None
         ordered = sorted(history)
-        return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+    def p95(self, provider: str, model: str) -> float | None:
+        """Nearest-rank 95th percentile of the model's successful latencies; None without history."""
+        return self.latency_quantile(provider, model, 0.95)

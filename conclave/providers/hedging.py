@@ -1,63 +1,100 @@
-"""Hedged requests: when to start a backup, how many backups a consultation may start, and the race itself.
+"""Hedged requests: when to start a backup, how many backups may be started, and the race itself.
 
-Budget rounding: a consultation that has started ``calls`` calls may have hedged at most
-``floor(budget × calls)`` of them. So the first hedge needs ``budget × calls ≥ 1`` (20 calls at the default 5%),
-and hedges never exceed the budget fraction at any moment, not only at the end.
+When: after ``hedging.hedge_after_s`` if set; otherwise after :data:`HISTORY_MARGIN` × the model's
+:data:`HISTORY_QUANTILE` latency (1.5 × p90) over its remembered successful calls, never sooner than
+``hedging.floor_s``, and after :data:`NO_HISTORY_HEDGE_AFTER_S` while the model has no history at all. The
+history outlives the process (``$CONCLAVE_HOME/hedging.json``, see :mod:`conclave.providers.hedge_memory`), so a
+CLI run starts with it. p90 × 1.5 rather than p95: when 5% or more of a model's calls are slow, its p95 *is* a
+slow call and a p95 delay would stop hedging exactly when it helps; p90 stays in the body of the distribution
+and the margin keeps ordinary jitter from triggering hedges.
+
+How many: a token bucket. Every call started adds ``hedging.budget`` tokens (0.05), up to ``hedging.burst``
+tokens; a hedge spends one. A new home starts with a full bucket, so a short consultation may hedge at once,
+and over any sequence of N calls — in one process or many sharing a home — hedges stay at most
+``burst + budget × N``: the long-run share of extra calls is ``hedging.budget``. The bucket is shared by every
+process of the home (taken under a file lock when a hedge is about to start); a pool without a home keeps its own
+bucket in memory, with the same rule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from conclave.config import HedgingSettings
 from conclave.providers.base import ProviderError
+
+if TYPE_CHECKING:
+    from conclave.providers.hedge_memory import HedgeMemory
 
 T = TypeVar("T")
 
 #: hedge delay while a model has no latency history
 NO_HISTORY_HEDGE_AFTER_S = 10.0
+#: the latency quantile of a model's history the hedge delay is based on, and the margin it is multiplied by
+HISTORY_QUANTILE = 0.90
+HISTORY_MARGIN = 1.5
 
 
 class HedgeBudget:
-    """Caps the hedges of one consultation at ``floor(fraction × calls started)``."""
+    """The hedge token bucket: ``fraction`` tokens per call started, at most ``burst`` held, one per hedge.
 
-    def __init__(self, fraction: float) -> None:
+    With ``memory`` the bucket lives in the home's hedging file and is shared with every other process;
+    without, it lives in this object (starting full)."""
+
+    def __init__(self, fraction: float, burst: float = 2.0, memory: HedgeMemory | None = None) -> None:
         self.fraction = fraction
+        self.burst = burst
+        self.memory = memory
         self.calls = 0
         self.used = 0
+        self._tokens = float(burst)
 
     def note_call(self) -> None:
         self.calls += 1
-
-    @property
-    def allowed(self) -> int:
-        # the epsilon keeps 0.05 × 20 from flooring to 0 through binary rounding
-        return math.floor(self.fraction * self.calls + 1e-9)
+        if self.memory is not None:
+            self.memory.accrue(self.fraction)
+        else:
+            self._tokens = min(self.burst, self._tokens + self.fraction)
 
     def try_acquire(self) -> bool:
-        """Spend one hedge if the budget has room."""
-        if self.used + 1 > self.allowed:
+        """Spend one hedge if the bucket holds a whole token."""
+        if self.fraction <= 0:
             return False
-        self.used += 1
-        return True
+        if self.memory is not None:
+            granted = self.memory.take_token(self.burst)
+        else:
+            # the epsilon keeps 20 × 0.05 from falling short of 1 through binary rounding
+            granted = self._tokens >= 1.0 - 1e-9
+            if granted:
+                self._tokens -= 1.0
+        if granted:
+            self.used += 1
+        return granted
 
 
-def hedge_after(settings: HedgingSettings, p95_s: float | None) -> float | None:
+def quantile(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank ``q`` quantile of ``samples`` (not empty)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def hedge_after(settings: HedgingSettings, history_s: float | None) -> float | None:
     """Seconds to wait for the primary before hedging; None when hedging is off.
 
-    ``hedging.hedge_after_s`` wins; otherwise the model's rolling p95 latency, never below ``hedging.floor_s``,
-    and :data:`NO_HISTORY_HEDGE_AFTER_S` until the model has answered once.
+    ``history_s`` is the model's :data:`HISTORY_QUANTILE` latency (None without history). ``hedging.hedge_after_s``
+    wins; otherwise :data:`HISTORY_MARGIN` × ``history_s``, never below ``hedging.floor_s``, and
+    :data:`NO_HISTORY_HEDGE_AFTER_S` until the model has answered once.
     """
     if not settings.enabled:
         return None
     if settings.hedge_after_s is not None:
         return settings.hedge_after_s
-    if p95_s is None:
+    if history_s is None:
         return NO_HISTORY_HEDGE_AFTER_S
-    return max(settings.floor_s, p95_s)
+    return max(settings.floor_s, HISTORY_MARGIN * history_s)
 
 
 async def race(

@@ -36,7 +36,8 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.health import HealthStatus, HealthTracker
-from conclave.providers.hedging import HedgeBudget, hedge_after, race
+from conclave.providers.hedge_memory import HedgeMemory
+from conclave.providers.hedging import HISTORY_QUANTILE, HedgeBudget, hedge_after, race
 from conclave.providers.pricing import PriceTable
 from conclave.providers.probe import TEST_PROMPT, TEST_SCHEMA, CallCheck, ProbeResult, probe, test_request
 from conclave.providers.retry import RetryPolicy, call_with_retries
@@ -102,7 +103,10 @@ class ProviderPool:
         prices: PriceTable | None = None,
         tiers: Tiers | None = None,
         rng: random.Random | None = None,
+        hedge_memory: HedgeMemory | None = None,
     ) -> None:
+        """``hedge_memory``: the home's hedging file; the pool seeds its latency history from it, shares its hedge
+        budget and adds its latencies on close. Without it, history and budget last as long as the pool."""
         self.settings = settings
         self.plugins = plugins
         self.bus = bus
@@ -110,7 +114,11 @@ class ProviderPool:
         self.health = health or HealthTracker()
         self.prices = prices or PriceTable.load()
         self.tiers = tiers or Tiers.load()
-        self.budget = HedgeBudget(settings.hedging.budget)
+        self.hedge_memory = hedge_memory if settings.hedging.enabled else None
+        self.budget = HedgeBudget(settings.hedging.budget, settings.hedging.burst, self.hedge_memory)
+        if self.hedge_memory is not None and settings.hedging.hedge_after_s is None:
+            for (provider, model), latencies in self.hedge_memory.load().items():
+                self.health.seed(provider, model, latencies)
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
@@ -146,6 +154,8 @@ class ProviderPool:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+        if self.hedge_memory is not None:
+            self.hedge_memory.flush(self.settings.hedging.burst)
         if failures and exc_info[0] is None:
             raise failures[0]
 
@@ -263,7 +273,8 @@ class ProviderPool:
         return replace(completion, latency_s=time.perf_counter() - started, attempts=tuple(call.attempts))
 
     async def _hedged(self, call: _Call, provider: str, request: CompletionRequest, substitute: bool) -> Completion:
-        delay = hedge_after(self.settings.hedging, self.health.p95(provider, request.model))
+        delay = hedge_after(self.settings.hedging,
+                            self.health.latency_quantile(provider, request.model, HISTORY_QUANTILE))
         if delay is None:
             return await self._run(call, provider, request, hedge=False)
         primary = asyncio.create_task(self._run(call, provider, request, hedge=False))
@@ -284,7 +295,12 @@ class ProviderPool:
             log.debug("%s: %s/%s silent after %.2fs, hedging with %s/%s", call.agent, provider, request.model, delay,
                       *target)
             backup = asyncio.create_task(self._run(call, target[0], replace(request, model=target[1]), hedge=True))
-            completion, backup_won = await race(primary, backup, fatal=lambda e: _outcome(e) in _NO_FAILOVER)
+            try:
+                completion, backup_won = await race(primary, backup, fatal=lambda e: _outcome(e) in _NO_FAILOVER)
+            except ProviderError:
+                self._hedged_event(call, provider, request.model, target, delay, "none")
+                raise
+            self._hedged_event(call, provider, request.model, target, delay, "backup" if backup_won else "primary")
             if backup_won and target != (provider, request.model):
                 # the backup was started because the primary was slow; if the primary then failed outright,
                 # the substitution is for that failure, not for slowness
@@ -441,6 +457,8 @@ class ProviderPool:
         call.attempts.append(attempt)
         if outcome in _HEALTH_OUTCOMES:
             self.health.record(provider, model, ok=outcome == "ok", latency_s=latency)
+            if outcome == "ok" and self.hedge_memory is not None:
+                self.hedge_memory.note(provider, model, latency)
         if self.bus is not None:
             self.bus.emit(
                 events.PROVIDER_ATTEMPT,
@@ -462,6 +480,13 @@ class ProviderPool:
                 cost=self.cost(provider, model, attempt.usage),
                 estimated=attempt.estimated,
             )
+
+    def _hedged_event(self, call: _Call, provider: str, model: str, target: tuple[str, str], after_s: float,
+                      winner: str) -> None:
+        if self.bus is not None:
+            self.bus.emit(events.PROVIDER_HEDGED, round_number=call.round_number, agent=call.agent,
+                          provider=provider, model=model, backup_provider=target[0], backup_model=target[1],
+                          after_s=round(after_s, 3), winner=winner, same_model=target == (provider, model))
 
     def _substituted(self, call: _Call, provider: str, model: str, target: tuple[str, str], reason: str) -> None:
         payload = {
