@@ -194,7 +194,9 @@ async def test_a_resumed_run_restores_the_objection_round_instead_of_paying_agai
     point = load_resume_point(StoreLayout(tmp_path), first.result.consultation_id, resumable=False)
     again = await run_consultation(fake, resume_from=point.resume_from)
     assert [schema_of(r) for r in fake.requests] == ["verdict"]  # only the round the first run did not play
-    assert again.result.completed_rounds == 5 and not again.of("plan:changed")
+    # the recorded plan is restored (objection round in place); no new objection round is inserted
+    assert again.result.completed_rounds == 5
+    assert [c["action"] for c in again.of("plan:changed")] == ["restore"]
     assert groupthink(again)["objection_rounds"] == groupthink(first)["objection_rounds"]
     assert [c["acted"] for c in groupthink(again)["checks"] if c["fired"]] == [True]
 
@@ -214,7 +216,8 @@ async def test_a_debate_that_stops_moving_stagnates_and_must_object_before_the_v
         position = BLIND[name][0]
         fake.script(model, by_schema(
             independent={**blind_answer(name), "confidence": 0.6, "claims": []},  # too unsure for early convergence
-            cross_exam_reply={"critique": "", "challenges": [], "defense": "", "revised_position": position},
+            cross_exam_reply={"critique": "", "challenges": [], "defense": "", "revised_position": position,
+                              "vote": "MINOR", "confidence": 0.6},
             objection=productive_objection(name)))
     fake.script(JUDGE_MODEL, by_schema())
     settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES])

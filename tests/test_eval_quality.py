@@ -47,12 +47,12 @@ async def test_the_quality_arm_continues_from_round_one_without_paying_it_again(
         round_1 = [r["data"] for r in records if r["type"] == "consultation:round_artifact"
                    and r["data"]["round_number"] == 1]
         assert sorted(a["agent"] for a in round_1) == sorted(PERSONAS) and {a["status"] for a in round_1} == {"restored"}
-        # round 1 is shared: the arm costs the base's round 1 plus its own later rounds, about the debate's cost
-        assert row["vote_cost"] < row["quality_cost"]
-        assert row["quality_cost"] == pytest.approx(row["debate_cost"], rel=0.05)
+        # round 1 is shared: the arm costs the base's round 1 plus its own later rounds — at most the debate's cost
+        # (its later prompts repeat the base's, so the provider's prompt cache may serve part of them)
+        assert row["vote_cost"] < row["quality_cost"] <= row["debate_cost"] * 1.05
     summary = store.read_run(conclave_env, ev.run_id)["summary"]
     assert summary["protocols"]["quality"]["correct"] == 2
-    assert summary["quality_line"].startswith("quality vs debate: +0.0 pp (p = 1) at 1.0× the cost")
+    assert summary["quality_line"].startswith("quality vs debate: +0.0 pp (p = 1) at ")
     assert "| debate, quality layer on | 2/2 = 100.0% |" in out and "**quality vs debate: +0.0 pp" in out
 
 
@@ -123,11 +123,11 @@ def test_auto_switches_the_layer_on_in_the_arm_and_to_its_off_value_in_the_base(
         monkeypatch: pytest.MonkeyPatch, fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     monkeypatch.setattr(quality_arm, "SWITCHES", {"quality.state_tokens": (500, 1500), "no.such": (1, 0)})
     settings = panel_settings(fake_provider_server, conclave_env)
-    ev = prepare(settings, EvalOptions(n=1), get_plugins())
+    ev = prepare(settings, EvalOptions(n=1, quality="auto"), get_plugins())
     assert ev.arm is not None and ev.arm_overrides == {"quality.state_tokens": 500}
     assert (ev.settings.quality.state_tokens, ev.arm.quality.state_tokens) == (1500, 500)
     # a key the user set themselves is theirs in the base debate
-    ev = prepare(settings, EvalOptions(n=1, overrides=["quality.state_tokens=800"]), get_plugins())
+    ev = prepare(settings, EvalOptions(n=1, quality="auto", overrides=["quality.state_tokens=800"]), get_plugins())
     assert ev.settings.quality.state_tokens == 2000 and ev.arm is not None
 
 

@@ -620,7 +620,7 @@ STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     }, optional={"retracts": _STRINGS}),
 }
 STRATEGIES["safety_evaluation"] = st.fixed_dictionaries({
-    "artifact_type": st.just("safety_evaluation"), "schema_version": st.just("1.0"), "created_at": _CREATED_AT,
+    "artifact_type": st.just("safety_evaluation"), "schema_version": st.just(current_version()), "created_at": _CREATED_AT,
     "verdict": st.sampled_from(["allow", "caution", "block"]), "risk": _CONFIDENCE,
     "categories": st.lists(st.sampled_from(["weapons", "malware", "self_harm", "security", "other"]), unique=True,
                            max_size=3),

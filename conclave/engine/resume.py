@@ -64,7 +64,10 @@ def restore_plan(session: Session, names: list[str] | None) -> None:
     known = {t.name: t for t in (*session.strategy.plan, *plan.types)}
     if any(name not in known for name in names):
         return
-    plan.restore([known[name] for name in names], "plan restored from the journal")
+    recorded = [known[name] for name in names]
+    # a plan recorded under rounds=N stops at stage N: the stages after it come from this run's plan
+    last = max(t.stage for t in recorded)
+    plan.restore([*recorded, *(t for t in plan.types if t.stage > last)], "plan restored from the journal")
 
 
 def interrupted_answers(source: Mapping[str, Any], step: Step) -> dict[str, dict[str, Any]]:

@@ -47,7 +47,7 @@ class EvalOptions(BaseModel):
     #: <protocol>_accuracy_per_dollar; null = the exit code
     objective: Annotated[str, Field(pattern=OBJECTIVE)] | None = None
     #: the quality protocol's arm: auto, off, or {key: value, …} set on top of this configuration (quality_arm)
-    quality: str | dict[str, Any] = "auto"
+    quality: str | dict[str, Any] = "off"
     #: set by `conclave eval -m`: estimate_only — the sweep's first pass, which only estimates each job (nothing is
     #: spent); approved — the sweep's whole estimate went through the cost gate, so its jobs do not ask again
     estimate_only: bool = False
