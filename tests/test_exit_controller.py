@@ -95,7 +95,7 @@ def test_a_plateau_needs_two_flat_rounds_without_a_new_fact() -> None:
 
 @functools.cache
 def _settings() -> Any:
-    return compose_settings("q", ["agents=local"])
+    return compose_settings("q", ["agents=local", "rounds=null"])  # the local panel alone plays 4 rounds
 
 
 def _session(**changes: Any) -> Any:

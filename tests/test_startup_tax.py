@@ -39,4 +39,7 @@ def test_hydra_probes_the_mode_only_when_something_may_set_it(conclave_env: Path
     from conclave.plugins import reset_plugins
 
     reset_plugins()
-    assert hydra_app._mode_may_be_set(overrides) is probed
+    try:
+        assert hydra_app._mode_may_be_set(overrides) is probed
+    finally:  # the plugins cached under this test's CONCLAVE_PLUGINS (no strategies) must not outlive it
+        reset_plugins()
