@@ -7,12 +7,9 @@ from typing import Any
 
 
 def safety_figures(conn: Any, since: str | None, until: str | None) -> dict[str, Any]:
-    clauses, params = [], []
-    for op, bound in ((">=", since), ("<", until)):
-        if bound is not None:
-            clauses.append(f"c.started_at {op} ?")
-            params.append(bound)
-    where = f"where {' and '.join(clauses)}" if clauses else ""
+    from conclave.store.stats import period_where
+
+    where, params = period_where(since, until)
     tiers = dict(conn.execute(
         f"select c.safety_tier, count(*) from consultations c {where} "
         f"{'and' if where else 'where'} c.safety_tier is not null group by c.safety_tier", params).fetchall())

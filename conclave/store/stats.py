@@ -153,15 +153,20 @@ def exit_figures(conn: Any, period: Period) -> dict[str, Any]:
     }
 
 
+def period_where(since: str | None, until: str | None, column: str = "c.started_at") -> tuple[str, list[str]]:
+    """``where …`` (or "") restricting ``column`` to [since, until), and its parameters."""
+    clauses, params = [], []
+    for op, bound in ((">=", since), ("<", until)):
+        if bound is not None:
+            clauses.append(f"{column} {op} ?")
+            params.append(bound)
+    return (f"where {' and '.join(clauses)}" if clauses else ""), params
+
+
 def groupthink_figures(conn: Any, period: Period) -> dict[str, Any]:
     """Groupthink over the period's consultations: detector firings by type (and how many were acted on), the
     objection rounds, how many changed a claim's status, escalations, and the consultations run in shadow."""
-    clauses, params = [], []
-    for op, bound in ((">=", period.since), ("<", period.until)):
-        if bound is not None:
-            clauses.append(f"c.started_at {op} ?")
-            params.append(bound)
-    where = f"where {' and '.join(clauses)}" if clauses else ""
+    where, params = period_where(period.since, period.until)
     fired = dict(conn.execute(
         "select g.detector, count(*) from groupthink_checks g join consultations c on c.id = g.consultation_id "
         f"{where} {'and' if where else 'where'} g.fired = 1 group by g.detector", params).fetchall())
@@ -189,12 +194,7 @@ def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
     """Debate quality over the period's consultations: label adoption (share of claims labelled), citation
     compliance (share of FACT claims cited), rule violations (of them, what syntheses left unaccounted), pass rate
     per verification question, and judge statements resting on no agent claim or text."""
-    clauses, params = [], []
-    for op, bound in ((">=", period.since), ("<", period.until)):
-        if bound is not None:
-            clauses.append(f"c.started_at {op} ?")
-            params.append(bound)
-    where = f"where {' and '.join(clauses)}" if clauses else ""
+    where, params = period_where(period.since, period.until)
     labelled, unlabelled, facts, cited, violations = conn.execute(
         "select coalesce(sum(k.labelled), 0), coalesce(sum(k.unlabelled), 0), coalesce(sum(k.facts), 0), "
         "coalesce(sum(k.facts_cited), 0), coalesce(sum(k.violations), 0) "
