@@ -232,21 +232,22 @@ class ExitController:
             if settings.override == "continue":
                 decision.overridden, decision.action, decision.reason = True, "repeat", None
                 return
-            if interactive:
-                decision.asked = (f"{_found(decision)} after round {decision.round_number}. "
-                                  "Go on to the verdict? (no: another cross-examination round) [Y/n]")
-                decision.answer = self.interaction.ask(decision.asked)
-                if not _yes(decision.answer):
-                    decision.overridden, decision.action, decision.reason = True, "repeat", None
+            if interactive and not self._ask(decision, f"{_found(decision)} after round {decision.round_number}. "
+                                             "Go on to the verdict? (no: another cross-examination round) [Y/n]"):
+                decision.overridden, decision.action, decision.reason = True, "repeat", None
             return
-        if interactive:
-            decision.asked = (f"No consensus after round {decision.round_number} ({_open(decision)}). "
-                              "Run another cross-examination round? (no: go on to the verdict) [Y/n]")
-            decision.answer = self.interaction.ask(decision.asked)
-            if not _yes(decision.answer):
-                decision.reason = "user-stop"
-                return
+        if interactive and not self._ask(decision, f"No consensus after round {decision.round_number} "
+                                         f"({_open(decision)}). Run another cross-examination round? "
+                                         "(no: go on to the verdict) [Y/n]"):
+            decision.reason = "user-stop"
+            return
         decision.action = "repeat"
+
+    def _ask(self, decision: Decision, question: str) -> bool:
+        """Put ``question`` to the user, record question and answer on ``decision``; True for yes (the default)."""
+        decision.asked = question
+        decision.answer = self.interaction.ask(question)
+        return _yes(decision.answer)
 
     # ------------------------------------------------------------------------------------------- the record
 
