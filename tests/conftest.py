@@ -44,3 +44,12 @@ def eval_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         from eval_helpers import record_eval_runs
 
         yield record_eval_runs(home)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium driven by Selenium, one per test module (tests using it are marked ``needs_browser``)."""
+    from browser_support import headless_chromium
+
+    with headless_chromium() as driver:
+        yield driver

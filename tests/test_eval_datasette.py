@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from browser_support import needs_browser, screenshot, serve_datasette
 from eval_helpers import EvalRuns
-from test_browser import CHROMEDRIVER, CHROMIUM, browser, screenshot  # noqa: F401 (browser: a fixture)
 
-from conclave.commands.browse import free_port, wait_until_up
 from conclave.eval.charts import NAMES as ALL_NAMES
 from conclave.store.paths import StoreLayout
 
@@ -88,20 +85,12 @@ def test_the_eval_page_is_in_the_menu_and_the_canned_query_has_the_quality_rows(
 
 @pytest.fixture(scope="module")
 def server(eval_home: EvalRuns) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "datasette", "serve", str(StoreLayout(eval_home.home).index_path),
-                                "--host", "127.0.0.1", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_until_up(f"http://127.0.0.1:{port}/-/versions.json", process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    with serve_datasette(StoreLayout(eval_home.home).index_path) as url:
+        yield url
 
 
-@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason="no Chromium/chromedriver found")
-def test_the_charts_render_in_a_real_browser(server: str, browser: Any) -> None:  # noqa: F811
+@needs_browser
+def test_the_charts_render_in_a_real_browser(server: str, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
     browser.get(f"{server}/-/conclave/eval")

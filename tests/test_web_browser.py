@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_browser import CHROMEDRIVER, CHROMIUM, browser, screenshot  # noqa: F401  (browser is a fixture)
+from browser_support import needs_browser, screenshot
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL
 
 from conclave.commands.browse import free_port, wait_until_up
@@ -25,10 +25,7 @@ from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="no Chromium/chromedriver found (Debian: `.ci/install-system-deps.sh` installs chromium chromium-driver)",
-)
+pytestmark = needs_browser
 
 TOKEN = "browser-test-token"
 
@@ -68,7 +65,7 @@ def _start(base: str, fake: FakeProviderServer) -> str:
 
 
 async def test_the_live_page_shows_rounds_while_they_run_and_to_late_joiners(
-    served: str, browser: Any, fake_provider_server: FakeProviderServer  # noqa: F811
+    served: str, browser: Any, fake_provider_server: FakeProviderServer
 ) -> None:
     from selenium.webdriver.common.by import By
 
