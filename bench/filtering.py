@@ -18,10 +18,11 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conclave.artifacts import check
+from conclave.artifacts import check, current_version
 from conclave.config import Round3Filter, Round4Filter
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.session import prompt_json
@@ -100,14 +101,29 @@ class TextGen:
 HEADER_AT = "2026-03-02T09:14:09.214Z"
 
 
+def claims_and_references(gen: TextGen, rng: random.Random, low: int, high: int) -> dict[str, Any]:
+    """An agent artifact's labelled claims (FACTs cite a reference) and the references they cite."""
+    refs = [{"id": i, "title": gen.phrase(3, 7), "url": f"https://example.com/{rng.randrange(10**6)}"}
+            for i in range(1, rng.randint(2, 3) + 1)]
+    claims = []
+    for i in range(1, rng.randint(low, high) + 1):
+        label = rng.choice(["FACT", "FACT", "INFER", "ASSUME"])
+        cites = [rng.choice(refs)["id"]] if label == "FACT" else []
+        claims.append({"id": str(i), "text": gen.sentence(), "label": label, "citations": cites})
+    used = {c for claim in claims for c in claim["citations"]}
+    return {"claims": claims, "references": [r for r in refs if r["id"] in used]}
+
+
 def generate_debate(seed: int) -> dict[str, Any]:
-    """One debate's artifacts (round 1 per agent, synthesis, cross-examination), all schema-valid."""
+    """One debate's artifacts (round 1 per agent with labelled claims, synthesis tied to claim ids,
+    cross-examination), all valid at the current artifact format."""
     rng = random.Random(seed)
     gen = TextGen(rng)
     agents = rng.sample(AGENT_POOL, rng.randint(3, 5))
+    version = current_version()
 
     def header(kind: str, number: int) -> dict[str, Any]:
-        return {"artifact_type": kind, "schema_version": "1.0", "round_number": number, "created_at": HEADER_AT}
+        return {"artifact_type": kind, "schema_version": version, "round_number": number, "created_at": HEADER_AT}
 
     round_1 = {
         name: {
@@ -118,9 +134,15 @@ def generate_debate(seed: int) -> dict[str, Any]:
             "rationale": "\n\n".join(gen.sentences(3, 5) for _ in range(rng.randint(2, 3))),
             "confidence": round(rng.uniform(0.55, 0.95), 2),
             "prose_excerpt": gen.sentences(1, 2),
+            **claims_and_references(gen, rng, 3, 5),
         }
         for name in agents
     }
+    # the engine numbers round-1 claims C1, C2, … across the panel; the judge ties its statements to them
+    claim_ids = [f"C{i}" for i in range(1, sum(len(a["claims"]) for a in round_1.values()) + 1)]
+
+    def cites(low: int, high: int) -> list[str]:
+        return sorted(rng.sample(claim_ids, rng.randint(low, high)), key=lambda c: int(c[1:]))
     synthesis = {
         **header("synthesis", 2),
         "consensus_points": [
@@ -128,6 +150,7 @@ def generate_debate(seed: int) -> dict[str, Any]:
                 "point": gen.sentence(),
                 "supporting_agents": rng.sample(agents, rng.randint(1, len(agents))),
                 "confidence": round(rng.uniform(0.45, 0.97), 2),
+                "claim_ids": cites(1, 3),
             }
             for _ in range(rng.randint(4, 8))
         ],
@@ -138,10 +161,16 @@ def generate_debate(seed: int) -> dict[str, Any]:
                     {"agent": a, "viewpoint": gen.sentence(long=rng.random() < 0.4)}
                     for a in rng.sample(agents, rng.randint(2, len(agents)))
                 ],
+                "claim_ids": cites(2, 3),
             }
             for _ in range(rng.randint(2, 6))
         ],
         "priority_order": rng.sample(PRIORITIES, rng.randint(3, 6)),
+        "partial_coverage": [{"point": gen.sentence(), "agents": rng.sample(agents, 2), "claim_ids": cites(1, 2)}
+                             for _ in range(rng.randint(0, 2))],
+        "unique_insights": [{"agent": rng.choice(agents), "insight": gen.sentence(), "claim_ids": cites(1, 1)}
+                            for _ in range(rng.randint(1, 3))],
+        "blind_spots": [gen.sentence() for _ in range(rng.randint(0, 2))],
     }
 
     def challenge() -> dict[str, Any]:
@@ -187,9 +216,27 @@ class Measurement:
     round_1: int  # round-1 artifacts inside the filtered input (never filtered)
 
 
-async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool) -> tuple[Any, list[Any]]:
+async def play(debate: dict[str, Any], fake: Any, agent: Callable[[str], Callable[[Any], Any]],
+               judge: Callable[[Any], Any], overrides: list[str]) -> Any:
+    """Run ``debate``'s panel through the engine on the fake server — agent ``name`` answered by ``agent(name)``,
+    the judge by ``judge`` — with the debate's own shuffle seed; the consultation's result."""
     from conclave.api import compose_settings
     from conclave.engine.runner import Consultation
+
+    fake.reset()
+    panel = ["~agents"]
+    for name in debate["agents"]:
+        fake.script(f"bench-{name}", agent(name))
+        panel += [f"+agents.{name}.provider=openai", f"+agents.{name}.model=bench-{name}",
+                  f"+agents.{name}.persona={PERSONAS[name]}"]
+    fake.script(JUDGE_MODEL, judge)
+    settings = compose_settings(debate["question"], [*fake.overrides(), *panel, "judge.provider=openai",
+                                                     f"judge.model={JUDGE_MODEL}", "cost.auto_approve=true",
+                                                     "hedging.enabled=false", *overrides])
+    return await Consultation(settings, resume_from={"shuffle_seed": debate["seed"]}).run()
+
+
+async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool) -> tuple[Any, list[Any]]:
     from conclave.testing.fake_server import Reply
     from conclave.testing.schema_instances import instance_for
 
@@ -204,17 +251,7 @@ async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool) -> tuple[
         kind = _schema_title(request)
         return Reply(json=debate[kind] if kind in ("synthesis", "cross_exam") else instance_for(request.schema))
 
-    fake.reset()
-    panel = ["~agents"]
-    for name in debate["agents"]:
-        fake.script(f"bench-{name}", agent_script(name))
-        panel += [f"+agents.{name}.provider=openai", f"+agents.{name}.model=bench-{name}",
-                  f"+agents.{name}.persona={PERSONAS[name]}"]
-    fake.script(JUDGE_MODEL, judge)
-    overrides = [*fake.overrides(), *panel, "judge.provider=openai", f"judge.model={JUDGE_MODEL}",
-                 "cost.auto_approve=true", f"verbose={str(verbose).lower()}", "hedging.enabled=false"]
-    settings = compose_settings(debate["question"], overrides)
-    result = await Consultation(settings, resume_from={"shuffle_seed": debate["seed"]}).run()
+    result = await play(debate, fake, agent_script, judge, [f"verbose={str(verbose).lower()}"])
     if result.status != "complete":
         raise SystemExit(f"debate {debate['seed']} ended {result.status}: {result.abort_reason}")
     return result, [r for r in fake.requests if _schema_title(r) in LATER_ROUNDS]

@@ -29,27 +29,10 @@ import filtering as fb
 from conclave.tokens import count_tokens, tokenizer_backend
 
 LENGTHS = (5, 6, 8)
-JUDGE_MODEL = "bench-judge"
-
-
-def _claims(gen: fb.TextGen, rng: random.Random, low: int, high: int) -> dict[str, Any]:
-    refs = [{"id": i, "title": gen.phrase(3, 7), "url": f"https://example.com/{rng.randrange(10**6)}"}
-            for i in range(1, rng.randint(2, 3) + 1)]
-    claims = []
-    for i in range(1, rng.randint(low, high) + 1):
-        label = rng.choice(["FACT", "FACT", "INFER", "ASSUME"])
-        cites = [rng.choice(refs)["id"]] if label == "FACT" else []
-        claims.append({"id": str(i), "text": gen.sentence(), "label": label, "citations": cites})
-    used = {c for claim in claims for c in claim["citations"]}
-    return {"claims": claims, "references": [r for r in refs if r["id"] in used]}
 
 
 def generate(seed: int) -> dict[str, Any]:
     debate = fb.generate_debate(seed)
-    rng = random.Random(seed + 1)
-    gen = fb.TextGen(rng)
-    for artifact in debate["round_1"].values():
-        artifact.update(_claims(gen, rng, 3, 5))
     debate["question"] = fb.QUESTIONS[seed % len(fb.QUESTIONS)]
     return debate
 
@@ -68,7 +51,7 @@ def reply(debate: dict[str, Any], name: str, k: int) -> dict[str, Any]:
         "vote": "BLOCKER" if name == debate["agents"][0] else rng.choice(["ACCEPT", "MINOR"]),
         "vote_reason": gen.sentence(),
         "confidence": 0.9 if k % 2 == 0 else 0.5,
-        **_claims(gen, rng, 2, 4),
+        **fb.claims_and_references(gen, rng, 2, 4),
     }
 
 
@@ -94,8 +77,6 @@ class Run:
 
 
 async def run(debate: dict[str, Any], fake: Any, length: int, summarize: bool) -> Run:
-    from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
     from conclave.testing.fake_server import Reply
     from conclave.testing.schema_instances import instance_for
 
@@ -121,18 +102,8 @@ async def run(debate: dict[str, Any], fake: Any, length: int, summarize: bool) -
             return Reply(json=cross_exam(debate, judged[kind]))
         return Reply(json=instance_for(request.schema))
 
-    fake.reset()
-    panel = ["~agents"]
-    for name in debate["agents"]:
-        fake.script(f"bench-{name}", agent(name))
-        panel += [f"+agents.{name}.provider=openai", f"+agents.{name}.model=bench-{name}",
-                  f"+agents.{name}.persona={fb.PERSONAS[name]}"]
-    fake.script(JUDGE_MODEL, judge)
-    overrides = [*fake.overrides(), *panel, "judge.provider=openai", f"judge.model={JUDGE_MODEL}",
-                 "cost.auto_approve=true", "hedging.enabled=false", f"exit.round_cap={length}",
-                 f"summarization.enabled={str(summarize).lower()}"]
-    settings = compose_settings(debate["question"], overrides)
-    result = await Consultation(settings, resume_from={"shuffle_seed": debate["seed"]}).run()
+    result = await fb.play(debate, fake, agent, judge, [f"exit.round_cap={length}",
+                                                         f"summarization.enabled={str(summarize).lower()}"])
     if result.status != "complete" or result.completed_rounds != length:
         raise SystemExit(f"debate {debate['seed']} ended {result.status} after {result.completed_rounds} rounds: "
                          f"{result.abort_reason}")
