@@ -53,8 +53,8 @@ class ArtifactFilter(ABC):
             if sorted(order) != list(range(len(items))):
                 raise ValueError(f"{type(self).__name__}.rank({field}) must return each index of the items once")
             filtered[field] = [copy.deepcopy(items[i]) for i in order[:limit]]
-        # A strategy's own schema may add fields to the artifact type (answer mode's final_answer) or leave out the
-        # debate-quality lists (answer mode has no claims); filtering touches neither, so the result is checked
+        # A strategy's own schema may add fields to the artifact type (answer mode's final_answer), and a stored
+        # artifact may predate the debate-quality lists; filtering touches neither, so the result is checked
         # against the fields the artifact type's schema declares, absent quality lists read as empty.
         declared = get_schema(artifact_type).get("properties", {})
         check(artifact_type, fill_added_lists(artifact_type, {k: v for k, v in filtered.items() if k in declared}))

@@ -191,22 +191,27 @@ READABLE_VERSIONS = ("1.0",)
 #: the verdicts' evidence_claims); an absent one means "none named"
 ADDED_LISTS = frozenset({"claims", "references", "claim_ids", "partial_coverage", "unique_insights", "blind_spots",
                          "evidence_claims"})
+#: schemas that gained :data:`ADDED_LISTS` while the format was already 1.1: answer mode joined the quality layer
+#: later, so its artifacts journaled at 1.1 before that carry none of those lists and read the way 1.0 ones do
+LATE_1_1 = frozenset({"independent_answer", "synthesis_answer", "cross_exam_reply_answer", "verdict_answer"})
 
 
 def upgrade(name: str, artifact: dict[str, Any]) -> dict[str, Any]:
     """A stored artifact of schema ``name`` as the current format version (the input is not modified).
 
     Between 1.0 and 1.1 only lists became required (:data:`ADDED_LISTS`), so a 1.0 artifact reads as a 1.1 one
-    with each of them empty where absent — the same meaning it had. A header-less artifact (a round-3 reply carries
-    no version) gets the same treatment whatever its age. An artifact of the current or an unknown version, or of
-    an unknown schema, is returned as is.
+    with each of them empty where absent — the same meaning it had; so does a 1.1 artifact of a schema that gained
+    those lists later (:data:`LATE_1_1`). A header-less artifact (a round-3 reply carries no version) gets the same
+    treatment whatever its age. Any other artifact of the current or an unknown version, or of an unknown schema,
+    is returned as is.
     """
     schema = _schemas().get(name)
     if schema is None:
         return artifact
     if "schema_version" not in schema.get("properties", {}):  # a header-less artifact (a reply): any version
         return fill_added_lists(name, artifact)
-    if artifact.get("schema_version") not in READABLE_VERSIONS:
+    if artifact.get("schema_version") not in READABLE_VERSIONS and not (
+            name in LATE_1_1 and artifact.get("schema_version") == "1.1"):
         return artifact
     upgraded = fill_added_lists(name, artifact)
     upgraded["schema_version"] = current_version()

@@ -5,16 +5,23 @@ the round-3 replies and the verdict), so an evaluation can score each round and 
 one agent alone, the round-1 majority vote, the judge's synthesis of round 1, the full debate. Its words live in
 ``prompts/answer/*.md``; its schemas are ``schemas/*_answer.schema.json``. It may stop after round 2 on strong
 consensus, like converge, so ``early_termination.threshold`` is a real knob to sweep.
+
+Answer mode is in the debate-quality layer like converge: agents label and cite their claims (the engine numbers
+them C1…, their sources E1…), round-3 agents see the DEBATE STATE, the synthesis accounts for every claim and
+carries the judged verification questions, the verdict ties its evidence to claim ids. Of the universal questions
+it does not ask U3 and U4 (:attr:`AnswerStrategy.not_applicable_questions` says why); U5 reads the answer's
+``uncertainties``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy
 from conclave.hookspecs import hookimpl
+from conclave.quality.verification import Question
 
 
 class AnswerStrategy(Strategy):
@@ -31,12 +38,23 @@ class AnswerStrategy(Strategy):
         VERDICT.with_schema("verdict_answer"),
     )
     allows_early_termination = True
+    verification_questions = (
+        Question("AN1", "mode-specific", "Does the working shown derive the final_answer, with no gap or "
+                 "contradicting step?"),
+        Question("AN2", "mode-specific", "Is the final_answer exactly what the question asks for, in the form it "
+                 "asks (a number, a choice letter, yes or no…)?"),
+    )
+    not_applicable_questions: ClassVar[Mapping[str, str]] = {
+        "U3": "a question with one checkable answer is settled by its working, not by choosing among options (a "
+              "yes/no question has one alternative); rival answers are the synthesis' tensions",
+        "U4": "an answer is not a plan: it has no failure modes to mitigate; where it could be wrong is U5's "
+              "uncertainties",
+    }
 
     def verdict_from_synthesis(self, synthesis: Mapping[str, Any]) -> dict[str, Any]:
-        """Converge's derived verdict, answering with the synthesis' own ``final_answer`` (the judge's answer
-        from round 1 alone); nothing is invented."""
+        """Converge's derived verdict (its evidence tied to the consensus points' claim ids), answering with the
+        synthesis' own ``final_answer`` (the judge's answer from round 1 alone); nothing is invented."""
         verdict = super().verdict_from_synthesis(synthesis)
-        verdict.pop("evidence_claims", None)  # answer mode's artifacts carry no claim ids
         verdict["final_answer"] = str(synthesis.get("final_answer") or "").strip() or "(no answer)"
         return verdict
 

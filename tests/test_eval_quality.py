@@ -96,6 +96,8 @@ async def test_quality_layer_figures_are_reported_per_protocol_and_indexed(
     assert layer["vote"]["statements"] == 0 and layer["judge"]["statements"] > 0
     assert layer["debate"]["statements"] > layer["judge"]["statements"]
     assert {"claims", "violations", "ungrounded"} <= set(layer["debate"])
+    # answer mode's agents label claims: one per round-1 answer, more once the round-3 replies add theirs
+    assert layer["vote"]["claims"] == 3 and layer["debate"]["claims"] > layer["vote"]["claims"]
     summary = store.read_run(conclave_env, ev.run_id)["summary"]
     assert summary["protocols"]["debate"]["quality_layer"]["statements"] == sum(
         r["quality_layer"]["debate"]["statements"] for r in store.read_items(conclave_env, ev.run_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, requests_with, run_consultation, script_panel, texts
 
 from conclave import artifacts
@@ -94,3 +95,32 @@ def _example(name: str) -> dict[str, Any]:
 
     data = json.loads((Path(__file__).parent / "fixtures" / "artifacts" / name).read_text())
     return {k: v for k, v in data.items() if k not in ("artifact_type", "schema_version", "round_number", "created_at")}
+
+
+BUILT_IN = ("converge", "explore", "adversarial", "devils_advocate", "answer")
+
+
+@pytest.mark.parametrize("mode", BUILT_IN)
+def test_every_built_in_mode_is_in_the_quality_layer(mode: str) -> None:
+    """Agents' artifacts require claims and references, agents get the labelling rules, round 3 sees the DEBATE
+    STATE, the synthesis accounts for claims, the verdict ties evidence to them, two questions of its own."""
+    from conclave.engine.rounds import VERDICT_ROUND
+    from conclave.plugins import get_plugins
+    from conclave.quality.verification import UNIVERSAL
+
+    strategy = get_plugins().strategies.get(mode)(None)
+    for step in strategy.plan:
+        required = artifacts.get_schema(step.schema).get("required", [])
+        if step.seat == "agents":
+            assert {"claims", "references"} <= set(required), step.schema
+        elif "consensus_points" in required:
+            assert {"partial_coverage", "unique_insights", "blind_spots"} <= set(required), step.schema
+        elif step.name == VERDICT_ROUND:
+            assert "evidence_claims" in required, step.schema
+    system = strategy.template("agent_system").text
+    assert all(word in system for word in ("FACT", "INFER", "ASSUME", "[1][2]")), mode
+    assert "claims" in strategy.template("round1").text
+    assert "$debate_state" in strategy.template("round3_agent").text
+    assert "$verification_questions" in strategy.template("round2").text
+    assert len(strategy.verification_questions) == 2
+    assert set(strategy.not_applicable_questions) <= {q.id for q in UNIVERSAL}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from conclave.quality.anchors import ANCHORS, anchor_prompt, assign_anchors
 from conclave.quality.state import DebateState
 from conclave.quality.verification import UNIVERSAL, judge_results, questions_for, run_checkers
@@ -180,6 +182,13 @@ def test_u5_needs_a_stated_uncertainty() -> None:
 def test_hs1_is_asked_only_when_opted_in() -> None:
     assert "HS1" not in [q.id for q in questions_for((), None)]
     assert [q.id for q in questions_for((), "security")][-1] == "HS1"
+
+
+def test_a_universal_question_a_strategy_declares_not_applicable_is_not_asked() -> None:
+    ids = [q.id for q in questions_for((), None, ["U3", "U4"])]
+    assert ids == ["U1", "U2", "U5", "U6", "U7"]
+    with pytest.raises(ValueError, match="not universal verification questions: HS1"):
+        questions_for((), "security", ["HS1"])  # only a universal question can be declared not applicable
 
 
 def test_judge_answers_are_matched_by_agent_and_unanswered_ones_recorded() -> None:

@@ -60,6 +60,10 @@ OPTIONAL = {
     ("cross_exam_reply_adversarial", "$.properties.retracts"),
     ("cross_exam_reply_devils_advocate", "$.properties.retracts"),
     ("synthesis", "$.properties.verification"),
+    ("synthesis_answer", "$.properties.verification"),
+    ("independent_answer", "$.properties.uncertainties"),
+    ("cross_exam_reply_answer", "$.properties.uncertainties"),
+    ("cross_exam_reply_answer", "$.properties.retracts"),
     ("cross_exam", "$.properties.claim_statuses"),
     # a vote's reason (the vote itself and the confidence are required)
     *((name, "$.properties.vote_reason") for name in (
@@ -626,20 +630,18 @@ STRATEGIES["safety_evaluation"] = st.fixed_dictionaries({
                            max_size=3),
     "concerns": _STRINGS, "recommendations": _STRINGS, "reason": _NON_EMPTY,
 })
-# answer mode: each answer-bearing artifact of converge plus a short final_answer
-# (answer mode's schemas carry no debate-quality fields)
-_NOT_IN_ANSWER = ("claims", "references", "partial_coverage", "unique_insights", "blind_spots", "evidence_claims")
+# answer mode: each answer-bearing artifact of converge plus a short final_answer; its agents state uncertainties
+# but neither alternatives nor failure modes (U3 and U4 are not asked of one checkable answer)
+_NOT_IN_ANSWER = ("alternatives", "failure_modes")
 
 
-def _without_quality(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_quality(v) for k, v in value.items() if k not in (*_NOT_IN_ANSWER, "claim_ids")}
-    return [_without_quality(v) for v in value] if isinstance(value, list) else value
+def _answer_body(body: dict[str, Any], answer: str, uncertainties: list[str] | None) -> dict[str, Any]:
+    out = {k: v for k, v in body.items() if k not in _NOT_IN_ANSWER} | {"final_answer": answer}
+    return out | ({"uncertainties": uncertainties} if uncertainties is not None and "claims" in body else {})
 
 
 for _base in ("independent", "synthesis", "cross_exam_reply", "verdict"):
-    STRATEGIES[f"{_base}_answer"] = st.builds(lambda body, answer: {**_without_quality(body), "final_answer": answer},
-                                              STRATEGIES[_base], _NON_EMPTY)
+    STRATEGIES[f"{_base}_answer"] = st.builds(_answer_body, STRATEGIES[_base], _NON_EMPTY, st.none() | _STRINGS)
 
 
 def test_there_is_a_strategy_for_every_artifact_schema() -> None:

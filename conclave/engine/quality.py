@@ -57,8 +57,11 @@ class QualityLayer:
         settings = session.settings
         self.session = session
         self.anchors = assign_anchors(list(settings.agents), settings.quality.anchors)
-        self.questions = questions_for(getattr(session.strategy, "verification_questions", ()),
-                                       settings.quality.high_stakes)
+        strategy = session.strategy
+        #: universal question id -> why the strategy does not ask it
+        self.not_applicable = dict(getattr(strategy, "not_applicable_questions", {}))
+        self.questions = questions_for(getattr(strategy, "verification_questions", ()),
+                                       settings.quality.high_stakes, self.not_applicable)
         self.state = DebateState(session.question, list(settings.agents))
         #: round number -> agent -> {claims, rules, verification, claim_source, labelled, unlabelled}
         self.checks: dict[int, dict[str, dict[str, Any]]] = {}
@@ -237,6 +240,7 @@ class QualityLayer:
             "anchors": dict(self.anchors),
             "questions": [{"id": q.id, "category": q.category, "question": q.question,
                            "by": "checker" if q.checker else "judge"} for q in self.questions],
+            "not_applicable": dict(self.not_applicable),
             "checks": {str(n): agents for n, agents in sorted(self.checks.items())},
             "state": self.state.as_dict(),
             "unknown_ids": sorted(set(self.unknown_ids)),

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from statistics import fmean
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -77,6 +78,9 @@ class Strategy:
     all_rounds_notice: ClassVar[str | None] = None
     #: the strategy's own two verification questions, answered by the round-2 judge for each position
     verification_questions: ClassVar[tuple[Question, ...]] = ()
+    #: universal questions that do not fit this strategy's artifacts, each with why: neither checked nor put to
+    #: the judge, and listed with their reasons in the quality record and the report (never a silent failure)
+    not_applicable_questions: ClassVar[Mapping[str, str]] = MappingProxyType({})
     #: pydantic model of ``mode.options`` (None = takes no options); validated at start-up
     Options: ClassVar[type[BaseModel] | None] = None
 

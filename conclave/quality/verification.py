@@ -76,9 +76,15 @@ HIGH_STAKES = Question(
 HIGH_STAKES_CATEGORIES = ("security", "medical-legal", "agentic", "safety-critical")
 
 
-def questions_for(mode_specific: Sequence[Question], high_stakes: str | None) -> list[Question]:
-    """The questions a consultation asks: the universal ones, the strategy's own, HS1 when opted in."""
-    return [*UNIVERSAL, *mode_specific, *([HIGH_STAKES] if high_stakes else [])]
+def questions_for(mode_specific: Sequence[Question], high_stakes: str | None,
+                  not_applicable: Iterable[str] = ()) -> list[Question]:
+    """The questions a consultation asks: the universal ones (less those the strategy declares not applicable),
+    the strategy's own, HS1 when opted in."""
+    skipped = set(not_applicable)
+    unknown = skipped - {q.id for q in UNIVERSAL}
+    if unknown:
+        raise ValueError(f"not universal verification questions: {', '.join(sorted(unknown))}")
+    return [*(q for q in UNIVERSAL if q.id not in skipped), *mode_specific, *([HIGH_STAKES] if high_stakes else [])]
 
 
 def judged(questions: Iterable[Question]) -> list[Question]:

@@ -433,6 +433,10 @@ def _quality(result: Mapping[str, Any]) -> Section | None:
     if ungrounded:
         children.append(Bullets([f"{s.get('where')}: {s.get('text', '')} — {s.get('reason')}" for s in ungrounded],
                                 label="Ungrounded judge statements:"))
+    not_asked = _map(quality.get("not_applicable"))
+    if not_asked:
+        children.append(Bullets([f"{q}: {why}" for q, why in sorted(not_asked.items())],
+                                label="Verification questions this mode does not ask:"))
     children.extend(_coverage(_map(quality.get("coverage"))))
     return Section("Debate quality", children)
 
