@@ -40,6 +40,7 @@ from conclave.providers.base import (
     CacheRule,
     Completion,
     CompletionRequest,
+    PromptCache,
     ProviderError,
     QuotaExhaustedError,
     RefusalError,
@@ -137,12 +138,7 @@ class OpenAIProvider(HTTPProvider):
         schema = request.json_schema
         if tools and request.cache is not None:
             # every schema of the consultation, always in the same order: the tools open the cached prefix
-            functions = {api_name(n): s for n, s in request.cache.schemas}
-            if schema is not None:
-                functions.setdefault(schema_name(request), schema)
-            body["tools"] = [{"type": "function", "function": {
-                "name": n, "description": _TOOL_DESCRIPTION, "parameters": _strict_schema(_canonical(s)),
-                "strict": True}} for n, s in functions.items()]
+            body["tools"] = _tools(request.cache, request if schema is not None else None)
             body["tool_choice"] = ({"type": "function", "function": {"name": schema_name(request)}}
                                    if schema is not None else "none")
         elif schema is not None and form == "json_schema":
@@ -181,6 +177,13 @@ class OpenAIProvider(HTTPProvider):
         if self.tool_layout() and self._schema_form(model) == "json_schema":
             return CacheRule(shared_by="model")
         return CacheRule(shared_by="model+schema")
+
+    def cached_definitions(self, model: str, cache: PromptCache, stable_tokens: int) -> str:
+        if not cache.schemas or not self.tool_layout() or stable_tokens < OPENAI_MIN_CACHED:
+            return ""
+        if self._schema_form(model) != "json_schema":
+            return ""
+        return json.dumps(_tools(cache, None))
 
     def _schema_form(self, model: str) -> str:
         """The first structured-output form a call to ``model`` with a schema is asked in."""
@@ -324,6 +327,17 @@ class OpenAIProvider(HTTPProvider):
         if not isinstance(data, list):
             raise self.malformed("the models list has no data array", "")
         return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
+
+
+def _tools(cache: PromptCache, request: CompletionRequest | None) -> list[dict[str, Any]]:
+    """Every schema of the consultation as a strict function tool, in the hint's order (``request``'s own schema
+    added last if the hint lacks it)."""
+    functions = {api_name(n): s for n, s in cache.schemas}
+    if request is not None and request.json_schema is not None:
+        functions.setdefault(schema_name(request), request.json_schema)
+    return [{"type": "function", "function": {
+        "name": n, "description": _TOOL_DESCRIPTION, "parameters": _strict_schema(_canonical(s)), "strict": True}}
+        for n, s in functions.items()]
 
 
 def _call_arguments(calls: Any, request: CompletionRequest) -> str | None:

@@ -166,3 +166,18 @@ async def test_an_openai_panel_reads_the_context_from_the_cache_in_every_round(
     assert {"independent", "cross_exam_reply", "cross_exam", "verdict"} <= read
     estimate = run.of("consultation:cost_estimated")[-1]
     assert estimate["cached_input_tokens"] > 0 and run.result.cost.actual <= estimate["estimated_cost"]
+
+
+async def test_the_estimate_counts_the_tool_list_in_every_calls_input_and_cached_prefix(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
+    from conclave.tokens import count_tokens
+
+    fake = fake_provider_server
+    context = tmp_path / "notes.md"
+    context.write_text("The ledger service appends every invoice event to a partitioned stream.\n" * 200)
+    run = await run_consultation(fake, f"context=[{context}]", "agents=openai_only", "rounds=1")
+    (estimate,) = run.of("consultation:cost_estimated")[-1:]
+    tools = count_tokens(json.dumps(fake.requests_for("gpt-4o")[-1].json["tools"]), "gpt-4o")
+    per_agent = estimate["cached_input_tokens"] / 3  # one warm-up writes the prefix, the three agents read it
+    assert tools > 1000 and tools + count_tokens(context.read_text(), "gpt-4o") <= per_agent <= tools + count_tokens(
+        context.read_text(), "gpt-4o") + 100

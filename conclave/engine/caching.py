@@ -71,6 +71,14 @@ def cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int
         return None
 
 
+def cached_definitions(pool: ProviderPool, provider: str, model: str, cache: PromptCache, stable_tokens: int) -> str:
+    """What ``provider`` sends before the shared prefix of calls carrying ``cache`` (its tool list), or ``""``."""
+    try:
+        return pool.provider(provider).cached_definitions(model, cache, stable_tokens)
+    except ProviderError:
+        return ""
+
+
 def warmed_groups(pool: ProviderPool, seats: Iterable[tuple[str, str]], stable_tokens: int,
                   rule_for: Callable[[str, str, int], CacheRule | None] | None = None) -> list[tuple[str, str]]:
     """The (provider, model) pairs among the first round's ``seats`` that get a warm-up request."""
