@@ -161,7 +161,11 @@ class OpenAIProvider(HTTPProvider):
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        return body
+        return _sdk_order(body)
+
+    def encode(self, body: Mapping[str, Any]) -> bytes:
+        # as the official SDK serializes it (compact, UTF-8, no NaN): with _sdk_order, the SDK's own bytes
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
     def sends_cache_hints_to_openai(self) -> bool:
         """``prompt_cache_key`` is OpenAI's own parameter: with ``prompt_cache: auto`` only api.openai.com gets it
@@ -327,6 +331,16 @@ class OpenAIProvider(HTTPProvider):
         if not isinstance(data, list):
             raise self.malformed("the models list has no data array", "")
         return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
+
+
+#: the keys the official SDK puts first in a Chat Completions body; it sorts the others by name
+_SDK_FIRST = ("model", "stream", "service_tier", "messages")
+
+
+def _sdk_order(body: dict[str, Any]) -> dict[str, Any]:
+    """``body``'s keys in the order the official ``openai`` SDK sends them (nested objects keep theirs)."""
+    first = [k for k in _SDK_FIRST if k in body]
+    return {k: body[k] for k in [*first, *sorted(k for k in body if k not in _SDK_FIRST)]}
 
 
 def _tools(cache: PromptCache, request: CompletionRequest | None) -> list[dict[str, Any]]:
