@@ -181,3 +181,20 @@ async def test_the_estimate_counts_the_tool_list_in_every_calls_input_and_cached
     per_agent = estimate["cached_input_tokens"] / 3  # one warm-up writes the prefix, the three agents read it
     assert tools > 1000 and tools + count_tokens(context.read_text(), "gpt-4o") <= per_agent <= tools + count_tokens(
         context.read_text(), "gpt-4o") + 100
+
+
+async def test_fake_openai_puts_the_tool_list_first_in_the_prefix_and_answers_required_with_tool_calls(
+        fake_provider_server: FakeProviderServer) -> None:
+    fake = fake_provider_server
+    tool = {"type": "function", "function": {"name": "a", "parameters": OPINION, "strict": True}}
+    body = {"model": "gpt-4o", "messages": [{"role": "system", "content": "S" * 8000}, {"role": "user", "content": "q"}],
+            "tools": [tool], "tool_choice": "required"}
+    async with aiohttp.ClientSession() as session:
+        answers = []
+        for sent in (body, {**body, "tools": [tool, {**tool, "function": {**tool["function"], "name": "b"}}]}, body):
+            async with session.post(fake.base_url("openai") + "/chat/completions", json=sent) as resp:
+                answers.append(await resp.json())
+    cached = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in answers]
+    assert cached[1] == 0 and cached[2] >= 1024  # another tool list is another prefix; the same one is read
+    choice = answers[0]["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["tool_calls"][0]["function"]["name"] == "a"
