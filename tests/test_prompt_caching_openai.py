@@ -198,3 +198,41 @@ async def test_fake_openai_puts_the_tool_list_first_in_the_prefix_and_answers_re
     assert cached[1] == 0 and cached[2] >= 1024  # another tool list is another prefix; the same one is read
     choice = answers[0]["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["tool_calls"][0]["function"]["name"] == "a"
+
+
+async def test_a_malformed_call_is_re_asked_in_the_same_layout_and_recovers(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
+    import itertools
+
+    from conclave.testing.fake_server import RecordedRequest
+    from conclave.testing.schema_instances import instance_for
+
+    fake = fake_provider_server
+    context = tmp_path / "notes.md"
+    context.write_text("The ledger service appends every invoice event to a partitioned stream.\n" * 200)
+    calls = itertools.count()
+
+    def reply(request: RecordedRequest) -> Reply:
+        if request.json.get("tool_choice") == "none":
+            return Reply(text="OK")  # the warm-up
+        return Reply(text='{"position": "cut') if next(calls) == 0 else Reply(json=instance_for(request.schema))
+
+    fake.script("gpt-4o", reply)
+    run = await run_consultation(fake, f"context=[{context}]", "agents=openai_only", "rounds=1")
+    assert run.result.status == "complete"
+    sent = [r.json for r in fake.requests_for("gpt-4o")]
+    reask = next(b for b in sent if len(b["messages"]) > 2)
+    # the bad arguments go back as the assistant's turn; the tools and the forced choice are those of the round
+    assert reask["messages"][-2] == {"role": "assistant", "content": '{"position": "cut'}
+    assert reask["tools"] == sent[1]["tools"] and reask["tool_choice"] == sent[1]["tool_choice"]
+    assert "reasked" in {e["status"] for e in run.of("consultation:round_artifact")}
+
+
+async def test_an_empty_stream_in_the_tools_layout_is_a_truncated_answer(
+        fake_provider_server: FakeProviderServer) -> None:
+    from conclave.providers.base import ProviderError
+    from conclave.testing.fake_server import Fault
+
+    fake_provider_server.script("gpt-4o", Fault.empty_stream())
+    with pytest.raises(ProviderError, match="truncated"):
+        await _ask(fake_provider_server, _request("independent_opinion"), stream=True)
