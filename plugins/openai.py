@@ -290,7 +290,8 @@ class OpenAIProvider(HTTPProvider):
                     for call in delta.get("tool_calls") or []:  # a call streams its name, then argument pieces
                         if not isinstance(call, dict):
                             continue
-                        entry = calls.setdefault(int(call.get("index") or 0), {"name": None, "arguments": []})
+                        index = call.get("index") if isinstance(call.get("index"), int) else 0
+                        entry = calls.setdefault(index, {"name": None, "arguments": []})
                         function = call.get("function") or {}
                         entry["name"] = function.get("name") or entry["name"]
                         if isinstance(function.get("arguments"), str) and function["arguments"]:
