@@ -290,7 +290,7 @@ class OpenAIProvider(HTTPProvider):
                     for call in delta.get("tool_calls") or []:  # a call streams its name, then argument pieces
                         if not isinstance(call, dict):
                             continue
-                        index = call.get("index") if isinstance(call.get("index"), int) else 0
+                        index = call["index"] if isinstance(call.get("index"), int) else 0
                         entry = calls.setdefault(index, {"name": None, "arguments": []})
                         function = call.get("function") or {}
                         entry["name"] = function.get("name") or entry["name"]
