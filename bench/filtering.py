@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from conclave.artifacts import check, upgrade
+from conclave.artifacts import check
 from conclave.config import Round3Filter, Round4Filter
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.session import prompt_json
@@ -164,9 +164,6 @@ def generate_debate(seed: int) -> dict[str, Any]:
         "rebuttals": [rebuttal() for _ in range(rng.randint(5, 15))],
         "unresolved": [gen.sentence() for _ in range(rng.randint(1, 4))],
     }
-    # written in format 1.0 and read as the current format (1.1: the lists it added, empty), as stored ones are
-    round_1 = {name: upgrade("independent", artifact) for name, artifact in round_1.items()}
-    synthesis, cross_exam = upgrade("synthesis", synthesis), upgrade("cross_exam", cross_exam)
     for artifact in round_1.values():
         check("independent", artifact)
     check("synthesis", synthesis)
