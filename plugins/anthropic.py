@@ -26,6 +26,7 @@ from conclave.providers.base import (
     Completion,
     CompletionRequest,
     OverloadedError,
+    PromptCache,
     ProviderError,
     RateLimitedError,
     ServerError,
@@ -118,6 +119,12 @@ class AnthropicProvider(HTTPProvider):
             return False
         stable, _ = cache.split(request.system)
         return approx_tokens(stable) >= min_cacheable_tokens(request.model)
+
+    def cached_definitions(self, model: str, cache: PromptCache, stable_tokens: int) -> str:
+        if not cache.schemas or not self.sends_cache_hints() or stable_tokens < min_cacheable_tokens(model):
+            return ""
+        return json.dumps([{"name": api_name(n), "description": _TOOL_DESCRIPTION, "input_schema": dict(s)}
+                           for n, s in cache.schemas])
 
     def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
         if not self.sends_cache_hints() or stable_tokens < min_cacheable_tokens(model):

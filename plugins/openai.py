@@ -9,11 +9,18 @@ the original schema); every other server gets the full schema, as ``json_schema`
 ``schema``, else written into the prompt. Streaming uses SSE with ``include_usage``.
 
 Prompt caching is automatic on OpenAI for prompts of 1,024 tokens or more: the longest previously seen prefix
-(in 128-token steps) is billed at the cached rate. The system message opens with the consultation's context, the
-same bytes in every call, and the call's ``prompt_cache_key`` (the consultation's key; sent to api.openai.com, or
-anywhere with ``prompt_cache: on``) routes its calls to the same cache. The structured-output schema is part of
-the cached prefix, before the system message: calls share the cache only when they ask for the same schema, so
-round 1's answers and round 3's replies (one schema per round) are what reuse it across rounds.
+(in 128-token steps) is billed at the cached rate. The cached prefix is the tools, then the ``response_format``
+schema ("a prefix to the system message"), then the messages. The system message opens with the consultation's
+context, the same bytes in every call, and the call's ``prompt_cache_key`` (the consultation's key; sent to
+api.openai.com, or anywhere with ``prompt_cache: on``) routes its calls to the same cache.
+
+A schema per round in ``response_format`` would split that cache by round, so where the tools layout applies
+(:meth:`OpenAIProvider.uses_tools`: api.openai.com with ``prompt_cache`` auto or on, or a custom ``base_url`` —
+a proxy or stand-in for it — with ``prompt_cache: on``, and a context long enough to cache) every artifact schema of
+the consultation is sent as a strict function tool, always the same list in the same order, and the round's own is
+forced with ``tool_choice`` (which is not part of the cached prefix); the call's ``arguments`` are the artifact.
+Every call of the model then shares tools + context. xAI's and Mistral's hosts keep ``response_format``: their
+caches and strict function calling are not documented to behave the same way, so nothing there is changed.
 """
 
 from __future__ import annotations
@@ -33,13 +40,14 @@ from conclave.providers.base import (
     CacheRule,
     Completion,
     CompletionRequest,
+    PromptCache,
     ProviderError,
     QuotaExhaustedError,
     RefusalError,
     StructuredOutputRejectedError,
     Usage,
 )
-from conclave.providers.http import HTTPProvider, parse_object, schema_name
+from conclave.providers.http import HTTPProvider, api_name, approx_tokens, parse_object, schema_name
 from conclave.providers.schema_hints import anchored_patterns_only, bounded_numbers_as_choices, describe_constraints
 from conclave.providers.structured import is_rejection, memory_for, next_forms, prompt_instruction
 
@@ -48,6 +56,7 @@ log = logging.getLogger(__name__)
 OPENAI_HOST = "api.openai.com"
 #: the shortest prompt OpenAI's automatic prompt cache serves
 OPENAI_MIN_CACHED = 1024
+_TOOL_DESCRIPTION = "Record your answer. Call this function exactly once with the complete answer."
 
 
 class OpenAIProvider(HTTPProvider):
@@ -90,10 +99,32 @@ class OpenAIProvider(HTTPProvider):
             f"{exc} — providers.{self.name}.structured_output={form} is not accepted by {self.base_url}; "
             "set it to auto to negotiate a form", provider=self.name, model=exc.model, status=exc.status)
 
+    def tool_layout(self) -> bool:
+        """Whether this endpoint gets the consultation's schemas as function tools when a call carries the cache
+        hint: api.openai.com unless ``prompt_cache: off``; a custom ``base_url`` (a proxy or stand-in for OpenAI)
+        only with ``prompt_cache: on``; never xAI's or Mistral's hosts, nor llama.cpp/vLLM/Ollama by default."""
+        mode = self.settings.prompt_cache
+        return (mode != "off" and self.is_openai()) or (mode == "on" and not self.is_official())
+
+    def uses_tools(self, request: CompletionRequest, form: str) -> bool:
+        """Whether ``request`` asked in ``form`` is sent in the tools layout: the endpoint takes it, the request
+        carries the consultation's schemas and a shared prefix long enough to be cached, and the structured-output
+        form is ``json_schema`` (for a call without a schema, such as a cache warm-up: the form a schema would get
+        here, so a warm-up writes the prefix the rounds read)."""
+        cache = request.cache
+        if cache is None or not cache.schemas or not self.tool_layout():
+            return False
+        if approx_tokens(cache.split(request.system)[0]) < OPENAI_MIN_CACHED:
+            return False
+        if request.json_schema is None:
+            return self._schema_form(request.model) == "json_schema"
+        return form == "json_schema"
+
     def body(self, request: CompletionRequest, *, stream: bool, form: str | None = None) -> dict[str, Any]:
         """The request body for ``request`` asked in structured-output ``form`` (what the API receives, key
         excluded); ``form`` defaults to the first one :meth:`forms` would try."""
         form = form or self.forms(request)[0]
+        tools = self.uses_tools(request, form)
         messages: list[dict[str, str]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
@@ -105,7 +136,12 @@ class OpenAIProvider(HTTPProvider):
         if request.temperature is not None:
             body["temperature"] = request.temperature
         schema = request.json_schema
-        if schema is not None and form == "json_schema":
+        if tools and request.cache is not None:
+            # every schema of the consultation, always in the same order: the tools open the cached prefix
+            body["tools"] = _tools(request.cache, request if schema is not None else None)
+            body["tool_choice"] = ({"type": "function", "function": {"name": schema_name(request)}}
+                                   if schema is not None else "none")
+        elif schema is not None and form == "json_schema":
             if self.is_openai():
                 body["response_format"] = {"type": "json_schema", "json_schema": {
                     "name": schema_name(request), "schema": _strict_schema(_canonical(schema)), "strict": True}}
@@ -125,7 +161,11 @@ class OpenAIProvider(HTTPProvider):
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        return body
+        return _sdk_order(body)
+
+    def encode(self, body: Mapping[str, Any]) -> bytes:
+        # as the official SDK serializes it (compact, UTF-8, no NaN): with _sdk_order, the SDK's own bytes
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
     def sends_cache_hints_to_openai(self) -> bool:
         """``prompt_cache_key`` is OpenAI's own parameter: with ``prompt_cache: auto`` only api.openai.com gets it
@@ -134,10 +174,24 @@ class OpenAIProvider(HTTPProvider):
         return mode == "on" or (mode == "auto" and self.is_openai())
 
     def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
-        # automatic on the vendor's side, whatever the hints: a 1,024-token prefix, shared by calls with one schema
+        # automatic on the vendor's side, whatever the hints: a 1,024-token prefix, shared by every call to the model
+        # in the tools layout, else only by calls with one schema (the schema precedes the prompt)
         if stable_tokens < OPENAI_MIN_CACHED or self.costs_nothing():
             return None
+        if self.tool_layout() and self._schema_form(model) == "json_schema":
+            return CacheRule(shared_by="model")
         return CacheRule(shared_by="model+schema")
+
+    def cached_definitions(self, model: str, cache: PromptCache, stable_tokens: int) -> str:
+        if not cache.schemas or not self.tool_layout() or stable_tokens < OPENAI_MIN_CACHED:
+            return ""
+        if self._schema_form(model) != "json_schema":
+            return ""
+        return json.dumps(_tools(cache, None))
+
+    def _schema_form(self, model: str) -> str:
+        """The first structured-output form a call to ``model`` with a schema is asked in."""
+        return next_forms(self.settings.structured_output, memory_for(self._environ).get(self.base_url, model))[0]
 
     def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
                       kw: dict[str, Any]) -> ProviderError | None:
@@ -168,6 +222,9 @@ class OpenAIProvider(HTTPProvider):
             raise self.malformed("no choices in the answer", request.model)
         message = choices[0].get("message") or {}
         text = message.get("content")
+        arguments = _call_arguments(message.get("tool_calls"), request)
+        if arguments is not None:  # the tools layout: the forced call's arguments are the answer
+            text = arguments
         if not text and message.get("refusal"):
             raise self.refusal(str(message["refusal"]), request.model)
         if not isinstance(text, str):
@@ -203,6 +260,7 @@ class OpenAIProvider(HTTPProvider):
     async def _stream_form(self, request: CompletionRequest, form: str) -> AsyncIterator[str | Completion]:
         started = time.perf_counter()
         parts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}  # streamed tool calls by index: name and argument pieces
         refusal: list[str] = []
         usage = Usage()
         finish: str | None = None
@@ -229,10 +287,24 @@ class OpenAIProvider(HTTPProvider):
                     if isinstance(piece, str) and piece:
                         parts.append(piece)
                         yield piece
+                    for call in delta.get("tool_calls") or []:  # a call streams its name, then argument pieces
+                        if not isinstance(call, dict):
+                            continue
+                        index = call["index"] if isinstance(call.get("index"), int) else 0
+                        entry = calls.setdefault(index, {"name": None, "arguments": []})
+                        function = call.get("function") or {}
+                        entry["name"] = function.get("name") or entry["name"]
+                        if isinstance(function.get("arguments"), str) and function["arguments"]:
+                            entry["arguments"].append(function["arguments"])
+                            yield function["arguments"]
                     if isinstance(delta.get("refusal"), str):  # a refusal streams apart from the content
                         refusal.append(delta["refusal"])
                     finish = choice.get("finish_reason") or finish
         text = "".join(parts)
+        arguments = _call_arguments([{"function": {"name": c["name"], "arguments": "".join(c["arguments"])}}
+                                     for _, c in sorted(calls.items())], request)
+        if arguments is not None:
+            text = arguments
         if not text and refusal:
             raise self.refusal("".join(refusal), request.model)
         # Some compatible servers omit [DONE]; a stream that never reached a finish reason is cut off, though, and
@@ -260,6 +332,42 @@ class OpenAIProvider(HTTPProvider):
         if not isinstance(data, list):
             raise self.malformed("the models list has no data array", "")
         return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
+
+
+#: the keys the official SDK puts first in a Chat Completions body; it sorts the others by name
+_SDK_FIRST = ("model", "stream", "service_tier", "messages")
+
+
+def _sdk_order(body: dict[str, Any]) -> dict[str, Any]:
+    """``body``'s keys in the order the official ``openai`` SDK sends them (nested objects keep theirs)."""
+    first = [k for k in _SDK_FIRST if k in body]
+    return {k: body[k] for k in [*first, *sorted(k for k in body if k not in _SDK_FIRST)]}
+
+
+def _tools(cache: PromptCache, request: CompletionRequest | None) -> list[dict[str, Any]]:
+    """Every schema of the consultation as a strict function tool, in the hint's order (``request``'s own schema
+    added last if the hint lacks it)."""
+    functions = {api_name(n): s for n, s in cache.schemas}
+    if request is not None and request.json_schema is not None:
+        functions.setdefault(schema_name(request), request.json_schema)
+    return [{"type": "function", "function": {
+        "name": n, "description": _TOOL_DESCRIPTION, "parameters": _strict_schema(_canonical(s)), "strict": True}}
+        for n, s in functions.items()]
+
+
+def _call_arguments(calls: Any, request: CompletionRequest) -> str | None:
+    """The arguments (JSON text) of the call of the request's own function among ``calls`` (a message's
+    ``tool_calls``), or of the first call when none names it; None when there is no call."""
+    if not isinstance(calls, list) or request.json_schema is None:
+        return None
+    found: list[dict[str, Any]] = [c["function"] for c in calls
+                                   if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    if not found:
+        return None
+    wanted = schema_name(request)
+    function = next((f for f in found if f.get("name") == wanted), found[0])
+    arguments = function.get("arguments")
+    return arguments if isinstance(arguments, str) else json.dumps(arguments) if arguments is not None else ""
 
 
 def _append_to_last_user(messages: list[dict[str, str]], text: str) -> None:

@@ -204,6 +204,44 @@ async def test_openai_sdk_sends_our_prompt_cache_key_unchanged_and_reads_cached_
     assert again.usage.prompt_tokens_details.cached_tokens >= 1024
 
 
+async def test_openai_sdk_sends_our_tools_layout_byte_for_byte_and_reads_the_forced_call(fake):
+    import httpx
+
+    from conclave.providers.base import PromptCache
+    from plugins.openai import OpenAIProvider
+
+    other = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"],
+             "additionalProperties": False}
+    base = _cached_request("gpt-4o")
+    request = type(base)(**{**base.__dict__, "cache": PromptCache("conclave-k", base.cache.stable_chars,
+                                                                  (("record", SCHEMA), ("summary", other)))})
+    ours = _ours(OpenAIProvider, "openai", fake)
+    sent: list[bytes] = []
+
+    async def keep(req: Any) -> None:
+        sent.append(req.read())
+
+    fake.script("gpt-4o", Reply(json=ANSWER))
+    client = _openai(fake, http_client=httpx.AsyncClient(event_hooks={"request": [keep]}))
+    for stream in (False, True):
+        body = ours.body(request, stream=stream)
+        assert [t["function"]["name"] for t in body["tools"]] == ["record", "summary"] and "response_format" not in body
+        answer = await client.chat.completions.create(**body)
+        # the SDK sends exactly the bytes we send for the same arguments
+        assert sent[-1] == ours.encode(body)
+        if stream:
+            chunks = [chunk async for chunk in answer]
+            calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+            assert calls[0].function.name == "record" and calls[0].id
+            arguments = "".join(call.function.arguments or "" for call in calls)
+            assert json.loads(arguments) == ANSWER and chunks[-1].usage.prompt_tokens_details.cached_tokens >= 1024
+        else:
+            (call,) = answer.choices[0].message.tool_calls
+            assert call.function.name == "record" and json.loads(call.function.arguments) == ANSWER
+            assert answer.choices[0].finish_reason == "stop"
+    await client.close()
+
+
 async def test_google_genai_sdk_creates_uses_and_deletes_a_cached_content_as_we_do(fake):
     from google.genai import types
 

@@ -3,7 +3,8 @@
 Every system prompt of a consultation opens with the same context block (:func:`conclave.engine.strategy.
 context_block`); that block is the prefix every call shares, agents' and judge's, round after round. The hint
 names its length, a key derived from it (the same context gives the same key, so a resumed or repeated
-consultation on the same files finds its cache warm) and every artifact schema the plan asks for, in plan order.
+consultation on the same files finds its cache warm) and every artifact schema the plan asks for, in plan order,
+then those of rounds the engine may insert (the objection round).
 Providers turn it into their API's caching hints (``providers.<name>.prompt_cache``).
 
 Calls sent at the same time cannot read each other's cache writes, so the first round's agents would all write the
@@ -44,8 +45,22 @@ def prompt_cache_for(session: Session) -> PromptCache | None:
     if not block:
         return None
     key = "conclave-" + hashlib.sha256(block.encode("utf-8")).hexdigest()[:32]
-    names = dict.fromkeys(t.schema for t in session.plan.types)
+    names = dict.fromkeys([*(t.schema for t in session.plan.types), *_insertable_schemas(session)])
     return PromptCache(key=key, stable_chars=len(block), schemas=tuple((n, request_schema(n)) for n in names))
+
+
+def _insertable_schemas(session: Session) -> list[str]:
+    """Schemas of rounds the engine may insert while the consultation runs (the critical objection round, when
+    groupthink detection can add one): they are in the hint from the start, so a call of such a round sends the same
+    tool list as every other call and reads the cached prefix instead of writing a new one."""
+    from conclave.quality.objection import OBJECTION, QUICK_ROUNDS
+
+    quality = session.settings.quality
+    groupthink = quality.groupthink
+    if (quality.stage == "on" and groupthink.enabled and groupthink.max_objection_rounds > 0
+            and session.planned_rounds >= QUICK_ROUNDS):
+        return [OBJECTION.schema]
+    return []
 
 
 def cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int) -> CacheRule | None:
@@ -54,6 +69,14 @@ def cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int
         return pool.provider(provider).cache_rule(model, stable_tokens)
     except ProviderError:
         return None
+
+
+def cached_definitions(pool: ProviderPool, provider: str, model: str, cache: PromptCache, stable_tokens: int) -> str:
+    """What ``provider`` sends before the shared prefix of calls carrying ``cache`` (its tool list), or ``""``."""
+    try:
+        return pool.provider(provider).cached_definitions(model, cache, stable_tokens)
+    except ProviderError:
+        return ""
 
 
 def warmed_groups(pool: ProviderPool, seats: Iterable[tuple[str, str]], stable_tokens: int,

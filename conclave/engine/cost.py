@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conclave.engine.caching import WARMUP_AGENT, cache_rule, warmed_groups
+from conclave.engine.caching import WARMUP_AGENT, cache_rule, cached_definitions, warmed_groups
 from conclave.engine.calls import JUDGE, CallSpec
 from conclave.engine.extraction import json_instruction
 from conclave.engine.play import call_spec
@@ -158,13 +158,27 @@ def price_calls(
     estimate = CostEstimate()
     planned = list(planned)
     stable_sizes: dict[tuple[str, str], int] = {}
+    definition_sizes: dict[tuple[str, str], int] = {}
 
-    def stable_size(spec: CallSpec) -> int:
+    def context_size(spec: CallSpec) -> int:
         stable = spec.cache.split(spec.system)[0] if spec.cache is not None else ""
         key = (stable[:64] + str(len(stable)), spec.model)
         if key not in stable_sizes:
             stable_sizes[key] = counter(stable, spec.model) if stable else 0
         return stable_sizes[key]
+
+    def definitions_size(spec: CallSpec) -> int:
+        """Tokens of the definitions (tool lists) the endpoint sends before the context: in the input, and cached."""
+        key = (spec.provider, spec.model)
+        if key not in definition_sizes:
+            text = cached_definitions(pool, spec.provider, spec.model, spec.cache, context_size(spec)) \
+                if spec.cache is not None and context_size(spec) else ""
+            definition_sizes[key] = counter(text, spec.model) if text else 0
+        return definition_sizes[key]
+
+    def stable_size(spec: CallSpec) -> int:
+        """The shared prefix: the definitions sent before the context block, and the context block."""
+        return definitions_size(spec) + context_size(spec)
 
     # the warm-ups sent before the first round (see conclave.engine.caching), each a write of the shared prefix
     first = min((c.step for c in planned), default=0)
@@ -185,6 +199,7 @@ def price_calls(
         input_tokens = counter(call.text, spec.model) + call.carried + MESSAGE_OVERHEAD_TOKENS
         cached = written = 0
         if spec.cache is not None:
+            input_tokens += definitions_size(spec)
             size = min(stable_size(spec), input_tokens)
             rule = cache_rule(pool, spec.provider, spec.model, size)
             if rule is not None:

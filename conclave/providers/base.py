@@ -330,6 +330,12 @@ class Provider(abc.ABC):
         prompt cache, caching off, or a prefix too short to be cached)."""
         return None
 
+    def cached_definitions(self, model: str, cache: PromptCache, stable_tokens: int) -> str:
+        """The definitions (tool lists) calls to ``model`` carrying ``cache`` send in front of the shared prefix, as
+        the API receives them, for the estimate to count in every call's input and in its cached prefix; ``""``
+        when the endpoint sends none there."""
+        return ""
+
     def context_window(self, model: str) -> int | None:
         """Tokens one call to ``model`` can hold (prompt and answer), or None when unknown; a prompt that cannot
         fit is refused before the consultation starts (:mod:`conclave.engine.limits`)."""

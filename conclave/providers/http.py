@@ -160,13 +160,17 @@ class HTTPProvider(Provider):
             raise RuntimeError(f"provider {self.name!r} has no HTTP session; use it inside a ProviderPool")
         return self.session
 
+    def encode(self, body: Mapping[str, Any]) -> str | bytes:
+        """``body`` as the request carries it (a provider may match its vendor SDK's serialization)."""
+        return json.dumps(body)
+
     async def post_json(self, url: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
         """POST ``body``; return the decoded JSON object or raise the mapped :class:`ProviderError`."""
         import aiohttp
 
         headers = self.headers(model)
         try:
-            async with self._session().post(url, data=json.dumps(body), headers=headers) as resp:
+            async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise self.error_for(resp.status, raw, resp.headers, model)
@@ -203,7 +207,7 @@ class HTTPProvider(Provider):
         headers = self.headers(model)
         headers["Accept"] = "text/event-stream"
         try:
-            async with self._session().post(url, data=json.dumps(body), headers=headers) as resp:
+            async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
                 if resp.status >= 400:
                     raise self.error_for(resp.status, await resp.read(), resp.headers, model)
                 async for event in iter_sse(resp.content):

@@ -2,7 +2,10 @@
 
 ``async with FakeProviderServer() as fake`` starts it on a free port; point ``providers.<name>.base_url`` at
 ``fake.base_url(api)``. Each model answers what :meth:`FakeProviderServer.script` says (replies, latencies,
-faults); an unscripted model answers an instance generated from the request's schema, or a short text. Every
+faults); an unscripted model answers an instance generated from the request's schema, or a short text. A schema is
+the ``response_format``'s, or a forced tool's (Anthropic's ``tool_choice: tool``, Chat Completions' ``tool_choice:
+{type: function}``): the answer is then that tool's call, its arguments the reply's text, streamed as the APIs stream
+calls (Chat Completions ends a call forced by name with ``finish_reason: stop``, as the real API does). Every
 request is recorded with its auth header values replaced by ``"<redacted>"``; which key arrived is kept only as a
 SHA-256 digest (``RecordedRequest.auth_sha256``, compare with :func:`key_digest` or ``RecordedRequest.carries``).
 The fake stands in for the vendors' own hosts, so the config it hands out opts in to sending keys to it
@@ -357,12 +360,15 @@ class FakeProviderServer:
         body = await _body(request)
         schema = None
         fmt = body.get("response_format") or {}
-        if fmt.get("type") == "json_schema":
+        tool = _forced_function(body)
+        if tool is not None:  # a forced function call: its parameters are the answer's schema
+            schema = (tool.get("function") or {}).get("parameters")
+        elif fmt.get("type") == "json_schema":
             schema = (fmt.get("json_schema") or {}).get("schema")
         elif fmt.get("type") == "json_object":  # llama.cpp's form: a schema beside the type
             schema = fmt.get("schema")
         record = self._record(request, "openai", body.get("model"), body, bool(body.get("stream")), schema)
-        return await self._serve(request, record, _OpenAI(body))
+        return await self._serve(request, record, _OpenAI(body, tool))
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request)
@@ -622,17 +628,38 @@ class _Format:
 class _OpenAI(_Format):
     malformed_frame = b'data: {"choices": [{"delta": \n\n'
 
-    def __init__(self, request: Mapping[str, Any]) -> None:
+    def __init__(self, request: Mapping[str, Any], tool: Mapping[str, Any] | None = None) -> None:
         self.request = request
+        self.tool = tool
+
+    def _calls(self, answer: _Answer) -> bool:
+        """Whether the answer is a call of the forced function (its text the call's arguments)."""
+        return self.tool is not None and not answer.refusal
+
+    def _finish(self, answer: _Answer) -> str:
+        if answer.finish_reason:
+            return answer.finish_reason
+        # the real API ends a call forced by name with "stop", one the model chose ("required") with "tool_calls"
+        named = isinstance(self.request.get("tool_choice"), Mapping)
+        return "tool_calls" if self._calls(answer) and not named else "stop"
+
+    def _call_head(self, answer: _Answer) -> dict[str, Any]:
+        assert self.tool is not None
+        return {"id": f"call_fake{answer.id}", "type": "function",
+                "function": {"name": (self.tool.get("function") or {}).get("name"), "arguments": ""}}
 
     def body(self, answer: _Answer) -> dict[str, Any]:
-        message = {"role": "assistant", "content": None if answer.refusal else answer.text,
-                   "refusal": answer.refusal}
+        message: dict[str, Any] = {"role": "assistant", "content": None if answer.refusal else answer.text,
+                                   "refusal": answer.refusal}
+        if self._calls(answer):
+            head = self._call_head(answer)
+            message.update(content=None, tool_calls=[{**head, "function": {**head["function"],
+                                                                           "arguments": answer.text}}])
         return {
             "id": f"chatcmpl-fake{answer.id}", "object": "chat.completion", "created": int(time.time()),
             "model": answer.model,
             "choices": [{"index": 0, "message": message,
-                         "logprobs": None, "finish_reason": answer.finish_reason or "stop"}],
+                         "logprobs": None, "finish_reason": self._finish(answer)}],
             "usage": _openai_usage(answer.usage),
         }
 
@@ -651,13 +678,19 @@ class _OpenAI(_Format):
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
-        frames = [chunk({"role": "assistant", "content": ""})]
+        if self._calls(answer):  # the call's name first, then its arguments in pieces, as the real API streams it
+            frames = [chunk({"role": "assistant", "content": None,
+                             "tool_calls": [{"index": 0, **self._call_head(answer)}]})]
+            frames += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+                       for piece in answer.pieces()]
+        else:
+            frames = [chunk({"role": "assistant", "content": ""})]
         if answer.refusal:
             size = max(1, len(answer.refusal) // 3)
             frames += [chunk({"refusal": answer.refusal[i:i + size]}) for i in range(0, len(answer.refusal), size)]
-        else:
+        elif not self._calls(answer):
             frames += [chunk({"content": piece}) for piece in answer.pieces()]
-        frames.append(chunk({}, answer.finish_reason or "stop"))
+        frames.append(chunk({}, self._finish(answer)))
         if (self.request.get("stream_options") or {}).get("include_usage"):
             frames.append(_sse({**head, "choices": [], "usage": _openai_usage(answer.usage)}))
         frames.append(b"data: [DONE]\n\n")
@@ -815,6 +848,18 @@ def _forced_tool(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if choice.get("type") == "tool":
         return next((t for t in tools if t.get("name") == choice.get("name")), None)
     if choice.get("type") == "any" and tools:
+        return tools[0]
+    return None
+
+
+def _forced_function(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Chat Completions function tool the request forces (by name, or ``required`` with one tool offered)."""
+    tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping) and t.get("type") == "function"]
+    choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        return next((t for t in tools if (t.get("function") or {}).get("name") == name), None)
+    if choice == "required" and len(tools) == 1:
         return tools[0]
     return None
 

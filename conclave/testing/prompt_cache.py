@@ -3,9 +3,10 @@
 Tokens are counted the fake's way (4 characters of the request's JSON a token). Each API's documented rules:
 
 - **OpenAI** (automatic): a prompt of at least ``min_tokens`` reuses the longest prefix an earlier request to the
-  same model and ``prompt_cache_key`` sent, in 128-token steps above the minimum. The prefix is the
-  structured-output schema and tools, then the messages in order: another schema is another prefix.
-  Usage: ``prompt_tokens_details.cached_tokens``.
+  same model and ``prompt_cache_key`` sent, in 128-token steps above the minimum. The prefix is the list of
+  tools, then the structured-output schema (it "serves as a prefix to the system message"), then the messages in
+  order: another tool list or another schema is another prefix. ``tool_choice`` is not part of it (forcing one of
+  the same tools changes no cached token). Usage: ``prompt_tokens_details.cached_tokens``.
 - **Anthropic** (``cache_control``): the prompt is the blocks tools → system → (tool_choice) → messages; a
   breakpoint caches the prefix that ends with its block when that prefix is at least ``min_tokens``. A request
   reads the longest prefix ending at one of its blocks that an earlier request cached, and writes the rest up to its
@@ -146,7 +147,7 @@ class PromptCacheModel:
     def _openai(self, model: str, body: Mapping[str, Any]) -> CacheUse:
         if not self.enabled:
             return CacheUse()
-        head = _dump(body.get("response_format")) + _dump(body.get("tools"))
+        head = _dump(body.get("tools")) + _dump(body.get("response_format"))
         text = head + "".join(_dump(m) for m in body.get("messages") or [])
         bucket = ("openai", model, str(body.get("prompt_cache_key") or ""))
         commit = (("prompt", (bucket, text)),)
