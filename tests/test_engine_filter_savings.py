@@ -81,3 +81,22 @@ async def test_saved_tokens_equal_what_an_unfiltered_run_sends_more(fake_provide
     assert stats is not None
     assert stats["tokens_used"] == _later_input(sent)
     assert stats["tokens_saved_via_filtering"] == _later_input(unfiltered) - _later_input(sent) > 0
+
+
+async def test_judge_artifacts_shown_again_later_are_filtered_like_the_declared_inputs(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    result = await _run(fake, ["cost.auto_approve=true", *_panel(fake)])
+    plays = [schema_of(r) for r in fake.requests]
+    assert plays.count("cross_exam") >= 3 and "objection" in plays  # repeats, summaries and an objection round
+
+    def shown(schema: str) -> list[str]:
+        return ["\n".join(m["content"] for m in r.json["messages"]) for r in fake.requests if schema_of(r) == schema]
+
+    # the earlier cross-examination in a repeated round, and the objection round's consensus: top 5 challenges
+    later = shown("cross_exam_reply")[3:] + shown("objection")
+    assert all("Challenge 4:" in text and "Challenge 8:" not in text for text in later)
+    # a summarized synthesis names its most confident consensus points, not its first ones
+    summarized = [t for t in shown("cross_exam_reply") if "Round 2 · Synthesis (summary)" in t]
+    assert summarized and all("Consensus point 6" in t and "Consensus point 0" not in t for t in summarized)
+    assert result.token_efficiency_stats is not None

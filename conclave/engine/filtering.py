@@ -41,6 +41,8 @@ class ArtifactFiltering:
         self.unfiltered_tokens = 0  # the same calls' input had nothing been filtered
         #: round number -> [calls, tokens sent, tokens unfiltered]
         self.per_round: dict[int, list[int]] = {}
+        #: (artifact id, round, section) -> (the artifact, kept alive so its id stays its own; its filtered copy)
+        self._later: dict[tuple[int, int, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
@@ -96,6 +98,28 @@ class ArtifactFiltering:
             error=error,
         )
         return filtered
+
+    def later(self, artifact: dict[str, Any] | None, round_number: int, *, view: Callable[[dict[str, Any]], Any],
+              seat: str = "judge", recipients: int = 1) -> dict[str, Any] | None:
+        """A judge's artifact shown again in a later round outside the round types' declared inputs (the objection
+        round's consensus, a superseded cross-examination in ``$earlier_rounds``), filtered with the limits the
+        declared inputs use for it: the synthesis shown to agents with ``filtering.round3``, anything else with
+        ``filtering.round4``. Agents' answers are never passed here: they are always shown whole."""
+        if artifact is None or "artifact_type" not in artifact:
+            return artifact
+        section = "round3" if seat == "agents" and artifact.get("artifact_type") == "synthesis" else "round4"
+        if not self.enabled or self._bypass or not self.limits(section, artifact):
+            return artifact
+        key = (id(artifact), round_number, section)  # every call of a round shows the same copy: filtered once
+        if key not in self._later:
+            self._later[key] = (artifact, self.apply(artifact, section, round_number, view=view,
+                                                     recipients=recipients))
+        return self._later[key][1]
+
+    @property
+    def filtering(self) -> bool:
+        """Whether artifacts are filtered right now (on, and not rendering an unfiltered counterpart)."""
+        return self.enabled and not self._bypass
 
     @contextmanager
     def bypassed(self) -> Iterator[None]:
