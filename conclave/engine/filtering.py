@@ -39,8 +39,6 @@ class ArtifactFiltering:
         self.filtered_rounds: list[int] = []
         self.sent_tokens = 0  # input of every counted call, as sent
         self.unfiltered_tokens = 0  # the same calls' input had nothing been filtered
-        #: round number -> [calls, tokens sent, tokens unfiltered]
-        self.per_round: dict[int, list[int]] = {}
         #: (artifact id, round, section) -> (the artifact, kept alive so its id stays its own; its filtered copy)
         self._later: dict[tuple[int, int, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
@@ -131,7 +129,7 @@ class ArtifactFiltering:
         finally:
             self._bypass = previous
 
-    def count_call(self, round_number: int, sent: str, unfiltered: str, model: str | None = None) -> None:
+    def count_call(self, sent: str, unfiltered: str, model: str | None = None) -> None:
         """Count one call: ``sent`` is its prompt as sent, ``unfiltered`` the same call rendered with filtering
         off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer."""
         from conclave.tokens import count_tokens
@@ -140,10 +138,6 @@ class ArtifactFiltering:
         whole = used if unfiltered == sent else count_tokens(unfiltered, model)
         self.sent_tokens += used
         self.unfiltered_tokens += whole
-        row = self.per_round.setdefault(round_number, [0, 0, 0])
-        row[0] += 1
-        row[1] += used
-        row[2] += whole
 
     def stats(self) -> dict[str, Any] | None:
         """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no later round ran)."""

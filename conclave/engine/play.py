@@ -234,7 +234,7 @@ def _count(session: Session, spec: CallSpec, unfiltered: CallSpec) -> None:
     def prompt(s: CallSpec) -> str:
         return f"{s.system}\n{s.user.rstrip()}\n\n{instruction}"
 
-    session.filtering.count_call(spec.round_number, prompt(spec), prompt(unfiltered), spec.model)
+    session.filtering.count_call(prompt(spec), prompt(unfiltered), spec.model)
 
 
 def derive_verdict(session: Session) -> dict[str, Any]:
