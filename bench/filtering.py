@@ -1,13 +1,16 @@
-"""Benchmark: how much of the round-3 and round-4 input artifact filtering saves, on debates the engine runs.
+"""Benchmark: the share of the input of all rounds after the synthesis that filtering saves, in default debates.
 
 Each debate is generated deterministically (seeded RNG): 3-5 agents with full round-1 positions, a synthesis with
-4-8 consensus points and 2-6 tensions, a cross-examination with 5-15 challenges and 5-15 rebuttals, all in
-realistic sentence lengths and all schema-valid. The fake provider server answers with those artifacts, and each
-debate is run twice by the real engine with the same labels: with the default filtering and with
-``verbose=true`` (no filtering). The input of every round-3 and round-4 request the server received (system and
-user messages) is counted with the real tokenizer; the saving measured that way is set beside the one the
-result reports in ``token_efficiency_stats`` (they must agree within 1 point), and the filtered input is broken
-down into what it is made of.
+4-8 consensus points and 2-6 tensions, one judge cross-examination per cross-examination round (5-15 challenges,
+5-15 rebuttals), and agents' replies and objections of realistic length (critique, challenges, defence, revised
+position, labelled claims; votes and confidences that let the exit controller repeat cross-examination or stop),
+all schema-valid. The fake provider server answers with those artifacts, and each debate is run twice by the real
+engine at the default settings (``rounds`` null: whatever the exit controller, the groupthink detectors and
+progressive summarization play) with the same labels and id: with the default filtering and with ``verbose=true``
+(which turns filtering off and changes nothing else). The input of every request after the synthesis (system and
+user messages: repeated cross-examination, objection rounds and the verdict included) is counted with the real
+tokenizer; the saving measured that way is set beside the one the result reports in ``token_efficiency_stats``
+(goal: within 1 point; ≥ 20% saved), and the filtered input is broken down into what it is made of.
 
     python bench/filtering.py [--debates 30] [--seed 2026]
 """
@@ -15,7 +18,9 @@ down into what it is made of.
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -24,7 +29,6 @@ from typing import Any
 
 from conclave.artifacts import check, current_version
 from conclave.config import Round3Filter, Round4Filter
-from conclave.engine.labels import JudgeLabels
 from conclave.engine.session import prompt_json
 from conclave.tokens import count_tokens, tokenizer_backend
 
@@ -115,8 +119,9 @@ def claims_and_references(gen: TextGen, rng: random.Random, low: int, high: int)
 
 
 def generate_debate(seed: int) -> dict[str, Any]:
-    """One debate's artifacts (round 1 per agent with labelled claims, synthesis tied to claim ids,
-    cross-examination), all valid at the current artifact format."""
+    """One debate's artifacts (round 1 per agent with labelled claims, synthesis tied to claim ids, a judge
+    cross-examination and a reply per agent for each cross-examination round, objections), valid at the current
+    artifact format (the replies and objections get their headers from the engine)."""
     rng = random.Random(seed)
     gen = TextGen(rng)
     agents = rng.sample(AGENT_POOL, rng.randint(3, 5))
@@ -187,17 +192,53 @@ def generate_debate(seed: int) -> dict[str, Any]:
             text = f"{rng.choice(SUBSTANTIVE).capitalize()} otherwise: {text[0].lower()}{text[1:]}"
         return {"agent": rng.choice(agents), "rebuttal": text}
 
-    cross_exam = {
-        **header("cross_exam", 3),
-        "challenges": [challenge() for _ in range(rng.randint(5, 15))],
-        "rebuttals": [rebuttal() for _ in range(rng.randint(5, 15))],
-        "unresolved": [gen.sentence() for _ in range(rng.randint(1, 4))],
-    }
+    def cross_exam() -> dict[str, Any]:
+        return {
+            **header("cross_exam", 3),
+            "challenges": [challenge() for _ in range(rng.randint(5, 15))],
+            "rebuttals": [rebuttal() for _ in range(rng.randint(5, 15))],
+            "unresolved": [gen.sentence() for _ in range(rng.randint(1, 4))],
+        }
+
+    labels = [f"Agent {chr(65 + i)}" for i in range(len(agents))]
+
+    def reply(round_index: int) -> dict[str, Any]:
+        # a BLOCKER is likelier in the first cross-examination, and confidence grows as the debate goes on: the exit
+        # controller stops on consensus after one, two or three cross-examination rounds
+        vote = "BLOCKER" if rng.random() < (0.25 if round_index == 0 else 0.08) else rng.choice(["ACCEPT", "MINOR"])
+        return {
+            "critique": gen.sentences(2, 4),
+            "challenges": [{"target_agent": rng.choice([*labels, "consensus"]), "challenge": gen.sentence(long=True),
+                            "evidence": [gen.phrase(6, 12) for _ in range(rng.randint(0, 2))]}
+                           for _ in range(rng.randint(1, 3))],
+            "defense": gen.sentences(2, 3),
+            "revised_position": gen.sentences(1, 2),
+            "vote": vote,
+            "vote_reason": gen.sentence() if vote != "ACCEPT" else "",
+            "confidence": round(rng.uniform(0.62, 0.9) if round_index == 0 else rng.uniform(0.7, 0.92), 2),
+            **claims_and_references(gen, rng, 2, 4),
+        }
+
+    def objection() -> dict[str, Any]:
+        return {
+            "counterargument": {"text": gen.sentences(2, 3), "opposes": []},
+            "alternative_hypothesis": {"text": gen.sentences(1, 2)},
+            "challenged_assumption": {"assumption": gen.sentence(), "challenge": gen.sentences(1, 2), "opposes": []},
+            "revised_position": gen.sentences(1, 2),
+            "confidence": round(rng.uniform(0.6, 0.9), 2),
+            **claims_and_references(gen, rng, 1, 3),
+        }
+
+    cross_exams = [cross_exam() for _ in range(4)]
+    replies = {name: [reply(i) for i in range(4)] for name in agents}
+    objections = {name: [objection() for _ in range(3)] for name in agents}
     for artifact in round_1.values():
         check("independent", artifact)
     check("synthesis", synthesis)
-    check("cross_exam", cross_exam)
-    return {"seed": seed, "agents": agents, "round_1": round_1, "synthesis": synthesis, "cross_exam": cross_exam}
+    for artifact in cross_exams:
+        check("cross_exam", artifact)
+    return {"seed": seed, "agents": agents, "round_1": round_1, "synthesis": synthesis, "cross_exams": cross_exams,
+            "replies": replies, "objections": objections}
 
 
 PERSONAS = {"security": "security", "architect": "architecture", "pragmatist": "pragmatic",
@@ -209,11 +250,15 @@ LATER_ROUNDS = {"cross_exam_reply": 3, "cross_exam": 3, "verdict": 4}  # request
 @dataclass
 class Measurement:
     agents: int
-    full: int  # round-3 + round-4 input the server received without filtering
+    full: int  # input of every request after the synthesis, without filtering
     filtered: int  # … with filtering
     stats_sent: int  # what the result's token_efficiency_stats says was sent …
     stats_saved: int  # … and saved
-    round_1: int  # round-1 artifacts inside the filtered input (never filtered)
+    parts: dict[str, int]  # what the filtered input is made of (tokens per part)
+    parts_full: dict[str, int]  # … and the unfiltered input
+    rounds: int  # rounds the debate played (the verdict included)
+    cross_exams: int  # cross-examination rounds
+    objections: int  # objection rounds
 
 
 async def play(debate: dict[str, Any], fake: Any, agent: Callable[[str], Callable[[Any], Any]],
@@ -240,21 +285,36 @@ async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool) -> tuple[
     from conclave.testing.fake_server import Reply
     from conclave.testing.schema_instances import instance_for
 
+    played: dict[tuple[str, str], int] = {}  # (who, schema) -> answers given so far: both runs answer alike
+
+    def nth(who: str, kind: str, answers: list[dict[str, Any]]) -> dict[str, Any]:
+        i = played[who, kind] = played.get((who, kind), -1) + 1
+        return answers[min(i, len(answers) - 1)]
+
     def agent_script(name: str) -> Any:
         def reply(request: Any) -> Reply:
-            if _schema_title(request) == "independent":
+            kind = _schema_title(request)
+            if kind == "independent":
                 return Reply(json=debate["round_1"][name])
+            if kind == "cross_exam_reply":
+                return Reply(json=nth(name, kind, debate["replies"][name]))
+            if kind == "objection":
+                return Reply(json=nth(name, kind, debate["objections"][name]))
             return Reply(json=instance_for(request.schema))
         return reply
 
     def judge(request: Any) -> Reply:
         kind = _schema_title(request)
-        return Reply(json=debate[kind] if kind in ("synthesis", "cross_exam") else instance_for(request.schema))
+        if kind == "synthesis":
+            return Reply(json=debate["synthesis"])
+        if kind == "cross_exam":
+            return Reply(json=nth("judge", kind, debate["cross_exams"]))
+        return Reply(json=instance_for(request.schema))
 
     result = await play(debate, fake, agent_script, judge, [f"verbose={str(verbose).lower()}"])
     if result.status != "complete":
         raise SystemExit(f"debate {debate['seed']} ended {result.status}: {result.abort_reason}")
-    return result, [r for r in fake.requests if _schema_title(r) in LATER_ROUNDS]
+    return result, [r for r in fake.requests if _schema_title(r) not in ("", "independent", "synthesis")]
 
 
 def _schema_title(request: Any) -> str:
@@ -282,19 +342,82 @@ def _input_tokens(requests: list[Any]) -> int:
                for r in requests)
 
 
+PARTS = ("round-1 answers", "synthesis", "cross-exam (judge)", "replies (agents)", "objections (agents)",
+         "DEBATE STATE", "summaries", "system prompts", "instructions, question, rest")
+SUMMARY_HEAD = re.compile(r"^Round \d+ · .*\(summary\)$")
+
+
+def _json_part(value: Any) -> str | None:
+    """Which part a JSON value shown in a prompt is (None: not one of the artifacts)."""
+    if isinstance(value, list):
+        return "round-1 answers" if value and all(isinstance(v, dict) and "key_points" in v for v in value) else None
+    if not isinstance(value, dict):
+        return None
+    if "consensus_points" in value:
+        return "synthesis"
+    if "challenges" in value and "rebuttals" in value:
+        return "cross-exam (judge)"
+    if "key_points" in value:
+        return "round-1 answers"
+    first = next(iter(value.values()), None)
+    if isinstance(first, dict):
+        if "key_points" in first:
+            return "round-1 answers"
+        if "counterargument" in first:
+            return "objections (agents)"
+        if "critique" in first or "vote" in first:
+            return "replies (agents)"
+    return None
+
+
+def _parts(requests: list[Any]) -> dict[str, int]:
+    """The input of ``requests`` by part: each system prompt, each JSON artifact line, DEBATE STATE blocks and
+    round summaries (up to the next blank line), and the rest (template text, question, pointers, instruction)."""
+    parts = dict.fromkeys(PARTS, 0)
+    for request in requests:
+        for message in request.json["messages"]:
+            if message["role"] == "system":
+                parts["system prompts"] += count_tokens(message["content"])
+                continue
+            if message["role"] != "user":
+                continue
+            block: str | None = None
+            for line in message["content"].split("\n"):
+                if not line.strip():
+                    block = None
+                elif line.startswith("=== DEBATE STATE ==="):
+                    block = "DEBATE STATE"
+                elif SUMMARY_HEAD.match(line):
+                    block = "summaries"
+                part = block or "instructions, question, rest"
+                if block is None and line.startswith(("{", "[")):
+                    try:
+                        value = json.loads(line)
+                    except ValueError:
+                        value = None
+                    if isinstance(value, dict) and ("replies" in value or "judge" in value):  # a round in full
+                        for key, name in (("replies", "replies (agents)"), ("judge", "cross-exam (judge)")):
+                            if key in value:
+                                parts[name] += count_tokens(prompt_json(value[key]))
+                        continue
+                    part = _json_part(value) or part
+                parts[part] += count_tokens(line)
+    return parts
+
+
 async def measure(debate: dict[str, Any]) -> Measurement:
     from conclave.testing.fake_server import FakeProviderServer
 
     async with FakeProviderServer() as fake:
-        full_result, full_requests = await run_debate(debate, fake, verbose=True)
+        _, full_requests = await run_debate(debate, fake, verbose=True)
         result, requests = await run_debate(debate, fake, verbose=False)
     stats = result.token_efficiency_stats or {}
-    labels = JudgeLabels(debate["agents"], debate["seed"], full_result.judge_labels)
-    shown_r1 = sum(count_tokens(prompt_json(labels.judge_view(a))) for a in debate["round_1"].values())
+    kinds = [_schema_title(r) for r in requests]
     return Measurement(
         agents=len(debate["agents"]), full=_input_tokens(full_requests), filtered=_input_tokens(requests),
         stats_sent=int(stats.get("tokens_used", 0)), stats_saved=int(stats.get("tokens_saved_via_filtering", 0)),
-        round_1=shown_r1 * 2,  # each agent's own position in round 3, every position again in round 4
+        parts=_parts(requests), parts_full=_parts(full_requests), rounds=result.completed_rounds,
+        cross_exams=kinds.count("cross_exam"), objections=kinds.count("objection") // len(debate["agents"]),
     )
 
 
@@ -303,15 +426,31 @@ def pct(part: int, whole: int) -> float:
 
 
 def table(rows: list[tuple[str, list[Measurement]]]) -> str:
-    head = (f"{'debates':<12}{'n':>4}{'R3+R4 full':>12}{'filtered':>10}{'saved (server)':>16}"
-            f"{'saved (stats)':>15}{'Δ points':>10}{'R1 share':>10}")
+    head = (f"{'debates':<12}{'n':>4}{'rounds':>8}{'input full':>12}{'filtered':>10}{'saved (server)':>16}"
+            f"{'saved (stats)':>15}{'Δ points':>10}")
     lines = [head, "-" * len(head)]
     for label, ms in rows:
         full, filtered = sum(m.full for m in ms), sum(m.filtered for m in ms)
         sent, saved = sum(m.stats_sent for m in ms), sum(m.stats_saved for m in ms)
         measured, reported = pct(full - filtered, full), pct(saved, sent + saved)
-        lines.append(f"{label:<12}{len(ms):>4}{full:>12,}{filtered:>10,}{measured:>15.1f}%{reported:>14.1f}%"
-                     f"{reported - measured:>+10.1f}{pct(sum(m.round_1 for m in ms), filtered):>9.1f}%")
+        rounds = sum(m.rounds for m in ms) / len(ms)
+        lines.append(f"{label:<12}{len(ms):>4}{rounds:>8.1f}{full:>12,}{filtered:>10,}{measured:>15.1f}%"
+                     f"{reported:>14.1f}%{reported - measured:>+10.1f}")
+    return "\n".join(lines)
+
+
+def breakdown(ms: list[Measurement]) -> str:
+    """What the input after the synthesis is made of, filtered and not."""
+    after = {p: sum(m.parts[p] for m in ms) for p in PARTS}
+    before = {p: sum(m.parts_full[p] for m in ms) for p in PARTS}
+    total_after, total_before = sum(after.values()), sum(before.values())
+    head = f"{'part of the input':<30}{'filtered':>10}{'share':>8}{'unfiltered':>12}{'share':>8}{'saved':>8}"
+    lines = [head, "-" * len(head)]
+    for p in PARTS:
+        lines.append(f"{p:<30}{after[p]:>10,}{pct(after[p], total_after):>7.1f}%{before[p]:>12,}"
+                     f"{pct(before[p], total_before):>7.1f}%{pct(before[p] - after[p], before[p]):>7.1f}%")
+    lines.append(f"{'all':<30}{total_after:>10,}{100:>7.1f}%{total_before:>12,}{100:>7.1f}%"
+                 f"{pct(total_before - total_after, total_before):>7.1f}%")
     return "\n".join(lines)
 
 
@@ -340,17 +479,25 @@ def main(argv: list[str] | None = None) -> int:
     results = asyncio.run(run_all())
     elapsed = time.perf_counter() - started
     groups = [(f"{n} agents", [m for m in results if m.agents == n]) for n in (3, 4, 5)]
+    groups += [(f"{n} cross-ex.", [m for m in results if m.cross_exams == n]) for n in (1, 2, 3, 4)]
     rows = [(label, ms) for label, ms in groups if ms] + [("all", results)]
-    print(f"Share of the round-3 + round-4 input that filtering saves, on {args.debates} debates run by the engine "
-          f"against the fake server (seed {args.seed}; counted via {tokenizer_backend()}; limits r3 "
-          f"{Round3Filter().model_dump()}, r4 {Round4Filter().model_dump()})")
+    print(f"Share of the input of every request after the synthesis that filtering saves, on {args.debates} default "
+          f"debates (rounds=null) run by the engine against the fake server (seed {args.seed}; counted via "
+          f"{tokenizer_backend()}; limits r3 {Round3Filter().model_dump()}, r4 {Round4Filter().model_dump()})")
     print()
     print(table(rows))
     worst = max(abs(pct(m.stats_saved, m.stats_sent + m.stats_saved) - pct(m.full - m.filtered, m.full))
                 for m in results)
     print()
-    print(f"largest per-debate gap between the server's count and the result's stats: {worst:.2f} points "
-          f"(goal ≤ 1); R1 share = round-1 artifacts in the filtered input, never filtered by design")
+    print(f"largest per-debate gap between the server's count and the result's stats: {worst:.2f} points (goal ≤ 1); "
+          f"saved goal ≥ 20%")
+    cross = [m.cross_exams for m in results]
+    print(f"rounds played: {min(m.rounds for m in results)}-{max(m.rounds for m in results)}; cross-examination "
+          f"rounds per debate: " + ", ".join(f"{n}× {cross.count(n)}" for n in sorted(set(cross)))
+          + f"; objection rounds: {sum(m.objections for m in results)} in {len(results)} debates")
+    print()
+    print(breakdown(results))
+    print()
     print(f"{elapsed:.1f} s")
     return 0
 

@@ -1,6 +1,6 @@
 """Benchmark the store at scale: journal appends, ``index rebuild``, ``logs verify`` and ``stats --json``.
 
-    python bench/store.py [--consultations 100000] [--home DIR] [--realistic-sample 2000]
+    python bench/store.py [--consultations 100000] [--home DIR] [--realistic-sample 2000] [--full-size]
     python bench/store.py --home DIR --reuse [--rebuild-runs 3]   # again, on the journals already in DIR
 
 Synthetic consultations (``conclave.store.synthetic``: ~44 events each, deterministic) are journaled with the
@@ -10,6 +10,14 @@ corpus can be built in reasonable time. Then the index is rebuilt from the journ
 ``--rebuild-runs``; the CPU time counts every process), every journal is verified, and the stats queries are timed
 at that size. Prints a table.
 
+The synthetic streams model a consultation's records (ids, events, counts, tokens, costs), not its texts: their
+artifacts are one-line stubs and their raw answers ``{...}``, so a journal is ~21 KB where a real 3-agent one is
+77-112 KB. ``--full-size`` gives every stream (deterministically, the records otherwise unchanged) artifacts of real
+length, raw answers that repeat them as a model writes them, and a result that embeds every artifact as the
+engine's does, which brings a journal to that size; the quality layer's own records (debate state, grounding,
+safety) are still not modelled: the engine's journals of ``bench/filtering.py``'s 3-agent debates are 167-185 KB at
+``rounds=4`` and 230-250 KB at the defaults, a quarter of it debate-state snapshots.
+
 The rebuild's figure depends on how much of the machine it gets: it forks one worker per CPU, so on a shared or
 oversubscribed host run it more than once (``--rebuild-runs``) and compare the CPU time per consultation too.
 """
@@ -17,7 +25,9 @@ oversubscribed host run it more than once (``--rebuild-runs``) and compare the C
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -40,7 +50,37 @@ from conclave.store.verify import verify_store
 SPACING_S = 120.0  # 100k consultations then span ~139 days, so --week and --month select real subsets
 
 
-def journal(layout: StoreLayout, count: int, realistic: int) -> dict[str, float]:
+TEXT = ("the billing service reduces operational risk under peak load because an outbox table bounds the replay "
+        "window while the audit trail keeps every change for regulators and the read model stays consistent")
+
+
+def full_size(events: list[ev.Event], n: int) -> list[ev.Event]:
+    """``events`` with texts of real length: each artifact gains the prose a model writes (rationale, critique,
+    defence; 180-260 words for an agent, 300-420 for the judge), its raw answer is its JSON as the model sent it,
+    and the result embeds every artifact (as the engine's results do). Drawn from a generator of its own, so every
+    other record is what it was."""
+    rng = random.Random(f"full-size/{n}")
+    words = TEXT.split()
+
+    def prose(low: int, high: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(low, high))).capitalize() + "."
+
+    out, artifacts = [], []
+    for event in events:
+        data = event.data
+        if event.type == ev.ROUND_ARTIFACT:
+            judge = data.get("agent") is None
+            artifact = {**data["artifact"], "rationale": prose(300, 420) if judge else prose(180, 260),
+                        "key_points": [prose(12, 24) for _ in range(rng.randint(3, 6))]}
+            artifacts.append({"round_number": data["round_number"], "agent": data.get("agent"), "artifact": artifact})
+            data = {**data, "artifact": artifact, "raw_text": json.dumps(artifact, ensure_ascii=False, indent=2)}
+        elif event.type == ev.CONSULTATION_COMPLETED:
+            data = {**data, "result": {**data["result"], "artifacts": artifacts}}
+        out.append(ev.Event(event.type, event.consultation_id, event.seq, event.ts, data))
+    return out
+
+
+def journal(layout: StoreLayout, count: int, realistic: int, full: bool = False) -> dict[str, float]:
     heads = HeadsLog(layout.heads_path)
     redactor = Redactor.from_env()
     start_ts = time.time() - count * SPACING_S
@@ -50,6 +90,8 @@ def journal(layout: StoreLayout, count: int, realistic: int) -> dict[str, float]
     for n in range(count):
         t0 = time.perf_counter()
         events = synthetic_events(n, start_ts=start_ts, spacing_s=SPACING_S)
+        if full:
+            events = full_size(events, n)
         t1 = time.perf_counter()
         generate_s += t1 - t0
         writer = JournalWriter(layout.journal_path(events[0].consultation_id), events[0].consultation_id, heads,
@@ -127,6 +169,8 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="with --home: use the journals already there instead of journaling new ones")
     parser.add_argument("--rebuild-runs", type=int, default=1, help="rebuild this many times, report the best")
+    parser.add_argument("--full-size", action="store_true",
+                        help="texts of real length (journals of real size; ~4x the disk and the hashing)")
     args = parser.parse_args()
     if args.reuse and args.home is None:
         parser.error("--reuse needs --home")
@@ -141,7 +185,7 @@ def main() -> int:
             j = None
         else:
             print(f"store bench: {n:,} synthetic consultations in {home}", file=sys.stderr)
-            j = journal(layout, n, sample)
+            j = journal(layout, n, sample, args.full_size)
             print(f"journaled {j['records']:,} records", file=sys.stderr)
         rebuilt, rebuild_cpu_s = time_rebuild(layout, args.rebuild_runs)
         print(f"rebuilt in {rebuilt.seconds:.1f} s", file=sys.stderr)
@@ -156,8 +200,9 @@ def main() -> int:
         rows = [
             ("consultations", f"{n:,}", f"{rebuilt.records:,} records, {rebuilt.records / n:.1f} per consultation"),
             ("journal size", f"{size_mb:,.0f} MB",
-             f"{size_mb * 1e3 / n:,.1f} KB per consultation (real 3-agent journals: 77-112 KB; the synthetic "
-             f"ones carry shorter texts), index {index_mb:,.0f} MB"),
+             f"{size_mb * 1e3 / n:,.1f} KB per consultation (real 3-agent journals: 77-112 KB; "
+             + ("texts of real length" if args.full_size else "one-line texts, see --full-size")
+             + f"), index {index_mb:,.0f} MB"),
         ]
         if j is not None:
             rows += [

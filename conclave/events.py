@@ -40,8 +40,9 @@ consultation:round_artifact            round_number, round_type (the round type 
                                        schema (schema name), agent (null for the judge's artifacts), artifact (the
                                        validated JSON), raw_text, status (valid|repaired|reasked|fallback|restored:
                                        an answer an interrupted earlier run paid for, recorded again)
-filter:applied                         round_number (3|4), artifact_type, filter, limits {field: n},
-                                       tokens_before, tokens_after
+filter:applied                         round_number (any round after the synthesis), artifact_type, filter,
+                                       limits {field: n}, tokens_before, tokens_after (the artifact's JSON as
+                                       shown), recipients (calls shown it), error
 round:completed                        round_number, round_type, duration_s, input_tokens, output_tokens, cost,
                                        ok (false: the round ran to its end but failed in a way that stops the
                                        consultation; ``conclave resume`` restores only ok rounds), safety (the

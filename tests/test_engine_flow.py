@@ -100,11 +100,15 @@ async def test_a_full_converge_consultation(fake_provider_server: FakeProviderSe
         assert f'"agent_id": "{name}"' not in shown and f'"{name}"' not in shown
     assert '"agent_id": "Agent A"' in shown and "how long to keep events" in shown
     assert "point 0 (confidence 0.55)" not in shown
+    # the round-3 judge records the cross-examination against the synthesis the agents were shown
+    (judge_request,) = requests_with(fake, "cross_exam", JUDGE_MODEL)
+    assert "point 1 (confidence 0.95)" in texts(judge_request) and "point 0 (confidence 0.55)" not in texts(
+        judge_request)
 
     # filtering was applied and measured
     applied = run.of("filter:applied")
-    assert [(a["round_number"], a["artifact_type"]) for a in applied] == [(3, "synthesis"), (4, "synthesis"),
-                                                                          (4, "cross_exam")]
+    assert [(a["round_number"], a["artifact_type"]) for a in applied] == [(3, "synthesis"), (3, "synthesis"),
+                                                                          (4, "synthesis"), (4, "cross_exam")]
     assert applied[0]["tokens_after"] < applied[0]["tokens_before"] and applied[0]["recipients"] == 3
     stats = result.token_efficiency_stats
     assert stats is not None and stats["filtered_rounds"] == [3, 4]

@@ -47,7 +47,7 @@ def test_all_time_figures_match_the_events(tmp_path: Path) -> None:
 
     costs, tokens_in, tokens_out, cached_in, written, confidences, durations = [], 0, 0, 0, 0, [], []
     providers: dict[str, Counter] = defaultdict(Counter)
-    saved_cost, accepted, filter_saved = 0.0, 0, 0
+    saved_cost, accepted, filter_saved, filter_before = 0.0, 0, 0, 0
     modes: Counter[str] = Counter()
     for stream in streams:
         attempts = [e.data for e in stream if e.type == ev.PROVIDER_ATTEMPT]
@@ -64,9 +64,11 @@ def test_all_time_figures_match_the_events(tmp_path: Path) -> None:
             if e.type == ev.EARLY_TERMINATION and e.data["accepted"]:
                 accepted += 1
                 saved_cost += e.data["estimated_cost_saved"]
-            if e.type == ev.FILTER_APPLIED:
-                filter_saved += e.data["tokens_before"] - e.data["tokens_after"]
             if e.type == ev.CONSULTATION_COMPLETED:
+                # a consultation's savings are its result's token_efficiency_stats
+                efficiency = e.data["result"]["token_efficiency_stats"] or {}
+                filter_saved += efficiency.get("tokens_saved_via_filtering", 0)
+                filter_before += efficiency.get("tokens_saved_via_filtering", 0) + efficiency.get("tokens_used", 0)
                 confidences.append(e.data["result"]["confidence"])
                 durations.append(e.ts - stream[0].ts)
 
@@ -87,6 +89,7 @@ def test_all_time_figures_match_the_events(tmp_path: Path) -> None:
     assert stats["early_termination"]["rate"] == pytest.approx(accepted / 40, abs=1e-4)
     assert stats["early_termination"]["cost_saved"] == pytest.approx(saved_cost)
     assert stats["filtering"]["tokens_saved"] == filter_saved > 0
+    assert stats["filtering"]["efficiency_pct"] == round(100 * filter_saved / filter_before, 1)
     assert {p["provider"]: (p["calls"], p["failed_calls"]) for p in stats["providers"]} == {
         name: (c["calls"], c["failed"]) for name, c in providers.items()}
     assert {m["mode"]: m["consultations"] for m in stats["modes"]} == dict(modes)

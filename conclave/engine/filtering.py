@@ -1,17 +1,23 @@
-"""Applying the configured artifact filter to what rounds 3 and 4 are shown, and counting what it saved.
+"""Applying the configured artifact filter to what later rounds are shown, and counting what it saved.
 
 The filter (a plugin) only drops array items and re-validates; this module decides when it runs (never with
 ``verbose=true``), emits ``filter:applied`` with real token counts of the JSON shown, and totals the savings
-for ``token_efficiency_stats``: of the input actually sent in the rounds that filtered something (every call
-of those rounds, counted with the real tokenizer on the prompts as sent), the share filtering removed. The
-unfiltered input is what was sent plus what was removed from each filtered artifact, times the calls that
-received it — the same prompts, only with the artifacts whole.
+for ``token_efficiency_stats``.
+
+The savings are counted per call, on the prompts themselves: every call made once the consultation has an
+artifact that later rounds filter (every call after the synthesis) is rendered a second time exactly as it would
+have been with filtering off — the same template, labels, debate state, summaries and budget cuts, only the
+artifacts whole — and both prompts (system and user message as sent, the JSON instruction included) are counted
+with the real tokenizer of the call's model. ``tokens_used`` is what those calls sent; ``tokens_saved_via_filtering``
+is what the unfiltered prompts would have added. A filtered artifact that a later prompt no longer shows
+(summarized, or merged into the debate state) therefore saves nothing there.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from conclave.config import Settings
@@ -29,9 +35,12 @@ class ArtifactFiltering:
         self._settings = settings
         self._plugins = plugins
         self._bus = bus
-        self.saved_tokens = 0
+        self._bypass = False  # rendering the unfiltered counterpart of a call: filter nothing, record nothing
         self.filtered_rounds: list[int] = []
-        self.sent_tokens = 0  # input of every call of the filtered rounds, as sent
+        self.sent_tokens = 0  # input of every counted call, as sent
+        self.unfiltered_tokens = 0  # the same calls' input had nothing been filtered
+        #: (artifact id, round, section) -> (the artifact, kept alive so its id stays its own; its filtered copy)
+        self._later: dict[tuple[int, int, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
@@ -49,12 +58,13 @@ class ArtifactFiltering:
         recipients: int = 1,
     ) -> dict[str, Any]:
         """The copy of ``artifact`` filtered with the ``filtering.<section>`` limits for round ``round_number``
-        (the artifact itself when filtering is disabled).
+        (the artifact itself when filtering is disabled, or while the unfiltered counterpart of a call is
+        rendered).
 
-        ``view`` turns an artifact into what is actually shown (labels, no header) so token counts measure what
-        is sent; ``recipients`` is how many calls receive it (round 3 sends the synthesis to every agent).
+        ``view`` turns an artifact into what is actually shown (labels, the fields the seat sees) so the event's
+        token counts measure the JSON sent; ``recipients`` is how many calls receive it.
         """
-        if not self.enabled:
+        if not self.enabled or self._bypass:
             return artifact
         from conclave.tokens import count_tokens
 
@@ -72,7 +82,6 @@ class ArtifactFiltering:
 
         before = count_tokens(prompt_json(view(artifact)))
         after = count_tokens(prompt_json(view(filtered)))
-        self.saved_tokens += max(0, before - after) * recipients
         if round_number not in self.filtered_rounds:
             self.filtered_rounds.append(round_number)
         self._bus.emit(
@@ -88,17 +97,52 @@ class ArtifactFiltering:
         )
         return filtered
 
-    def count_sent(self, round_number: int, prompt: str) -> None:
-        """Count one call's prompt (system, user and schema instruction as sent) when its round filtered."""
-        if self.enabled and round_number in self.filtered_rounds:
-            from conclave.tokens import count_tokens
+    def later(self, artifact: dict[str, Any] | None, round_number: int, *, view: Callable[[dict[str, Any]], Any],
+              seat: str = "judge", recipients: int = 1) -> dict[str, Any] | None:
+        """A judge's artifact shown again in a later round outside the round types' declared inputs (the objection
+        round's consensus, a superseded cross-examination in ``$earlier_rounds``), filtered with the limits the
+        declared inputs use for it: the synthesis shown to agents with ``filtering.round3``, anything else with
+        ``filtering.round4``. Agents' answers are never passed here: they are always shown whole."""
+        if artifact is None or "artifact_type" not in artifact:
+            return artifact
+        section = "round3" if seat == "agents" and artifact.get("artifact_type") == "synthesis" else "round4"
+        if not self.enabled or self._bypass or not self.limits(section, artifact):
+            return artifact
+        key = (id(artifact), round_number, section)  # every call of a round shows the same copy: filtered once
+        if key not in self._later:
+            self._later[key] = (artifact, self.apply(artifact, section, round_number, view=view,
+                                                     recipients=recipients))
+        return self._later[key][1]
 
-            self.sent_tokens += count_tokens(prompt)
+    @property
+    def filtering(self) -> bool:
+        """Whether artifacts are filtered right now (on, and not rendering an unfiltered counterpart)."""
+        return self.enabled and not self._bypass
+
+    @contextmanager
+    def bypassed(self) -> Iterator[None]:
+        """Within: :meth:`apply` returns every artifact whole and records nothing (the unfiltered counterpart of
+        a call being rendered)."""
+        previous, self._bypass = self._bypass, True
+        try:
+            yield
+        finally:
+            self._bypass = previous
+
+    def count_call(self, sent: str, unfiltered: str, model: str | None = None) -> None:
+        """Count one call: ``sent`` is its prompt as sent, ``unfiltered`` the same call rendered with filtering
+        off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer."""
+        from conclave.tokens import count_tokens
+
+        used = count_tokens(sent, model)
+        whole = used if unfiltered == sent else count_tokens(unfiltered, model)
+        self.sent_tokens += used
+        self.unfiltered_tokens += whole
 
     def stats(self) -> dict[str, Any] | None:
-        """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no round 3 ran)."""
+        """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no later round ran)."""
         if not self.filtered_rounds:
             return None
         from conclave.artifact_filter import token_efficiency_stats
 
-        return token_efficiency_stats(self.sent_tokens + self.saved_tokens, self.sent_tokens, self.filtered_rounds)
+        return token_efficiency_stats(self.unfiltered_tokens, self.sent_tokens, self.filtered_rounds)

@@ -17,8 +17,8 @@ Every round goes through here, whatever its type (:mod:`conclave.engine.rounds` 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from conclave import artifacts
 from conclave.engine.caching import warm_prompt_caches
@@ -26,6 +26,8 @@ from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import header_for, json_instruction
 from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
 from conclave.engine.session import RoundOutput, Session, prompt_json
+
+T = TypeVar("T")
 
 # ------------------------------------------------------------------------------------------------ inputs
 
@@ -58,7 +60,7 @@ def _shown(session: Session, source: Input, number: int, recipients: int, seat: 
         artifact = record.judged(source.source)
         if artifact is not None and source.filtered is not None:
             artifact = session.filtering.apply(
-                artifact, source.filtered, number, view=labels.judge_view, recipients=recipients
+                artifact, source.filtered, number, view=lambda a: session.view(a, seat), recipients=recipients
             )
         return session.shown(artifact, seat)
     answers = record.by_agent(source.source)
@@ -141,13 +143,17 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
             session.emit_artifact(number, round_type.schema, name, artifact, "", "restored", round_type.name)
     to_ask = [name for name in players if name not in output.by_agent]
     shared = shared_inputs(session, round_type, number, recipients=len(to_ask)) if to_ask else {}
+    counted = bool(to_ask) and _counted(session)
+    whole = _unfiltered(session, lambda: shared_inputs(session, round_type, number)) if counted else {}
     if to_ask and session.plan.types[0].name == round_type.name:
         await warm_prompt_caches(session, to_ask)
 
     async def one(name: str) -> None:
-        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name)}, name,
-                         measure=True)
-        _count_sent(session, spec)
+        own = own_inputs(session, round_type, name)
+        spec = call_spec(session, round_type, number, {**shared, **own}, name, measure=True)
+        if counted:
+            _count(session, spec, _unfiltered(session, lambda: call_spec(session, round_type, number,
+                                                                          {**whole, **own}, name)))
         outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus,
                                          stream=session.stream)
         _record_agent(session, step, name, outcome)
@@ -180,8 +186,11 @@ def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome)
 
 async def _play_judge(session: Session, step: Step) -> str | None:
     round_type, number = step.type, step.number
+    counted = _counted(session)
     spec = call_spec(session, round_type, number, shared_inputs(session, round_type, number), measure=True)
-    _count_sent(session, spec)
+    if counted:
+        _count(session, spec, _unfiltered(session, lambda: call_spec(
+            session, round_type, number, shared_inputs(session, round_type, number))))
     outcome = await session.judge.ask(session.pool, spec, session.bus)
     if outcome.artifact is None:
         return f"the judge failed in round {number}: {outcome.error}"
@@ -194,10 +203,38 @@ async def _play_judge(session: Session, step: Step) -> str | None:
     return None
 
 
-def _count_sent(session: Session, spec: CallSpec) -> None:
-    if session.filtering.enabled and spec.round_number in session.filtering.filtered_rounds:
-        instruction = json_instruction(spec.schema_name, session.native(spec.provider))
-        session.filtering.count_sent(spec.round_number, f"{spec.system}\n{spec.user}\n{instruction}")
+# ------------------------------------------------------------------------------------------------ savings
+
+
+def _counted(session: Session) -> bool:
+    """Whether the calls about to be made count towards ``token_efficiency_stats``: filtering is on and the
+    consultation already has an artifact some round filters (every call after the synthesis)."""
+    if not session.filtering.enabled:
+        return False
+    sources = {i.source for t in session.plan for i in t.inputs.values() if i.filtered is not None}
+    return any(session.record.judged(source) is not None for source in sources)
+
+
+def _unfiltered(session: Session, render: Callable[[], T]) -> T:
+    """``render()`` as it would be with filtering off (the counterpart a call's savings are measured against);
+    it leaves no trace in the record of the consultation."""
+    over_budget = len(session.context.over_budget)
+    with session.filtering.bypassed():
+        try:
+            return render()
+        finally:
+            del session.context.over_budget[over_budget:]
+
+
+def _count(session: Session, spec: CallSpec, unfiltered: CallSpec) -> None:
+    """Count a call's prompt as sent beside its unfiltered counterpart (system prompt and user message with its
+    JSON instruction, exactly as the provider receives them)."""
+    instruction = json_instruction(spec.schema_name, session.native(spec.provider))
+
+    def prompt(s: CallSpec) -> str:
+        return f"{s.system}\n{s.user.rstrip()}\n\n{instruction}"
+
+    session.filtering.count_call(prompt(spec), prompt(unfiltered), spec.model)
 
 
 def derive_verdict(session: Session) -> dict[str, Any]:

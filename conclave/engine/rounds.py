@@ -145,7 +145,8 @@ CROSS_EXAM = RoundType(
     stage=3,
     opens_round=False,  # the judgement closes the round its replies opened
     inputs={
-        "synthesis": Input("synthesis", "judge"),
+        # the synthesis as the agents were shown it: they answered that one
+        "synthesis": Input("synthesis", "judge", filtered="round3"),
         "replies": Input("cross_exam_replies", "each_by_label"),
     },
 )

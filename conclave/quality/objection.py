@@ -109,6 +109,8 @@ class GroupthinkMonitor:
         if _uses(template_text, "consensus"):
             judged = [o for o in session.record.outputs.values() if o.judge is not None]
             latest = max(judged, key=lambda o: o.number).judge if judged else None
+            latest = session.filtering.later(latest, session.quality.state.round + 1, seat="agents",
+                                             view=session.view, recipients=len(session.present()))
             values["consensus"] = session.shown(latest)
         return values
 

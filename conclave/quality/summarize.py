@@ -56,7 +56,7 @@ class ContextWindow:
         #: (round number, user message sent, the same message without summarization)
         self._sent: list[tuple[int, str, str]] = []
         self.over_budget: list[int] = []  # rounds with a call that stayed over the budget after every cut
-        self._summaries: dict[tuple[int, int], str] = {}  # (round summarized, debate-state round) -> summary
+        self._summaries: dict[tuple[int, int, bool], str] = {}  # (round, debate-state round, filtered) -> text
 
     # ------------------------------------------------------------------------------------------- recording
 
@@ -164,7 +164,8 @@ class ContextWindow:
         for k in rounds:
             age = number - k
             if not summarize or age <= 1:
-                parts.append(f"Round {k} ({self._title(k)}, since repeated), in full, as JSON:\n{self._full(k)}")
+                parts.append(f"Round {k} ({self._title(k)}, since repeated), in full, as JSON:\n"
+                             f"{self._full(k, number)}")
             elif age <= 3:
                 parts.append(self.round_summary(k))
         return "\n\n".join(parts) + "\n" if parts else ""
@@ -173,7 +174,8 @@ class ContextWindow:
         played = self.played.get(k)
         return played.title if played else "an earlier round"
 
-    def _full(self, k: int, words: int | None = None) -> str:
+    def _full(self, k: int, number: int, words: int | None = None) -> str:
+        """Round ``k`` in full as round ``number`` shows it: every reply whole, the judge's artifact filtered."""
         from conclave.engine.session import prompt_json
 
         session, played = self.session, self.played[k]
@@ -182,7 +184,8 @@ class ContextWindow:
             body["replies"] = {session.labels.label(a): session.view(x) for a, x in sorted(
                 played.agents.items(), key=lambda item: session.labels.label(item[0]))}
         if played.judge is not None:
-            body["judge"] = session.view(played.judge)
+            judge = session.filtering.later(played.judge, number, view=session.view)
+            body["judge"] = session.view(judge) if judge is not None else None
         return prompt_json(_cut(body, words) if words else body)
 
     def _own_line(self, shown: str, k: int, agent: str | None) -> str:
@@ -208,7 +211,9 @@ class ContextWindow:
         """Round ``k`` as a structured summary under ``summarization.summary_tokens`` tokens (real tokenizer)."""
         from conclave.tokens import count_tokens
 
-        key = (k, self.session.quality.state.round)  # every call of a round shows the same summary
+        # every call of a round shows the same summary (its unfiltered counterpart, when savings are counted,
+        # its own)
+        key = (k, self.session.quality.state.round, self.session.filtering.filtering)
         if key in self._summaries:
             return self._summaries[key]
         budget = self.session.settings.summarization.summary_tokens
@@ -223,6 +228,7 @@ class ContextWindow:
         return text
 
     def _summary_text(self, k: int, words: int, max_ids: int | None) -> str:
+        """Round ``k`` summarized; the judge's artifact as filtering keeps it (its top-ranked items first)."""
         from conclave.quality.exit import standing_of
 
         session, played = self.session, self.played[k]
@@ -261,7 +267,8 @@ class ContextWindow:
                 vote = f" · vote {s.vote}" + (f': "{_words(reason, words)}"' if reason and s.vote != "ACCEPT" else "")
             lines.append(f'- {label(agent)}: "{_words(s.position, words)}"{conf}{vote}')
         if played.judge is not None:
-            lines.extend(_judge_lines(played.judge, words))
+            judge = session.filtering.later(played.judge, state.round + 1, view=session.view)
+            lines.extend(_judge_lines(judge or played.judge, words))
         return "\n".join(lines)
 
     def _previous_standings(self, k: int) -> dict[str, Any]:

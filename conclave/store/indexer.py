@@ -130,9 +130,6 @@ update consultations set
            count(case when cost is null then 1 end)
     from calls where consultation_id = :id),
   substitutions = (select count(*) from substitutions where consultation_id = :id),
-  (filter_tokens_before, filter_tokens_saved) = (
-    select coalesce(sum(tokens_before), 0), coalesce(sum(tokens_saved), 0)
-    from filters_applied where consultation_id = :id),
   rounds_completed = (select count(*) from rounds where consultation_id = :id and status = 'ok'),
   duration_s = coalesce(duration_s, round((julianday(completed_at) - julianday(started_at)) * 86400.0, 3))
 where id = :id
@@ -456,6 +453,12 @@ def _cost_gate(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float,
 def _completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
     result = d.get("result") or {}
     columns.update(status=d.get("status"), completed_at=iso(ts), **result_summary(result))
+    # the consultation's savings are its result's token_efficiency_stats (every call after the synthesis, as sent
+    # and as it would have been unfiltered); filters_applied keeps what each filter removed from each artifact
+    saved = (result.get("token_efficiency_stats") or {}).get("tokens_saved_via_filtering")
+    used = (result.get("token_efficiency_stats") or {}).get("tokens_used")
+    if isinstance(saved, int) and isinstance(used, int):
+        columns.update(filter_tokens_before=used + saved, filter_tokens_saved=saved)
     ended, context = result.get("exit") or {}, result.get("context") or {}
     if ended or context:
         columns.update(exit_reason=ended.get("reason"), cross_exam_rounds=ended.get("cross_exam_rounds"),

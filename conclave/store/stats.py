@@ -99,8 +99,8 @@ def compute_stats(db: Any, period: Period) -> dict[str, Any]:
         },
         "filtering": {
             "tokens_before": total("filter_before"), "tokens_saved": filter_saved,
-            # As the token-efficiency story defines it: saved / (used + saved).
-            "efficiency_pct": _pct(filter_saved, input_tokens + output_tokens + filter_saved),
+            # As token_efficiency_stats defines it: saved / (used + saved), over the calls after the synthesis.
+            "efficiency_pct": _pct(filter_saved, total("filter_before")),
         },
         "substitutions": {
             "count": total("substitutions"), "rate": _ratio(total("substitutions"), total("agent_seats")),

@@ -168,7 +168,8 @@ class _Stream:
         result = {"consultation_id": self.cid, "question": self.out[0].data["question"], "mode": self.mode,
                   "recommendation": verdict["recommendation"] if verdict else "Adopt it incrementally",
                   "confidence": confidence, "dissent": verdict["dissent"] if verdict else [],
-                  "early_terminated": last_round == 2, "rounds_completed": last_round}
+                  "early_terminated": last_round == 2, "rounds_completed": last_round,
+                  "token_efficiency_stats": self.token_efficiency_stats()}
         # why the debate ended, fixed by the consultation's number (no draw from the random generator)
         n = int(self.cid.rsplit("-", 1)[-1], 16) if "-" in self.cid else 0
         result["exit"] = {"reason": "early-termination" if last_round == 2 else ("consensus", "convergence",
@@ -190,6 +191,19 @@ class _Stream:
                                      {"round_number": 1, "agent": agent, **check}))
             self.seq += 1
         self.emit(ev.CONSULTATION_COMPLETED, status="complete", result=result)
+
+    def token_efficiency_stats(self) -> dict[str, Any] | None:
+        """As the engine reports it (None when no round filtered): the input of the rounds after the synthesis as
+        sent, and what filtering saved there (here: what the filter events say they removed)."""
+        from conclave.artifact_filter import token_efficiency_stats
+
+        filtered = [e.data for e in self.out if e.type == ev.FILTER_APPLIED]
+        if not filtered:
+            return None
+        used = sum(e.data["input_tokens"] for e in self.out
+                   if e.type == ev.ROUND_COMPLETED and e.data["round_number"] > 2)
+        saved = sum(d["tokens_before"] - d["tokens_after"] for d in filtered)
+        return token_efficiency_stats(used + saved, used, [d["round_number"] for d in filtered])
 
     def quality_checks(self) -> list[dict[str, Any]]:
         """Round-1 citation checks for each panel member, fixed by the consultation's number."""
