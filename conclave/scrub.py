@@ -611,13 +611,21 @@ class _View:
         widened to whole lines and ``reach`` characters further, overlapping ones merged."""
         text, wanted = self.text, set(keywords)
         spans: list[tuple[int, int]] = []
+        # Every search starts where the one before stopped (a span ends at a line break or at the end): on a
+        # text that is one long line, each chunk must not scan back to its start or on to its end again.
+        newline = -2  # the first line break at or after the last position searched from (-1: none)
         for lo, present in self.chunks():
             if present.isdisjoint(wanted):
                 continue
             hi = min(lo + _CHUNK, len(text))
-            start = spans.pop()[0] if spans and lo <= spans[-1][1] else text.rfind("\n", 0, lo) + 1
-            end = text.find("\n", min(hi + reach, len(text)))
-            spans.append((start, len(text) if end == -1 else end))
+            if spans and lo <= spans[-1][1]:
+                start = spans.pop()[0]
+            else:
+                start = text.rfind("\n", spans[-1][1] if spans else 0, lo) + 1
+            after = min(hi + reach, len(text))
+            if newline != -1 and newline < after:
+                newline = text.find("\n", after)
+            spans.append((start, len(text) if newline == -1 else newline))
         return spans
 
     def claim(self, start: int, end: int, placeholder: str) -> bool:
@@ -706,7 +714,7 @@ def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int =
         if not found:
             return spans
         at = min(found)
-        start = max(lo, text.rfind("\n", lo, at) + 1)
+        start = max(lo, text.rfind("\n", spans[-1][1] if spans else lo, at) + 1)  # never back past the last span
         end = text.find("\n", min(at + reach, hi), hi)
         end = hi if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
