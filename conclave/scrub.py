@@ -364,16 +364,37 @@ def _docker_auth(values: Values) -> bool:
     return len(value) >= 8 and not value.isalpha()
 
 
-def _flag_password(values: Values) -> bool:
-    """A password given to a command-line flag: a literal, not the next flag."""
-    value = values[0] or ""
-    return _plain_value(value) and not value.startswith("-")
+@dataclass(frozen=True)
+class _Refuses:
+    """A check written as one regex: a value is refused where ``pattern`` (multi-line) matches at its start.
+
+    The same regex, run once over many distinct values joined by line breaks, checks them all in one pass of the
+    regex engine (:func:`_verdicts`): text dense with secrets that all differ (a dump of credentials) then costs
+    no Python call per value."""
+
+    source: str
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.source, re.MULTILINE)
+
+    def __call__(self, values: Values) -> bool:
+        return self.pattern.match(values[0] or "") is None
+
+    @functools.cached_property
+    def lines(self) -> re.Pattern[str]:
+        """Each refused line whole (group 1), in text of values each after a line break. The line break, a literal,
+        is what the regex engine searches for: a pattern starting with "^" would be tried at every position."""
+        return re.compile(rf"\n((?:{self.source})[^\n]*)", re.MULTILINE)
 
 
-def _user_password(values: Values) -> bool:
-    """``curl -u user:PW`` (or wget, httpie); not ``docker run -u 1000:1000``."""
-    value = values[0] or ""
-    return _plain_value(value) and not value.isdigit()
+# What _plain_value refuses, as a regex on one value (which never holds a line break): shorter than 4, a call, an
+# index or an ellipsis anywhere, or a reference at its start (_REFERENCE_START, whose "$" ends the value).
+_NOT_PLAIN = rf"[^\n]{{0,3}}$|[^\n]*?[(\[…]|[^\n]*?\.\.\.|{_REFERENCE_START.pattern}"
+# A password given to a command-line flag: a literal, not the next flag.
+_flag_password = _Refuses(rf"-|{_NOT_PLAIN}")
+# curl -u user:PW (or wget, httpie): a literal, not a number (docker run -u 1000:1000).
+_user_password = _Refuses(rf"\d+$|{_NOT_PLAIN}")
 
 
 def _command(*words: tuple[str, str]) -> tuple[re.Pattern[str], ...]:
@@ -416,7 +437,7 @@ _STRUCTURAL: tuple[_Rule, ...] = (
     _rule("password",
           r"(?:machine(?<=\bmachine)[ \t]+[^\s]{1,256}|default(?<=\bdefault))"
           r"(?:\s{1,64}(?:login|account)[ \t]+[^\s]{1,256}){0,2}\s{1,64}password[ \t]+(?P<secret>[^\s]{1,256})",
-          lambda values: _plain_value(values[0] or ""), keywords=("machine", "default")),
+          _Refuses(_NOT_PLAIN), keywords=("machine", "default")),
     # Docker config.json: {"auths": {"registry": {"auth": "base64(user:password)"}}}
     _rule("docker_auth", r"\"auth\"[ \t]*:[ \t]*\"(?P<secret>[A-Za-z0-9+/]{4,}={0,2})\"", _docker_auth,
           keywords=('"auth"',)),
@@ -871,7 +892,7 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
     columns = form.check_columns(rule.check_groups)
     if len(columns) == 1:  # the usual case: plain strings, no tuple per match
         checked: list[Any] = parts[columns[0]::stride]
-        verdicts = {value: rule.verdict((value,)) for value in set(checked)}
+        verdicts = _verdicts(rule, set(checked))
     else:
         checked = list(zip(*(parts[column::stride] for column in columns), strict=True))
         verdicts = {values: rule.verdict(values) for values in set(checked)}
@@ -894,6 +915,24 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
     else:
         _count(placeholders, counts)
     return "".join(parts)
+
+
+def _verdicts(rule: _Rule, values: set[str]) -> dict[str, str | None]:
+    """The placeholder for each distinct value of a single-value rule (None: left as it is). Many values with a
+    check written as a regex (:class:`_Refuses`) are checked in one pass over them, one per line."""
+    if len(values) <= _FEW or not isinstance(rule.accept, _Refuses) or not isinstance(rule.kind, str):
+        return {value: rule.verdict((value,)) for value in values}
+    lines = "\n" + "\n".join(values)
+    if lines.count("\n") != len(values):  # pragma: no cover - no value pattern takes a line break
+        return {value: rule.verdict((value,)) for value in values}
+    verdicts: dict[str, str | None] = dict.fromkeys(values, _placeholder(rule.kind))
+    for value in rule.accept.lines.findall(lines):
+        verdicts[value] = None
+    if PLACEHOLDER_PREFIX in lines:
+        for value in values:
+            if PLACEHOLDER_PREFIX in value:
+                verdicts[value] = None
+    return verdicts
 
 
 #: at most this many distinct matches make a window "repeating" (see :func:`_rewrite_wholes`)
@@ -982,7 +1021,7 @@ def _rewrite_values(rule: _Rule, lead: str, window: str, counts: dict[str, int])
     if len(parts) == 1:
         return None
     values = parts[1::2]
-    verdicts = {value: rule.verdict((value,)) for value in set(values)}
+    verdicts = _verdicts(rule, set(values))
     distinct = set(verdicts.values())
     if distinct == {None}:
         return None

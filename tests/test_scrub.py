@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conclave.scrub import _RULES, ScrubReport, load_token_rules, scrub
+import conclave.scrub as scrub_module
+from conclave.scrub import _RULES, ScrubReport, _plain_value, load_token_rules, scrub
 from conclave.testing.secret_corpus import NEGATIVES, POSITIVES
 
 # Fake secrets with the real shapes (random-looking, never issued).
@@ -450,6 +451,30 @@ def test_a_dense_line_of_distinct_secrets_is_fully_redacted() -> None:
     scrubbed, report = scrub(line)
     assert scrubbed == "sshpass -p [REDACTED_PASSWORD] ssh h; " * 600
     assert report.by_type == {"password": 600}
+
+
+@pytest.mark.parametrize("command", ["sshpass -p {} ssh h; ", "curl -u a:{} h\n", "mysql -p{} shop\n"])
+def test_distinct_values_checked_together_get_the_verdict_each_gets_alone(command: str) -> None:
+    # Many distinct values are checked in one regex pass over all of them (_verdicts): references, templates,
+    # numbers and short values among them must stay, as they do when each line is scrubbed alone.
+    look_alikes = ["$PW", "settings.db.pw", "****", "ab", "-x", "1234", "PASSWORD", "a(b)c", "a...b", "none",
+                   "{{pw}}", "<pw>", "%s", "x.y)"]
+    units = [command.format(look_alikes[i % len(look_alikes)] if i % 3 == 0 else f"Pw{i}x!") for i in range(300)]
+    scrubbed, report = scrub("".join(units))
+    alone = [scrub(unit) for unit in units]
+    assert scrubbed == "".join(text for text, _ in alone)
+    assert report.total == sum(r.total for _, r in alone) >= 200  # the generated passwords (and "1234" after -p)
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=12), max_size=40))
+def test_a_check_written_as_a_regex_agrees_with_the_value_checks_and_with_itself_in_bulk(values: list[str]) -> None:
+    values += ["$PW", "settings.DB_PASSWORD", "x.y)", "xxxx", "****", "true", "TOKEN", "a...b", "-p", "1000", "hunter22"]
+    for value in values:
+        assert scrub_module._flag_password((value,)) == (_plain_value(value) and not value.startswith("-")), value
+        assert scrub_module._user_password((value,)) == (_plain_value(value) and not value.isdecimal()), value
+    for check in (scrub_module._flag_password, scrub_module._user_password):
+        alone = {value for value in values if not check((value,))}
+        assert set(check.lines.findall("\n" + "\n".join(values))) == alone
 
 
 def test_a_whole_match_parsed_on_its_own_has_the_groups_it_has_in_its_text() -> None:
