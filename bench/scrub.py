@@ -1,25 +1,32 @@
 """Benchmark: the scrubber's throughput on ordinary and adversarial text, how it scales, and its recall/false positives.
 
-Measures ``conclave.scrub.scrub`` in this process: MB/s of CPU time on each input (best of ``--repeat`` runs; CPU
-time rather than wall time, so other processes on a shared machine disturb the figures less), the time ratio
-of the same input at twice the size (linear work gives ~2.0, quadratic ~4.0), and, on the corpus of documented
-secret formats and look-alikes (``conclave.testing.secret_corpus``), the share of secrets removed (recall) and
-the share of look-alikes changed (false positives). Goals: >= 20 MB/s on adversarial input, recall >= 95%, false
-positives <= 2%.
+Measures the user's path in this process: each input is a context file, read, scrubbed and made ready to send by
+``conclave.engine.inputs.prepare_inputs`` exactly as a consultation does (with three provider keys set, whose
+values are scrubbed too). Per input: MB/s of CPU time (best of ``--repeat`` runs; CPU time rather than wall time,
+so other processes on a shared machine disturb the figures less), the same as a multiple of the goal, and the
+time ratio of the input at twice the size (linear work gives ~2.0, quadratic ~4.0), all measured in this run.
+Then, on the corpus of documented secret formats and look-alikes (``conclave.testing.secret_corpus``), the share
+of secrets removed (recall) and the share of look-alikes changed (false positives). Goals: >= 20 MB/s on
+adversarial input, recall >= 95%, false positives <= 2%.
 
 Adversarial inputs repeat what the rules look for without completing a secret (unterminated private-key blocks,
-prefixes, separators, secret words, flags), the inputs that made earlier versions backtrack.
+prefixes, separators, secret words, flags), the inputs that made earlier versions backtrack, or are dense with
+real secrets, repeated or each one different (a dump of credentials).
 
-    python bench/scrub.py [--mb 2] [--repeat 3]
+    python bench/scrub.py [--mb 2] [--repeat 3]   (--mb at most 2: a larger context file is cut to 2 MiB)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import string
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from conclave.scrub import scrub
 from conclave.testing.secret_corpus import NEGATIVES, POSITIVES
@@ -95,21 +102,66 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
 }
 
 
-def _seconds(text: str, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.process_time()
-        scrub(text)
-        best = min(best, time.process_time() - started)
-    return best
+def _distinct(template: str, length: int = 12) -> Callable[[int], str]:
+    """``template`` repeated with a different random secret of ``length`` characters in each copy (at ``{}``)."""
+    def make(size: int) -> str:
+        rng, alphabet = random.Random(11), string.ascii_letters + string.digits
+        copies: list[str] = []
+        length_so_far = 0
+        while length_so_far < size:
+            copies.append(template.format("".join(rng.choice(alphabet) for _ in range(length))))
+            length_so_far += len(copies[-1])
+        return "".join(copies)
+    return make
 
 
-def _row(name: str, make: Callable[[int], str], size: int, repeat: int) -> tuple[float, float]:
+DISTINCT: dict[str, Callable[[int], str]] = {
+    "u:<pw>@tcp( (each one different)": _distinct("u:{}@tcp(h)/d "),
+    "x://a:<pw>@h (each different)": _distinct("x://a:{}@h "),
+    "curl -u a:<pw> (each different)": _distinct("curl -u a:{} "),
+    "sshpass -p <pw> (each different)": _distinct("sshpass -p {} "),
+    "ghp_<token> (each different)": _distinct("ghp_{} ", 36),
+    "Bearer <token> (each different)": _distinct("Bearer {} ", 24),
+    "password=<pw> lines (each diff.)": _distinct("password={}\n"),
+}
+
+# provider keys set in the environment the consultation sees: their values are scrubbed from the context too
+_ENVIRON = {"OPENAI_API_KEY": "sk-proj-" + "Zx8Cv7Bn6Mq5Wl4Ek3Rt2Yu1Io0Pa9Sd",
+            "ANTHROPIC_API_KEY": "sk-ant-api03-" + "Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz9Xc",
+            "MISTRAL_API_KEY": "Lk9Jh8Gf7Ds6Ap5Ow4Ie3Ur2Yt1Re0Wq"}
+
+
+class _UserPath:
+    """A consultation's settings with one context file, whose content each measurement replaces."""
+
+    def __init__(self, home: Path) -> None:
+        os.environ["CONCLAVE_HOME"] = str(home)
+        from conclave.api import compose_settings
+        from conclave.engine.interaction import Interaction
+
+        self.path = home / "context.txt"
+        self.path.write_text("")
+        self.settings: Any = compose_settings("Is it safe to share this log?", [f"context=[{self.path}]"])
+        self.interaction = Interaction.non_interactive()
+
+    def seconds(self, text: str, repeat: int) -> float:
+        from conclave.engine.inputs import prepare_inputs
+
+        self.path.write_text(text, encoding="utf-8")
+        best = float("inf")
+        for _ in range(repeat):
+            started = time.process_time()
+            prepare_inputs(self.settings, self.interaction, environ=_ENVIRON)
+            best = min(best, time.process_time() - started)
+        return best
+
+
+def _row(user: _UserPath, name: str, make: Callable[[int], str], size: int, repeat: int) -> tuple[float, float]:
     small, large = make(size // 2)[: size // 2], make(size)[:size]
-    t_small, t_large = _seconds(small, repeat), _seconds(large, repeat)
+    t_small, t_large = user.seconds(small, repeat), user.seconds(large, repeat)
     mbps = len(large.encode()) / 1e6 / t_large
     ratio = t_large / t_small if t_small > 0 else float("nan")
-    print(f"| {name:<34} | {mbps:9.2f} | {ratio:10.2f} |")
+    print(f"| {name:<34} | {mbps:9.2f} | {mbps / GOAL_MBPS:6.2f} | {ratio:10.2f} |")
     return mbps, ratio
 
 
@@ -118,16 +170,22 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=2.0, help="size of each input in MB (default 2)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per input; the best is kept (default 3)")
     args = parser.parse_args()
-    size = int(args.mb * 1_000_000)
+    size = int(min(args.mb, 2.0) * 1_000_000)
 
-    print("Scrubber throughput (MB/s at full size) and scaling (time at full size / time at half size).\n")
-    print(f"| {'input':<34} | {'MB/s':>9} | {'2x / 1x':>10} |")
-    print(f"|{'-' * 36}|{'-' * 11}|{'-' * 12}|")
-    normal, _ = _row("ordinary text with some secrets", _normal, size, args.repeat)
-    worst, worst_ratio = float("inf"), 0.0
-    for name, make in ADVERSARIAL.items():
-        mbps, ratio = _row(name, make, size, args.repeat)
-        worst, worst_ratio = min(worst, mbps), max(worst_ratio, ratio)
+    print("Scrubbing a context file on the user's path (prepare_inputs): MB/s at full size, that / the goal, and\n"
+          "scaling (time at full size / time at half size), all measured in this run.\n")
+    print(f"| {'input':<34} | {'MB/s':>9} | {'x goal':>6} | {'2x / 1x':>10} |")
+    print(f"|{'-' * 36}|{'-' * 11}|{'-' * 8}|{'-' * 12}|")
+    worst, worst_ratio, worst_distinct = float("inf"), 0.0, float("inf")
+    with tempfile.TemporaryDirectory() as home:
+        user = _UserPath(Path(home))
+        normal, _ = _row(user, "ordinary text with some secrets", _normal, size, args.repeat)
+        for name, make in ADVERSARIAL.items():
+            mbps, ratio = _row(user, name, make, size, args.repeat)
+            worst, worst_ratio = min(worst, mbps), max(worst_ratio, ratio)
+        for name, make in DISTINCT.items():
+            mbps, ratio = _row(user, name, make, size, args.repeat)
+            worst_distinct, worst_ratio = min(worst_distinct, mbps), max(worst_ratio, ratio)
 
     missed = [p for p in POSITIVES if any(secret in scrub(p.text)[0] for secret in p.secrets)]
     changed = [n for n in NEGATIVES if scrub(n.text)[0] != n.text]
@@ -140,6 +198,8 @@ def main() -> None:
     print()
     print(f"ordinary text:           {normal:8.1f} MB/s")
     print(f"adversarial, slowest:    {worst:8.1f} MB/s   goal >= {GOAL_MBPS:.0f} MB/s: {verdict(worst >= GOAL_MBPS)}")
+    print(f"distinct secrets, slowest:{worst_distinct:7.1f} MB/s   goal >= {GOAL_MBPS:.0f} MB/s: "
+          f"{verdict(worst_distinct >= GOAL_MBPS)}")
     print(f"adversarial, worst 2x/1x:{worst_ratio:8.2f}        (linear ~2, quadratic ~4)")
     print(f"recall:                  {recall:8.1%}        ({len(POSITIVES) - len(missed)}/{len(POSITIVES)} formats) "
           f"goal >= {GOAL_RECALL:.0%}: {verdict(recall >= GOAL_RECALL)}")

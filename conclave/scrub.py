@@ -22,7 +22,10 @@ holds, and a rule scans only its chunks (a token rule only its keywords' lines; 
 matched as a literal in the lower-cased text). The assignment and ``.pgpass`` rules run only on lines an RE2 guard
 finds. Matches found a few at a time become edits applied once at the end; a window with many matches is
 rewritten in one ``re.split``/``join`` pass with the checks run once per distinct value, so text dense with
-secrets costs no Python call per match.
+secrets costs no Python call per match. There, each string the regex engine hands back costs about as much as
+matching, so a rewrite takes out as few per match as it can: none for a rule whose regex refuses look-alikes
+itself (token formats, URL and DSN passwords: ``re.subn`` with the placeholder), only the whole match when the
+matches repeat (each distinct one is parsed and checked once), the value and what varies around it otherwise.
 """
 
 from __future__ import annotations
@@ -117,6 +120,12 @@ class _Rule:
     def match_groups(self) -> tuple[str | int, ...]:
         """``check_groups`` as groups of :attr:`pattern` (0, the whole match, for a ``secret`` it does not name)."""
         return tuple(name if name in self.pattern.groupindex else 0 for name in self.check_groups)
+
+    @functools.cached_property
+    def pure(self) -> bool:
+        """Every match is redacted alike, unless its value holds an earlier redaction: the regex itself refuses
+        what is not a secret, so text without placeholders can be rewritten without looking at the values."""
+        return self.accept is None and isinstance(self.kind, str)
 
     @functools.cached_property
     def split_form(self) -> _SplitForm:
@@ -342,15 +351,11 @@ def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
 
 # ------------------------------------------------------------------------------------ credentials by syntax
 
-def _url_password(values: Values) -> bool:
-    """A password in a URL or DSN, not a template slot (``${DB_PASSWORD}``, ``%s``, ``{{ pw }}``, ``<pw>``)."""
-    value = values[0] or ""
-    return (not value.startswith(("$", "%", "{", "<")) and not _QUOTED_REFERENCE.match(value)
-            and not _PLACEHOLDER_WORD.fullmatch(value))
-
-
-# a word in capitals standing for the secret in documentation: user:PASSWORD@host, -p PW
-_PLACEHOLDER_WORD = re.compile(r"PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY")
+# A password in a URL or DSN, not a template slot (``${DB_PASSWORD}``, ``%s``, ``{{ pw }}``, ``<pw>``), a mask
+# (``****``, ``xxxx``) or a word in capitals standing for it in documentation (``user:PASSWORD@host``). Written
+# as a lookahead at the value's start (the value always runs up to the "@" that ends it), so the regex engine
+# refuses these itself: a line dense with DSNs is rewritten without a Python call per match.
+_URL_PASSWORD_CHECK = r"(?![$%{<]|(?=[*xXPSTA])(?:\*+|[xX]{4,}|PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY)@)"
 
 
 def _docker_auth(values: Values) -> bool:
@@ -359,16 +364,37 @@ def _docker_auth(values: Values) -> bool:
     return len(value) >= 8 and not value.isalpha()
 
 
-def _flag_password(values: Values) -> bool:
-    """A password given to a command-line flag: a literal, not the next flag."""
-    value = values[0] or ""
-    return _plain_value(value) and not value.startswith("-")
+@dataclass(frozen=True)
+class _Refuses:
+    """A check written as one regex: a value is refused where ``pattern`` (multi-line) matches at its start.
+
+    The same regex, run once over many distinct values joined by line breaks, checks them all in one pass of the
+    regex engine (:func:`_verdicts`): text dense with secrets that all differ (a dump of credentials) then costs
+    no Python call per value."""
+
+    source: str
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.source, re.MULTILINE)
+
+    def __call__(self, values: Values) -> bool:
+        return self.pattern.match(values[0] or "") is None
+
+    @functools.cached_property
+    def lines(self) -> re.Pattern[str]:
+        """Each refused line whole (group 1), in text of values each after a line break. The line break, a literal,
+        is what the regex engine searches for: a pattern starting with "^" would be tried at every position."""
+        return re.compile(rf"\n((?:{self.source})[^\n]*)", re.MULTILINE)
 
 
-def _user_password(values: Values) -> bool:
-    """``curl -u user:PW`` (or wget, httpie); not ``docker run -u 1000:1000``."""
-    value = values[0] or ""
-    return _plain_value(value) and not value.isdigit()
+# What _plain_value refuses, as a regex on one value (which never holds a line break): shorter than 4, a call, an
+# index or an ellipsis anywhere, or a reference at its start (_REFERENCE_START, whose "$" ends the value).
+_NOT_PLAIN = rf"[^\n]{{0,3}}$|[^\n]*?[(\[…]|[^\n]*?\.\.\.|{_REFERENCE_START.pattern}"
+# A password given to a command-line flag: a literal, not the next flag.
+_flag_password = _Refuses(rf"-|{_NOT_PLAIN}")
+# curl -u user:PW (or wget, httpie): a literal, not a number (docker run -u 1000:1000).
+_user_password = _Refuses(rf"\d+$|{_NOT_PLAIN}")
 
 
 def _command(*words: tuple[str, str]) -> tuple[re.Pattern[str], ...]:
@@ -390,13 +416,14 @@ _STRUCTURAL: tuple[_Rule, ...] = (
           keywords=("mistral_api_key",)),
     # scheme://user:PASSWORD@host keeps the user (useful context) and drops the password; the user may be empty
     # (redis://:PASSWORD@host).
-    _rule("url_password", r"://[^\s:/@]{0,256}:(?P<secret>[^\s@/]{1,512})@", _url_password, keywords=("://",)),
+    _rule("url_password", rf"://[^\s:/@]{{0,256}}+:(?P<secret>{_URL_PASSWORD_CHECK}[^\s@/]{{1,512}}+)@",
+          keywords=("://",)),
     # Go's database/sql DSN: user:PASSWORD@tcp(host:3306)/db (also unix(...)).
     # The match is ":" and the password (user and address are lookarounds), so a line dense with DSNs is
     # rewritten by the regex engine in one pass.
     _rule("url_password",
-          r":(?<=[A-Za-z0-9_.-]:)(?P<secret>[^\s:@/()'\"]{1,256})(?=@(?:tcp|tcp6|unix|udp)\()",
-          _url_password, keywords=("@tcp(", "@tcp6(", "@unix(", "@udp(")),
+          rf":(?<=[A-Za-z0-9_.-]:)(?P<secret>{_URL_PASSWORD_CHECK}[^\s:@/()'\"]{{1,256}}+)(?=@(?:tcp|tcp6|unix|udp)\()",
+          keywords=("@tcp(", "@tcp6(", "@unix(", "@udp(")),
     # Authorization headers, matched in the lower-cased text where the header name is a literal.
     _rule("basic_auth",
           r"authorization(?<=\bauthorization)[\"']?[ \t]*[:=][ \t]*[\"']?basic[ \t]+"
@@ -410,7 +437,7 @@ _STRUCTURAL: tuple[_Rule, ...] = (
     _rule("password",
           r"(?:machine(?<=\bmachine)[ \t]+[^\s]{1,256}|default(?<=\bdefault))"
           r"(?:\s{1,64}(?:login|account)[ \t]+[^\s]{1,256}){0,2}\s{1,64}password[ \t]+(?P<secret>[^\s]{1,256})",
-          lambda values: _plain_value(values[0] or ""), keywords=("machine", "default")),
+          _Refuses(_NOT_PLAIN), keywords=("machine", "default")),
     # Docker config.json: {"auths": {"registry": {"auth": "base64(user:password)"}}}
     _rule("docker_auth", r"\"auth\"[ \t]*:[ \t]*\"(?P<secret>[A-Za-z0-9+/]{4,}={0,2})\"", _docker_auth,
           keywords=('"auth"',)),
@@ -421,18 +448,18 @@ _STRUCTURAL: tuple[_Rule, ...] = (
     # Command lines. A flag's password counts only after its command on the same line: curl -u user:PASSWORD
     # (wget, httpie), sshpass -p PASSWORD (or -pPASSWORD), mysql -pPASSWORD (for mysql a space makes the next
     # word the database), redis-cli -a PASSWORD; --password PASSWORD after any command.
-    _rule("password", r"""-(?<=\s-)(?:u|-user)(?:[ \t]+|=)?["']?[^\s:"'`]{1,256}:(?P<secret>[^\s"'`]{1,256})""",
-          _user_password, keywords=("curl", "wget", "http"), where="command",
+    _rule("password", r"""-(?<=\s-)(?:u|-user)(?:[ \t]++|=)?+["']?+[^\s:"'`]{1,256}+:"""
+          r"""(?P<secret>[^\s"'`]{1,256}+)""", _user_password, keywords=("curl", "wget", "http"), where="command",
           finder=_command(("curl", ""), ("wget", ""), ("http", "s?"))),
-    _rule("password", r"""-(?<=\s-)p[ \t]*["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+    _rule("password", r"""-(?<=\s-)p[ \t]*+["']?+(?P<secret>[^\s"'`]{1,256}+)""", _flag_password,
           keywords=("sshpass",), where="command", finder=_command(("sshpass", ""))),
-    _rule("password", r"""-(?<=\s-)p["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+    _rule("password", r"""-(?<=\s-)p["']?+(?P<secret>[^\s"'`]{1,256}+)""", _flag_password,
           keywords=("mysql", "mariadb"), where="command",
           finder=_command(("m", "(?:ysql(?:dump|admin|import|sh)?|ariadb(?:-dump)?)"))),
-    _rule("password", r"""-(?<=\s-)a[ \t]*["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
+    _rule("password", r"""-(?<=\s-)a[ \t]*+["']?+(?P<secret>[^\s"'`]{1,256}+)""", _flag_password,
           keywords=("redis-cli",), where="command", finder=_command(("redis-cli", ""))),
-    _rule("password", r"""--password(?<=\s--password)[ \t]+["']?(?P<secret>[^\s"'`]{1,256})""", _flag_password,
-          keywords=("--password",)),
+    _rule("password", r"""--password(?<=\s--password)[ \t]++["']?+(?P<secret>[^\s"'`]{1,256}+)""",
+          _flag_password, keywords=("--password",)),
 )
 
 # ------------------------------------------------------------------------------------- named assignments
@@ -587,6 +614,7 @@ class _View:
         self.text = text
         self._lowered: str | None = None
         self._ascii: bytes | None = None
+        self._raw_ascii: bytes | None = None
         self._chunks: list[tuple[int, set[str]]] | None = None
         self.starts: list[int] = []
         self.ends: list[int] = []
@@ -594,7 +622,7 @@ class _View:
 
     def replace(self, text: str) -> None:
         if text is not self.text:
-            self.text, self._lowered, self._ascii, self._chunks = text, None, None, None
+            self.text, self._lowered, self._ascii, self._raw_ascii, self._chunks = text, None, None, None, None
 
     def chunks(self) -> list[tuple[int, set[str]]]:
         """(start, the keywords found from there to the chunk's end, or running past it) for each
@@ -611,13 +639,21 @@ class _View:
         widened to whole lines and ``reach`` characters further, overlapping ones merged."""
         text, wanted = self.text, set(keywords)
         spans: list[tuple[int, int]] = []
+        # Every search starts where the one before stopped (a span ends at a line break or at the end): on a
+        # text that is one long line, each chunk must not scan back to its start or on to its end again.
+        newline = -2  # the first line break at or after the last position searched from (-1: none)
         for lo, present in self.chunks():
             if present.isdisjoint(wanted):
                 continue
             hi = min(lo + _CHUNK, len(text))
-            start = spans.pop()[0] if spans and lo <= spans[-1][1] else text.rfind("\n", 0, lo) + 1
-            end = text.find("\n", min(hi + reach, len(text)))
-            spans.append((start, len(text) if end == -1 else end))
+            if spans and lo <= spans[-1][1]:
+                start = spans.pop()[0]
+            else:
+                start = text.rfind("\n", spans[-1][1] if spans else 0, lo) + 1
+            after = min(hi + reach, len(text))
+            if newline != -1 and newline < after:
+                newline = text.find("\n", after)
+            spans.append((start, len(text) if newline == -1 else newline))
         return spans
 
     def claim(self, start: int, end: int, placeholder: str) -> bool:
@@ -657,6 +693,13 @@ class _View:
             self._ascii = self.lowered.encode("ascii", "replace")
         return self._ascii
 
+    @property
+    def raw_ascii(self) -> bytes:
+        """``text`` as ``ascii`` is ``lowered``: one byte per character, "?" for every non-ASCII one."""
+        if self._raw_ascii is None:
+            self._raw_ascii = self.text.encode("ascii", "replace")
+        return self._raw_ascii
+
 
 _ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
@@ -675,9 +718,13 @@ def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
     if rule.where in ("text", "lines", "keywords"):  # a regex tried at every position: only near keywords
         return [span for lo, hi in view.ranges(rule.keywords, reach)
                 for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi, reach)]
-    if rule.where == "guard":
-        return _guarded_lines(_re2_finder(rule.finder), text, view.ascii)
+    if rule.where == "guard":  # a guard without letters reads the text as it is: no need to lower-case it first
+        return _guarded_lines(_re2_finder(rule.finder), text,
+                              view.ascii if _LETTER.search(_ESCAPE.sub(b"", rule.finder)) else view.raw_ascii)
     return _command_lines(rule.finder, text, view.lowered)
+
+
+_LETTER, _ESCAPE = re.compile(rb"[A-Za-z]"), re.compile(rb"\\.")
 
 
 @functools.cache
@@ -706,7 +753,7 @@ def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int =
         if not found:
             return spans
         at = min(found)
-        start = max(lo, text.rfind("\n", lo, at) + 1)
+        start = max(lo, text.rfind("\n", spans[-1][1] if spans else lo, at) + 1)  # never back past the last span
         end = text.find("\n", min(at + reach, hi), hi)
         end = hi if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
@@ -764,24 +811,28 @@ def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
     window holds many."""
     verdicts: dict[Values, str | None] = {}  # lines repeat (config blocks, logs): each distinct match checked once
     for start, end in _windows(rule, view):
-        if not _edit(rule, view, start, end, counts, verdicts):
+        sample = _edit(rule, view, start, end, counts, verdicts)
+        if sample is not None:
             view.materialized()  # dense: apply the edits so far, then rewrite the text in one pass per window
             pieces, last, text = [], 0, view.text
+            # the first matches repeat (a line or command copied many times): take whole matches out, not values
+            repeating = len(set(sample)) <= _FEW
             for start_, end_ in _windows(rule, view):
-                new = _rewrite(rule, text, start_, end_, counts)
+                new = _rewrite(rule, text, start_, end_, counts, repeating)
                 if new is not None:
                     pieces += [text[last:start_], new]
                     last = end_
             if pieces:
                 pieces.append(text[last:])
-                view.replace("".join(pieces))
+                view.replace(pieces[1] if len(pieces) == 3 and not pieces[0] and not pieces[2] else "".join(pieces))
             return
 
 
 def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int],
-          verdicts: dict[Values, str | None]) -> bool:
-    """Record the rule's accepted matches in ``text[start:end]`` as edits; False (nothing recorded) when the
-    window holds more than :data:`_DENSE` matches of a rule that can be rewritten in one pass instead.
+          verdicts: dict[Values, str | None]) -> list[str] | None:
+    """Record the rule's accepted matches in ``text[start:end]`` as edits; when the window holds more than
+    :data:`_DENSE` matches of a rule that can be rewritten in one pass instead, record nothing and return the
+    first matches' texts.
 
     A rule written for the lower-cased text is matched there; its checks and redactions use the original text at
     the same positions."""
@@ -791,7 +842,7 @@ def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]
     if not rule.lowered:
         first = list(itertools.islice(matches, _DENSE + 1))
         if len(first) > _DENSE:
-            return False
+            return [match.group() for match in first]
         matches = iter(first)
     groups, value_groups = rule.match_groups, rule.value_groups
     found: dict[str, int] = {}
@@ -808,21 +859,32 @@ def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int]
             found[placeholder] = found.get(placeholder, 0) + 1
     for placeholder, n in found.items():
         _count([placeholder], counts, n)
-    return True
+    return None
 
 
-def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int]) -> str | None:
+def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int],
+             repeating: bool = False) -> str | None:
     """The window ``text[start:end]`` with the rule's accepted matches redacted (None: nothing to redact).
 
     ``re.split`` with the rule's groups hands back, in one call into the regex engine, every stretch between
     matches and every group of every match; the checks run once per distinct value, and the window is put back
     together with the accepted values replaced: no Python call per match, so text dense with matches (a line of
     DSNs, a minified file) costs little more than the regex engine's own pass. Values redacted before hold a
-    placeholder and are left as they are."""
+    placeholder and are left as they are. ``repeating``: the window's first matches are few distinct texts.
+
+    Each string ``split`` makes costs about as much as the regex engine's work on a short match, so the forms
+    below take as few strings per match out of the text as the rule allows."""
     form = rule.split_form
     window = text if start == 0 and end == len(text) else text[start:end]
+    if rule.pure and form.bare is not None and PLACEHOLDER_PREFIX not in window:
+        return _rewrite_bare(rule, window, counts)
     if form.lead is not None:  # a match is a fixed text and the value: split keeps the values only
         return _rewrite_values(rule, form.lead, window, counts)
+    if repeating and form.whole is not None:
+        try:
+            return _rewrite_wholes(rule, window, counts)
+        except _TooMany:
+            pass
     parts = form.pattern.split(window)
     if len(parts) == 1:
         return None
@@ -830,7 +892,7 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
     columns = form.check_columns(rule.check_groups)
     if len(columns) == 1:  # the usual case: plain strings, no tuple per match
         checked: list[Any] = parts[columns[0]::stride]
-        verdicts = {value: rule.verdict((value,)) for value in set(checked)}
+        verdicts = _verdicts(rule, set(checked))
     else:
         checked = list(zip(*(parts[column::stride] for column in columns), strict=True))
         verdicts = {values: rule.verdict(values) for values in set(checked)}
@@ -855,6 +917,102 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
     return "".join(parts)
 
 
+def _verdicts(rule: _Rule, values: set[str]) -> dict[str, str | None]:
+    """The placeholder for each distinct value of a single-value rule (None: left as it is). Many values with a
+    check written as a regex (:class:`_Refuses`) are checked in one pass over them, one per line."""
+    if len(values) <= _FEW or not isinstance(rule.accept, _Refuses) or not isinstance(rule.kind, str):
+        return {value: rule.verdict((value,)) for value in values}
+    lines = "\n" + "\n".join(values)
+    if lines.count("\n") != len(values):  # pragma: no cover - no value pattern takes a line break
+        return {value: rule.verdict((value,)) for value in values}
+    verdicts: dict[str, str | None] = dict.fromkeys(values, _placeholder(rule.kind))
+    for value in rule.accept.lines.findall(lines):
+        verdicts[value] = None
+    if PLACEHOLDER_PREFIX in lines:
+        for value in values:
+            if PLACEHOLDER_PREFIX in value:
+                verdicts[value] = None
+    return verdicts
+
+
+#: at most this many distinct matches make a window "repeating" (see :func:`_rewrite_wholes`)
+_FEW = 32
+
+
+class _TooMany(Exception):
+    """The window's matches do not repeat after all: rewrite it value by value."""
+
+
+def _rewrite_wholes(rule: _Rule, window: str, counts: dict[str, int]) -> str | None:
+    """:func:`_rewrite` for a window whose matches repeat: ``split`` takes each whole match out (one string per
+    match instead of one per part), each distinct match is parsed again on its own to find and check its value,
+    and the window is joined with each match replaced by its redacted form. Raises :class:`_TooMany` (nothing
+    done) when the window holds more than :data:`_FEW` distinct matches after all."""
+    form = rule.split_form
+    assert form.whole is not None and form.reparse is not None
+    parts = form.whole.split(window)
+    if len(parts) == 1:
+        return None
+    wholes = parts[1::2]
+    distinct = set(wholes)
+    if len(distinct) > _FEW:
+        raise _TooMany
+    redacted: dict[str, str] = {}
+    tally: dict[str, int] = {}
+    for whole in distinct:
+        match = form.reparse.fullmatch(whole)
+        if match is None:  # pragma: no cover - a whole match always parses again (see _SplitForm.of)
+            raise _TooMany
+        placeholder = rule.verdict(tuple(match.group(g) for g in rule.match_groups))
+        if placeholder is None:
+            redacted[whole] = whole
+            continue
+        a, b = next((match.span(g) for g in rule.value_groups if match.start(g) >= 0), match.span())
+        redacted[whole] = whole[:a] + placeholder + whole[b:]
+        tally[placeholder] = tally.get(placeholder, 0) + (len(wholes) if len(distinct) == 1 else wholes.count(whole))
+    if not tally:
+        return None
+    for placeholder, n in tally.items():
+        _count([placeholder], counts, n)
+    if len(distinct) == 1:
+        return redacted[wholes[0]].join(parts[0::2])
+    parts[1::2] = list(map(redacted.__getitem__, wholes))
+    return "".join(parts)
+
+
+def _rewrite_bare(rule: _Rule, window: str, counts: dict[str, int]) -> str | None:
+    """:func:`_rewrite` for a rule whose regex refuses what is not a secret, on text holding no placeholder:
+    every match is redacted alike, so the values are never taken out of the text. A match that is fixed text
+    around the value is replaced by the regex engine itself; otherwise ``split`` hands back the text between
+    matches and the varying parts around each value, and the placeholder goes in between, all without a
+    Python call or a string per match beyond those parts."""
+    form = rule.split_form
+    assert form.bare is not None and isinstance(rule.kind, str)
+    placeholder = _placeholder(rule.kind)
+    fixed = form.bare_pre + placeholder + form.bare_post
+    groups = form.bare.groups
+    if not groups:
+        new, n = form.bare.subn(fixed.replace("\\", "\\\\"), window)
+    else:
+        parts = form.bare.split(window)
+        n = (len(parts) - 1) // (groups + 1)
+        if n:
+            stride = groups + 2  # the text before a match, its captured parts, the placeholder between them
+            pieces = [fixed] * (stride * n + 1)
+            pieces[0::stride] = parts[0::groups + 1]
+            column = 1
+            if "_pre" in form.bare.groupindex:
+                pieces[1::stride] = parts[1::groups + 1]
+                column = 2
+            if "_post" in form.bare.groupindex:
+                pieces[column + 1::stride] = parts[groups::groups + 1]
+            new = "".join(pieces)
+    if not n:
+        return None
+    _count([placeholder], counts, n)
+    return new
+
+
 def _rewrite_values(rule: _Rule, lead: str, window: str, counts: dict[str, int]) -> str | None:
     """:func:`_rewrite` for a rule whose every match is ``lead`` followed by the value: ``split`` returns the text
     between matches and the values, and when every match is redacted alike the window is one ``join``."""
@@ -863,7 +1021,7 @@ def _rewrite_values(rule: _Rule, lead: str, window: str, counts: dict[str, int])
     if len(parts) == 1:
         return None
     values = parts[1::2]
-    verdicts = {value: rule.verdict((value,)) for value in set(values)}
+    verdicts = _verdicts(rule, set(values))
     distinct = set(verdicts.values())
     if distinct == {None}:
         return None
@@ -897,6 +1055,18 @@ class _SplitForm:
     blank: tuple[int, ...]  # columns of groups nested in the others: emptied before joining, or text would repeat
     #: when every match is this text (lookarounds aside) followed by the value and nothing else: the text
     lead: str | None = None
+    #: the pattern with the value not captured, and the parts around it captured only when they vary (a part that
+    #: is always the same text is put back with the placeholder): for rewriting without looking at the values;
+    #: None when other groups would be captured too
+    bare: re.Pattern[str] | None = None
+    #: the fixed text before and after the value in a match of :attr:`bare` ("" where that part is captured)
+    bare_pre: str = ""
+    bare_post: str = ""
+    #: the pattern capturing each whole match and nothing else, and the rule's pattern for parsing a whole match
+    #: on its own (its leading word-boundary lookbehind dropped); None where a match could parse differently out
+    #: of its text (any other lookaround or anchor)
+    whole: re.Pattern[str] | None = None
+    reparse: re.Pattern[str] | None = None
 
     @classmethod
     def of(cls, pattern: re.Pattern[str]) -> _SplitForm:
@@ -911,8 +1081,16 @@ class _SplitForm:
             pre = f"(?P<_pre>{body[:open_at]})" if open_at else ""
             post = f"(?P<_post>{body[close_at + 1:]})" if body[close_at + 1:] else ""
             split = f"{head}{pre}{body[open_at:close_at + 1]}{post}"
+            bare_pre, bare_post = _fixed_text(body[:open_at]), _fixed_text(body[close_at + 1:])
+            bare = (f"{head}{pre if bare_pre is None else body[:open_at]}"
+                    f"(?:{body[open_at + len('(?P<secret>'):close_at]})"
+                    f"{post if bare_post is None else body[close_at + 1:]}")
         else:
             split = f"{head}(?P<secret>{body})"
+            bare, bare_pre, bare_post = source, "", ""
+        bare_compiled: re.Pattern[str] | None = re.compile(bare)
+        if bare_compiled is not None and bare_compiled.groups != (bare_pre is None) + (bare_post is None):
+            bare_compiled = None
         compiled = re.compile(split)
         keep = {compiled.groupindex[name] for name in ("_pre", "secret", "_post") if name in compiled.groupindex}
         blank = tuple(column for column in range(1, compiled.groups + 1) if column not in keep)
@@ -923,17 +1101,61 @@ class _SplitForm:
             else:
                 before, after = _LEAD.fullmatch(body[:open_at]), _LOOKAROUNDS.fullmatch(body[close_at + 1:])
                 lead = before.group(1) if before and after else None
-        return cls(compiled, compiled.groups + 1, compiled.groupindex["secret"], blank, lead)
+        whole = reparse = None
+        unbounded = _LEADING_LOOKBEHIND.sub(r"\1", body, count=1)
+        if pattern.groups == 1 and "secret" in pattern.groupindex and not _reads_context(unbounded):
+            whole = re.compile(f"{head}({body.replace('(?P<secret>', '(?:', 1)})")
+            reparse = re.compile(f"{head}{unbounded}")
+        return cls(compiled, compiled.groups + 1, compiled.groupindex["secret"], blank, lead, bare_compiled,
+                   bare_pre or "", bare_post or "", whole, reparse)
 
     def check_columns(self, groups: tuple[str, ...]) -> list[int]:
         return [self.pattern.groupindex[name] for name in groups]
 
 
 _GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+
+
+def _fixed_text(source: str) -> str | None:
+    """The text a pattern part always matches (plain characters, then lookarounds), or None if it varies."""
+    lead = _LEAD.fullmatch(source)
+    if lead is not None:
+        return lead.group(1)
+    literal = _LITERAL_TEXT.match(source)
+    end = literal.end() if literal is not None else 0
+    return source[:end] if _LOOKAROUNDS.fullmatch(source, end) else None
+
+
+_LITERAL_TEXT = re.compile(r"[A-Za-z0-9:@_ -]*")
+# "literal(?<=\bliteral)" at a pattern's start: the word boundary the rule files write after the literal
+_LEADING_LOOKBEHIND = re.compile(r"^([A-Za-z0-9_-]+)\(\?<=[^()]*\)")
+
+
+def _reads_context(source: str) -> bool:
+    """Whether a pattern looks at text around what it consumes: a lookaround, an anchor or word boundary (or a
+    backreference, which this conservatively counts too)."""
+    from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+
+    def reads(items: Any) -> bool:
+        for op, arg in items:
+            if op in (sre_constants.AT, sre_constants.ASSERT, sre_constants.ASSERT_NOT, sre_constants.GROUPREF,
+                      sre_constants.GROUPREF_EXISTS):
+                return True
+            if op == sre_constants.BRANCH and any(reads(branch) for branch in arg[1]):
+                return True
+            if op == sre_constants.SUBPATTERN and reads(arg[-1]):
+                return True
+            if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT,
+                      sre_constants.ATOMIC_GROUP) and reads(arg[-1] if op != sre_constants.ATOMIC_GROUP else arg):
+                return True
+        return False
+
+    return reads(sre_parse.parse(source).data)
 # a pattern part that is plain characters (group 1) then lookbehinds, or only lookarounds (simple ones: no nested
 # groups), so the text it matches is known without matching
 _LEAD = re.compile(r"([A-Za-z0-9:@_ -]*)((?:\(\?<[=!][^()]*\))*)")
-_LOOKAROUNDS = re.compile(r"(?:\(\?<?[=!](?:[^()]|\((?:\?:)?[^()]*\))*\))*")
+_LOOKAROUNDS = re.compile(r"(?:\(\?<?[=!](?:\\.|[^()\\]|\((?:\?:)?(?:\\.|[^()\\])*\))*\))*")
 
 
 def _closing_paren(source: str, open_at: int) -> int:

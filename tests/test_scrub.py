@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conclave.scrub import _RULES, ScrubReport, load_token_rules, scrub
+import conclave.scrub as scrub_module
+from conclave.scrub import _RULES, ScrubReport, _plain_value, load_token_rules, scrub
 from conclave.testing.secret_corpus import NEGATIVES, POSITIVES
 
 # Fake secrets with the real shapes (random-looking, never issued).
@@ -419,3 +420,78 @@ def test_a_long_putty_key_at_the_end_of_a_chunk_is_redacted_to_its_last_line() -
     scrubbed, report = scrub(text)
     assert report.by_type == {"private_key": 1}
     assert not any(line in scrubbed for line in lines)
+
+
+# The same secrets, once and repeated hundreds of times on one line (each rewrite form: fixed text around the
+# value, varying text around it, whole matches that repeat, values checked one by one), and a refused look-alike
+# next to each: the dense rewrite must redact and count exactly what scrubbing each copy alone does.
+_DENSE_UNITS = [
+    "app:s3cret@tcp(db:3306)/x ", "app:${DB_PASSWORD}@tcp(db)/x ", "u:PASSWORD@unix(/s)/d ", "u:****@tcp(h)/d ",
+    "redis://:Hx92kLq0@cache:6379/0 ", "https://u:xxxx@h/ ", "postgres://a:{{ pw }}@h/d ",
+    "sshpass -p hunter22 ssh h\n", "sshpass -p $PW ssh h\n", "curl -u admin:Secr3t99 https://h\n",
+    "curl -u a:settings.DB_PASSWORD https://h\n", "docker run -u 1000:1000 app; curl -u 1000:1000 h\n",
+    "mysql -pS3cret! shop\n", "redis-cli -a r3dis!pw ping\n", "x --password hunter22 y\n",
+    'Authorization: Bearer 3q9Zx7Lm2Kp8Vw4Rt6Yu1Io5\n', '"auth": "dXNlcjpwYXNzd29yZA=="\n',
+    "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngPurp0s3s0n1y ", "sk-T7qXk2Lm9Pw4Rz8Nc3Vb6Hd1Jf5Gs0Ya2Ue7Io4Kl9Mn3Bv8Cx ",
+    "db.example.com:5432:shop:app:s3cr3t-pw\n",
+]
+
+
+@pytest.mark.parametrize("unit", _DENSE_UNITS)
+def test_a_dense_line_is_redacted_and_counted_as_each_copy_alone(unit: str) -> None:
+    alone, report = scrub(unit)
+    dense, dense_report = scrub(unit * 400)
+    assert dense == alone * 400
+    assert dense_report.by_type == {kind: 400 * n for kind, n in report.by_type.items()}
+
+
+def test_a_dense_line_of_distinct_secrets_is_fully_redacted() -> None:
+    # every value differs (a dump of credentials): no rewrite may rely on the matches repeating
+    line = "".join(f"sshpass -p pw{i:05d}x ssh h; " for i in range(600))
+    scrubbed, report = scrub(line)
+    assert scrubbed == "sshpass -p [REDACTED_PASSWORD] ssh h; " * 600
+    assert report.by_type == {"password": 600}
+
+
+@pytest.mark.parametrize("command", ["sshpass -p {} ssh h; ", "curl -u a:{} h\n", "mysql -p{} shop\n"])
+def test_distinct_values_checked_together_get_the_verdict_each_gets_alone(command: str) -> None:
+    # Many distinct values are checked in one regex pass over all of them (_verdicts): references, templates,
+    # numbers and short values among them must stay, as they do when each line is scrubbed alone.
+    look_alikes = ["$PW", "settings.db.pw", "****", "ab", "-x", "1234", "PASSWORD", "a(b)c", "a...b", "none",
+                   "{{pw}}", "<pw>", "%s", "x.y)"]
+    units = [command.format(look_alikes[i % len(look_alikes)] if i % 3 == 0 else f"Pw{i}x!") for i in range(300)]
+    scrubbed, report = scrub("".join(units))
+    alone = [scrub(unit) for unit in units]
+    assert scrubbed == "".join(text for text, _ in alone)
+    assert report.total == sum(r.total for _, r in alone) >= 200  # the generated passwords (and "1234" after -p)
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=12), max_size=40))
+def test_a_check_written_as_a_regex_agrees_with_the_value_checks_and_with_itself_in_bulk(values: list[str]) -> None:
+    values += ["$PW", "settings.DB_PASSWORD", "x.y)", "xxxx", "****", "true", "TOKEN", "a...b", "-p", "1000", "hunter22"]
+    for value in values:
+        assert scrub_module._flag_password((value,)) == (_plain_value(value) and not value.startswith("-")), value
+        assert scrub_module._user_password((value,)) == (_plain_value(value) and not value.isdecimal()), value
+    for check in (scrub_module._flag_password, scrub_module._user_password):
+        alone = {value for value in values if not check((value,))}
+        assert set(check.lines.findall("\n" + "\n".join(values))) == alone
+
+
+def test_a_whole_match_parsed_on_its_own_has_the_groups_it_has_in_its_text() -> None:
+    # Text dense with repeating matches is rewritten by parsing each distinct whole match again out of its text
+    # (_rewrite_wholes): only rules whose matches read nothing around them may be, and for those the parse must
+    # find the same value.
+    texts = [p.text for p in POSITIVES] + [unit * 3 for unit in _DENSE_UNITS]
+    checked = 0
+    for rule in _RULES:
+        if rule.lowered or rule.where == "guard":
+            continue
+        form = rule.split_form
+        if form.whole is None:
+            continue
+        for text in texts:
+            for match in rule.pattern.finditer(text):
+                again = form.reparse.fullmatch(match.group())
+                assert again is not None and again.groupdict() == match.groupdict(), (rule.pattern.pattern, text)
+                checked += 1
+    assert checked >= 20

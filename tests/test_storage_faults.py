@@ -69,6 +69,27 @@ async def test_a_home_that_is_a_file_is_one_line_naming_it(tmp_path: Path) -> No
     assert one_line(err) == f"conclave: cannot create the journal directory {home}: Not a directory"
 
 
+def test_an_index_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path) -> None:
+    # SQLite refuses to open the index (here: a directory where the file should be; a full disk fails the same
+    # way at "PRAGMA journal_mode"): reading commands say so in one line instead of a traceback
+    import subprocess
+
+    home = tmp_path / "home"
+    (home / "index.db").mkdir(parents=True)
+    done = subprocess.run([*CLI, "logs", "list"], env=clean_env(home), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert one_line(done.stderr) == f"conclave logs: cannot open the index {home / 'index.db'}: unable to open database file"
+
+
+def test_an_index_that_is_not_a_database_says_how_to_recreate_it(tmp_path: Path) -> None:
+    from conclave.store.index import IndexOpenError, connect
+
+    path = tmp_path / "index.db"
+    path.write_text("not a database, but long enough to look like a file header\n" * 4)
+    with pytest.raises(IndexOpenError, match=r"index\.db: file is not a database; `conclave index rebuild` recreates"):
+        connect(path)
+
+
 @needs_namespace
 async def test_a_read_only_home_is_one_line_naming_it(tmp_path: Path) -> None:
     async with FakeProviderServer() as fake:

@@ -11,6 +11,7 @@ import gc
 import multiprocessing
 import multiprocessing.util
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conclave.errors import StorageError
 from conclave.store.indexer import Batch, build_batch, refresh_totals
-from conclave.store.journal import parse_records
+from conclave.store.journal import os_cause, parse_records
 from conclave.store.paths import StoreLayout, check_consultation_id
 from conclave.store.rollups import refresh_days
 
@@ -33,16 +35,26 @@ LIVE_BUSY_TIMEOUT_S = 2.0
 
 
 def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = None) -> Any:
-    """A sqlite-utils Database on ``path``: WAL, busy timeout, migrations applied (under the write lock)."""
+    """A sqlite-utils Database on ``path``: WAL, busy timeout, migrations applied (under the write lock).
+
+    Raises :class:`IndexOpenError` (one line naming the path and the cause) when the index cannot be opened: a
+    full disk, a read-only or missing home, something else where the file should be, a file that is not an index.
+    """
     from sqlite_utils import Database
 
     from conclave.store.migrations import migrations
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise IndexOpenError(path, os_cause(exc)) from exc
     # isolation_level=None: we issue BEGIN IMMEDIATE ourselves; Python's implicit deferred BEGIN would deadlock
     # concurrent writers into "database is locked".
     timeout = BUSY_TIMEOUT_S if busy_timeout_s is None else busy_timeout_s
-    conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+    try:
+        conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise IndexOpenError(path, _sqlite_cause(exc, path)) from exc
     db = Database(conn)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -51,10 +63,32 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
         if migrate and migrations.pending(db):
             with write_txn(db):
                 migrations.apply(db)  # re-reads what is pending, now that this process holds the lock
+    except sqlite3.Error as exc:
+        db.close()
+        raise IndexOpenError(path, _sqlite_cause(exc, path)) from exc
     except BaseException:
         db.close()
         raise
     return db
+
+
+class IndexOpenError(StorageError):
+    """The index cannot be opened. ``corrupt``: the file is not a SQLite database (``conclave index rebuild``
+    recreates it from the journals)."""
+
+    def __init__(self, path: Path, cause: str) -> None:
+        self.path, self.corrupt = path, "not a database" in cause or "malformed" in cause
+        hint = "; `conclave index rebuild` recreates it from the journals" if self.corrupt else ""
+        super().__init__(f"cannot open the index {path}: {cause}{hint}")
+
+
+def _sqlite_cause(exc: sqlite3.Error, path: Path) -> str:
+    """SQLite's reason, saying so when the disk is full (SQLite often reports only "disk I/O error" then)."""
+    cause = str(exc) or type(exc).__name__
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage(path.parent).free == 0 and "full" not in cause:
+            cause += " (the disk is full)"
+    return cause
 
 
 @contextlib.contextmanager
@@ -348,8 +382,8 @@ def _connect_or_recreate(path: Path) -> Any:
     database is deleted first."""
     try:
         return connect(path, migrate=False)
-    except sqlite3.DatabaseError as exc:
-        if "not a database" not in str(exc) and "malformed" not in str(exc):
+    except IndexOpenError as exc:
+        if not exc.corrupt:
             raise
     for suffix in ("", "-wal", "-shm"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
