@@ -65,6 +65,16 @@ class ProviderSettings(StrictModel):
     prompt_cache: Literal["auto", "on", "off"] = "auto"
     model_path: str | None = None
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_password_in_url(cls, value: str | None) -> str | None:
+        # the configuration is journaled and indexed (resume rebuilds a run from it), so a credential in the URL
+        # would be stored verbatim; keys come from the environment only
+        if value is not None and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError("must not carry credentials (user:password@); the configuration is journaled — "
+                             "give the key through api_key_env (with send_key=always for a custom host)")
+        return value
+
     @field_validator("model_path")
     @classmethod
     def _model_file_exists(cls, value: str | None) -> str | None:
@@ -375,6 +385,8 @@ def _describe_error(err: dict[str, Any]) -> str:
             return 'question: missing — pass the question as the first argument, e.g. conclave "Should we …?"'
         return f"{loc}: required key is missing"
     got = err.get("input")
+    if isinstance(got, str):  # a credential in a URL is never echoed
+        got = re.sub(r"(://)[^/@\s]*@", r"\1***@", got)
     shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
     if re.match(r"^[\w.]+: ", msg) and (not loc or msg.startswith(f"{loc}")):  # validator named its key
         return msg

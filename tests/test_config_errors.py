@@ -92,3 +92,16 @@ def test_settings_are_immutable() -> None:
     with pytest.raises(Exception, match="frozen"):
         settings.rounds = 2  # type: ignore[misc]
     assert isinstance(settings, Settings)
+
+
+def test_a_password_in_a_base_url_is_refused_without_being_echoed() -> None:
+    # the configuration is journaled and indexed, so a credential in a URL would be stored verbatim
+    data = _valid()
+    data["providers"]["openai"]["base_url"] = "https://user:S3cretPw9@proxy.example/v1"
+    with pytest.raises(ConfigError) as exc:
+        settings_from_container(data)
+    line = str(exc.value)
+    assert line.startswith("providers.openai.base_url: must not carry credentials"), line
+    assert "S3cretPw9" not in line and "https://***@proxy.example/v1" in line
+    data["providers"]["openai"]["base_url"] = "https://proxy.example/v1?next=a@b"  # an @ after the host is fine
+    assert settings_from_container(data).providers["openai"].base_url == "https://proxy.example/v1?next=a@b"
