@@ -59,6 +59,7 @@ PARTS = {  # what the layer adds to the prompts, as the breakdown names it
     "artifacts": "claim ids, coverage and statuses in artifacts shown",
 }
 ALL = frozenset(PARTS)
+CLAIMS = 4  # labelled claims per round-1 position
 
 
 def independent(rng: random.Random, agent: str) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def independent(rng: random.Random, agent: str) -> dict[str, Any]:
             "rationale": " ".join(sentence(rng, 16) for _ in range(12)),
             "confidence": round(rng.uniform(0.5, 0.9), 2), "prose_excerpt": sentence(rng, 25),
             "claims": [{"id": str(i), "text": sentence(rng, 14), "label": rng.choice(["FACT", "INFER", "ASSUME"]),
-                        "citations": [1 + i % 2]} for i in range(4)],
+                        "citations": [1 + i % 2]} for i in range(CLAIMS)],
             "references": [{"id": i, "title": sentence(rng, 6), "url": f"https://example.com/{agent}/{i}"}
                            for i in (1, 2)],
             "alternatives": [{"option": sentence(rng, 5), "rejected_because": sentence(rng, 9)} for _ in range(2)],
@@ -74,28 +75,42 @@ def independent(rng: random.Random, agent: str) -> dict[str, Any]:
             "uncertainties": [sentence(rng, 10)]}
 
 
-def reply(rng: random.Random, labels: list[str]) -> dict[str, Any]:
+def cid(agent: int, n: int) -> str:
+    """The state id the engine gives claim ``n`` of agent ``agent`` (agents absorbed in name order)."""
+    return f"C{agent * CLAIMS + n + 1}"
+
+
+def reply(rng: random.Random, labels: list[str], i: int) -> dict[str, Any]:
+    """Agent ``i`` challenges the next agent and opposes that agent's first claim with a new one."""
+    target = (i + 1) % len(labels)
     return {"critique": " ".join(sentence(rng, 15) for _ in range(3)),
-            "challenges": [{"target_agent": labels[0], "challenge": sentence(rng, 14),
+            "challenges": [{"target_agent": labels[target], "challenge": sentence(rng, 14),
                             "evidence": [sentence(rng, 8)]}],
             "defense": " ".join(sentence(rng, 15) for _ in range(2)),
             "revised_position": sentence(rng, 18), "vote": "MINOR", "vote_reason": sentence(rng, 10),
             "confidence": round(rng.uniform(0.5, 0.9), 2),
-            "claims": [{"id": "C2", "text": sentence(rng, 12), "label": "INFER", "citations": [], "opposes": ["C1"]}],
+            "claims": [{"id": "1", "text": sentence(rng, 12), "label": "INFER", "citations": [],
+                        "opposes": [cid(target, 0)]}],
             "references": [], "retracts": []}
 
 
 def synthesis(rng: random.Random, labels: list[str]) -> dict[str, Any]:
+    """A synthesis that accounts for every round-1 claim, as its prompt asks and the coverage check demands:
+    consensus points on agents A and B's claims, tensions between A or B and the last agent, and every claim left
+    over in a unique insight of its author."""
+    last = len(labels) - 1
     out: dict[str, Any] = {
-        "consensus_points": [{"point": sentence(rng, 14), "supporting_agents": labels[:2], "confidence": 0.7}
-                             for _ in range(3)],
-        "tensions": [{"topic": sentence(rng, 4), "viewpoints": [{"agent": a, "viewpoint": sentence(rng, 12)}
-                                                                for a in labels[:2]]} for _ in range(2)],
+        "consensus_points": [{"point": sentence(rng, 14), "supporting_agents": labels[:2], "confidence": 0.7,
+                              "claim_ids": [cid(0, j), cid(1, j)]} for j in range(3)],
+        "tensions": [{"topic": sentence(rng, 4), "viewpoints": [{"agent": labels[a], "viewpoint": sentence(rng, 12)}
+                                                                for a in (t, last)],
+                      "claim_ids": [cid(t, 3), cid(last, t)]} for t in range(2)],
         "priority_order": [sentence(rng, 5) for _ in range(3)]}
-    for item in out["consensus_points"] + out["tensions"]:
-        item["claim_ids"] = ["C1", "C3"]
+    named = {i for item in out["consensus_points"] + out["tensions"] for i in item["claim_ids"]}
     out["partial_coverage"] = []
-    out["unique_insights"] = [{"agent": labels[0], "insight": sentence(rng, 12), "claim_ids": ["C2"]}]
+    out["unique_insights"] = [
+        {"agent": labels[a], "insight": sentence(rng, 12), "claim_ids": left}
+        for a in range(len(labels)) if (left := [cid(a, n) for n in range(CLAIMS) if cid(a, n) not in named])]
     out["blind_spots"] = [sentence(rng, 8)]
     out["verification"] = [{"agent": a, "question_id": q, "passed": True, "reason": sentence(rng, 6)}
                            for a in labels for q in ("U6", "U7", "CV1", "CV2")]
@@ -141,7 +156,7 @@ def debate_tokens(rng: random.Random, agents: int, parts: frozenset[str]) -> int
     question = sentence(rng, 20)
     r1 = {n: independent(rng, n) for n in names}
     syn = synthesis(rng, labels)
-    replies = {label: reply(rng, labels) for label in labels}
+    replies = {label: reply(rng, labels, i) for i, label in enumerate(labels)}
     cross = {"challenges": [{"challenger": labels[1], "target_agent": labels[0], "challenge": sentence(rng, 14),
                              "evidence": [sentence(rng, 8)]}],
              "rebuttals": [{"agent": labels[0], "rebuttal": sentence(rng, 14)}], "unresolved": [sentence(rng, 8)],
@@ -154,8 +169,9 @@ def debate_tokens(rng: random.Random, agents: int, parts: frozenset[str]) -> int
     def block(seat: str | None) -> str:
         if "state" not in parts:
             return ""
-        focus = state.focus(seat, {i for item in syn.get("consensus_points", []) + syn.get("tensions", [])
-                                   + syn.get("unique_insights", []) for i in item.get("claim_ids", [])})
+        named = {i for key in ("consensus_points", "tensions", "partial_coverage", "unique_insights")
+                 for item in syn[key] for i in item["claim_ids"]}  # the engine: every id the judge named
+        focus = state.focus(seat, named if seat is not None else ())
         return state.block(label_of, focus=focus, own=seat, evidence=seat is None)
 
     base = {"question": question, "panel": ", ".join(labels), "absent": "Every panel member is present.",
