@@ -28,7 +28,7 @@ from typing import Any
 from conclave_plugins.strategies import ConvergeStrategy
 
 from conclave.engine.extraction import json_instruction
-from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY
+from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY, claim_ids_in
 from conclave.engine.session import prompt_json
 from conclave.quality.anchors import ANCHORS, anchor_prompt
 from conclave.quality.claims import check_rules, claims_of
@@ -166,12 +166,10 @@ def debate_tokens(rng: random.Random, agents: int, parts: frozenset[str]) -> int
         state.absorb(1, n, r1[n])
     state.round = 1
 
-    def block(seat: str | None) -> str:
+    def block(seat: str | None, *shown: str) -> str:
         if "state" not in parts:
             return ""
-        named = {i for key in ("consensus_points", "tensions", "partial_coverage", "unique_insights")
-                 for item in syn[key] for i in item["claim_ids"]}  # the engine: every id the judge named
-        focus = state.focus(seat, named if seat is not None else ())
+        focus = state.focus(seat, claim_ids_in(shown))
         return state.block(label_of, focus=focus, own=seat, evidence=seat is None)
 
     base = {"question": question, "panel": ", ".join(labels), "absent": "Every panel member is present.",
@@ -194,7 +192,7 @@ def debate_tokens(rng: random.Random, agents: int, parts: frozenset[str]) -> int
     for i, name in enumerate(names):
         total += count_tokens(systems[i] + render(strategy.template("round3_agent").text, {
             **base, "label": labels[i], "own_position": shown(r1[name], parts),
-            "synthesis": shown(syn, parts, "agents"), "debate_state": block(name)}, parts))
+            "synthesis": shown(syn, parts, "agents"), "debate_state": block(name, shown(syn, ALL, "agents"))}, parts))
     for name in names:
         state.absorb(3, name, replies[label_of(name)])
     state.round = 3
