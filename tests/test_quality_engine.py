@@ -308,7 +308,7 @@ async def test_a_synthesis_that_leaves_a_claim_unaccounted_is_a_counted_violatio
     section = render_markdown(run.result.as_dict()).split("## Debate quality", 1)[1]
     assert "The round-2 synthesis left unaccounted (1):" in section and "C2 (architect) is in no consensus" in section
     judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
-    assert "Account for every claim" in judge_prompt  # the judge is asked for it
+    assert "every DEBATE STATE claim must appear in a consensus point" in judge_prompt  # the judge is asked for it
 
 
 @pytest.mark.parametrize(("override", "message"), [
