@@ -6,8 +6,10 @@ and without it — from the same generated artifacts, and counted with the real 
 debate with the layer's parts removed: the labelling rules and anchor in the agents' system prompts, the template
 lines of the layer's fields, the DEBATE STATE blocks, the verification questions, and the layer's fields of the
 artifacts later rounds are shown (claim ids, coverage, claim statuses); everything else (questions, positions,
-rationales, synthesis, replies) is sent in both. Goal: ≤ 15% more input tokens. The breakdown says how much of the
-addition each part is (the debate with everything but that part, subtracted from the whole).
+rationales, synthesis, replies) is sent in both. Each agent makes 4 labelled claims; the synthesis accounts for all
+of them (as its prompt asks); no context is attached (attached files go to every call with and without the layer,
+so they would lower the share). Goal: ≤ 15% more input tokens. The breakdown says how much of the addition each
+part is (the debate with everything but that part, subtracted from the whole).
 Checker time: citation rules + deterministic verification + absorbing into the state, per agent artifact.
 Goal: ≤ 1 ms. Run: ``python bench/quality.py [--debates 20]``.
 
