@@ -116,6 +116,25 @@ async def test_round_3_agents_see_the_debate_state_and_their_anchor(fake_provide
     assert "=== DEBATE STATE ===" not in first
 
 
+def state_block(prompt: str) -> str:
+    """The DEBATE STATE block of a prompt (it ends at the first blank line)."""
+    return "=== DEBATE STATE ===" + prompt.split("=== DEBATE STATE ===", 1)[1].split("\n\n", 1)[0]
+
+
+async def test_an_agent_gets_by_id_only_the_claims_its_prompt_states_the_gist_of(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake)
+    # the round-3 agents are shown the synthesis without its tensions, so nothing in their prompt names C4
+    run = await run_consultation(fake, "filtering.round3.tensions=0")
+    labels = run.result.judge_labels
+    architect = state_block(texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[0]))
+    assert f"{labels['pragmatist']}:\n- open, by id: C3 INFER" in architect  # the consensus point names C3
+    assert "C4" not in architect and "- … 1 other claim(s) not shown here" in architect
+    security = state_block(texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["security"])[0]))
+    assert f"{labels['security']} (you):\n- C4 [FACT]: Signed events make tampering evident." in security
+
+
 async def test_the_engine_numbers_claims_and_evidence_and_the_judge_settles_statuses(
         fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
     fake = fake_provider_server
