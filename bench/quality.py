@@ -1,9 +1,15 @@
 """What the debate-quality layer costs: added input tokens per consultation, and checker time per artifact.
 
-Over generated converge debates (3 and 5 agents, the standard 4 rounds), every call's prompt is built from the
-real templates twice — with the layer (labelling and citation rules, anchors, the DEBATE STATE block, the
-verification questions, the quality fields of the artifacts shown to later rounds) and without it (those
-sections, lines and fields removed) — and counted with the real tokenizer. Goal: ≤ 15% more input tokens.
+Over generated converge debates (3 and 5 agents, the standard 4 rounds), every call's messages (system prompt,
+round prompt and the JSON instruction the engine appends) are built from the real templates twice — with the layer
+and without it — from the same generated artifacts, and counted with the real tokenizer. "Without" is the same
+debate with the layer's parts removed: the labelling rules and anchor in the agents' system prompts, the template
+lines of the layer's fields, the DEBATE STATE blocks, the verification questions, and the layer's fields of the
+artifacts later rounds are shown (claim ids, coverage, claim statuses); everything else (questions, positions,
+rationales, synthesis, replies) is sent in both. Each agent makes 4 labelled claims; the synthesis accounts for all
+of them (as its prompt asks); no context is attached (attached files go to every call with and without the layer,
+so they would lower the share). Goal: ≤ 15% more input tokens. The breakdown says how much of the addition each
+part is (the debate with everything but that part, subtracted from the whole).
 Checker time: citation rules + deterministic verification + absorbing into the state, per agent artifact.
 Goal: ≤ 1 ms. Run: ``python bench/quality.py [--debates 20]``.
 
@@ -23,7 +29,8 @@ from typing import Any
 
 from conclave_plugins.strategies import ConvergeStrategy
 
-from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY
+from conclave.engine.extraction import json_instruction
+from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY, claim_ids_in
 from conclave.engine.session import prompt_json
 from conclave.quality.anchors import ANCHORS, anchor_prompt
 from conclave.quality.claims import check_rules, claims_of
@@ -46,117 +53,157 @@ def sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 
 
-def independent(rng: random.Random, agent: str, layer: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"position": sentence(rng, 18), "key_points": [sentence(rng, 14) for _ in range(3)],
-                           "rationale": " ".join(sentence(rng, 16) for _ in range(12)),
-                           "confidence": round(rng.uniform(0.5, 0.9), 2), "prose_excerpt": sentence(rng, 25)}
-    if layer:
-        out["claims"] = [{"id": str(i), "text": sentence(rng, 14), "label": rng.choice(["FACT", "INFER", "ASSUME"]),
-                          "citations": [1 + i % 2]} for i in range(4)]
-        out["references"] = [{"id": i, "title": sentence(rng, 6), "url": f"https://example.com/{agent}/{i}"}
-                             for i in (1, 2)]
-        out["alternatives"] = [{"option": sentence(rng, 5), "rejected_because": sentence(rng, 9)} for _ in range(2)]
-        out["failure_modes"] = [{"failure": sentence(rng, 6), "mitigation": sentence(rng, 8)} for _ in range(3)]
-        out["uncertainties"] = [sentence(rng, 10)]
-    return out
+PARTS = {  # what the layer adds to the prompts, as the breakdown names it
+    "system": "labelling rules + anchor (agents' system prompts)",
+    "fields": "field lines of the round prompts",
+    "state": "DEBATE STATE blocks",
+    "questions": "verification questions (synthesis judge)",
+    "artifacts": "claim ids, coverage and statuses in artifacts shown",
+}
+ALL = frozenset(PARTS)
+CLAIMS = 4  # labelled claims per round-1 position
 
 
-def reply(rng: random.Random, layer: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"critique": " ".join(sentence(rng, 15) for _ in range(3)),
-                           "challenges": [{"target_agent": "Agent A", "challenge": sentence(rng, 14),
-                                           "evidence": [sentence(rng, 8)]}],
-                           "defense": " ".join(sentence(rng, 15) for _ in range(2)),
-                           "revised_position": sentence(rng, 18)}
-    if layer:
-        out["claims"] = [{"id": "C2", "text": sentence(rng, 12), "label": "INFER", "citations": [],
-                          "opposes": ["C1"]}]
-        out["references"], out["retracts"] = [], []
-    return out
+def independent(rng: random.Random, agent: str) -> dict[str, Any]:
+    return {"position": sentence(rng, 18), "key_points": [sentence(rng, 14) for _ in range(3)],
+            "rationale": " ".join(sentence(rng, 16) for _ in range(12)),
+            "confidence": round(rng.uniform(0.5, 0.9), 2), "prose_excerpt": sentence(rng, 25),
+            "claims": [{"id": str(i), "text": sentence(rng, 14), "label": rng.choice(["FACT", "INFER", "ASSUME"]),
+                        "citations": [1 + i % 2]} for i in range(CLAIMS)],
+            "references": [{"id": i, "title": sentence(rng, 6), "url": f"https://example.com/{agent}/{i}"}
+                           for i in (1, 2)],
+            "alternatives": [{"option": sentence(rng, 5), "rejected_because": sentence(rng, 9)} for _ in range(2)],
+            "failure_modes": [{"failure": sentence(rng, 6), "mitigation": sentence(rng, 8)} for _ in range(3)],
+            "uncertainties": [sentence(rng, 10)]}
 
 
-def synthesis(rng: random.Random, labels: list[str], layer: bool) -> dict[str, Any]:
+def cid(agent: int, n: int) -> str:
+    """The state id the engine gives claim ``n`` of agent ``agent`` (agents absorbed in name order)."""
+    return f"C{agent * CLAIMS + n + 1}"
+
+
+def reply(rng: random.Random, labels: list[str], i: int) -> dict[str, Any]:
+    """Agent ``i`` challenges the next agent and opposes that agent's first claim with a new one."""
+    target = (i + 1) % len(labels)
+    return {"critique": " ".join(sentence(rng, 15) for _ in range(3)),
+            "challenges": [{"target_agent": labels[target], "challenge": sentence(rng, 14),
+                            "evidence": [sentence(rng, 8)]}],
+            "defense": " ".join(sentence(rng, 15) for _ in range(2)),
+            "revised_position": sentence(rng, 18), "vote": "MINOR", "vote_reason": sentence(rng, 10),
+            "confidence": round(rng.uniform(0.5, 0.9), 2),
+            "claims": [{"id": "1", "text": sentence(rng, 12), "label": "INFER", "citations": [],
+                        "opposes": [cid(target, 0)]}],
+            "references": [], "retracts": []}
+
+
+def synthesis(rng: random.Random, labels: list[str]) -> dict[str, Any]:
+    """A synthesis that accounts for every round-1 claim, as its prompt asks and the coverage check demands:
+    consensus points on agents A and B's claims, tensions between A or B and the last agent, and every claim left
+    over in a unique insight of its author."""
+    last = len(labels) - 1
     out: dict[str, Any] = {
-        "consensus_points": [{"point": sentence(rng, 14), "supporting_agents": labels[:2], "confidence": 0.7}
-                             for _ in range(3)],
-        "tensions": [{"topic": sentence(rng, 4), "viewpoints": [{"agent": a, "viewpoint": sentence(rng, 12)}
-                                                                for a in labels[:2]]} for _ in range(2)],
+        "consensus_points": [{"point": sentence(rng, 14), "supporting_agents": labels[:2], "confidence": 0.7,
+                              "claim_ids": [cid(0, j), cid(1, j)]} for j in range(3)],
+        "tensions": [{"topic": sentence(rng, 4), "viewpoints": [{"agent": labels[a], "viewpoint": sentence(rng, 12)}
+                                                                for a in (t, last)],
+                      "claim_ids": [cid(t, 3), cid(last, t)]} for t in range(2)],
         "priority_order": [sentence(rng, 5) for _ in range(3)]}
-    if layer:
-        for item in out["consensus_points"] + out["tensions"]:
-            item["claim_ids"] = ["C1", "C3"]
-        out["unique_insights"] = [{"agent": labels[0], "insight": sentence(rng, 12), "claim_ids": ["C2"]}]
-        out["blind_spots"] = [sentence(rng, 8)]
-        out["verification"] = [{"agent": a, "question_id": q, "passed": True, "reason": sentence(rng, 6)}
-                               for a in labels for q in ("U6", "U7", "CV1", "CV2")]
+    named = {i for item in out["consensus_points"] + out["tensions"] for i in item["claim_ids"]}
+    out["partial_coverage"] = []
+    out["unique_insights"] = [
+        {"agent": labels[a], "insight": sentence(rng, 12), "claim_ids": left}
+        for a in range(len(labels)) if (left := [cid(a, n) for n in range(CLAIMS) if cid(a, n) not in named])]
+    out["blind_spots"] = [sentence(rng, 8)]
+    out["verification"] = [{"agent": a, "question_id": q, "passed": True, "reason": sentence(rng, 6)}
+                           for a in labels for q in ("U6", "U7", "CV1", "CV2")]
     return out
 
 
-def shown(artifact: dict[str, Any], seat: str = "judge") -> str:
+def strip_layer(node: Any) -> Any:
+    """An artifact as the same debate without the layer would hold it: no quality fields at any depth."""
+    if isinstance(node, dict):
+        return {k: strip_layer(v) for k, v in node.items() if k not in QUALITY_FIELDS}
+    return [strip_layer(x) for x in node] if isinstance(node, list) else node
+
+
+def shown(artifact: dict[str, Any], parts: frozenset[str], seat: str = "judge") -> str:
     """An artifact as later rounds are shown it (the engine's rule: no record-only quality fields, and agents not
     the synthesis' account of round-1 coverage)."""
     hidden = RECORD_ONLY | AGENTS_NOT_SHOWN if seat == "agents" else RECORD_ONLY
-    return prompt_json({k: v for k, v in artifact.items() if k not in hidden})
+    view = {k: v for k, v in artifact.items() if k not in hidden}
+    return prompt_json(view if "artifacts" in parts else strip_layer(view))
 
 
-def render(text: str, values: dict[str, str], layer: bool) -> str:
-    if not layer:
-        text = _STATE_INTRO.sub("\n", _LAYER_LINE.sub("", text))
+def render(text: str, values: dict[str, str], parts: frozenset[str], *, user: bool = True) -> str:
+    """A template as the engine sends it with ``parts`` of the layer; a user message ends with the JSON instruction
+    the engine appends (native structured output: the schema itself is counted apart)."""
+    if "fields" not in parts:
+        text = _LAYER_LINE.sub("", text)
+    if "state" not in parts:
+        text = _STATE_INTRO.sub("\n", text)
+    if "system" not in parts:
         text = text.split("\n=== EPISTEMIC LABELING ===", 1)[0]
-    return string.Template(text).safe_substitute(values)
+    text = string.Template(text).safe_substitute(values)
+    return f"{text.rstrip()}\n\n{json_instruction('independent', True)}" if user else text
 
 
-def debate_tokens(rng: random.Random, agents: int, layer: bool) -> int:
+def debate_tokens(rng: random.Random, agents: int, parts: frozenset[str]) -> int:
     """Input tokens of every call of one standard converge debate, each seat shown the state block the engine
     builds for it (the judge: what the latest round touched; an agent: its own, linked, contested and named
-    claims)."""
+    claims). The generated artifacts are the same whatever ``parts`` holds."""
     strategy = ConvergeStrategy()
     names = [f"agent{i}" for i in range(agents)]
     labels = [f"Agent {chr(65 + i)}" for i in range(agents)]
     label_of = dict(zip(names, labels, strict=True)).__getitem__
     question = sentence(rng, 20)
-    r1 = {n: independent(rng, n, layer) for n in names}
-    syn = synthesis(rng, labels, layer)
-    replies = {label: reply(rng, layer) for label in labels}
+    r1 = {n: independent(rng, n) for n in names}
+    syn = synthesis(rng, labels)
+    replies = {label: reply(rng, labels, i) for i, label in enumerate(labels)}
+    cross = {"challenges": [{"challenger": labels[1], "target_agent": labels[0], "challenge": sentence(rng, 14),
+                             "evidence": [sentence(rng, 8)]}],
+             "rebuttals": [{"agent": labels[0], "rebuttal": sentence(rng, 14)}], "unresolved": [sentence(rng, 8)],
+             "claim_statuses": [{"claim_id": "C1", "status": "contested", "reason": sentence(rng, 8)}]}
     state = DebateState(question, names)
     for n in names:
         state.absorb(1, n, r1[n])
     state.round = 1
 
-    def block(seat: str | None) -> str:
-        if not layer:
+    def block(seat: str | None, *shown: str) -> str:
+        if "state" not in parts:
             return ""
-        focus = state.focus(seat, {i for item in syn.get("consensus_points", []) + syn.get("tensions", [])
-                                   + syn.get("unique_insights", []) for i in item.get("claim_ids", [])})
+        focus = state.focus(seat, claim_ids_in(shown))
         return state.block(label_of, focus=focus, own=seat, evidence=seat is None)
 
     base = {"question": question, "panel": ", ".join(labels), "absent": "Every panel member is present.",
+            "earlier_rounds": "",
             "verification_questions": prompt_list([*UNIVERSAL, *strategy.verification_questions])
-            if layer else ""}
+            if "questions" in parts else ""}
     total = 0
-    persona = render(strategy.template("agent_system").text, {"persona_name": "expert", "persona_focus": "x"}, layer)
+    persona = render(strategy.template("agent_system").text, {"persona_name": "expert", "persona_focus": "x"},
+                     parts, user=False)
     judge = strategy.template("judge_system").text
     anchors = list(ANCHORS)
-    systems = [persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if layer else "") for i in range(agents)]
+    systems = [persona + ("\n\n" + anchor_prompt(anchors[i % 4]) if "system" in parts else "")
+               for i in range(agents)]
     for i in range(agents):
-        total += count_tokens(systems[i] + render(strategy.template("round1").text, base, layer))
-    independents = prompt_json([{k: v for k, v in a.items() if k not in RECORD_ONLY} for a in r1.values()])
+        total += count_tokens(systems[i] + render(strategy.template("round1").text, base, parts))
+    independents = prompt_json([json.loads(shown(a, parts)) for a in r1.values()])
     total += count_tokens(judge + render(strategy.template("round2").text, {
-        **base, "independents": independents, "debate_state": block(None)}, layer))
+        **base, "independents": independents, "debate_state": block(None)}, parts))
     state.round = 2
     for i, name in enumerate(names):
         total += count_tokens(systems[i] + render(strategy.template("round3_agent").text, {
-            **base, "label": labels[i], "own_position": shown(r1[name]), "synthesis": shown(syn, "agents"),
-            "debate_state": block(name)}, layer))
+            **base, "label": labels[i], "own_position": shown(r1[name], parts),
+            "synthesis": shown(syn, parts, "agents"), "debate_state": block(name, shown(syn, ALL, "agents"))}, parts))
     for name in names:
         state.absorb(3, name, replies[label_of(name)])
     state.round = 3
     total += count_tokens(judge + render(strategy.template("round3_judge").text, {
-        **base, "synthesis": shown(syn), "debate_state": block(None), "replies": prompt_json(
-            {label: {k: v for k, v in r.items() if k not in RECORD_ONLY} for label, r in replies.items()})}, layer))
-    cross = {"challenges": [], "rebuttals": [], "unresolved": [sentence(rng, 8)]}
+        **base, "synthesis": shown(syn, parts), "debate_state": block(None), "replies": prompt_json(
+            {label: json.loads(shown(r, parts)) for label, r in replies.items()})}, parts))
     total += count_tokens(judge + render(strategy.template("round4").text, {
-        **base, "independents": independents, "synthesis": shown(syn), "cross_exam": prompt_json(cross)},
-        layer))
+        **base, "independents": independents, "synthesis": shown(syn, parts),
+        "cross_exam": shown(cross, parts)}, parts))
     return total
 
 
@@ -181,7 +228,7 @@ def schema_tokens(agents: int, layer: bool) -> int:
 
 
 def checker_seconds(rng: random.Random, artifacts: int) -> float:
-    samples = [independent(rng, f"a{i % 5}", True) for i in range(artifacts)]
+    samples = [independent(rng, f"a{i % 5}") for i in range(artifacts)]
     state = DebateState("q", [f"a{i}" for i in range(5)])
     start = time.perf_counter()
     for i, artifact in enumerate(samples):
@@ -199,19 +246,28 @@ def main() -> None:
     args = parser.parse_args()
     print("what the debate-quality layer adds: input tokens per consultation, checker time per artifact")
     print(f"{'agents':>6} {'debates':>7} {'tokens without':>15} {'tokens with':>12} {'added':>8} {'goal':>6}")
+
+    def mean(agents: int, parts: frozenset[str]) -> float:
+        return sum(debate_tokens(random.Random(seed), agents, parts) for seed in range(args.debates)) / args.debates
+
+    prompts: dict[int, tuple[float, float]] = {}
+    shares: dict[int, dict[str, float]] = {}
     for agents in (3, 5):
-        without = sum(debate_tokens(random.Random(seed), agents, False) for seed in range(args.debates))
-        with_layer = sum(debate_tokens(random.Random(seed), agents, True) for seed in range(args.debates))
+        without, with_layer = mean(agents, frozenset()), mean(agents, ALL)
+        prompts[agents] = (without, with_layer)
+        shares[agents] = {p: (with_layer - mean(agents, ALL - {p})) / (with_layer - without) for p in PARTS}
         added = with_layer / without - 1
-        print(f"{agents:>6} {args.debates:>7} {without // args.debates:>15,} {with_layer // args.debates:>12,} "
+        print(f"{agents:>6} {args.debates:>7} {without:>15,.0f} {with_layer:>12,.0f} "
               f"{added:>7.1%} {'met' if added <= 0.15 else 'MISSED':>6}")
+    print("share of the addition, by part (3 agents / 5 agents):")
+    for part, what in PARTS.items():
+        print(f"  {part:<10} {shares[3][part]:>6.1%} / {shares[5][part]:>6.1%}  {what}")
     for agents in (3, 5):
         without, with_layer = schema_tokens(agents, False), schema_tokens(agents, True)
-        prompts = [sum(debate_tokens(random.Random(seed), agents, layer) for seed in range(args.debates))
-                   // args.debates for layer in (False, True)]
+        p_without, p_with = prompts[agents]
         print(f"{agents} agents, schemas sent per consultation: {without:,} → {with_layer:,} tokens "
-              f"({with_layer / without - 1:+.1%}); prompts + schemas: {prompts[0] + without:,} → "
-              f"{prompts[1] + with_layer:,} ({(prompts[1] + with_layer) / (prompts[0] + without) - 1:+.1%})")
+              f"({with_layer / without - 1:+.1%}); prompts + schemas: {p_without + without:,.0f} → "
+              f"{p_with + with_layer:,.0f} ({(p_with + with_layer) / (p_without + without) - 1:+.1%})")
     per = checker_seconds(random.Random(1), args.artifacts)
     print(f"checker time per artifact: {per * 1e3:.3f} ms over {args.artifacts} artifacts (goal ≤ 1 ms: "
           f"{'met' if per <= 1e-3 else 'MISSED'})")

@@ -150,4 +150,4 @@ async def test_a_plugin_strategy_without_an_objection_template_objects_in_the_en
     objections = requests_with(fake, "objection")
     assert len(objections) == 3 and "=== CRITICAL OBJECTION ROUND ===" in texts(objections[0])
     (outcome,) = [e.data for e in events if e.type == "groupthink:objection"]
-    assert outcome["template"].startswith("conclave/objection@v1#sha256:")
+    assert outcome["template"].startswith("conclave/objection@v2#sha256:")

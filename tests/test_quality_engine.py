@@ -87,17 +87,25 @@ async def test_round_3_agents_see_the_debate_state_and_their_anchor(fake_provide
     assert anchors == {"security": "Risk-Attentive", "architect": "Implementation-Focused",
                        "pragmatist": "Evidence-Calibrated"}
     labels = run.result.judge_labels
+    texts_of = {"architect": ["- C1 [FACT]: An outbox keeps writes atomic.", "- C2 [ASSUME]: The team values auditability."],
+                "pragmatist": ["- C3 [INFER]: Replays are cheap at our volume."],
+                "security": ["- C4 [FACT]: Signed events make tampering evident."]}
+    ids_of = {"architect": "C1 FACT", "pragmatist": "C3 INFER", "security": "C4 FACT"}
     for name, model in AGENT_MODELS.items():
         request = requests_with(fake, "cross_exam_reply", model)[0]
         shown = texts(request)
         assert "=== DEBATE STATE ===" in shown
-        # the claims the synthesis rests on (C1, C3, C4), with the ids of their sources
-        assert f'- C1 [FACT/open] {labels["architect"]}: An outbox keeps writes atomic.' in shown
-        assert f'- C4 [FACT/open] {labels["security"]}: Signed events make tampering evident. [E2]' in shown
-        assert "- C3 [INFER/open]" in shown
+        # its own claims with their text, under its label (it restates or retracts them by id)
+        assert "\n".join([f"{labels[name]} (you):", *texts_of[name]]) in shown
+        # the others' claims the synthesis shown above rests on (C1, C3, C4), by id and label: the synthesis'
+        # statements naming them give their gist
+        for other in set(AGENT_MODELS) - {name}:
+            assert f"{labels[other]}:\n- open, by id: {ids_of[other]}" in shown
+            assert texts_of[other][0] not in shown
+        assert "claims by id only are summed up where the judge's statements above name them" in shown
         # the architect's own ASSUME, named by nobody, only the architect sees; sources are listed to judges only
-        assert ("- C2 [ASSUME/open]" in shown) == (name == "architect")
-        assert "EVIDENCE:" not in shown
+        assert ("C2 [ASSUME]" in shown) == (name == "architect")
+        assert "EVIDENCE" not in shown
         assert "Challenging C2" in shown  # asked to cite ids
         assert f"=== PERSPECTIVE ANCHOR: {anchors[name]} ===" in shown
         for other in set(anchors.values()) - {anchors[name]}:
@@ -106,6 +114,25 @@ async def test_round_3_agents_see_the_debate_state_and_their_anchor(fake_provide
     first = texts(requests_with(fake, "independent", AGENT_MODELS["security"])[0])
     assert "=== EPISTEMIC LABELING ===" in first and "=== PERSPECTIVE ANCHOR: Risk-Attentive ===" in first
     assert "=== DEBATE STATE ===" not in first
+
+
+def state_block(prompt: str) -> str:
+    """The DEBATE STATE block of a prompt (it ends at the first blank line)."""
+    return "=== DEBATE STATE ===" + prompt.split("=== DEBATE STATE ===", 1)[1].split("\n\n", 1)[0]
+
+
+async def test_an_agent_gets_by_id_only_the_claims_its_prompt_states_the_gist_of(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    script(fake)
+    # the round-3 agents are shown the synthesis without its tensions, so nothing in their prompt names C4
+    run = await run_consultation(fake, "filtering.round3.tensions=0")
+    labels = run.result.judge_labels
+    architect = state_block(texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[0]))
+    assert f"{labels['pragmatist']}:\n- open, by id: C3 INFER" in architect  # the consensus point names C3
+    assert "C4" not in architect and "- … 1 other claim(s) not shown here" in architect
+    security = state_block(texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["security"])[0]))
+    assert f"{labels['security']} (you):\n- C4 [FACT]: Signed events make tampering evident." in security
 
 
 async def test_the_engine_numbers_claims_and_evidence_and_the_judge_settles_statuses(
@@ -128,7 +155,8 @@ async def test_the_engine_numbers_claims_and_evidence_and_the_judge_settles_stat
     assert quality["unknown_ids"] == ["C99"]
     # the round-3 judge ruled on a state that already held the replies: new claims, challenges, retractions
     judge_saw = texts(requests_with(fake, "cross_exam", JUDGE_MODEL)[0])
-    assert "- C5 [INFER/open]" in judge_saw and "- C1 [FACT/contested]" in judge_saw
+    assert "- C5 [INFER]: Atomic writes matter less than scope. (opposes C1)" in judge_saw
+    assert "- C1 [FACT/contested]: An outbox keeps writes atomic. (opposed by C5)" in judge_saw
     assert "- C2 [ASSUME/retracted]" in judge_saw
     states = run.of("quality:debate_state")
     assert [s["round_number"] for s in states] == [1, 2, 3, 4]
@@ -262,7 +290,8 @@ async def test_judge_statements_resting_on_nothing_the_agents_said_are_flagged(
     assert statements["consensus_points[0]"]["grounded"] and statements["consensus_points[0]"]["claim_ids"] == ["C1"]
     assert not statements["consensus_points[1]"]["grounded"]
     assert quality["metrics"]["ungrounded_statements"] == sum(not s["grounded"] for s in statements.values())
-    assert "C1 [FACT/open]" in texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])  # the judge saw the ids
+    synthesis_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
+    assert "- C1 [FACT]: An outbox keeps writes atomic." in synthesis_prompt  # the judge saw the ids
 
 
 async def test_the_report_shows_anchors_checks_and_claim_standings(fake_provider_server: FakeProviderServer,
@@ -298,7 +327,7 @@ async def test_a_synthesis_that_leaves_a_claim_unaccounted_is_a_counted_violatio
     section = render_markdown(run.result.as_dict()).split("## Debate quality", 1)[1]
     assert "The round-2 synthesis left unaccounted (1):" in section and "C2 (architect) is in no consensus" in section
     judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
-    assert "Account for every claim" in judge_prompt  # the judge is asked for it
+    assert "every DEBATE STATE claim must appear in a consensus point" in judge_prompt  # the judge is asked for it
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -27,7 +27,7 @@ async def test_adversarial_agents_steelman_and_the_judge_asks_adv1_adv2(fake_pro
     judge_prompt = texts(requests_with(fake, "synthesis", JUDGE_MODEL)[0])
     assert "- ADV1: Opponent position steel-manned?" in judge_prompt
     assert "- ADV2: Strongest counter-argument provided?" in judge_prompt
-    assert run.result.prompt_versions["round_3"].startswith("adversarial/round3_agent@v3")
+    assert run.result.prompt_versions["round_3"].startswith("adversarial/round3_agent@v4")
 
 
 async def test_the_devils_advocate_holds_an_assigned_stance(fake_provider_server: FakeProviderServer,

@@ -85,43 +85,68 @@ def test_sixty_claims_serialise_under_two_thousand_real_tokens() -> None:
     block = state.block()
     assert count_tokens(block) < 2000
     assert block.startswith("=== DEBATE STATE ===")
-    assert "- C60 [FACT/open]" in block  # the newest open claims stay
+    assert "- C60 [FACT]: C60 a deliberately" in block  # the newest open claims stay
 
 
 def test_the_oldest_settled_claims_are_compressed_and_dropped_first() -> None:
     state = _big_state(60)
-    shown = list(state.claims.values())
-    full = state._render(str, shown, 0, {c: 30 for c in state.claims}, set(), True)
+    full = state.block(budget=10**6)
+    assert "- C1 [FACT/accepted]: C1 a deliberately long claim about throughput" in full
     budget = count_tokens(full) // 2
     block = state.block(budget=budget)
     assert count_tokens(block) < budget
     assert "- C1 [" not in block and "older settled claim(s) omitted: C1" in block
-    assert f'- C60 [FACT/open] delta: C60 {" ".join(["a", "deliberately", "long", "claim"])}' in block
+    # the newest open claim is kept, shortened
+    assert "delta:\n" in block and "- C60 [FACT]: C60 a deliberately long claim about throughput latency …" in block
 
 
 def test_a_small_state_is_shown_whole() -> None:
     state = DebateState("q", ["a"])
     state.absorb(1, "a", _artifact(("1", "FACT", [1]), refs=[{"id": 1, "title": "Dash", "snippet": "41k/day"}]))
     assert state.block(lambda n: "Agent A") == (
-        "=== DEBATE STATE ===\nCLAIMS:\n- C1 [FACT/open] Agent A: 1 claim text [E1]\nEVIDENCE:\n"
-        "- E1 [citation]: Dash\n")
+        "=== DEBATE STATE ===\nCLAIMS (open unless marked):\nAgent A:\n- C1 [FACT]: 1 claim text [E1]\n"
+        "EVIDENCE (cited sources unless marked):\n- E1: Dash\n")
 
 
-def test_each_seat_sees_the_claims_it_needs() -> None:
+def _seats_state() -> DebateState:
     state = DebateState("q", ["a", "b", "c"])
     state.absorb(1, "a", _artifact(("1", "FACT", [1]), ("2", "ASSUME", []), refs=[{"id": 1, "title": "Dash"}]))
     state.absorb(1, "b", _artifact(("1", "INFER", [])))  # C3
     state.absorb(1, "c", _artifact(("1", "INFER", []), ("2", "INFER", [])))  # C4, C5
     state.round = 2
     state.absorb(2, "b", {"claims": [{"id": "x", "text": "no", "label": "INFER", "citations": [], "opposes": ["C4"]}]})
-    # the judge: what the latest round introduced or touched, and what is contested
-    assert state.focus(None) == {"C4", "C6"}
-    # agent c: its own claims (and the claim opposing one), the contested ones, the ids the judge named
-    assert state.focus("c", named={"C1", "C99"}) == {"C1", "C4", "C5", "C6"}
-    block = state.block(focus=state.focus("c", named={"C1"}), own="c", evidence=False)
-    assert "- C1 [FACT/open] a: 1 claim text [E1]" in block and "EVIDENCE:" not in block
-    assert "- C4 [INFER/contested] c: 1 claim text (opposed by C6)" in block
-    assert "- … 2 other claim(s) not shown here" in block and "- C2 " not in block
+    return state
+
+
+def test_the_judge_sees_what_the_latest_round_touched_and_what_is_contested_in_full() -> None:
+    state = _seats_state()
+    assert state.focus(None) == {"C4": 16, "C6": 16}
+    block = state.block(focus=state.focus(None))
+    assert "- C4 [INFER/contested]: 1 claim text (opposed by C6)" in block and "- C6 [INFER]: no (opposes C4)" in block
+    assert "- … 4 other claim(s) not shown here" in block
+
+
+def test_an_agent_sees_its_own_claims_what_answers_them_and_the_rest_it_has_the_gist_of_by_id() -> None:
+    state = _seats_state()
+    # agent c: its own claims shortened, the claim opposing one in full; of the claims the judge's statements in
+    # its prompt name (C1, C3), the open ones nobody has touched by id; the rest (C2) not at all
+    focus = state.focus("c", seen={"C1", "C3", "C99"})
+    assert focus == {"C1": 0, "C3": 0, "C4": 8, "C5": 8, "C6": 16}
+    block = state.block(focus=focus, own="c", evidence=False)
+    assert "claims by id only are summed up where the judge's statements above name them" in block
+    assert "a:\n- open, by id: C1 FACT\nb:\n- C6 [INFER]: no (opposes C4)\n- open, by id: C3 INFER\n" in block
+    assert "c (you):\n- C4 [INFER/contested]: 1 claim text (opposed by C6)\n- C5 [INFER]: 2 claim text\n" in block
+    assert "- … 1 other claim(s) not shown here" in block and "C2" not in block and "EVIDENCE" not in block
+    # of the claims named in its prompt, one that takes part in an exchange is shown with its text, a settled one
+    # by id; a contested one is shown in full whoever wrote it
+    state.absorb(2, "a", {"claims": [{"id": "z", "text": "C3 is wrong", "label": "INFER", "citations": [],
+                                      "opposes": ["C3"]}]})  # C7
+    state.set_status("C1", "retracted", 2)
+    focus = state.focus("c", seen={"C1", "C7"})
+    assert (focus["C1"], focus["C7"], focus["C3"]) == (0, 8, 16)
+    block = state.block(focus=focus, own="c", evidence=False)
+    assert "- C7 [INFER]: C3 is wrong (opposes C3)" in block and "- retracted, by id: C1 FACT" in block
+    assert "- C3 [INFER/contested]: 1 claim text (opposed by C7)" in block
 
 
 # ------------------------------------------------------------------------------------------------ anchors

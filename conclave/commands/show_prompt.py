@@ -123,7 +123,7 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
         for name in who:
             mine = dict(values)
             if name is not None:
-                mine.update(own_inputs(session, round_type, name))
+                mine.update(own_inputs(session, round_type, name, values))
                 for placeholder, spec in round_type.inputs.items():
                     if spec.take == "own" and mine.get(placeholder) == prompt_json(None):
                         mine[placeholder] = _describe(placeholder, spec)

@@ -43,11 +43,14 @@ def shared_inputs(session: Session, round_type: RoundType, number: int, *, recip
     return values
 
 
-def own_inputs(session: Session, round_type: RoundType, agent: str) -> dict[str, str]:
+def own_inputs(session: Session, round_type: RoundType, agent: str, shared: Mapping[str, str] | None = None
+               ) -> dict[str, str]:
     """The values only agent ``agent`` receives: its label, its own earlier answers in full, and the debate state
-    as its seat sees it."""
+    as its seat sees it (``shared``: the values every agent of the round receives, whose judge's statements give
+    the gist of the claims they name)."""
     values = {"label": session.labels.label(agent),
-              **session.quality.agent_values(session.strategy.template(round_type.template).text, agent)}
+              **session.quality.agent_values(session.strategy.template(round_type.template).text, agent,
+                                             (shared or {}).values())}
     for placeholder, source in round_type.inputs.items():
         if source.take == "own":
             values[placeholder] = session.shown(session.record.by_agent(source.source).get(agent))
@@ -149,11 +152,12 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
         await warm_prompt_caches(session, to_ask)
 
     async def one(name: str) -> None:
-        own = own_inputs(session, round_type, name)
-        spec = call_spec(session, round_type, number, {**shared, **own}, name, measure=True)
+        # an agent's DEBATE STATE names the claims its prompt shows, so each rendering gets its own
+        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name, shared)},
+                         name, measure=True)
         if counted:
-            _count(session, spec, _unfiltered(session, lambda: call_spec(session, round_type, number,
-                                                                          {**whole, **own}, name)))
+            _count(session, spec, _unfiltered(session, lambda: call_spec(
+                session, round_type, number, {**whole, **own_inputs(session, round_type, name, whole)}, name)))
         outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus,
                                          stream=session.stream)
         _record_agent(session, step, name, outcome)

@@ -15,17 +15,20 @@ restored ones included, so a resumed run rebuilds the same state and ids by repl
 
 Templates receive two extra values: ``debate_state`` (the bounded DEBATE STATE block, agents under their neutral
 labels) and ``verification_questions`` (the judged questions, for the synthesis judge). The block shows each seat
-the claims it needs, one compact line each:
+the claims it needs, grouped by agent, and no text the seat already has in its prompt:
 
 - the judge: every claim the latest round introduced or touched, and every contested one (the synthesis judge:
-  every round-1 claim, all of which it must account for), with the sources they cite;
-- an agent: its own claims (shortened: it wrote them), the claims linked to them, the claims the judge's
-  artifacts name and the contested ones; source ids only.
+  every round-1 claim, all of which it must account for), in full, with the sources they cite;
+- an agent: its own claims shortened (it wrote them; its first-round answer is in its prompt), in full the
+  claims that oppose or back them and the contested ones, and by id (label and status) the claims the judge's
+  statements in its prompt rest on, which give their gist (shortened when such a claim takes part in an
+  exchange); source ids only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from conclave.events import COVERAGE, DEBATE_STATE, GROUNDING, QUALITY_CHECKS
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
 
 
 _PLACEHOLDERS = ("debate_state", "verification_questions")
+_CLAIM_IDS = re.compile(r'"claim_ids": \[([^\]]*)\]')  # a judge's statement's claim ids, in prompt JSON
+_STATE_ID = re.compile(r"\bC[1-9][0-9]*\b")
 #: fields of a first-round position that later replies inherit unless they restate them
 CARRIED = ("alternatives", "failure_modes", "uncertainties")
 #: artifact fields later rounds are not shown (the state block carries claims and evidence; the rest is record)
@@ -100,33 +105,16 @@ class QualityLayer:
         values.update(self.groupthink.template_values(self.session, template_text))
         return values
 
-    def agent_values(self, template_text: str, agent: str) -> dict[str, str]:
-        """The debate state as agent ``agent`` sees it, when its template uses it."""
-        return {"debate_state": self._block(agent)} if "debate_state" in template_text else {}
+    def agent_values(self, template_text: str, agent: str, shown: Iterable[str] = ()) -> dict[str, str]:
+        """The debate state as agent ``agent`` sees it, when its template uses it. ``shown``: the other values of
+        its prompt; the claims a judge's statement there names (``"claim_ids": [...]``) are listed by id only."""
+        if "debate_state" not in template_text:
+            return {}
+        return {"debate_state": self._block(agent, claim_ids_in(shown))}
 
-    def _block(self, seat: str | None) -> str:
-        focus = self.state.focus(seat, self._judge_named() if seat is not None else set())
+    def _block(self, seat: str | None, seen: Collection[str] = ()) -> str:
         return self.state.block(self.session.labels.label, budget=self.session.settings.quality.state_tokens,
-                                focus=focus, own=seat, evidence=seat is None)
-
-    def _judge_named(self) -> set[str]:
-        """Claim ids the judge's artifacts so far rest statements on (consensus points, tensions, …)."""
-        named: set[str] = set()
-
-        def walk(value: Any) -> None:
-            if isinstance(value, Mapping):
-                for key, item in value.items():
-                    if key == "claim_ids" and isinstance(item, list):
-                        named.update(str(i) for i in item)
-                    else:
-                        walk(item)
-            elif isinstance(value, list):
-                for item in value:
-                    walk(item)
-
-        for output in self.session.record.outputs.values():
-            walk(output.judge)
-        return named
+                                focus=self.state.focus(seat, seen), own=seat, evidence=seat is None)
 
     def carried_tokens(self, template_text: str) -> int:
         """Upper bound of the tokens the quality values add to one call of a template (the state block's budget)."""
@@ -279,3 +267,8 @@ def metrics(checks: Mapping[int, Mapping[str, Mapping[str, Any]]],
         "rule_violations": rules,
         "pass_rate": {q: round(p / n, 4) for q, (p, n) in sorted(tally.items())},
     }
+
+
+def claim_ids_in(texts: Iterable[str]) -> set[str]:
+    """The claim ids that judge's statements in prompt JSON rest on (their ``"claim_ids": [...]``)."""
+    return {i for text in texts for ids in _CLAIM_IDS.findall(text) for i in _STATE_ID.findall(ids)}

@@ -9,8 +9,10 @@ its author's own claims; the round-3 judge sets statuses by id.
 A claim's status: ``open`` when introduced; ``contested`` once another claim opposes it; ``accepted`` once another
 agent backs it and nothing opposes it; ``retracted`` when its author withdraws it. The judge's statuses override.
 
-:meth:`DebateState.block` is the "DEBATE STATE" prompt block: one compact line per claim a seat needs, kept under a
-token budget by compressing, then dropping, the oldest settled (accepted or retracted) claims first.
+:meth:`DebateState.block` is the "DEBATE STATE" prompt block: the claims a seat needs, grouped by agent, each in as
+many words as the seat needs it (in full, shortened, or by id when the seat has its gist elsewhere or it is
+settled), kept under a token budget by compressing, then dropping, the oldest settled (accepted or retracted)
+claims first.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ EVIDENCE_KINDS = ("citation", "tool_output", "calculation")
 SETTLED = ("accepted", "retracted")
 CLAIM_WORDS = 16  # a claim's text in the block: at most this many words (about 22 tokens)
 GIST_WORDS = 16  # about 25 tokens
-COMPRESSED_WORDS = 8  # an old settled claim, or the seat's own claim
+COMPRESSED_WORDS = 8  # an old settled claim, the seat's own claim, or another agent's the seat does not answer
 BLOCK_BUDGET = 2000  # tokens
 _STATE_ID = re.compile(r"^[CE][1-9][0-9]*$")
 
@@ -194,25 +196,39 @@ class DebateState:
 
     # ------------------------------------------------------------------------------------------- the block
 
-    def focus(self, seat: str | None, named: Collection[str] = ()) -> set[str]:
-        """The ids of the claims a seat needs. The judge (``seat`` None): the claims the latest round introduced
-        or touched, and the contested ones. An agent: its own claims, the claims linked to them, the contested
-        ones and ``named`` (the ids the judge's artifacts rest statements on)."""
+    def focus(self, seat: str | None, seen: Collection[str] = ()) -> dict[str, int]:
+        """The claims a seat needs, each with how many of its words it is shown (0: its id and status only).
+
+        The judge (``seat`` None): the claims the latest round introduced or touched, and the contested ones, in
+        full. An agent: its own claims shortened (it wrote them, and its first-round answer is shown to it); in
+        full, the other agents' claims that oppose or back its own and the contested ones; and the claims the
+        judge's statements in its prompt rest on (``seen``: their ids), by id when the statement is all the seat
+        needs (the claim is settled, or open with nobody backing or opposing it yet), otherwise shortened."""
         claims = list(self.claims.values())
         if seat is None:
-            return {c.id for c in claims if c.last_updated_round >= self.round or c.status == "contested"}
-        mine = [c for c in claims if c.agent == seat]
-        out = {c.id for c in mine} | {i for c in mine for i in (*c.opposition, *c.backing, *c.opposes)}
-        return out | {c.id for c in claims if c.status == "contested"} | {i for i in named if i in self.claims}
+            return {c.id: CLAIM_WORDS for c in claims if c.last_updated_round >= self.round or c.status == "contested"}
+        linked = {i for c in claims if c.agent == seat for i in (*c.opposition, *c.backing, *c.opposes)}
+        out: dict[str, int] = {}
+        for c in claims:
+            if c.agent == seat:
+                out[c.id] = COMPRESSED_WORDS
+            elif c.id in linked or c.status == "contested":
+                out[c.id] = CLAIM_WORDS
+            elif c.id in seen:
+                untouched = c.status == "open" and not (c.opposition or c.backing or c.opposes)
+                out[c.id] = 0 if c.status in SETTLED or untouched else COMPRESSED_WORDS
+        return out
 
     def block(self, label: Callable[[str], str] = str, *, budget: int = BLOCK_BUDGET,
-              count: Callable[[str], int] | None = None, focus: Collection[str] | None = None,
+              count: Callable[[str], int] | None = None, focus: Mapping[str, int] | None = None,
               own: str | None = None, evidence: bool = True) -> str:
         """The "DEBATE STATE" prompt block in fewer than ``budget`` tokens (``count``: the real tokenizer).
 
-        ``focus``: the ids of the claims this seat needs (None: every claim); the others are counted in one line.
-        ``own``: the seat's agent, whose own claims are shortened (it wrote them). ``evidence``: list the sources
-        cited by the claims shown (the judge's seat); otherwise only their ids appear on the claim lines.
+        Claims are grouped by agent, one line each (``- C5 [INFER]: text [E1] (opposes C1)``; the status is
+        written when it is not ``open``: ``[FACT/contested]``); claims shown by id only share one line per agent
+        and status. ``focus``: claim id → words shown (:meth:`focus`; None: every claim in full); the claims left
+        out are counted in one line. ``own``: the seat's agent, whose group is marked. ``evidence``: list the
+        sources cited by the claims shown (the judge's seat); otherwise only their ids appear on the claim lines.
         Oldest settled claims are compressed first, then dropped; then the oldest open or contested ones."""
         if count is None:
             from conclave.tokens import count_tokens
@@ -220,58 +236,75 @@ class DebateState:
             count = count_tokens
         measure = count
         lines: dict[str, int] = {}
-        shown = [c for c in self.claims.values() if focus is None or c.id in focus]
+        words = {c.id: CLAIM_WORDS for c in self.claims.values()} if focus is None else \
+            {i: n for i, n in focus.items() if i in self.claims}
+        shown = [c for c in self.claims.values() if c.id in words]
         hidden = len(self.claims) - len(shown)
+
+        def parts() -> list[str]:
+            return self._lines(label, shown, hidden, words, dropped, evidence, own)
 
         def fits() -> bool:
             # cheap first: the sum of per-line counts (cached), then the real count of the whole block
-            parts = self._lines(label, shown, hidden, words, dropped, evidence)
-            for line in parts:
+            found = parts()
+            for line in found:
                 if line not in lines:
                     lines[line] = measure(line) + 1
-            return sum(lines[line] for line in parts) < budget and measure("\n".join(parts) + "\n") < budget
+            return sum(lines[line] for line in found) < budget and measure("\n".join(found) + "\n") < budget
 
         order = sorted(shown, key=lambda c: (c.status not in SETTLED, c.last_updated_round, int(c.id[1:])))
-        words = {c.id: COMPRESSED_WORDS if c.agent == own else CLAIM_WORDS for c in shown}
         dropped: set[str] = set()
         for stage in ("compress", "drop"):
             for claim in order:
                 if fits():
-                    return self._render(label, shown, hidden, words, dropped, evidence)
+                    return "\n".join(parts()) + "\n"
                 if stage == "compress":
                     words[claim.id] = min(words[claim.id], COMPRESSED_WORDS)
                 else:
                     dropped.add(claim.id)
-        return self._render(label, shown, hidden, words, dropped, evidence)
-
-    def _render(self, label: Callable[[str], str], shown: list[StateClaim], hidden: int, words: Mapping[str, int],
-                dropped: set[str], evidence: bool) -> str:
-        return "\n".join(self._lines(label, shown, hidden, words, dropped, evidence)) + "\n"
+        return "\n".join(parts()) + "\n"
 
     def _lines(self, label: Callable[[str], str], shown: list[StateClaim], hidden: int, words: Mapping[str, int],
-               dropped: set[str], evidence: bool) -> list[str]:
-        """One compact line per claim: ``- C5 [INFER/open] Agent B: text [E1] (opposes C1)``."""
+               dropped: set[str], evidence: bool, own: str | None = None) -> list[str]:
         kept = [c for c in shown if c.id not in dropped]
-        lines = ["=== DEBATE STATE ===", "CLAIMS:"]
+        lines = ["=== DEBATE STATE ==="]
+        by_id_note = ("; claims by id only are summed up where the judge's statements above name them"
+                      if any(words[c.id] == 0 for c in kept) else "")
+        lines.append(f"CLAIMS (open unless marked{by_id_note}):")
+        groups: dict[str, list[StateClaim]] = {}
         for c in kept:
-            links = [f"{name} {', '.join(ids)}" for name, ids in (
-                ("opposes", c.opposes), ("opposed by", c.opposition), ("backed by", c.backing)) if ids]
-            cites = f" [{', '.join(c.support)}]" if c.support else ""
-            suffix = f" ({'; '.join(links)})" if links else ""
-            lines.append(f"- {c.id} [{c.label}/{c.status}] {label(c.agent)}: {_words(c.text, words[c.id])}"
-                         f"{cites}{suffix}")
+            groups.setdefault(c.agent, []).append(c)
+        for agent in sorted(groups, key=lambda a: (label(a), a)):
+            lines.append(f"{label(agent)}{' (you)' if agent == own else ''}:")
+            by_id: dict[str, list[str]] = {}
+            for c in groups[agent]:
+                if words[c.id] == 0:
+                    by_id.setdefault(c.status, []).append(f"{c.id} {c.label}")
+                    continue
+                links = [f"{name} {', '.join(ids)}" for name, ids in (
+                    ("opposes", c.opposes), ("opposed by", c.opposition), ("backed by", c.backing)) if ids]
+                cites = f" [{', '.join(c.support)}]" if c.support and (evidence or agent != own) else ""
+                suffix = f" ({'; '.join(links)})" if links else ""
+                lines.append(f"- {c.id} [{_tag(c)}]: {_words(c.text, words[c.id])}{cites}{suffix}")
+            lines += [f"- {status}, by id: {', '.join(ids)}" for status, ids in by_id.items()]
         if not self.claims:
             lines.append("- (none yet)")
         if dropped:
             lines.append(f"- … {len(dropped)} older settled claim(s) omitted: {', '.join(sorted(dropped, key=_num))}")
         if hidden:
             lines.append(f"- … {hidden} other claim(s) not shown here")
-        cited = {e for c in kept for e in c.support}
+        cited = {e for c in kept if words[c.id] for e in c.support}
         sources = [e for e in self.evidence.values() if e.id in cited] if evidence else []
         if sources:
-            lines.append("EVIDENCE:")
-            lines += [f"- {e.id} [{e.kind}]: {_words(e.title, 10)}" for e in sources]
+            lines.append("EVIDENCE (cited sources unless marked):")
+            lines += [f"- {e.id}{'' if e.kind == 'citation' else f' [{e.kind}]'}: {_words(e.title, 10)}"
+                      for e in sources]
         return lines
+
+
+def _tag(claim: StateClaim) -> str:
+    """``FACT`` for an open claim, ``FACT/contested`` otherwise."""
+    return claim.label if claim.status == "open" else f"{claim.label}/{claim.status}"
 
 
 def _add(items: list[str], item: str) -> None:
