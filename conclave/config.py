@@ -71,8 +71,8 @@ class ProviderSettings(StrictModel):
         # the configuration is journaled and indexed (resume rebuilds a run from it), so a credential in the URL
         # would be stored verbatim; keys come from the environment only
         if value is not None and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
-            raise ValueError("must not carry credentials (user:password@); the configuration is journaled — "
-                             "give the key through api_key_env (with send_key=always for a custom host)")
+            raise ValueError("must not carry user info or credentials (user:password@); the configuration is "
+                             "journaled — give the key through api_key_env (with send_key=always for a custom host)")
         return value
 
     @field_validator("model_path")

@@ -101,7 +101,10 @@ def test_a_password_in_a_base_url_is_refused_without_being_echoed() -> None:
     with pytest.raises(ConfigError) as exc:
         settings_from_container(data)
     line = str(exc.value)
-    assert line.startswith("providers.openai.base_url: must not carry credentials"), line
+    assert line.startswith("providers.openai.base_url: must not carry user info"), line
     assert "S3cretPw9" not in line and "https://***@proxy.example/v1" in line
+    data["providers"]["openai"]["base_url"] = "https://api.openai.com@127.0.0.1/v1"  # user info that fakes a host
+    with pytest.raises(ConfigError, match="must not carry user info"):
+        settings_from_container(data)
     data["providers"]["openai"]["base_url"] = "https://proxy.example/v1?next=a@b"  # an @ after the host is fine
     assert settings_from_container(data).providers["openai"].base_url == "https://proxy.example/v1?next=a@b"

@@ -428,7 +428,8 @@ async def test_a_custom_endpoint_that_wants_a_key_says_how_to_send_it(conclave_e
     ("https://API.OPENAI.COM/v1", "official", True),  # host names are case-insensitive
     ("https://api.openai.com/v1", "never", False),
     ("http://api.openai.com/v1", "official", False),  # the official host, but the key would travel in the clear
-    ("https://api.openai.com@127.0.0.1/v1", "official", False),  # userinfo, not the host
+    # userinfo, not the host (config refuses any user info in a base_url; the provider must not be fooled either)
+    ("https://api.openai.com@127.0.0.1/v1", "official", False),
     ("https://api.openai.com.example.net/v1", "official", False),
     ("https://openai-proxy.example.net/v1", "official", False),
     ("https://openai-proxy.example.net/v1", "always", True),
@@ -437,7 +438,8 @@ async def test_a_custom_endpoint_that_wants_a_key_says_how_to_send_it(conclave_e
 def test_send_key_decides_which_hosts_get_the_key(plugins, base_url, send_key, sent):
     key = "sk-proj-Qm3v9XzT1pLr8sWk4YhN2bJc7DfGa5Ue6Ri0Ot"
     cls = plugins.providers.get("openai")
-    settings = ProviderSettings(api="openai", base_url=base_url, api_key_env=["OPENAI_API_KEY"], send_key=send_key)
+    settings = ProviderSettings.model_construct(api="openai", base_url=base_url, api_key_env=["OPENAI_API_KEY"],
+                                                send_key=send_key)  # unvalidated: the provider's own check
     instance = cls("openai", settings, None, environ={"OPENAI_API_KEY": key})
     headers = instance.headers("gpt-4o")
     assert (headers.get("Authorization") == f"Bearer {key}") is sent
