@@ -248,6 +248,24 @@ async def test_a_local_server_gets_one_call_at_a_time_and_timeouts_start_when_se
     assert queued[0]["max_concurrency"] == 1
 
 
+async def test_a_one_slot_server_is_not_hedged_with_itself(fake_provider_server, conclave_env, plugins):
+    fake = fake_provider_server
+    fake.script("local-model", Reply(json=ANSWER, latency=0.3))
+    bus = EventBus("c-test")
+    seen: list[events.Event] = []
+    bus.subscribe(seen.append)
+    settings = fake.settings(providers=_local_server_config(fake), hedging={
+        "enabled": True, "hedge_after_s": 0.05, "floor_s": 0.01, "burst": 5})
+    # a backup on the same one-slot server can only be sent once the primary has finished: it would make the
+    # server generate a whole answer nobody reads (llama-cpp-python does not stop when the client goes away)
+    async with ProviderPool(settings, plugins, bus, retry_policy=FAST_RETRIES) as pool:
+        await asyncio.gather(*(
+            pool.complete(agent=name, provider="openai", request=_request(), round_number=1,
+                          allow_substitution=False) for name in ("a", "b")))
+    assert len(fake.requests_for("local-model")) == 2
+    assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
+
+
 async def test_max_concurrency_zero_lifts_the_cap_on_a_local_server(fake_provider_server, conclave_env, plugins):
     fake = fake_provider_server
     fake.script("local-model", Reply(json=ANSWER, latency=0.3))
