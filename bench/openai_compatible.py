@@ -131,7 +131,8 @@ def main() -> None:
     try:
         (work / "server-home").mkdir()
         server_s, server_result = consult(work / "server-home", [
-            "agents=openai_only", f"providers.openai.base_url={url}", "providers.openai.timeout_s=1800"])
+            "agents=openai_only", f"providers.openai.base_url={url}", "providers.openai.grammar_lengths=fit",
+            "providers.openai.timeout_s=1800"])
         print(f"{'llama_cpp.server, openai provider (1 slot)':<44}{server_s:>9.1f}{server_result['status']:>12}",
               flush=True)
         (work / "local-home").mkdir()  # the server idles meanwhile

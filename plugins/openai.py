@@ -44,6 +44,7 @@ from conclave.providers.schema_hints import (
     anchored_patterns_only,
     bounded_lengths,
     bounded_numbers_as_choices,
+    capped_items,
     describe_constraints,
 )
 from conclave.providers.structured import is_rejection, memory_for, next_forms, prompt_instruction
@@ -135,10 +136,11 @@ class OpenAIProvider(HTTPProvider):
     def _enforced_schema(self, request: CompletionRequest, schema: Any) -> dict[str, Any]:
         """The schema a server that enforces it receives. A vendor's own host gets every constraint as written;
         any other server (llama.cpp, llama-cpp-python, vLLM, Ollama: they compile it into a grammar) also gets
-        array and string lengths fitted to the call's ``max_tokens``, so a small model cannot loop until the budget
-        cuts its answer."""
-        fitted_to = None if self.is_official() else request.max_tokens
-        return _grammar_schema(_canonical(schema), fitted_to)
+        lengths by ``grammar_lengths``: ``cap`` (default) bounds arrays so no list runs away, ``fit`` also fits
+        array and string lengths to the call's ``max_tokens`` so a small model cannot loop until the budget cuts its
+        answer (strings get short: meant for tiny models), ``off`` adds none."""
+        lengths = "off" if self.is_official() else self.settings.grammar_lengths
+        return _grammar_schema(_canonical(schema), lengths, request.max_tokens if lengths == "fit" else None)
 
     def sends_cache_hints_to_openai(self) -> bool:
         """``prompt_cache_key`` is OpenAI's own parameter: with ``prompt_cache: auto`` only api.openai.com gets it
@@ -295,12 +297,15 @@ def _strict_schema(canonical: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=64)
-def _grammar_schema(canonical: str, fitted_to: int | None = None) -> dict[str, Any]:
+def _grammar_schema(canonical: str, lengths: str = "off", fitted_to: int | None = None) -> dict[str, Any]:
     """The full schema for servers that compile it into a grammar: every constraint, unanchored patterns stated in
-    descriptions, bounded numbers also listed as the values the grammar may write and, with ``fitted_to`` (a
-    ``max_tokens``), array and string lengths bounded to fit it (callers must not mutate it)."""
+    descriptions, bounded numbers also listed as the values the grammar may write and, by ``lengths``, arrays
+    capped (``cap``) or array and string lengths fitted to ``fitted_to``, a ``max_tokens`` (``fit``) (callers must
+    not mutate it)."""
     schema = bounded_numbers_as_choices(anchored_patterns_only(json.loads(canonical)))
-    return dict(schema if fitted_to is None else bounded_lengths(schema, max_tokens=fitted_to))
+    if lengths == "fit" and fitted_to is not None:
+        return dict(bounded_lengths(schema, max_tokens=fitted_to))
+    return dict(capped_items(schema) if lengths == "cap" else schema)
 
 
 def _parsed(text: str, request: CompletionRequest) -> dict[str, Any] | None:

@@ -151,6 +151,7 @@ async def test_a_two_round_consultation_completes_on_llama_cpp_python_server(pro
     env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "conclave", QUESTION, "agents=openai_only", PANEL, f"providers.openai.base_url={proxy.url}",
+        "providers.openai.grammar_lengths=fit",
         "providers.openai.timeout_s=900", "rounds=2", "cost.auto_approve=true", "output.format=json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await asyncio.wait_for(process.communicate(), timeout=3000)

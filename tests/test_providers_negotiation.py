@@ -32,13 +32,13 @@ SCHEMA = {
     "additionalProperties": False,
 }
 # what a grammar-compiling server receives: every constraint, and the bounded confidence listed as 0, 0.05, …, 1
+# (strings as long as the model needs with the default grammar_lengths=cap, which bounds only arrays)
 GRAMMAR_SCHEMA = {**SCHEMA, "properties": {
-    "position": {**SCHEMA["properties"]["position"], "maxLength": 240},  # a free string ends (budget to spare)
+    "position": SCHEMA["properties"]["position"],
     "confidence": {**SCHEMA["properties"]["confidence"],
                    "enum": [round(i * 0.05, 2) if i % 20 else i // 20 for i in range(21)]}}}
-# a vendor's own host (xAI, Mistral) enforces its schema as written: no lengths are added there
-GRAMMAR_SCHEMA_ON_VENDOR_HOST = {**GRAMMAR_SCHEMA, "properties": {
-    **GRAMMAR_SCHEMA["properties"], "position": SCHEMA["properties"]["position"]}}
+# a vendor's own host (xAI, Mistral) enforces its schema as written: no lengths are added there either
+GRAMMAR_SCHEMA_ON_VENDOR_HOST = GRAMMAR_SCHEMA
 ANSWER = {"position": "yes", "confidence": 0.7}
 # what llama-cpp-python 0.3.x's server answers to response_format json_schema (HTTP 500)
 LLAMA_CPP_PYTHON_REJECTION = ("[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
@@ -318,7 +318,7 @@ async def test_an_empty_openai_stream_alone_is_an_error_not_an_empty_answer(fake
 
 
 def test_grammar_servers_get_every_constraint_but_unanchored_patterns(conclave_env, plugins):
-    from conclave.providers.schema_hints import anchored_patterns_only, bounded_lengths
+    from conclave.providers.schema_hints import anchored_patterns_only, capped_items
 
     schema = {"type": "object", "properties": {
         "text": {"type": "string", "minLength": 1, "pattern": "\\S", "description": "said"},
@@ -336,8 +336,7 @@ def test_grammar_servers_get_every_constraint_but_unanchored_patterns(conclave_e
                                            None, environ={})
     for form in ("json_schema", "json_object"):
         body = vllm.body(_request("m", json_schema=schema), stream=False, form=form)["response_format"]
-        assert (body.get("json_schema") or {}).get("schema", body.get("schema")) == bounded_lengths(
-            variant, max_tokens=2048)
+        assert (body.get("json_schema") or {}).get("schema", body.get("schema")) == capped_items(variant)
 
 
 def test_grammar_servers_get_bounded_numbers_as_values_the_grammar_can_enforce(conclave_env, plugins):
@@ -422,14 +421,26 @@ def test_grammar_servers_get_array_and_string_lengths_that_fit_the_calls_token_b
     assert variant["required"] == schema["required"] and variant["properties"].keys() == schema["properties"].keys()
 
 
-def test_only_servers_that_are_not_a_vendors_own_host_get_fitted_lengths(conclave_env, plugins):
+def test_only_servers_that_are_not_a_vendors_own_host_get_lengths_and_fitted_ones_only_when_asked(
+        conclave_env, plugins):
+    from conclave.providers.schema_hints import CAPPED_MAX_ITEMS
+
     schema = {"type": "object", "properties": {"points": {"type": "array", "items": {"type": "string"}}},
               "required": ["points"]}
     make = plugins.providers.get("openai")
-    llama = make("llama", ProviderSettings(api="openai", base_url="http://127.0.0.1:8080/v1"), None, environ={})
-    sent = llama.body(_request("m", json_schema=schema, max_tokens=512), stream=False,
-                      form="json_object")["response_format"]["schema"]["properties"]["points"]
-    assert sent["maxItems"] == 3 and sent["items"]["maxLength"] <= 240
+
+    def sent_to(lengths: str) -> dict:
+        llama = make("llama", ProviderSettings(api="openai", base_url="http://127.0.0.1:8080/v1",
+                                               grammar_lengths=lengths), None, environ={})
+        return llama.body(_request("m", json_schema=schema, max_tokens=512), stream=False,
+                          form="json_object")["response_format"]["schema"]["properties"]["points"]
+
+    # default: a list cannot run away, and no string a capable model writes is cut
+    assert sent_to("cap") == {"type": "array", "items": {"type": "string"}, "maxItems": CAPPED_MAX_ITEMS}
+    assert ProviderSettings(api="openai").grammar_lengths == "cap"
+    fitted = sent_to("fit")  # for tiny models: lengths fitted to the call's 512 tokens
+    assert fitted["maxItems"] == 3 and fitted["items"]["maxLength"] <= 240
+    assert sent_to("off") == schema["properties"]["points"]
     mistral = make("mistral", ProviderSettings(api="openai", base_url="https://api.mistral.ai/v1"), None,
                    environ={})
     sent = mistral.body(_request("m", json_schema=schema, max_tokens=512), stream=False,

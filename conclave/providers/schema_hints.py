@@ -179,6 +179,9 @@ DEFAULT_MAX_ITEMS = 3
 #: characters a server's token is assumed to carry at least on average when a grammar variant's lengths are fitted
 #: to a call's ``max_tokens`` (English prose averages about four in Gemma's and Llama's vocabularies)
 CHARS_PER_TOKEN = 3
+#: items an array may hold by default (``providers.NAME.grammar_lengths: cap``): no list a capable model writes
+#: for an artifact comes near it, and it ends the list a small model would loop in
+CAPPED_MAX_ITEMS = 12
 #: worst-case characters of a value the grammar writes without a free string (a number, a date-time, a pattern)
 _SCALAR_CHARS = 32
 
@@ -243,7 +246,14 @@ def _item_cap(node: Mapping[str, Any], items: int) -> int:
     return cap if isinstance(cap, int) else max(int(node.get("minItems", 0)), items)
 
 
-def _with_lengths(node: Any, items: int, chars: int) -> Any:
+def capped_items(schema: Any) -> Any:
+    """A copy of ``schema`` where every array without ``maxItems`` gets ``CAPPED_MAX_ITEMS`` (or its ``minItems``);
+    strings keep their own lengths. The default for grammar servers: a list cannot run away, and no answer of a
+    capable model is cut (see :func:`bounded_lengths` for small models)."""
+    return _with_lengths(schema, CAPPED_MAX_ITEMS, None)
+
+
+def _with_lengths(node: Any, items: int, chars: int | None) -> Any:
     if isinstance(node, list):
         return [_with_lengths(sub, items, chars) for sub in node]
     if not isinstance(node, Mapping):
@@ -252,6 +262,6 @@ def _with_lengths(node: Any, items: int, chars: int) -> Any:
            for key, value in node.items()}
     if node.get("type") == "array" and "maxItems" not in node:
         out["maxItems"] = _item_cap(node, items)
-    elif _free_string(node) and "maxLength" not in node:
+    elif chars is not None and _free_string(node) and "maxLength" not in node:
         out["maxLength"] = max(int(node.get("minLength", 0)), chars)
     return out
