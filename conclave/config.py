@@ -63,6 +63,9 @@ class ProviderSettings(StrictModel):
     #: prompt-caching hints: ``auto`` where the endpoint is known to take them, ``on`` also on a custom base_url,
     #: ``off`` none
     prompt_cache: Literal["auto", "on", "off"] = "auto"
+    #: lengths added to the schema a grammar server (not a vendor's host) compiles: ``cap`` bounds arrays,
+    #: ``fit`` also fits arrays and strings to each call's max_tokens (for tiny models that loop), ``off`` none
+    grammar_lengths: Literal["cap", "fit", "off"] = "cap"
     model_path: str | None = None
 
     @field_validator("base_url")

@@ -48,7 +48,13 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.http import HTTPProvider, api_name, approx_tokens, parse_object, schema_name
-from conclave.providers.schema_hints import anchored_patterns_only, bounded_numbers_as_choices, describe_constraints
+from conclave.providers.schema_hints import (
+    anchored_patterns_only,
+    bounded_lengths,
+    bounded_numbers_as_choices,
+    capped_items,
+    describe_constraints,
+)
 from conclave.providers.structured import is_rejection, memory_for, next_forms, prompt_instruction
 
 log = logging.getLogger(__name__)
@@ -147,13 +153,13 @@ class OpenAIProvider(HTTPProvider):
                     "name": schema_name(request), "schema": _strict_schema(_canonical(schema)), "strict": True}}
             else:  # servers that enforce a raw schema get all of it, constraints included
                 body["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": schema_name(request), "schema": _grammar_schema(_canonical(schema))}}
+                    "name": schema_name(request), "schema": self._enforced_schema(request, schema)}}
         elif schema is not None and form == "json_object":
             if self.is_official():  # the vendors' json_object takes no schema: the model reads it in the prompt
                 body["response_format"] = {"type": "json_object"}
                 _append_to_last_user(messages, prompt_instruction(schema))
             else:  # llama.cpp and llama-cpp-python turn this schema into a grammar
-                body["response_format"] = {"type": "json_object", "schema": _grammar_schema(_canonical(schema))}
+                body["response_format"] = {"type": "json_object", "schema": self._enforced_schema(request, schema)}
         elif schema is not None and form == "prompt":
             _append_to_last_user(messages, prompt_instruction(schema))
         if request.cache is not None and self.sends_cache_hints_to_openai():
@@ -166,6 +172,15 @@ class OpenAIProvider(HTTPProvider):
     def encode(self, body: Mapping[str, Any]) -> bytes:
         # as the official SDK serializes it (compact, UTF-8, no NaN): with _sdk_order, the SDK's own bytes
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+    def _enforced_schema(self, request: CompletionRequest, schema: Any) -> dict[str, Any]:
+        """The schema a server that enforces it receives. A vendor's own host gets every constraint as written;
+        any other server (llama.cpp, llama-cpp-python, vLLM, Ollama: they compile it into a grammar) also gets
+        lengths by ``grammar_lengths``: ``cap`` (default) bounds arrays so no list runs away, ``fit`` also fits
+        array and string lengths to the call's ``max_tokens`` so a small model cannot loop until the budget cuts its
+        answer (strings get short: meant for tiny models), ``off`` adds none."""
+        lengths = "off" if self.is_official() else self.settings.grammar_lengths
+        return _grammar_schema(_canonical(schema), lengths, request.max_tokens if lengths == "fit" else None)
 
     def sends_cache_hints_to_openai(self) -> bool:
         """``prompt_cache_key`` is OpenAI's own parameter: with ``prompt_cache: auto`` only api.openai.com gets it
@@ -390,10 +405,15 @@ def _strict_schema(canonical: str) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=64)
-def _grammar_schema(canonical: str) -> dict[str, Any]:
+def _grammar_schema(canonical: str, lengths: str = "off", fitted_to: int | None = None) -> dict[str, Any]:
     """The full schema for servers that compile it into a grammar: every constraint, unanchored patterns stated in
-    descriptions, bounded numbers also listed as the values the grammar may write (callers must not mutate it)."""
-    return dict(bounded_numbers_as_choices(anchored_patterns_only(json.loads(canonical))))
+    descriptions, bounded numbers also listed as the values the grammar may write and, by ``lengths``, arrays
+    capped (``cap``) or array and string lengths fitted to ``fitted_to``, a ``max_tokens`` (``fit``) (callers must
+    not mutate it)."""
+    schema = bounded_numbers_as_choices(anchored_patterns_only(json.loads(canonical)))
+    if lengths == "fit" and fitted_to is not None:
+        return dict(bounded_lengths(schema, max_tokens=fitted_to))
+    return dict(capped_items(schema) if lengths == "cap" else schema)
 
 
 def _parsed(text: str, request: CompletionRequest) -> dict[str, Any] | None:

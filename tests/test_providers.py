@@ -33,7 +33,7 @@ from conclave.providers.base import (
     ServerError,
 )
 from conclave.providers.pool import ProviderPool
-from conclave.providers.schema_hints import bounded_numbers_as_choices
+from conclave.providers.schema_hints import bounded_numbers_as_choices, capped_items
 from conclave.testing.fake_server import FakeProviderServer, Fault, Reply, key_digest
 from conclave.testing.pytest_plugin import FAKE_KEYS
 
@@ -90,10 +90,11 @@ async def test_openai_sends_the_full_schema_to_a_compatible_server(fake_provider
     sent = fake_provider_server.requests_for("gpt-4o")[0]
     assert sent.path == "/openai/v1/chat/completions"
     assert sent.headers["Authorization"] == "<redacted>"
-    # (and its bounded numbers also as the values a grammar can enforce: grammar converters ignore min/max)
+    # (and its bounded numbers also as the values a grammar can enforce: grammar converters ignore min/max; its
+    # arrays capped so no list runs away, strings as long as the model needs)
     assert sent.json["response_format"] == {
         "type": "json_schema", "json_schema": {"name": "independent_opinion",
-                                               "schema": bounded_numbers_as_choices(SCHEMA)}}
+                                               "schema": capped_items(bounded_numbers_as_choices(SCHEMA))}}
 
 
 def test_openai_sends_strict_json_schema_response_format_to_api_openai_com(conclave_env, plugins):

@@ -32,8 +32,13 @@ SCHEMA = {
     "additionalProperties": False,
 }
 # what a grammar-compiling server receives: every constraint, and the bounded confidence listed as 0, 0.05, …, 1
-GRAMMAR_SCHEMA = {**SCHEMA, "properties": {**SCHEMA["properties"], "confidence": {
-    **SCHEMA["properties"]["confidence"], "enum": [round(i * 0.05, 2) if i % 20 else i // 20 for i in range(21)]}}}
+# (strings as long as the model needs with the default grammar_lengths=cap, which bounds only arrays)
+GRAMMAR_SCHEMA = {**SCHEMA, "properties": {
+    "position": SCHEMA["properties"]["position"],
+    "confidence": {**SCHEMA["properties"]["confidence"],
+                   "enum": [round(i * 0.05, 2) if i % 20 else i // 20 for i in range(21)]}}}
+# a vendor's own host (xAI, Mistral) enforces its schema as written: no lengths are added there either
+GRAMMAR_SCHEMA_ON_VENDOR_HOST = GRAMMAR_SCHEMA
 ANSWER = {"position": "yes", "confidence": 0.7}
 # what llama-cpp-python 0.3.x's server answers to response_format json_schema (HTTP 500)
 LLAMA_CPP_PYTHON_REJECTION = ("[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
@@ -189,9 +194,9 @@ def test_only_api_openai_com_gets_the_strict_variant(conclave_env, plugins):
     vllm = cls("vllm", ProviderSettings(api="openai", base_url="http://gpu-box:8000/v1"), None, environ={})
     strict = official.body(_request("gpt-4o"), stream=False)["response_format"]["json_schema"]
     assert strict["strict"] is True and "minimum" not in strict["schema"]["properties"]["confidence"]
-    for other in (xai, vllm):
+    for other, expected in ((xai, GRAMMAR_SCHEMA_ON_VENDOR_HOST), (vllm, GRAMMAR_SCHEMA)):
         raw = other.body(_request("m"), stream=False)["response_format"]["json_schema"]
-        assert raw["schema"] == GRAMMAR_SCHEMA and "strict" not in raw
+        assert raw["schema"] == expected and "strict" not in raw
     # the vendors' json_object takes no schema, so the schema goes into the prompt there
     official_object = official.body(_request("gpt-4o"), stream=False, form="json_object")
     assert official_object["response_format"] == {"type": "json_object"}
@@ -241,6 +246,24 @@ async def test_a_local_server_gets_one_call_at_a_time_and_timeouts_start_when_se
     queued = [e.data for e in seen if e.type == events.PROVIDER_QUEUED]
     assert len(queued) == 2 and {q["agent"] for q in queued} < {"a", "b", "c"}
     assert queued[0]["max_concurrency"] == 1
+
+
+async def test_a_one_slot_server_is_not_hedged_with_itself(fake_provider_server, conclave_env, plugins):
+    fake = fake_provider_server
+    fake.script("local-model", Reply(json=ANSWER, latency=0.3))
+    bus = EventBus("c-test")
+    seen: list[events.Event] = []
+    bus.subscribe(seen.append)
+    settings = fake.settings(providers=_local_server_config(fake), hedging={
+        "enabled": True, "hedge_after_s": 0.05, "floor_s": 0.01, "burst": 5})
+    # a backup on the same one-slot server can only be sent once the primary has finished: it would make the
+    # server generate a whole answer nobody reads (llama-cpp-python does not stop when the client goes away)
+    async with ProviderPool(settings, plugins, bus, retry_policy=FAST_RETRIES) as pool:
+        await asyncio.gather(*(
+            pool.complete(agent=name, provider="openai", request=_request(), round_number=1,
+                          allow_substitution=False) for name in ("a", "b")))
+    assert len(fake.requests_for("local-model")) == 2
+    assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
 
 
 async def test_max_concurrency_zero_lifts_the_cap_on_a_local_server(fake_provider_server, conclave_env, plugins):
@@ -295,7 +318,7 @@ async def test_an_empty_openai_stream_alone_is_an_error_not_an_empty_answer(fake
 
 
 def test_grammar_servers_get_every_constraint_but_unanchored_patterns(conclave_env, plugins):
-    from conclave.providers.schema_hints import anchored_patterns_only
+    from conclave.providers.schema_hints import anchored_patterns_only, capped_items
 
     schema = {"type": "object", "properties": {
         "text": {"type": "string", "minLength": 1, "pattern": "\\S", "description": "said"},
@@ -313,7 +336,7 @@ def test_grammar_servers_get_every_constraint_but_unanchored_patterns(conclave_e
                                            None, environ={})
     for form in ("json_schema", "json_object"):
         body = vllm.body(_request("m", json_schema=schema), stream=False, form=form)["response_format"]
-        assert (body.get("json_schema") or {}).get("schema", body.get("schema")) == variant
+        assert (body.get("json_schema") or {}).get("schema", body.get("schema")) == capped_items(variant)
 
 
 def test_grammar_servers_get_bounded_numbers_as_values_the_grammar_can_enforce(conclave_env, plugins):
@@ -347,12 +370,82 @@ def test_grammar_servers_get_bounded_numbers_as_values_the_grammar_can_enforce(c
 def test_every_artifact_schema_compiles_to_a_llama_cpp_python_grammar():
     grammar = pytest.importorskip("llama_cpp.llama_grammar")
     from conclave.engine.extraction import request_schema
-    from conclave.providers.schema_hints import anchored_patterns_only, bounded_numbers_as_choices
+    from conclave.providers.schema_hints import anchored_patterns_only, bounded_lengths, bounded_numbers_as_choices
 
     for name in ("independent", "synthesis", "cross_exam", "cross_exam_reply", "verdict", "verdict_explore",
                  "cross_exam_reply_explore"):
-        variant = bounded_numbers_as_choices(anchored_patterns_only(request_schema(name)))
-        assert "root ::=" in grammar.json_schema_to_gbnf(json.dumps(variant))
+        variant = bounded_lengths(bounded_numbers_as_choices(anchored_patterns_only(request_schema(name))),
+                                  max_tokens=2048)
+        gbnf = grammar.json_schema_to_gbnf(json.dumps(variant))
+        assert "root ::=" in gbnf and "char*" not in gbnf  # no string left without a length bound
+
+
+def _nodes(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        yield schema
+        for key, value in schema.items():
+            if key not in ("enum", "const", "required"):
+                yield from _nodes(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _nodes(item)
+
+
+@pytest.mark.parametrize(("name", "max_tokens"), [("independent", 2048), ("synthesis", 4096), ("synthesis", 600)])
+def test_grammar_servers_get_array_and_string_lengths_that_fit_the_calls_token_budget(name, max_tokens):
+    from conclave.engine.extraction import request_schema
+    from conclave.providers.schema_hints import (
+        CHARS_PER_TOKEN,
+        DEFAULT_MAX_ITEMS,
+        MAX_STRING_CHARS,
+        _worst_case,
+        anchored_patterns_only,
+        bounded_lengths,
+    )
+
+    schema = anchored_patterns_only(request_schema(name))
+    variant = bounded_lengths(schema, max_tokens=max_tokens)
+    # a 270M judge listed 36 tensions until the budget cut the synthesis: now every list and free string has an end
+    arrays = [node for node in _nodes(variant) if node.get("type") == "array"]
+    strings = [node for node in _nodes(variant) if node.get("type") == "string" and "const" not in node
+               and "enum" not in node and "format" not in node]
+    assert arrays and all(node["maxItems"] >= node.get("minItems", 0) for node in arrays)
+    assert all(node["maxItems"] <= max(DEFAULT_MAX_ITEMS, node.get("minItems", 0)) for node in arrays)
+    assert strings and all(node.get("minLength", 0) <= node["maxLength"] <= MAX_STRING_CHARS for node in strings)
+    # the longest answer the grammar allows fits the call's budget (and a tight budget means fewer, shorter items)
+    fixed, _ = _worst_case(variant, 0)
+    assert fixed <= max_tokens * CHARS_PER_TOKEN
+    if max_tokens < 1000:
+        assert max(node["maxItems"] for node in arrays) < DEFAULT_MAX_ITEMS
+    # only lengths were added: every other keyword is the original's, which the answer is still validated against
+    assert variant["required"] == schema["required"] and variant["properties"].keys() == schema["properties"].keys()
+
+
+def test_only_servers_that_are_not_a_vendors_own_host_get_lengths_and_fitted_ones_only_when_asked(
+        conclave_env, plugins):
+    from conclave.providers.schema_hints import CAPPED_MAX_ITEMS
+
+    schema = {"type": "object", "properties": {"points": {"type": "array", "items": {"type": "string"}}},
+              "required": ["points"]}
+    make = plugins.providers.get("openai")
+
+    def sent_to(lengths: str) -> dict:
+        llama = make("llama", ProviderSettings(api="openai", base_url="http://127.0.0.1:8080/v1",
+                                               grammar_lengths=lengths), None, environ={})
+        return llama.body(_request("m", json_schema=schema, max_tokens=512), stream=False,
+                          form="json_object")["response_format"]["schema"]["properties"]["points"]
+
+    # default: a list cannot run away, and no string a capable model writes is cut
+    assert sent_to("cap") == {"type": "array", "items": {"type": "string"}, "maxItems": CAPPED_MAX_ITEMS}
+    assert ProviderSettings(api="openai").grammar_lengths == "cap"
+    fitted = sent_to("fit")  # for tiny models: lengths fitted to the call's 512 tokens
+    assert fitted["maxItems"] == 3 and fitted["items"]["maxLength"] <= 240
+    assert sent_to("off") == schema["properties"]["points"]
+    mistral = make("mistral", ProviderSettings(api="openai", base_url="https://api.mistral.ai/v1"), None,
+                   environ={})
+    sent = mistral.body(_request("m", json_schema=schema, max_tokens=512), stream=False,
+                        form="json_schema")["response_format"]["json_schema"]["schema"]["properties"]["points"]
+    assert "maxItems" not in sent and "maxLength" not in sent["items"]
 
 
 async def test_a_keyless_local_server_costs_nothing_whatever_its_model_is_called(fake_provider_server,

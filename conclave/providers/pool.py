@@ -289,7 +289,7 @@ class ProviderPool:
             if done:
                 return primary.result()
             target = (self.backup_for(provider, request.model) if substitute else None) or (provider, request.model)
-            if not self.budget.try_acquire():
+            if self._one_slot_for_both(provider, target[0]) or not self.budget.try_acquire():
                 return await primary
             call.hedged = True
             log.debug("%s: %s/%s silent after %.2fs, hedging with %s/%s", call.agent, provider, request.model, delay,
@@ -331,6 +331,14 @@ class ProviderPool:
             raise error from backup_error
         self._substituted(call, provider, request.model, target, "failure")
         return completion
+
+    def _one_slot_for_both(self, primary: str, backup: str) -> bool:
+        """Whether ``primary`` and ``backup`` are one endpoint serving one call at a time. A backup there waits for
+        the primary's slot, so it could only be sent once the primary has answered, and the server would then
+        generate a whole answer nobody reads (llama-cpp-python's server does not stop when the caller goes away)."""
+        slot = self._slot(self.provider(primary))
+        return (slot is not None and self.provider(primary).max_concurrency() == 1
+                and slot is self._slot(self.provider(backup)))
 
     def _slot(self, instance: Provider) -> asyncio.Semaphore | None:
         """The queue of calls to ``instance``'s endpoint (shared by provider names that point at the same URL);

@@ -164,3 +164,104 @@ def _grid(node: Mapping[str, Any]) -> list[int | float] | None:
     values = [round(lo + (hi - lo) * i / GRID_STEPS, 10) for i in range(GRID_STEPS + 1)]
     values = values[int(lo_open):len(values) - int(hi_open)]
     return [int(v) if float(v).is_integer() else v for v in values]
+
+
+# Lengths for grammar-constrained decoding. These caps are the one place both the in-process ``local`` provider's
+# grammar and the schema variant sent to grammar servers (llama.cpp, llama-cpp-python, vLLM, Ollama) take them from.
+#: longest string value a grammar allows when the schema sets no ``maxLength``, in characters: a small model
+#: rambles inside a string until a limit stops it
+MAX_STRING_CHARS = 240
+#: shortest string cap worth generating when the token budget is tight
+MIN_STRING_CHARS = 16
+#: items an array may hold when its schema sets no ``maxItems``: a small model adds items until a limit stops it
+#: (a 270M judge once listed 36 tensions until the round's token budget ran out)
+DEFAULT_MAX_ITEMS = 3
+#: characters a server's token is assumed to carry at least on average when a grammar variant's lengths are fitted
+#: to a call's ``max_tokens`` (English prose averages about four in Gemma's and Llama's vocabularies)
+CHARS_PER_TOKEN = 3
+#: items an array may hold by default (``providers.NAME.grammar_lengths: cap``): no list a capable model writes
+#: for an artifact comes near it, and it ends the list a small model would loop in
+CAPPED_MAX_ITEMS = 12
+#: worst-case characters of a value the grammar writes without a free string (a number, a date-time, a pattern)
+_SCALAR_CHARS = 32
+
+
+def bounded_lengths(schema: Any, *, max_tokens: int) -> Any:
+    """A copy of ``schema`` where every array without ``maxItems`` and every free string without ``maxLength`` gets
+    one, chosen so that the longest answer the grammar allows fits in ``max_tokens``.
+
+    A grammar that bounds nothing lets a small model loop inside an array or a string until the token budget cuts
+    the answer, which then fails validation. Arrays are capped at ``DEFAULT_MAX_ITEMS`` (or their ``minItems``) and
+    cut to fewer items before strings get shorter than ``MIN_STRING_CHARS``; strings share what the budget leaves,
+    up to ``MAX_STRING_CHARS``. Strings with a ``format``, a ``pattern``, an ``enum`` or a ``const`` keep their own
+    rules. Every bound keeps the node's own minimum, so each answer the variant allows is one the original accepts
+    (the answer is still validated against the original).
+    """
+    room = slots = 0
+    for items in range(DEFAULT_MAX_ITEMS, -1, -1):
+        fixed, slots = _worst_case(schema, items)
+        room = max_tokens * CHARS_PER_TOKEN - fixed
+        if slots == 0 or room // slots >= MIN_STRING_CHARS:
+            break
+    chars = MAX_STRING_CHARS if slots == 0 else max(MIN_STRING_CHARS, min(MAX_STRING_CHARS, room // slots))
+    return _with_lengths(schema, items, chars)
+
+
+def _free_string(node: Mapping[str, Any]) -> bool:
+    return (node.get("type") == "string" and not any(key in node for key in ("enum", "const", "format", "pattern")))
+
+
+def _worst_case(node: Any, items: int) -> tuple[int, int]:
+    """The longest answer ``node`` allows once bounded: (characters outside free strings, free strings)."""
+    if not isinstance(node, Mapping):
+        return 0, 0
+    if "const" in node or "enum" in node:
+        values = [node["const"]] if "const" in node else list(node["enum"])
+        return max((len(json.dumps(value)) for value in values), default=0), 0
+    alternatives = node.get("anyOf") or node.get("oneOf")
+    if isinstance(alternatives, list) and alternatives:
+        cases = [_worst_case(sub, items) for sub in alternatives]
+        return max(case[0] for case in cases), max(case[1] for case in cases)
+    kind = node.get("type")
+    if kind == "object" or "properties" in node:
+        fixed, slots = 2, 0
+        for name, sub in node.get("properties", {}).items():  # optional properties too: the grammar allows them
+            sub_fixed, sub_slots = _worst_case(sub, items)
+            fixed += len(json.dumps(name)) + 3 + sub_fixed  # "name": value, (and a space the grammar allows)
+            slots += sub_slots
+        return fixed, slots
+    if kind == "array":
+        count = _item_cap(node, items)
+        sub_fixed, sub_slots = _worst_case(node.get("items", {}), items)
+        return 2 + count * (sub_fixed + 2), count * sub_slots
+    if kind == "string":
+        if isinstance(node.get("maxLength"), int):
+            return node["maxLength"] + 2, 0
+        return (2, 1) if _free_string(node) else (_SCALAR_CHARS, 0)
+    return _SCALAR_CHARS, 0
+
+
+def _item_cap(node: Mapping[str, Any], items: int) -> int:
+    cap = node.get("maxItems")
+    return cap if isinstance(cap, int) else max(int(node.get("minItems", 0)), items)
+
+
+def capped_items(schema: Any) -> Any:
+    """A copy of ``schema`` where every array without ``maxItems`` gets ``CAPPED_MAX_ITEMS`` (or its ``minItems``);
+    strings keep their own lengths. The default for grammar servers: a list cannot run away, and no answer of a
+    capable model is cut (see :func:`bounded_lengths` for small models)."""
+    return _with_lengths(schema, CAPPED_MAX_ITEMS, None)
+
+
+def _with_lengths(node: Any, items: int, chars: int | None) -> Any:
+    if isinstance(node, list):
+        return [_with_lengths(sub, items, chars) for sub in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {key: (value if key in ("enum", "const", "required") else _with_lengths(value, items, chars))
+           for key, value in node.items()}
+    if node.get("type") == "array" and "maxItems" not in node:
+        out["maxItems"] = _item_cap(node, items)
+    elif chars is not None and _free_string(node) and "maxLength" not in node:
+        out["maxLength"] = max(int(node.get("minLength", 0)), chars)
+    return out

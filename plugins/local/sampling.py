@@ -20,16 +20,13 @@ from urllib.parse import urldefrag, urljoin
 import numpy as np  # installed with llama-cpp-python: this module is part of conclave[local]
 
 from conclave.errors import ConclaveError
+from conclave.providers.schema_hints import DEFAULT_MAX_ITEMS, MAX_STRING_CHARS, MIN_STRING_CHARS
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-#: longest string value the grammar allows, in characters; a small model rambles until a limit stops it
-MAX_STRING_CHARS = 240
-#: shortest string cap worth generating when the token budget is tight
-MIN_STRING_CHARS = 16
-#: items an array may hold when its schema sets no ``maxItems``
-DEFAULT_MAX_ITEMS = 3
+# The string and array caps (MAX_STRING_CHARS, MIN_STRING_CHARS, DEFAULT_MAX_ITEMS) are shared with the schema
+# variant sent to grammar servers, and documented there.
 
 # One JSON string character without escapes: no quote, no backslash, no control character. Forbidding escapes
 # keeps every character one code point, so the character caps below bound the token count.
