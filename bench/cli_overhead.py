@@ -1,6 +1,7 @@
 """What a user waits for: whole `conclave` CLI processes against the fake provider at a fixed latency L.
 
-Every model (3 agents + judge) answers after exactly L seconds, so a 4-round consultation's critical path is 5L.
+Every model (3 agents + judge) answers after exactly L seconds, so a 4-round consultation's critical path is 5L
+(``rounds=4``: with ``rounds=null`` cross-examination may repeat, and the path grows by 2L per repeat).
 For each L, separate `conclave "Q" …` processes run one after another (as users run them); the fake server, in
 its own process, logs when each request arrives. Reported per L (medians over the runs): process start → first
 provider request; the consultation alone ÷ critical path (the result's own duration); the whole process ÷
@@ -27,6 +28,7 @@ from fake_process import fake_server_process
 
 QUESTION = "Should the billing service move to event sourcing?"
 CRITICAL_CALLS = 5
+CALLS = 9  # 3 round-1 answers, the synthesis, 3 round-3 replies, the cross-examination, the verdict
 
 
 def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
@@ -38,11 +40,13 @@ def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
     before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.time()
     proc = subprocess.run([sys.executable, "-m", "conclave", QUESTION, *overrides, "cost.auto_approve=true",
-                           "judge.model=gpt-4.1", "output.format=json"], capture_output=True, text=True, env=env)
+                           "judge.model=gpt-4.1", "output.format=json", "rounds=4"], capture_output=True, text=True, env=env)
     end = time.time()
     if proc.returncode != 0:
         raise SystemExit(f"conclave failed: {proc.stderr[-2000:]}")
     arrivals = sorted(float(line) for line in log.read_text().split())
+    if len(arrivals) != CALLS:  # the ratios below assume exactly the 4-round plan's calls
+        raise SystemExit(f"expected {CALLS} provider requests, the fake server saw {len(arrivals)}")
     result = json.loads(proc.stdout)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"first_request_s": arrivals[0] - start, "consultation_s": float(result["duration_s"]),
