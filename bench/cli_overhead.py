@@ -40,7 +40,8 @@ def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
     before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.time()
     proc = subprocess.run([sys.executable, "-m", "conclave", QUESTION, *overrides, "cost.auto_approve=true",
-                           "judge.model=gpt-4.1", "output.format=json", "rounds=4"], capture_output=True, text=True, env=env)
+                           "judge.model=gpt-4.1", "output.format=json", "rounds=4"],
+                          capture_output=True, text=True, env=env)
     end = time.time()
     if proc.returncode != 0:
         raise SystemExit(f"conclave failed: {proc.stderr[-2000:]}")
