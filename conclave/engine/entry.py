@@ -44,7 +44,8 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
 
     plugins = get_plugins()
     owned = recorder is None
-    recorder = Recorder(settings.home) if owned else recorder
+    # the index is written once round 1 is under way: SQLite is no part of the path to the first request
+    recorder = Recorder(settings.home, defer_index=True) if owned else recorder
     consultation = Consultation(
         settings,
         plugins=plugins,
