@@ -37,6 +37,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     """
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
+    from conclave.engine.warmup import warm_up_subscriber
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
     from conclave.signals import termination_as_interrupt
@@ -50,7 +51,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         settings,
         plugins=plugins,
         interaction=Interaction.from_terminal(),
-        subscribers=[*subscribers, *subscribers_for(settings, plugins)],
+        subscribers=[*subscribers, *subscribers_for(settings, plugins), warm_up_subscriber()],
         recorder=recorder,
         stream=settings.live,
         **resume,
