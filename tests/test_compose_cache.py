@@ -138,8 +138,12 @@ async def test_a_remembered_config_runs_the_same_consultation(fake_provider_serv
     assert len(list(compose_cache.cache_dir(conclave_env).glob("*.json"))) == 1
     first, second = results
     assert first["question"] == second["question"] == QUESTION
-    for key in ("status", "mode", "strategy", "planned_rounds", "completed_rounds", "agents", "judge",
-                "prompt_versions"):
+    for key in ("status", "mode", "strategy", "planned_rounds", "completed_rounds", "judge", "prompt_versions"):
         assert first[key] == second[key], key
+
+    def seats(result: dict[str, Any]) -> list[dict[str, Any]]:  # the judge's labels are shuffled per run
+        return [{k: v for k, v in agent.items() if k != "label"} for agent in result["agents"]]
+
+    assert seats(first) == seats(second)
     # the same prompts (the fake's prompt cache serves the second run's prefixes, so only the billed split differs)
     assert [first["tokens"][k] for k in ("input", "output")] == [second["tokens"][k] for k in ("input", "output")]
