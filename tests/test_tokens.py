@@ -180,7 +180,9 @@ def test_the_python_count_equals_the_compiled_tokenizer(encoding: str) -> None:
     rng = random.Random(11)
     alphabet = "ab XY 12 \n\r\t.,:'\"!?-_/\\()[]{}<>|@#$%&*~`éüßñ日本語한국Ωπ🙂\u200b\u0301'sllve"
     noise = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(300)]
-    for text in [*TRICKY, readme, *noise]:
+    long_pieces = ["x" * 20_000, "ab" * 5_000, "é" * 3_000,  # one pre-tokenizer piece each: merged in O(n log n)
+                   "".join(rng.choice("ABCabc0189+/=") for _ in range(20_000))]
+    for text in [*TRICKY, readme, *noise, *long_pieces]:
         assert tokens.count_tokens(text, model) == sum(reference.count(p) for p in tokens._pieces(text)), text
 
 
