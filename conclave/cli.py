@@ -10,7 +10,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +206,31 @@ def _main(args: list[str]) -> int:
         overrides.append("question=" + hydra_quote(question))
     if "--hydra-help" in flags:  # Hydra's help composes its own config, where an agents=… override cannot apply
         return run_hydra([*flags, *overrides])
-    return run_hydra([*flags, *_with_zero_config_panel(overrides)])
+    overrides = _with_zero_config_panel(overrides)
+    if question is not None:
+        code = _run_remembered(flags, overrides[:-1], question)  # all but the question's own override
+        if code is not None:
+            return code
+    return run_hydra([*flags, *overrides])
+
+
+def _run_remembered(flags: list[str], overrides: list[str], question: str) -> int | None:
+    """A plain run whose composition was remembered runs without Hydra (:mod:`conclave.compose_cache`); the exit
+    code, or None when Hydra must compose (and then remembers it for the next run)."""
+    from conclave import compose_cache
+
+    if not compose_cache.eligible(flags, overrides):
+        return None
+    from conclave import task
+    from conclave.home import default_home
+
+    key = compose_cache.cache_key(default_home(), overrides)
+    code = _reported(lambda: task.run_cached(key, overrides, question))
+    if code is None:
+        from conclave import hydra_app
+
+        hydra_app.compose_cache_key = key
+    return code
 
 
 def _with_zero_config_panel(overrides: list[str]) -> list[str]:
@@ -215,12 +239,12 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     ``--cfg job`` shows the same choice a run would make. The notice about the offline panel is printed by the
     Hydra task once the configuration has validated, so a config error stays one line.
     """
-    from conclave import hydra_app
+    from conclave import task
     from conclave.home import default_home
     from conclave.panel import LOCAL_PANEL, zero_config_overrides
 
     added = zero_config_overrides(overrides, os.environ, default_home())
-    hydra_app.offline_notice_pending = f"agents={LOCAL_PANEL}" in added
+    task.offline_notice_pending = f"agents={LOCAL_PANEL}" in added
     return [*added, *overrides]  # first, so the user's own agents.* overrides still apply on top
 
 
@@ -240,12 +264,10 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
 
 def run_hydra(overrides: list[str]) -> int:
     """Hand ``overrides`` (flags included) to Hydra; translate every configuration error to one line, exit 2."""
-    from conclave.errors import ConclaveError
-    from conclave.hydra_app import hydra_entry, prepare_hydra, report_error, worst_exit
 
-    # Let exceptions reach us instead of Hydra's reporter (which prints a trace and exits 1).
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
+    def compose_and_run() -> None:
+        from conclave.hydra_app import hydra_entry, prepare_hydra
+
         prepare_hydra()
         saved_argv = sys.argv
         sys.argv = [saved_argv[0] if saved_argv else "conclave", *overrides]
@@ -253,6 +275,25 @@ def run_hydra(overrides: list[str]) -> int:
             hydra_entry()
         finally:
             sys.argv = saved_argv
+
+    code = _reported(compose_and_run)
+    if code is not None:
+        return code
+    from conclave.task import worst_exit
+
+    return worst_exit()
+
+
+def _reported(body: Callable[[], int | None]) -> int | None:
+    """``body()``, with every error it raises turned into its exit code and one line on stderr (configuration
+    errors: exit 2, no traceback)."""
+    from conclave.errors import ConclaveError
+    from conclave.task import report_error
+
+    # Let exceptions reach us instead of Hydra's reporter (which prints a trace and exits 1).
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return body()
     except ConclaveError as exc:
         report_error(exc)
         return exc.exit_code
@@ -267,7 +308,6 @@ def run_hydra(overrides: list[str]) -> int:
             raise
         print(f"conclave: {message}", file=sys.stderr)
         return EXIT_USAGE
-    return worst_exit()
 
 
 def _hydra_error_message(exc: BaseException) -> str | None:

@@ -12,6 +12,8 @@ from hydra.core.plugins import Plugins as HydraPlugins
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig
 
+from conclave.task import record_exit, report_error, worst_exit  # where the CLI and eval find them
+
 CONFIG_MODULE = "pkg://conclave.conf"
 
 
@@ -102,55 +104,46 @@ def _mode_may_be_set(overrides: list[str]) -> bool:
     return False
 
 
+#: set by the CLI to the composition-cache key of a plain run: the task then remembers what Hydra composed
+compose_cache_key: str | None = None
+
+
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
 def hydra_entry(cfg: DictConfig) -> Any:
     """One consultation per Hydra job. Sync on purpose: Hydra silently skips an ``async def`` task."""
-    from conclave.config import check_against_plugins, settings_from_dictconfig
-    from conclave.errors import ConclaveError, ConfigError
+    from conclave.config import settings_from_dictconfig
+    from conclave.task import run_task
+
+    _remember_composition(cfg)
+    return run_task(lambda: settings_from_dictconfig(cfg), _task_overrides, sweep_overrides)
+
+
+def _task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return [str(o) for o in HydraConfig.get().overrides.task]
+
+
+def _remember_composition(cfg: DictConfig) -> None:
+    """Store this run's composition for the next run with the same overrides (see :mod:`conclave.compose_cache`)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from conclave.plugins import get_plugins
 
-    try:
-        try:
-            settings = settings_from_dictconfig(cfg)
-            check_against_plugins(settings, get_plugins())
-        except ConfigError as exc:
-            raise ConfigError(name_user_settings(exc.problems)) from None
-        from conclave.engine.entry import run_from_cli
-        from conclave.render.console import set_report_context
+    if compose_cache_key is None or HydraConfig.get().mode != RunMode.RUN or get_plugins().config_paths:
+        return
+    from conclave import compose_cache
+    from conclave.home import default_home
 
-        set_report_context(settings.home, sweep_overrides())
-
-        code = run_from_cli(settings, subscribers=_offline_notice(settings))
-    except ConclaveError as exc:
-        # Report here: an exception leaving the task makes Hydra print "Error executing job ..." first.
-        # SystemExit passes through Hydra, so a bad value stops a sweep at once with our exit code.
-        report_error(exc)
-        raise SystemExit(exc.exit_code) from None
-    record_exit(code)
-    return code
+    compose_cache.store(default_home(), compose_cache_key, cfg, HydraConfig.get())
 
 
 def name_user_settings(problems: list[str]) -> list[str]:
-    """Add ``(set in PATH)`` to each problem whose key comes from ``user/settings.yaml`` and not from the command
-    line, so a bad value in that file does not look like a bad default."""
-    import yaml
-    from hydra.core.hydra_config import HydraConfig
+    """:func:`conclave.task.name_user_settings` with the overrides of the running Hydra job."""
+    from conclave.task import name_user_settings as name
 
-    path = user_config_dir() / "user" / "settings.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        given = {o.lstrip("+~").partition("=")[0] for o in HydraConfig.get().overrides.task}
-    except (OSError, ValueError, yaml.YAMLError):
-        return problems
-    named = []
-    for line in problems:
-        key = line.partition(":")[0]
-        node: Any = data
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        inherited = node is not None and key not in given
-        named.append(f"{line} (set in {path})" if inherited else line)
-    return named
+    return name(problems, _task_overrides)
 
 
 def sweep_overrides() -> dict[str, str]:
@@ -174,45 +167,5 @@ def sweep_overrides() -> dict[str, str]:
     return {k: v for k, v in values.items() if k in swept}
 
 
-_worst_exit = 0
-
-#: set by the CLI when it chose the offline panel for lack of keys; the notice waits for a valid config
-offline_notice_pending = False
-
-
-def _offline_notice(settings: Any) -> list[Any]:
-    """A subscriber printing the offline-panel notice once the consultation starts, so a run refused before it
-    starts (a seat moved to a provider without a key, a question too long for the model) stays one line."""
-    global offline_notice_pending
-    if not offline_notice_pending:
-        return []
-    offline_notice_pending = False
-
-    def notice(event: Any) -> None:
-        from conclave.events import CONSULTATION_STARTED
-
-        if event.type == CONSULTATION_STARTED:
-            import sys
-
-            from conclave.panel import LOCAL_PANEL_NOTICE
-
-            print(LOCAL_PANEL_NOTICE, file=sys.stderr)
-
-    return [notice]
-
-
-def record_exit(code: int) -> None:
-    """Remember the worst exit code of the jobs run in this process (multirun runs several)."""
-    global _worst_exit
-    _worst_exit = max(_worst_exit, int(code or 0))
-
-
-def worst_exit() -> int:
-    return _worst_exit
-
-
-def report_error(exc: BaseException) -> None:
-    import sys
-
-    for line in str(exc).splitlines() or [type(exc).__name__]:
-        print(f"conclave: {line}", file=sys.stderr)
+__all__ = ["CONFIG_MODULE", "hydra_entry", "prepare_hydra", "record_exit", "report_error", "sweep_overrides",
+           "user_config_dir", "worst_exit"]

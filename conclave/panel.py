@@ -46,8 +46,11 @@ def provider_key_variables() -> dict[str, tuple[str, ...]]:
     """Provider name -> its key variables, as ``conf/providers/default.yaml`` declares them."""
     import yaml
 
+    from conclave.yamlload import packaged_yaml_loader
+
     text = resources.files("conclave.conf").joinpath("providers/default.yaml").read_text(encoding="utf-8")
-    return {name: tuple(spec.get("api_key_env") or ()) for name, spec in yaml.safe_load(text).items()}
+    declared = yaml.load(text, Loader=packaged_yaml_loader())
+    return {name: tuple(spec.get("api_key_env") or ()) for name, spec in declared.items()}
 
 
 def keyed_providers(environ: Mapping[str, str]) -> set[str]:

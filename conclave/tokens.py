@@ -1,24 +1,26 @@
 """Token counting with a real BPE tokenizer (never chars/4).
 
-``tiktoken`` is used when the encoding is already in its local cache; otherwise ``bpe-openai``, which embeds
-the same vocabularies and works offline. tiktoken downloads a missing encoding on first use, so we check its
-cache ourselves and never let it try. Non-OpenAI models (Claude, Gemini, Grok, Mistral, local models) have no
-public tokenizer here: they are counted with ``o200k_base`` as an approximation.
+``tiktoken`` is used when the encoding is already in its local cache; otherwise the vocabulary that
+``bpe-openai`` ships (the same ranks) is counted by :class:`_RankCounter`, tiktoken's byte-pair merge in Python
+over one ``bytes -> rank`` dict (~26 MiB for o200k, where bpe-openai's compiled tokenizer holds ~66 MiB: its
+embedded tables and automata), with the encoding's own pre-tokenizer pattern. The dict is built once from the
+shipped file and kept in ``$XDG_CACHE_HOME/conclave/tokens/`` (``~/.cache/…``; ``marshal``: read in ~50 ms).
+tiktoken downloads a missing encoding on first use, so we check its cache ourselves and never let it try.
+Non-OpenAI models (Claude, Gemini, Grok, Mistral, local models) have no public tokenizer here: they are counted
+with ``o200k_base`` as an approximation.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.machinery
 import importlib.util
 import os
 import re
 import tempfile
-import warnings
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 DEFAULT_ENCODING = "o200k_base"
 
@@ -37,6 +39,21 @@ _TIKTOKEN_BLOBS = {
 
 # gpt-4 / gpt-3.5 era models use cl100k; gpt-4o, gpt-4.1, gpt-4.5, gpt-5 and the o-series use o200k.
 _CL100K_MODELS = re.compile(r"^(gpt-4(?![o.])|gpt-3\.5|gpt-35|text-embedding-(3|ada))")
+
+# Each encoding's pre-tokenizer, as tiktoken_ext.openai_public defines it (a test checks they are the same).
+_PATTERNS = {
+    "o200k_base": "|".join([
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]),
+    "cl100k_base": (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""),
+}
 
 # bpe-openai refuses inputs of 1M characters or 200k tokens; long texts are counted in pieces cut at
 # whitespace, which changes the count by at most a token or two per cut.
@@ -66,7 +83,8 @@ def utf8_upper_bound(text: str, model: str | None = None) -> int:
 
 
 def tokenizer_backend(encoding: str = DEFAULT_ENCODING) -> str:
-    """Which library counts tokens for ``encoding`` on this machine: ``"tiktoken"`` or ``"bpe-openai"``."""
+    """What counts tokens for ``encoding`` on this machine: ``"tiktoken"`` (its local cache) or ``"bpe-openai"``
+    (the vocabulary bpe-openai ships, counted by :class:`_RankCounter`)."""
     return "tiktoken" if _tiktoken_cached(encoding) else "bpe-openai"
 
 
@@ -89,44 +107,139 @@ def _counter(encoding: str) -> Callable[[str], int]:
 
         encode = tiktoken.get_encoding(encoding).encode_ordinary
         return lambda text: len(encode(text))
-    backend = _bpe_backend()
-    if backend is not None:
-        return backend.tokenizer_for_encoding(encoding).count
-    with warnings.catch_warnings():  # bpe-openai 0.1.x loads its data with a deprecated importlib API
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import bpe_openai
-
-        encode = bpe_openai.get_encoding(encoding).encode_ordinary
-        return lambda text: len(encode(text))
+    return _RankCounter(_ranks(encoding), _PATTERNS[encoding]).count
 
 
-def _bpe_backend() -> ModuleType | None:
-    """bpe-openai's compiled tokenizer, loaded without its Python wrapper.
+class _RankCounter:
+    """tiktoken's count for one encoding: split ``text`` with the encoding's pattern; a piece that is a token is
+    one; any other piece is merged from its bytes, always joining the adjacent pair whose join has the lowest
+    rank (the leftmost on a tie), until no adjacent join is a token. Counts of merged pieces are remembered."""
 
-    Importing the ``bpe_openai`` package decodes every vocabulary it ships into Python dicts (~0.5 s and
-    ~140 MiB) although the compiled backend embeds its own tables and builds only the encoding asked for
-    (~70 MiB for o200k). Counting needs nothing else, so load the extension module by itself; None when it
-    cannot be found (then the wrapper is used)."""
+    def __init__(self, ranks: dict[bytes, int], pattern: str) -> None:
+        import regex
+
+        self._ranks = ranks
+        self._split = regex.compile(pattern).findall
+        self._merged: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        ranks, merged = self._ranks, self._merged
+        total = 0
+        for piece in self._split(text):
+            data = piece.encode("utf-8")
+            if data in ranks:
+                total += 1
+                continue
+            n = merged.get(data)
+            if n is None:
+                n = _merge_count(data, ranks)
+                with self._lock:
+                    if len(merged) > 100_000:
+                        merged.clear()
+                    merged[data] = n
+            total += n
+        return total
+
+
+def _merge_count(data: bytes, ranks: dict[bytes, int]) -> int:
+    if len(data) > 32:
+        return _merge_count_long(data, ranks)
+    parts = [data[i:i + 1] for i in range(len(data))]
+    get = ranks.get
+    while len(parts) > 1:
+        best, at = None, -1
+        for i in range(len(parts) - 1):
+            rank = get(parts[i] + parts[i + 1])
+            if rank is not None and (best is None or rank < best):
+                best, at = rank, i
+        if best is None:
+            break
+        parts[at:at + 2] = [parts[at] + parts[at + 1]]
+    return len(parts)
+
+def _merge_count_long(data: bytes, ranks: dict[bytes, int]) -> int:
+    """:func:`_merge_count` in O(n log n) for long pieces (a minified line, a base64 blob): the same merges in the
+    same order — the lowest-ranked adjacent pair, the leftmost on a tie — kept in a heap of (rank, start)."""
+    import heapq
+
+    n = len(data)
+    nxt = list(range(1, n + 1))  # start of the part after the part starting at i (n: none)
+    prv = list(range(-1, n - 1))
+    alive = [True] * n
+    heap = []
+    for i in range(n - 1):
+        rank = ranks.get(data[i:i + 2])
+        if rank is not None:
+            heap.append((rank, i, i + 2))
+    heapq.heapify(heap)
+    count = n
+    while heap:
+        rank, i, end = heapq.heappop(heap)
+        j = nxt[i] if alive[i] else -1
+        if j < 0 or j >= n or not alive[j] or nxt[j] != end:
+            continue  # stale: a part of this pair was merged since
+        alive[j] = False
+        nxt[i] = end
+        if end < n:
+            prv[end] = i
+        count -= 1
+        left = prv[i]
+        if left >= 0:
+            joined = ranks.get(data[left:end])
+            if joined is not None:
+                heapq.heappush(heap, (joined, left, end))
+        if end < n:
+            after = nxt[end]
+            joined = ranks.get(data[i:after])
+            if joined is not None:
+                heapq.heappush(heap, (joined, i, after))
+    return count
+
+
+def _vocabulary_file(encoding: str) -> Path:
+    """The ``.tiktoken.gz`` vocabulary bpe-openai ships for ``encoding`` (found without importing the package,
+    whose import decodes every vocabulary it ships)."""
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("bpe-openai is not installed: no vocabulary to count tokens with")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / f"{encoding}.tiktoken.gz"
+
+
+def _ranks(encoding: str) -> dict[bytes, int]:
+    """``encoding``'s ``bytes -> rank`` table: from the marshal copy in the user's cache dir when it was made from
+    this very file by this Python, else decoded from the shipped file (and the copy written). The copy derives
+    from package data only, so every conclave home shares it."""
+    import base64
+    import gzip
+    import marshal
+    import sys
+
+    source = _vocabulary_file(encoding)
+    st = source.stat()
+    stamp = f"{source}:{st.st_size}:{st.st_mtime_ns}:{sys.version_info[:2]}:{marshal.version}"
+    digest = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    cache_root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    cached = Path(cache_root) / "conclave" / "tokens" / f"{encoding}-{digest}.marshal"
     try:
-        spec = importlib.util.find_spec("bpe_openai")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    for path in sorted(Path(spec.origin).parent.glob("_bindings*.so")) + sorted(
-            Path(spec.origin).parent.glob("_bindings*.pyd")):
-        loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", str(path))
-        module_spec = importlib.util.spec_from_file_location("bpe_openai._bindings", path, loader=loader)
-        if module_spec is None:
-            continue
-        module = importlib.util.module_from_spec(module_spec)
-        try:
-            loader.exec_module(module)
-        except ImportError:
-            continue
-        if hasattr(module, "tokenizer_for_encoding"):
-            return module
-    return None
+        ranks = marshal.loads(cached.read_bytes())
+        if isinstance(ranks, dict) and ranks:
+            return ranks
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    ranks = {}
+    with gzip.open(source, "rb") as lines:
+        for line in lines:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(marshal.dumps(ranks))
+        os.replace(tmp, cached)
+    except OSError:
+        pass  # a read-only home decodes the file again next time
+    return ranks
 
 
 def _tiktoken_cache_file(encoding: str) -> Path | None:

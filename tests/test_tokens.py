@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.machinery
 import importlib.resources
+import importlib.util
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,9 +125,9 @@ def test_importing_the_module_loads_no_tokenizer() -> None:
     assert out.split() == ["False", "False"]
 
 
-def test_bpe_openai_counts_with_its_compiled_backend_alone(tmp_path: Path) -> None:
-    """Counting loads only the compiled tokenizer of the one encoding asked for, not the bpe_openai package
-    (whose import decodes every vocabulary it ships), and counts exactly what the package would."""
+def test_counting_loads_neither_bpe_openai_nor_its_compiled_backend(tmp_path: Path) -> None:
+    """Counting reads the one vocabulary file it needs — not the bpe_openai package (whose import decodes every
+    vocabulary it ships) nor its compiled tokenizer (~66 MiB for o200k) — and counts what the package would."""
     code = (
         "import sys, conclave.tokens as t\n"
         "n = t.count_tokens('naïve café 東京 🙂 <|endoftext|> def f(): return 1', 'gpt-4o')\n"
@@ -132,14 +137,69 @@ def test_bpe_openai_counts_with_its_compiled_backend_alone(tmp_path: Path) -> No
         "print(len(bpe_openai.get_encoding('o200k_base').encode_ordinary("
         "'naïve café 東京 🙂 <|endoftext|> def f(): return 1')))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty")}
+    env = {"PATH": "/usr/bin:/bin", "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"), "HOME": os.path.expanduser("~")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     first, second = out.splitlines()
     count, package_loaded, backend_loaded = first.split()
-    assert (package_loaded, backend_loaded) == ("False", "True")  # the compiled backend alone, not the package
+    assert (package_loaded, backend_loaded) == ("False", "False")
     assert int(count) == int(second) > 0
 
 
-def test_the_utf8_bound_is_never_below_the_real_count() -> None:
-    for text in ["hello world", "naïve café 東京 🙂" * 20, "x" * 3000, "<|endoftext|>", "  \n\t ", "ab" * 999]:
-        assert tokens.utf8_upper_bound(text) >= tokens.count_tokens(text)
+def _compiled(encoding: str) -> Any:
+    """bpe-openai's compiled tokenizer for ``encoding`` (the reference the Python count must equal)."""
+    spec = importlib.util.find_spec("bpe_openai")
+    assert spec is not None and spec.origin is not None
+    path = sorted(Path(spec.origin).parent.glob("_bindings*.so"))[0]
+    loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", str(path))
+    module_spec = importlib.util.spec_from_file_location("bpe_openai._bindings", path, loader=loader)
+    assert module_spec is not None
+    module = importlib.util.module_from_spec(module_spec)
+    loader.exec_module(module)
+    return module.tokenizer_for_encoding(encoding)
+
+
+TRICKY = [
+    "Should we move billing to event sourcing? Consider auditability, replay cost and team skills.",
+    "naïve café 東京 🙂 <|endoftext|> def f(): return 1",
+    "I'm sure they'll say we've 'd it; DON'T SHOUT, it's FINE's",
+    "  leading spaces\n\n\ttabs\r\n  trailing   \n",
+    "12345678901234567890 3.14159 1,000,000 0x1F",
+    "한국어 텍스트와 中文文本 и русский текст, ελληνικά, עברית, العربية",
+    "e\u0301 a\u0308 \u200b zero-width, ﬁ ligature, 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    '{"json": [1, 2, {"k": "v"}], "path": "/usr/local/bin", "url": "https://example.com/a?b=c&d=e"}',
+    "````python\nfor i in range(10):\n    print(i ** 2)  # squares\n```",
+    "🚀🚀🚀 !!! ??? ... --- ___ *** /// \\\\",
+]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_the_python_count_equals_the_compiled_tokenizer(encoding: str) -> None:
+    reference = _compiled(encoding)
+    model = "gpt-4o" if encoding == "o200k_base" else "gpt-4"
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rng = random.Random(11)
+    alphabet = "ab XY 12 \n\r\t.,:'\"!?-_/\\()[]{}<>|@#$%&*~`éüßñ日本語한국Ωπ🙂\u200b\u0301'sllve"
+    noise = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(300)]
+    long_pieces = ["x" * 20_000, "ab" * 5_000, "é" * 3_000,  # one pre-tokenizer piece each: merged in O(n log n)
+                   "".join(rng.choice("ABCabc0189+/=") for _ in range(20_000))]
+    for text in [*TRICKY, readme, *noise, *long_pieces]:
+        assert tokens.count_tokens(text, model) == sum(reference.count(p) for p in tokens._pieces(text)), text
+
+
+def test_the_pre_tokenizer_patterns_are_tiktoken_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiktoken_ext.openai_public as public
+
+    monkeypatch.setattr(public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    assert tokens._PATTERNS == {"o200k_base": public.o200k_base()["pat_str"],
+                                "cl100k_base": public.cl100k_base()["pat_str"]}
+
+
+def test_the_rank_table_is_kept_and_a_damaged_copy_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    expected = tokens.count_tokens("hello world, again", "gpt-4o")
+    kept = list((tmp_path / "cache" / "conclave" / "tokens").glob("o200k_base-*.marshal"))
+    assert len(kept) == 1
+    kept[0].write_bytes(b"damaged")
+    tokens.reset_cache()
+    assert tokens.count_tokens("hello world, again", "gpt-4o") == expected
+    assert kept[0].stat().st_size > 1_000_000  # written again whole

@@ -37,6 +37,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     """
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
+    from conclave.engine.warmup import warm_up_subscriber
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
     from conclave.signals import termination_as_interrupt
@@ -44,12 +45,13 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
 
     plugins = get_plugins()
     owned = recorder is None
-    recorder = Recorder(settings.home) if owned else recorder
+    # the index is written once round 1 is under way: SQLite is no part of the path to the first request
+    recorder = Recorder(settings.home, defer_index=True) if owned else recorder
     consultation = Consultation(
         settings,
         plugins=plugins,
         interaction=Interaction.from_terminal(),
-        subscribers=[*subscribers, *subscribers_for(settings, plugins)],
+        subscribers=[*subscribers, *subscribers_for(settings, plugins), warm_up_subscriber()],
         recorder=recorder,
         stream=settings.live,
         **resume,

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from conclave.providers.base import Usage
+from conclave.yamlload import packaged_yaml_loader
 
 PACKAGE = "conclave"
 DATA_DIR = "data"
@@ -126,7 +127,8 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
 def _packaged_table() -> PriceTable:
     folder = resources.files(PACKAGE).joinpath(DATA_DIR, "pricing")
     sheets = [
-        parse_sheet(yaml.safe_load(entry.read_text(encoding="utf-8")) or {}, f"pricing/{entry.name}")
+        parse_sheet(yaml.load(entry.read_text(encoding="utf-8"), Loader=packaged_yaml_loader()) or {},
+                    f"pricing/{entry.name}")
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)
         if entry.name.endswith(".yaml")
     ]

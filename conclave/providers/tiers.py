@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from conclave.yamlload import packaged_yaml_loader
+
 PACKAGE = "conclave"
 DATA_DIR = "data"
 _SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -67,4 +69,4 @@ class Tiers:
 @functools.cache
 def _packaged_tiers() -> Tiers:
     text = resources.files(PACKAGE).joinpath(DATA_DIR, "tiers.yaml").read_text(encoding="utf-8")
-    return Tiers.from_mapping(yaml.safe_load(text) or {}, "tiers.yaml")
+    return Tiers.from_mapping(yaml.load(text, Loader=packaged_yaml_loader()) or {}, "tiers.yaml")

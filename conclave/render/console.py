@@ -8,9 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from conclave.render.jsonld import to_jsonld
-from conclave.render.markdown import render_markdown
-
 OutputFormat = Literal["markdown", "json", "both", "html"]
 FORMATS = ("markdown", "json", "both", "html")
 
@@ -61,10 +58,14 @@ def print_result(result: Mapping[str, Any], fmt: OutputFormat, stream: TextIO,
 
         stream.write(render_html(result, records, label=label))
     if fmt in ("markdown", "both"):
+        from conclave.render.markdown import render_markdown  # imported here: not on the path to round 1
+
         _print_markdown(render_markdown(result, records, label=label), stream)
     if fmt == "both":
         stream.write("---\n")
     if fmt in ("json", "both"):
+        from conclave.render.jsonld import to_jsonld
+
         document = to_jsonld(result)
         if _sweep_label:
             document["sweep"] = dict(_sweep_label)

@@ -13,13 +13,13 @@ consultation it continues and ``conclave index rebuild`` repairs the whole index
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
-from conclave.store.index import IndexWriter
 from conclave.store.journal import JournalError, JournalWriter
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
@@ -31,16 +31,25 @@ class Recorder:
     """Journal + index writer for the consultations of one process, under data home ``home``.
 
     ``index=False`` journals only (the index can be rebuilt from the journal at any time).
+
+    ``defer_index=True`` (a CLI consultation) keeps SQLite off the path to the first provider request: the flushes
+    before the first round starts make the journal durable and leave the index writes pending; when the first
+    round starts, a worker thread imports the index modules and migrates the index (after
+    :data:`INDEX_WARMUP_AFTER_S`, so round 1's requests have left), and the first flush after it is done writes
+    everything pending. The end of a consultation and ``close()`` wait for it.
     """
 
-    def __init__(self, home: Path, *, index: bool = True) -> None:
+    def __init__(self, home: Path, *, index: bool = True, defer_index: bool = False) -> None:
         self.layout = StoreLayout(Path(home))
         self._heads = HeadsLog(self.layout.heads_path)
         self._redactor = Redactor.from_env()
         self._writers: dict[str, JournalWriter] = {}
-        self._index = IndexWriter(self.layout.index_path) if index else None
+        self._use_index = index
+        self._index: Any = None  # the IndexWriter, made at the first index write
         self._pending: list[dict[str, Any]] = []
         self._index_error: str | None = None
+        self._deferred = index and defer_index
+        self._warmup: threading.Thread | None = None
 
     def __call__(self, event: ev.Event) -> None:
         self.record(event.consultation_id, event.type, event.data, event.ts)
@@ -61,16 +70,27 @@ class Recorder:
             # Before the round spends anything, the rounds before it are durable (even if the runner did not
             # flush), and so is its start, which shows where a crash interrupted the consultation.
             self.flush()
+            if self._deferred and self._warmup is None:
+                self._warmup = threading.Thread(target=_warm_index, args=(self.layout.index_path,), daemon=True,
+                                                name="conclave-index-warmup")
+                self._warmup.start()
         elif type_ == ev.CONSULTATION_COMPLETED:
-            self.flush()
+            self.flush(wait=True)
             del self._writers[consultation_id]  # a long-lived recorder must not keep every journal open
             writer.close()
 
-    def flush(self) -> None:
-        """Make every appended record durable (fsync + head), then index them. A journal the disk refuses
-        raises :class:`JournalError`, and its records are not indexed (the index never runs ahead of it)."""
+    def flush(self, *, wait: bool = False) -> None:
+        """Make every appended record durable (fsync + head), then index them (with ``defer_index``, once the
+        index warm-up is done, or ``wait`` for it). A journal the disk refuses raises :class:`JournalError`, and
+        its records are not indexed (the index never runs ahead of it)."""
         for writer in self._writers.values():
             writer.flush()
+        if self._deferred:
+            if not wait and (self._warmup is None or self._warmup.is_alive()):
+                return
+            if self._warmup is not None:
+                self._warmup.join()
+            self._deferred = False
         self._write_index()
 
     def reindex(self, consultation_id: str) -> None:
@@ -85,7 +105,7 @@ class Recorder:
         """Flush what can be flushed and close every journal. Never raises a journal's failure again: the
         consultation already stopped on it and said why."""
         try:
-            self.flush()
+            self.flush(wait=True)
         except JournalError:
             pass
         finally:
@@ -93,16 +113,21 @@ class Recorder:
             for writer in self._writers.values():
                 failed = failed or writer.failed is not None
                 writer.close()
-            if self._index is not None:
+            if self._use_index:
                 if self._pending and not failed:
                     log.warning("the index is missing %d record(s) (%s); the journal has them: run `conclave "
                                 "index rebuild`", len(self._pending), self._index_error or "not written")
-                self._index.close()
+                if self._index is not None:
+                    self._index.close()
 
     def _write_index(self) -> None:
-        if self._index is None or not self._pending:
+        if not self._use_index or not self._pending:
             return
         try:
+            if self._index is None:
+                from conclave.store.index import IndexWriter
+
+                self._index = IndexWriter(self.layout.index_path)
             self._index.write(self._pending)
         except Exception as exc:
             # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself;
@@ -111,3 +136,19 @@ class Recorder:
             return
         self._pending = []
         self._index_error = None
+
+
+#: how long after the first round starts the index warm-up begins (its requests leave first)
+INDEX_WARMUP_AFTER_S = 0.05
+
+
+def _warm_index(path: Path) -> None:
+    """Import the index modules and migrate the index on a connection of this thread (SQLite connections stay in
+    their thread); any failure is left for the real write to meet and report."""
+    time.sleep(INDEX_WARMUP_AFTER_S)
+    try:
+        from conclave.store.index import connect
+
+        connect(path).close()
+    except Exception:
+        pass

@@ -1,0 +1,46 @@
+"""Import what a consultation needs only after its first request while round 1 waits for its answers.
+
+A CLI process imports nothing it does not need before round 1's requests leave; what the later steps need —
+schema validation (jsonschema with its format checkers), the report renderers — is imported by a worker thread
+:data:`WARMUP_AFTER_S` after round 1 starts, while the event loop waits on the network, instead of on the path
+between a round's last answer and the next round's requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conclave.events import ROUND_STARTED
+
+#: how long after round 1 starts the warm-up begins (its requests leave first)
+WARMUP_AFTER_S = 0.05
+
+#: imported by the warm-up, in this order
+LATER_MODULES = ("jsonschema", "conclave.render.markdown", "conclave.render.jsonld")
+
+
+def _import_later_modules() -> None:
+    time.sleep(WARMUP_AFTER_S)
+    for name in LATER_MODULES:
+        # on failure the step that needs the module imports it again and says what is wrong
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def warm_up_subscriber() -> Callable[[Any], None]:
+    """An event subscriber that starts the warm-up thread when the first round starts (once)."""
+    started = False
+
+    def on_event(event: Any) -> None:
+        nonlocal started
+        if started or event.type != ROUND_STARTED:
+            return
+        started = True
+        threading.Thread(target=_import_later_modules, daemon=True, name="conclave-import-warmup").start()
+
+    return on_event

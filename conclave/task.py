@@ -1,0 +1,130 @@
+"""One consultation from a composed configuration: what the Hydra task does, without importing Hydra.
+
+Both ways a ``conclave "question"`` process gets its configuration end here: Hydra's composition
+(:func:`conclave.hydra_app.hydra_entry`) and a remembered one (:mod:`conclave.compose_cache`, via :func:`run_cached`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_worst_exit = 0
+
+#: set by the CLI when it chose the offline panel for lack of keys; the notice waits for a valid config
+offline_notice_pending = False
+
+
+def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Sequence[str]],
+             sweep: Callable[[], dict[str, str]] = dict) -> int:
+    """Validate the configuration ``make_settings`` builds, run the consultation, return its exit code.
+
+    A configuration error names the user's settings file when the key comes from it and not from
+    ``given_overrides`` (the command line). A :class:`~conclave.errors.ConclaveError` is reported here in one
+    line and ends the process with its exit code (``SystemExit``: it passes through Hydra, so a bad value stops a
+    sweep at once)."""
+    from conclave.config import check_against_plugins
+    from conclave.errors import ConclaveError, ConfigError
+    from conclave.plugins import get_plugins
+
+    try:
+        try:
+            settings = make_settings()
+            check_against_plugins(settings, get_plugins())
+        except ConfigError as exc:
+            raise ConfigError(name_user_settings(exc.problems, given_overrides)) from None
+        from conclave.engine.entry import run_from_cli
+        from conclave.render.console import set_report_context
+
+        set_report_context(settings.home, sweep())
+
+        code = run_from_cli(settings, subscribers=_offline_notice(settings))
+    except ConclaveError as exc:
+        # Report here: an exception leaving Hydra's task makes Hydra print "Error executing job ..." first.
+        report_error(exc)
+        raise SystemExit(exc.exit_code) from None
+    record_exit(code)
+    return int(code or 0)
+
+
+def run_cached(key: str, overrides: list[str], question: str) -> int | None:
+    """Run the consultation from the composition of ``overrides`` remembered under ``key`` (see
+    :mod:`conclave.compose_cache`), or None when there is none to use (then Hydra composes, and remembers)."""
+    from conclave import compose_cache
+    from conclave.home import default_home
+    from conclave.plugins import get_plugins
+
+    home = default_home()
+    if get_plugins().config_paths:
+        return None
+    found = compose_cache.load(home, key, question)
+    if found is None:
+        return None
+    config, logging = found
+    compose_cache.configure_logging(logging)
+
+    def settings() -> Any:
+        from conclave.config import settings_from_container
+
+        return settings_from_container(config)
+
+    return run_task(settings, lambda: overrides)
+
+
+def name_user_settings(problems: list[str], given_overrides: Callable[[], Sequence[str]]) -> list[str]:
+    """Add ``(set in PATH)`` to each problem whose key comes from ``user/settings.yaml`` and not from the command
+    line, so a bad value in that file does not look like a bad default."""
+    import yaml
+
+    from conclave.home import default_home
+
+    path = default_home() / "conf" / "user" / "settings.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        given = {o.lstrip("+~").partition("=")[0] for o in given_overrides()}
+    except (OSError, ValueError, yaml.YAMLError):
+        return problems
+    named = []
+    for line in problems:
+        key = line.partition(":")[0]
+        node: Any = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        inherited = node is not None and key not in given
+        named.append(f"{line} (set in {path})" if inherited else line)
+    return named
+
+
+def _offline_notice(settings: Any) -> list[Any]:
+    """A subscriber printing the offline-panel notice once the consultation starts, so a run refused before it
+    starts (a seat moved to a provider without a key, a question too long for the model) stays one line."""
+    global offline_notice_pending
+    if not offline_notice_pending:
+        return []
+    offline_notice_pending = False
+
+    def notice(event: Any) -> None:
+        from conclave.events import CONSULTATION_STARTED
+
+        if event.type == CONSULTATION_STARTED:
+            from conclave.panel import LOCAL_PANEL_NOTICE
+
+            print(LOCAL_PANEL_NOTICE, file=sys.stderr)
+
+    return [notice]
+
+
+def record_exit(code: int) -> None:
+    """Remember the worst exit code of the jobs run in this process (multirun runs several)."""
+    global _worst_exit
+    _worst_exit = max(_worst_exit, int(code or 0))
+
+
+def worst_exit() -> int:
+    return _worst_exit
+
+
+def report_error(exc: BaseException) -> None:
+    for line in str(exc).splitlines() or [type(exc).__name__]:
+        print(f"conclave: {line}", file=sys.stderr)
