@@ -93,15 +93,10 @@ def _mode_may_be_set(overrides: list[str]) -> bool:
         return True
     if get_plugins().config_paths:
         return True
-    user_dir = user_config_dir()
-    if user_dir.is_dir():
-        for path in user_dir.rglob("*.y*ml"):
-            try:
-                if "hydra" in path.read_text(encoding="utf-8", errors="replace"):
-                    return True
-            except OSError:
-                return True
-    return False
+    from conclave.compose_cache import user_config_mentions_hydra
+    from conclave.home import default_home
+
+    return user_config_mentions_hydra(default_home())
 
 
 #: set by the CLI to the composition-cache key of a plain run: the task then remembers what Hydra composed

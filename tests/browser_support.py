@@ -31,19 +31,26 @@ needs_browser = pytest.mark.skipif(
 
 
 @contextmanager
-def serve_datasette(index: Path) -> Iterator[str]:
-    """A real ``datasette serve`` of ``index`` on a free port of 127.0.0.1 (conclave's plugin loads from its entry
-    point); yields the base URL and stops the server afterwards."""
+def serving(command: list[str], ready_path: str, **popen: Any) -> Iterator[str]:
+    """A real server process: ``command`` with ``{port}`` replaced by a free port of 127.0.0.1; yields its base URL
+    once ``ready_path`` answers, and stops it afterwards."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "datasette", "serve", str(index),
-                                "--host", "127.0.0.1", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([part.replace("{port}", str(port)) for part in command],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
     try:
-        wait_until_up(f"http://127.0.0.1:{port}/-/versions.json", process)
+        wait_until_up(f"http://127.0.0.1:{port}{ready_path}", process)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+@contextmanager
+def serve_datasette(index: Path) -> Iterator[str]:
+    """A real ``datasette serve`` of ``index`` on 127.0.0.1 (conclave's plugin loads from its entry point)."""
+    with serving([sys.executable, "-m", "datasette", "serve", str(index), "--host", "127.0.0.1", "--port", "{port}"],
+                 "/-/versions.json") as url:
+        yield url
 
 
 @contextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -17,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import needs_browser, screenshot
+from browser_support import needs_browser, screenshot, serving
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL
 
-from conclave.commands.browse import free_port, wait_until_up
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
@@ -33,17 +31,11 @@ TOKEN = "browser-test-token"
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     """``conclave serve`` as a real process on a free port, with a known token."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env.update(FAKE_KEYS, CONCLAVE_HOME=str(tmp_path), CONCLAVE_WEB_TOKEN=TOKEN, CONCLAVE_PROGRESS="0")
-    process = subprocess.Popen([sys.executable, "-m", "conclave", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
-    try:
-        wait_until_up(f"http://127.0.0.1:{port}/?token={TOKEN}", process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    with serving([sys.executable, "-m", "conclave", "serve", "--port", "{port}"], f"/?token={TOKEN}", env=env,
+                 cwd=tmp_path) as url:
+        yield url
 
 
 def _start(base: str, fake: FakeProviderServer) -> str:
