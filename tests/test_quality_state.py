@@ -246,3 +246,12 @@ def test_a_statement_without_ids_is_grounded_by_the_agents_words_or_flagged() ->
     assert first["grounded"] and not first["claim_ids"]
     assert not second["grounded"]
     assert second["reason"] == "names no existing claim (C9 unknown); 0 of 4 key terms appear in the agents' text"
+
+
+def test_an_empty_claim_id_is_shown_as_such_in_the_grounding_reason() -> None:
+    from conclave.quality.grounding import check_grounding
+
+    synthesis = {"artifact_type": "synthesis", "consensus_points": [
+        {"point": "1", "supporting_agents": [], "confidence": 0.5, "claim_ids": ["", "<claim_ids>"]}]}
+    (result,) = check_grounding(synthesis, ["C1"], "", names=[])
+    assert result["reason"].startswith("names no existing claim ('', <claim_ids> unknown)"), result["reason"]

@@ -84,7 +84,8 @@ def check_grounding(artifact: Mapping[str, Any], known_ids: Iterable[str], corpu
             reason = f"names no claim; {len(found)} of {len(terms)} key terms appear in the agents' text"
         else:
             grounded = False
-            reason = (f"names no existing claim{' (' + ', '.join(cited) + ' unknown)' if cited else ''}; "
+            unknown = ", ".join(i if i.strip() else repr(i) for i in cited)  # an empty id shows as ''
+            reason = (f"names no existing claim{' (' + unknown + ' unknown)' if cited else ''}; "
                       f"{len(found)} of {len(terms)} key terms appear in the agents' text")
         out.append({"where": s["where"], "text": str(s["text"]), "claim_ids": valid, "grounded": grounded,
                     "reason": reason})
