@@ -286,6 +286,15 @@ def test_hosted_apis_have_no_default_cap_and_local_servers_one(plugins):
     assert (hosted.max_concurrency(), local.max_concurrency(), two.max_concurrency()) == (None, 1, 2)
 
 
+def test_the_in_process_model_takes_one_call_at_a_time_and_is_never_hedged_with_itself(monkeypatch):
+    # one worker thread runs the local model: a backup on it could only start after the call it backs up (an
+    # offline run used to hedge a queued round-1 call after 10 s and bill the cancelled copy's input)
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "local")
+    cls = load_plugins().providers.get("local")
+    assert cls("local", ProviderSettings(api="local"), None, environ={}).max_concurrency() == 1
+    assert cls("local", ProviderSettings(api="local", max_concurrency=0), None, environ={}).max_concurrency() is None
+
+
 # ------------------------------------------------------------------------------------- empty streams
 
 

@@ -344,6 +344,11 @@ class LocalProvider(Provider):
     def endpoint(self) -> str | None:
         return f"file:{self.settings.model_path}" if self.settings.model_path else "local:packaged-gemma-3-270m"
 
+    def default_max_concurrency(self) -> int | None:
+        # one worker thread runs the model: calls wait their turn in the pool (shown as queued, each call's timeout
+        # starting when it is sent), and a slow call is never hedged with a copy that could only run after it
+        return 1
+
     def models_dir(self) -> Path:
         """Where the packaged model is assembled: one shared, read-only copy for every ``CONCLAVE_HOME``."""
         from .model import shared_models_dir
