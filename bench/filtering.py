@@ -454,17 +454,23 @@ def breakdown(ms: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import asyncio
+def bench_setup(doc: str | None, argv: list[str] | None, debates: int) -> argparse.Namespace:
+    """A throw-away home and a fake key for a benchmark on the fake server, and its ``--debates``/``--seed``."""
     import os
     import tempfile
 
     os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"  # the fake server takes any key; nothing leaves loopback
     os.environ["CONCLAVE_HOME"] = tempfile.mkdtemp(prefix="conclave-bench-")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--debates", type=int, default=30)
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
+    parser.add_argument("--debates", type=int, default=debates)
     parser.add_argument("--seed", type=int, default=2026)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import asyncio
+
+    args = bench_setup(__doc__, argv, 30)
 
     started = time.perf_counter()
     debates = []

@@ -14,7 +14,6 @@ server received, counted with the real tokenizer (system prompts are the same in
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time
@@ -116,15 +115,8 @@ async def run(debate: dict[str, Any], fake: Any, length: int, summarize: bool) -
 
 def main(argv: list[str] | None = None) -> int:
     import asyncio
-    import os
-    import tempfile
 
-    os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"  # the fake server takes any key; nothing leaves loopback
-    os.environ["CONCLAVE_HOME"] = tempfile.mkdtemp(prefix="conclave-bench-")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--debates", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=2026)
-    args = parser.parse_args(argv)
+    args = fb.bench_setup(__doc__, argv, 5)
     started = time.perf_counter()
     debates = [generate(args.seed * 1000 + i) for i in range(args.debates)]
 
