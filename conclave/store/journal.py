@@ -121,6 +121,13 @@ class JournalWriter:
 
     def append(self, type_: str, ts: float, data: dict[str, Any]) -> dict[str, Any]:
         """Buffer one record; return it exactly as a reader will parse it back (secrets redacted, hash set)."""
+        # Parsed back from the line, so the live index sees exactly what ``index rebuild`` will read.
+        parsed: dict[str, Any] = json.loads(self.append_line(type_, ts, data))
+        return parsed
+
+    def append_line(self, type_: str, ts: float, data: dict[str, Any]) -> bytes:
+        """Buffer one record; return its line as written (secrets redacted, hash set), for a reader to parse when
+        it needs the record (the index, once the record is durable)."""
         if self._failed is not None:
             raise JournalError(self._failed)
         record: dict[str, Any] = {
@@ -135,9 +142,7 @@ class JournalWriter:
         self._buffer.append(line)
         self.prev = digest
         self.next_seq += 1
-        # Parsed back from the line, so the live index sees exactly what ``index rebuild`` will read.
-        parsed: dict[str, Any] = json.loads(line)
-        return parsed
+        return line
 
     def flush(self) -> bool:
         """Write and fsync what was appended and record the new head; False when there was nothing to flush."""

@@ -12,6 +12,8 @@ consultation it continues and ``conclave index rebuild`` repairs the whole index
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import threading
 import time
@@ -32,11 +34,14 @@ class Recorder:
 
     ``index=False`` journals only (the index can be rebuilt from the journal at any time).
 
-    ``defer_index=True`` (a CLI consultation) keeps SQLite off the path to the first provider request: the flushes
+    ``defer_index=True`` (a CLI consultation) keeps SQLite off the path to every provider request: the flushes
     before the first round starts make the journal durable and leave the index writes pending; when the first
     round starts, a worker thread imports the index modules and migrates the index (after
-    :data:`INDEX_WARMUP_AFTER_S`, so round 1's requests have left), and the first flush after it is done writes
-    everything pending. The end of a consultation and ``close()`` wait for it.
+    :data:`INDEX_WARMUP_AFTER_S`, so round 1's requests have left). From then on a flush makes the journal durable
+    at once and indexes its records :data:`INDEX_AFTER_S` after the last flush, on the event loop (the flush at
+    a round's start is followed by that round's requests, so the index is written while they wait on the
+    network), or at once outside an event loop. The end of a consultation and ``close()`` write what is left.
+    Only durable records are ever indexed.
     """
 
     def __init__(self, home: Path, *, index: bool = True, defer_index: bool = False) -> None:
@@ -46,10 +51,13 @@ class Recorder:
         self._writers: dict[str, JournalWriter] = {}
         self._use_index = index
         self._index: Any = None  # the IndexWriter, made at the first index write
-        self._pending: list[dict[str, Any]] = []
+        self._appended: list[bytes] = []  # lines appended since the last flush (not durable yet)
+        #: durable records not indexed yet: journal lines (parsed when indexed) or records read back
+        self._pending: list[bytes | dict[str, Any]] = []
         self._index_error: str | None = None
         self._deferred = index and defer_index
         self._warmup: threading.Thread | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the deferred index write, while it is due
 
     def __call__(self, event: ev.Event) -> None:
         self.record(event.consultation_id, event.type, event.data, event.ts)
@@ -62,7 +70,7 @@ class Recorder:
                 self.layout.journal_path(consultation_id), consultation_id, self._heads, self._redactor
             )
             self._writers[consultation_id] = writer
-        self._pending.append(writer.append(type_, time.time() if ts is None else ts, data))
+        self._appended.append(writer.append_line(type_, time.time() if ts is None else ts, data))
         if type_ == ev.CONSULTATION_STARTED:
             # Durable before the first provider call: a run killed from here on can be resumed.
             self.flush()
@@ -80,18 +88,48 @@ class Recorder:
             writer.close()
 
     def flush(self, *, wait: bool = False) -> None:
-        """Make every appended record durable (fsync + head), then index them (with ``defer_index``, once the
-        index warm-up is done, or ``wait`` for it). A journal the disk refuses raises :class:`JournalError`, and
-        its records are not indexed (the index never runs ahead of it)."""
+        """Make every appended record durable (fsync + head), then index them (with ``defer_index``, later unless
+        ``wait``: see the class doc). A journal the disk refuses raises :class:`JournalError`, and its records are
+        not indexed (the index never runs ahead of it)."""
         for writer in self._writers.values():
             writer.flush()
-        if self._deferred:
-            if not wait and (self._warmup is None or self._warmup.is_alive()):
-                return
+        self._pending.extend(self._appended)
+        self._appended.clear()
+        if wait:
+            self._cancel_timer()
             if self._warmup is not None:
                 self._warmup.join()
             self._deferred = False
+        elif self._deferred:
+            self._index_later()
+            return
         self._write_index()
+
+    def _index_later(self) -> None:
+        """With ``defer_index``: index the durable records :data:`INDEX_AFTER_S` after the last flush (each flush
+        moves the write later), once the warm-up is done; nothing before the first round starts."""
+        if self._warmup is None or not self._pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            if not self._warmup.is_alive():
+                self._write_index()
+            return
+        self._cancel_timer()
+        self._timer = loop.call_later(INDEX_AFTER_S, self._index_due)
+
+    def _index_due(self) -> None:
+        self._timer = None
+        if self._warmup is not None and self._warmup.is_alive():
+            self._index_later()  # the index is still being migrated: try again later
+            return
+        self._write_index()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def reindex(self, consultation_id: str) -> None:
         """Index every record of ``consultation_id``'s journal again at the next flush (``conclave resume``):
@@ -109,6 +147,7 @@ class Recorder:
         except JournalError:
             pass
         finally:
+            self._cancel_timer()
             failed = False
             for writer in self._writers.values():
                 failed = failed or writer.failed is not None
@@ -128,6 +167,8 @@ class Recorder:
                 from conclave.store.index import IndexWriter
 
                 self._index = IndexWriter(self.layout.index_path)
+            # Parsed back from the lines, so the live index sees exactly what ``index rebuild`` will read.
+            self._pending = [json.loads(r) if isinstance(r, bytes) else r for r in self._pending]
             self._index.write(self._pending)
         except Exception as exc:
             # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself;
@@ -137,6 +178,10 @@ class Recorder:
         self._pending = []
         self._index_error = None
 
+
+#: with ``defer_index``, how long after the last flush its records are indexed (the next round's requests leave
+#: first)
+INDEX_AFTER_S = 0.05
 
 #: how long after the first round starts the index warm-up begins (its requests leave first)
 INDEX_WARMUP_AFTER_S = 0.05
