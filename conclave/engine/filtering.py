@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from conclave.config import Settings
+from conclave.engine.background import Background
 from conclave.events import FILTER_APPLIED, EventBus
 
 if TYPE_CHECKING:
@@ -30,8 +31,9 @@ log = logging.getLogger(__name__)
 
 
 class ArtifactFiltering:
-    def __init__(self, settings: Settings, plugins: Plugins, bus: EventBus) -> None:
+    def __init__(self, settings: Settings, plugins: Plugins, bus: EventBus, later: Background | None = None) -> None:
         self.enabled = not settings.verbose
+        self._background = later or Background()  # the savings are counted there, off the path to the next requests
         self._settings = settings
         self._plugins = plugins
         self._bus = bus
@@ -41,6 +43,9 @@ class ArtifactFiltering:
         self.unfiltered_tokens = 0  # the same calls' input had nothing been filtered
         #: (artifact id, round, section) -> (the artifact, kept alive so its id stays its own; its filtered copy)
         self._later: dict[tuple[int, int, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+        #: (artifact id, filter, limits) -> (the artifact, its filtered copy, the filter's error)
+        self._filtered: dict[tuple[int, str, tuple[tuple[str, int], ...]], tuple[dict[str, Any], dict[str, Any],
+                                                                                  str | None]] = {}
 
     def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
@@ -71,13 +76,21 @@ class ArtifactFiltering:
         artifact_type = str(artifact.get("artifact_type", ""))
         limits = self.limits(section, artifact)
         name = self._settings.filtering.filter
-        error = None
-        try:
-            filtered: dict[str, Any] = self._plugins.filters.get(name)().filter(artifact, limits)
-        except Exception as exc:
-            # Sending the unfiltered artifact is still correct (only dearer); say so instead of failing the run.
-            log.warning("filter %r failed on the round-%d %s: %s", name, round_number, artifact_type, exc)
-            filtered, error = artifact, f"{type(exc).__name__}: {exc}"
+        # The same artifact under the same limits (the synthesis shown to the round-3 agents and to their judge)
+        # is filtered and checked once; every showing is still recorded.
+        key = (id(artifact), name, tuple(sorted(limits.items())))
+        done = self._filtered.get(key)
+        if done is not None and done[0] is artifact:
+            filtered, error = done[1], done[2]
+        else:
+            error = None
+            try:
+                filtered = self._plugins.filters.get(name)().filter(artifact, limits)
+            except Exception as exc:
+                # Sending the unfiltered artifact is still correct (only dearer); say so instead of failing the run.
+                log.warning("filter %r failed on the round-%d %s: %s", name, round_number, artifact_type, exc)
+                filtered, error = artifact, f"{type(exc).__name__}: {exc}"
+            self._filtered[key] = (artifact, filtered, error)  # the artifact kept alive, so its id stays its own
         from conclave.engine.session import prompt_json  # the JSON exactly as prompts show it
 
         before = count_tokens(prompt_json(view(artifact)))
@@ -131,7 +144,13 @@ class ArtifactFiltering:
 
     def count_call(self, sent: str, unfiltered: str, model: str | None = None) -> None:
         """Count one call: ``sent`` is its prompt as sent, ``unfiltered`` the same call rendered with filtering
-        off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer."""
+        off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer.
+
+        The counting is deferred (:mod:`conclave.engine.background`): it needs only these two strings, and
+        nothing waits for it before :meth:`stats`."""
+        self._background.defer(lambda: self._count_call(sent, unfiltered, model))
+
+    def _count_call(self, sent: str, unfiltered: str, model: str | None) -> None:
         from conclave.tokens import count_tokens
 
         used = count_tokens(sent, model)
@@ -141,6 +160,7 @@ class ArtifactFiltering:
 
     def stats(self) -> dict[str, Any] | None:
         """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no later round ran)."""
+        self._background.settle()
         if not self.filtered_rounds:
             return None
         from conclave.artifact_filter import token_efficiency_stats

@@ -55,6 +55,7 @@ class ContextWindow:
         self.played: dict[int, PlayedRound] = {}
         #: (round number, user message sent, the same message without summarization)
         self._sent: list[tuple[int, str, str]] = []
+        self._counts: dict[str, int] = {}  # the messages of ``_sent`` counted, while the next requests wait
         self.over_budget: list[int] = []  # rounds with a call that stayed over the budget after every cut
         self._summaries: dict[tuple[int, int, bool], str] = {}  # (round, debate-state round, filtered) -> text
 
@@ -99,13 +100,13 @@ class ContextWindow:
         if not self.applies(number):
             if measure:
                 message = self._message(round_type, full, template)
-                self._sent.append((number, message, message))
+                self._note_sent(number, message, message)
             return full
         w8 = self._summarized(round_type, number, values, sources, superseded, template, agent)
         if measure or self.played:  # before round 1 (the cost estimate) there is nothing to fit
             message = self._fit(round_type, number, w8, template)
             if measure:
-                self._sent.append((number, message, self._message(round_type, full, template)))
+                self._note_sent(number, message, self._message(round_type, full, template))
         return w8
 
     def _sources(self, round_type: RoundType, number: int) -> dict[str, int]:
@@ -329,13 +330,28 @@ class ContextWindow:
                 total += sum(s.type.max_tokens * (agents if s.type.seat == "agents" else 1) for s in groups[k])
         return total
 
+    def _note_sent(self, number: int, sent: str, without: str) -> None:
+        """Remember a real call's user message (and its unsummarized counterpart) for :meth:`summary`; both are
+        counted later, off the path to the requests (:mod:`conclave.engine.background`)."""
+        self._sent.append((number, sent, without))
+
+        def count() -> None:
+            from conclave.tokens import count_tokens
+
+            for text in (sent, without):
+                if text not in self._counts:
+                    self._counts[text] = count_tokens(text)
+
+        self.session.later.defer(count)
+
     def summary(self) -> dict[str, Any]:
         """Context tokens per round (every real call's user message, real tokenizer), with and without
         summarization; ``saved``: the share summarization removed over the rounds it applied to."""
         from conclave.tokens import count_tokens
 
+        self.session.later.settle()
         per: dict[int, dict[str, Any]] = {}
-        cache: dict[str, int] = {}
+        cache = self._counts
 
         def count(text: str) -> int:
             if text not in cache:

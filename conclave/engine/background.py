@@ -1,0 +1,68 @@
+"""Work a consultation must do but not before its next requests: run while those requests wait on the network.
+
+Between a round's last answer and the next round's requests, the engine only does what building and sending
+those requests needs (validating the answers, the journal made durable, the debate state, the prompts). Exact
+token counts for the record — the savings of ``token_efficiency_stats``, the context summary's counts — are
+queued here instead (:meth:`Background.defer`): they run on the event loop :data:`DEFER_S` after they were
+queued, one job per loop iteration (so an answer that arrives meanwhile waits for one job at most), and
+:meth:`Background.settle` runs whatever is still queued, at once, before anything reads their results.
+
+Jobs only compute from values they were given (strings, counts): nothing they read changes after they were
+queued, so running them later gives exactly what running them at once gave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+#: how long after a job is queued it may run: the requests built just before it have left by then
+DEFER_S = 0.02
+
+
+class Background:
+    """A queue of deferred jobs, run in order on the running event loop (or by :meth:`settle`)."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._handle: asyncio.Handle | None = None
+        self._error: BaseException | None = None  # a job's failure, raised by the next settle()
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def defer(self, job: Callable[[], None]) -> None:
+        """Run ``job`` later (see the module doc); outside an event loop it runs at :meth:`settle`."""
+        self._jobs.append(job)
+        if self._handle is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._handle = loop.call_later(DEFER_S, self._run_one)
+
+    def settle(self) -> None:
+        """Run every queued job now, in order (before their results are read); a job that failed on the event
+        loop raises here, as it would have where it was queued."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        while self._jobs:
+            self._jobs.popleft()()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run_one(self) -> None:
+        self._handle = None
+        if not self._jobs:
+            return
+        job = self._jobs.popleft()
+        try:
+            job()
+        except Exception as exc:  # kept for settle(): the caller that reads the results sees it
+            self._error = self._error or exc
+        finally:
+            if self._jobs and self._handle is None:
+                self._handle = asyncio.get_running_loop().call_soon(self._run_one)
