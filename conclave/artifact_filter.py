@@ -40,7 +40,7 @@ class ArtifactFilter(ABC):
         Raises ``ValueError`` for a limit naming a field the artifact lacks or this filter may not shorten,
         and ``conclave.artifacts.ArtifactValidationError`` if the result does not match its schema.
         """
-        from conclave.artifacts import check, fill_added_lists, get_schema
+        from conclave.artifacts import check, declared_properties, fill_added_lists
 
         artifact_type = artifact.get("artifact_type")
         if not isinstance(artifact_type, str):
@@ -56,7 +56,7 @@ class ArtifactFilter(ABC):
         # A strategy's own schema may add fields to the artifact type (answer mode's final_answer), and a stored
         # artifact may predate the debate-quality lists; filtering touches neither, so the result is checked
         # against the fields the artifact type's schema declares, absent quality lists read as empty.
-        declared = get_schema(artifact_type).get("properties", {})
+        declared = declared_properties(artifact_type)
         check(artifact_type, fill_added_lists(artifact_type, {k: v for k, v in filtered.items() if k in declared}))
         return filtered
 

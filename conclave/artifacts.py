@@ -105,6 +105,12 @@ def get_schema(name: str) -> dict[str, Any]:
 
 
 @functools.cache
+def declared_properties(name: str) -> frozenset[str]:
+    """The top-level properties schema ``name`` declares (``KeyError`` for an unknown name, as :func:`get_schema`)."""
+    return frozenset(_schema(name).get("properties", {}))
+
+
+@functools.cache
 def _registry() -> Registry[Any]:
     from referencing import Registry, Resource
 
@@ -173,6 +179,18 @@ def validate(name: str, instance: Any) -> list[ArtifactError]:
     return [error for _, error in keyed]
 
 
+def prepare_checks(names: Iterable[str]) -> None:
+    """Build what validating, filling and reading answers of schemas ``names`` needs (validators, reference
+    lookups), so the first answer of each is checked as fast as the later ones. Unknown names are skipped."""
+    for name in names:
+        if name not in _schemas():
+            continue
+        _validator(name)
+        _fill_plan(name)
+        _inlined_resolver(name)
+        validate(name, {})  # the validator's own lazily built parts (format checkers, keyword functions)
+
+
 def check(name: str, instance: Any) -> None:
     """Raise ``ArtifactValidationError`` listing every failure unless ``instance`` matches schema ``name``."""
     errors = validate(name, instance)
@@ -223,25 +241,73 @@ def fill_added_lists(name: str, instance: dict[str, Any]) -> dict[str, Any]:
 
     Used on stored 1.0 artifacts and on answers: a model that leaves out ``claims`` named no claims, which is not
     worth a paid re-ask. Every other missing field still fails validation."""
-    schema = _schemas().get(name)
-    if schema is None:
+    plan = _fill_plan(name)
+    if plan is None:
         return instance
-    filled: dict[str, Any] = _fill_lists(copy.deepcopy(instance), schema, _resolver_for(schema))
+    filled: dict[str, Any] = _fill_lists(copy.deepcopy(instance), plan)
     return filled
 
 
-def _fill_lists(value: Any, node: dict[str, Any], resolver: Resolver[Any]) -> Any:
-    node, resolver = _deref(node, resolver)
-    if isinstance(value, dict) and isinstance(node.get("properties"), dict):
-        props = node["properties"]
-        for key in node.get("required", ()):
-            if key in ADDED_LISTS and key not in value and key in props:
+class _FillPlan:
+    """What :func:`fill_added_lists` does at one schema node, with its ``$ref`` followed once: the lists to add
+    (``lists``) and the plans of its properties and items, each made the first time an artifact reaches it
+    (every answer is filled, so no reference is looked up twice)."""
+
+    __slots__ = ("_children", "_item", "_items", "_props", "_resolver", "lists")
+
+    def __init__(self, node: dict[str, Any], resolver: Resolver[Any]) -> None:
+        node, self._resolver = _deref(node, resolver)
+        props = node.get("properties")
+        self._props: dict[str, Any] | None = props if isinstance(props, dict) else None
+        self.lists: tuple[str, ...] = tuple(
+            key for key in node.get("required", ()) if key in ADDED_LISTS and key in (self._props or {})
+        )
+        items = node.get("items")
+        self._items: dict[str, Any] | None = items if isinstance(items, dict) else None
+        self._children: dict[str, _FillPlan] = {}
+        self._item: _FillPlan | None = None
+
+    @property
+    def has_properties(self) -> bool:
+        return self._props is not None
+
+    @property
+    def has_items(self) -> bool:
+        return self._items is not None
+
+    def child(self, key: str) -> _FillPlan | None:
+        if self._props is None or key not in self._props:
+            return None
+        plan = self._children.get(key)
+        if plan is None:
+            plan = self._children[key] = _FillPlan(self._props[key], self._resolver)
+        return plan
+
+    def item(self) -> _FillPlan:
+        assert self._items is not None
+        if self._item is None:
+            self._item = _FillPlan(self._items, self._resolver)
+        return self._item
+
+
+@functools.cache
+def _fill_plan(name: str) -> _FillPlan | None:
+    schema = _schemas().get(name)
+    return None if schema is None else _FillPlan(schema, _resolver_for(schema))
+
+
+def _fill_lists(value: Any, plan: _FillPlan) -> Any:
+    if isinstance(value, dict) and plan.has_properties:
+        for key in plan.lists:
+            if key not in value:
                 value[key] = []
         for key, item in value.items():
-            if key in props:
-                value[key] = _fill_lists(item, props[key], resolver)
-    elif isinstance(value, list) and isinstance(node.get("items"), dict):
-        return [_fill_lists(item, node["items"], resolver) for item in value]
+            child = plan.child(key)
+            if child is not None:
+                value[key] = _fill_lists(item, child)
+    elif isinstance(value, list) and plan.has_items:
+        item_plan = plan.item()
+        return [_fill_lists(item, item_plan) for item in value]
     return value
 
 

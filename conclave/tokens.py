@@ -72,8 +72,28 @@ def count_tokens(text: str, model: str | None = None) -> int:
     """Number of BPE tokens in ``text`` for ``model``; special-token strings count as ordinary text."""
     if not text:
         return 0
-    count = _counter(encoding_name_for(model))
-    return sum(count(piece) for piece in _pieces(text))
+    encoding = encoding_name_for(model)
+    key = (encoding, text)
+    known = _counted.get(key)
+    if known is not None:
+        return known
+    count = _counter(encoding)
+    total = sum(count(piece) for piece in _pieces(text))
+    global _counted_chars
+    if _counted_chars + len(text) > _REMEMBER_CHARS:
+        _counted.clear()
+        _counted_chars = 0
+    if len(text) <= _REMEMBER_CHARS // 8:
+        _counted[key] = total
+        _counted_chars += len(text)
+    return total
+
+
+#: whole texts counted lately (a consultation counts the same artifact, block or prompt more than once), up to
+#: this many characters in all (forgotten all at once beyond)
+_REMEMBER_CHARS = 2_000_000
+_counted: dict[tuple[str, str], int] = {}
+_counted_chars = 0
 
 
 def utf8_upper_bound(text: str, model: str | None = None) -> int:
@@ -279,6 +299,9 @@ def reset_cache() -> None:
     """Forget loaded encoders and cache checks (tests that change ``TIKTOKEN_CACHE_DIR`` call this)."""
     _counter.cache_clear()
     _tiktoken_cached.cache_clear()
+    global _counted_chars
+    _counted.clear()
+    _counted_chars = 0
 
 
 __all__ = ["DEFAULT_ENCODING", "count_tokens", "encoding_name_for", "reset_cache", "tokenizer_backend",
