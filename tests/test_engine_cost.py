@@ -214,15 +214,15 @@ async def test_the_gate_between_the_round_3_replies_and_the_judge_leaves_round_3
 async def test_an_approved_bound_starts_round_1_before_any_exact_count(fake_provider_server: FakeProviderServer,
                                                                        conclave_env: Any) -> None:
     """Approved on its upper bound (auto-approve here), the consultation sends round 1 first; the exact estimate
-    is counted while those calls are in flight and recorded as soon as it is known, never above the bound."""
+    is counted while those calls are in flight and recorded as soon as it is known, never above the bound (the
+    gate before round 2 waits for it only when the spend is not clearly under every possible estimate)."""
     fake = fake_provider_server
     script_panel(fake)
     run = await run_consultation(fake)
     kinds = [e.type for e in run.events]
     consent, first_round = kinds.index("consultation:user_consent"), kinds.index("round:started")
     estimated = kinds.index("consultation:cost_estimated")
-    second_round = kinds.index("round:started", first_round + 1)
-    assert consent < first_round < estimated < second_round  # known before anything more is spent
+    assert consent < first_round < estimated < kinds.index("consultation:completed")
     (exact,) = run.of("consultation:cost_estimated")
     assert exact["estimated_cost"] == run.result.cost.estimated and exact["estimated_cost"] > 0
     transitions = {t.to: t.reason for t in run.result.transitions}

@@ -221,6 +221,18 @@ def price_calls(
     return estimate
 
 
+def output_floor(pool: ProviderPool, planned: Iterable[PlannedText]) -> float | None:
+    """A lower bound of :func:`price_calls`'s total for ``planned`` that needs no tokenizer: every call's output
+    cap priced alone (input, cached or not, only ever adds); None when a model has no price."""
+    total = 0.0
+    for call in planned:
+        price = pool.cost(call.spec.provider, call.spec.model, Usage(0, call.spec.max_tokens))
+        if price is None:
+            return None
+        total += price
+    return total
+
+
 def estimate_cost(
     session: Session, rounds: Iterable[int], count: Callable[[str, str | None], int] | None = None,
     plan: Plan | None = None,

@@ -35,7 +35,15 @@ from conclave import __version__, artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
 from conclave.engine.consent import decide_consent, store_always_allow
-from conclave.engine.cost import CostEstimate, PlannedText, SpentSoFar, planned_texts, price_calls, spent
+from conclave.engine.cost import (
+    CostEstimate,
+    PlannedText,
+    SpentSoFar,
+    output_floor,
+    planned_texts,
+    price_calls,
+    spent,
+)
 from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
@@ -148,6 +156,10 @@ class Consultation:
         self._budget: CostEstimate | None = None  # every planned round: the result's estimate and the abort check
         self._prior = SpentSoFar.from_journal(self.resume_from.get("spent"))  # billed by earlier runs
         self._exact: asyncio.Future[None] | None = None  # the exact estimate, while it is being counted
+        #: a lower bound of the exact estimate's total that needs no tokenizer (every planned call's output cap),
+        #: which lets the cost gate pass while the exact estimate is still being counted (:meth:`_gate`)
+        self._floor: float | None = None
+        self._checks_ready: asyncio.Future[None] | None = None  # schema checks prepared while round 1 waits
         self._estimated_rounds: int | None = None  # how many rounds the estimate covers (the cap when repeating)
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -217,6 +229,12 @@ class Consultation:
             return self._finish(session, provenance)
 
     def _finish(self, session: Session, provenance: Provenance) -> ConsultationResult:
+        if self._checks_ready is not None:
+            self._checks_ready.cancel()  # only a warm-up: whatever it had not prepared is built when needed
+        try:
+            session.later.settle()  # the counts deferred while requests were in flight: the result reports them
+        except Exception:
+            log.exception("consultation %s: a deferred count failed", self.id)
         result = assemble_result(session, self.machine, provenance, self._budget, self._prior)
         completed = self.machine.state is S.COMPLETE
         result = result.model_copy(update={
@@ -255,8 +273,9 @@ class Consultation:
         while (steps := plan.next_round()) is not None:
             number = steps[0].number
             if previous is not None:
-                await self._exact_estimate()
-                self._check_budget(session, f"round {previous}")  # before spending on the next round
+                await self._gate(session, f"round {previous}")  # before spending on the next round
+            else:
+                self._prepare_checks(session)
             if number in restored:
                 reason = f"restored round {number}"
             else:
@@ -269,9 +288,12 @@ class Consultation:
                         record.completed_rounds = number  # answers were recorded, too few to debate
                     self._stop(record, failure)
             record.completed_rounds = previous = number
+            if number > 1:  # the controllers after round 1 need no estimate; early termination's needs the exact one
+                await self._exact_estimate()
             for controller in self.controllers:
                 controller(session, steps, restored)
         await self._exact_estimate()
+        session.later.settle()  # a count that failed stops the consultation here, as it did where it was queued
         self._go(S.COMPLETE, self._complete(session))
 
     def _complete(self, session: Session) -> str:
@@ -300,9 +322,8 @@ class Consultation:
         try:
             for i, step in enumerate(steps):
                 if i:
-                    await self._exact_estimate()
                     done = steps[i - 1].type
-                    self._check_budget(session, f"round {number} {done.short or done.name}")
+                    await self._gate(session, f"round {number} {done.short or done.name}")
                 failure = await play(session, step, interrupted_answers(self.resume_from, step))
                 failure = await session.safety.after_step(step) or failure  # a block is the reason it stops
                 if failure is not None:
@@ -374,6 +395,7 @@ class Consultation:
         consent = decide_consent(bound, self.settings, Interaction.non_interactive(), upper_bound=True)
         if consent.approved:
             self._exact = asyncio.ensure_future(self._count_exactly(session, planned, rounds))
+            self._floor = output_floor(session.pool, planned)
             self._go(S.AWAITING_CONSENT, "upper bound of the estimate ready")
         else:
             self._record_estimate(price_calls(session.pool, planned), rounds)
@@ -410,6 +432,18 @@ class Consultation:
             rounds=rounds,
         )
 
+    def _prepare_checks(self, session: Session) -> None:
+        """Once round 1's requests have left, prepare in a worker thread the schema checks every answer of the
+        plan goes through (validators, reference lookups): their one-time cost is paid while round 1 waits, not
+        between its last answer and round 2's request."""
+        names = sorted({t.schema for t in session.plan} | {t.schema for t in session.strategy.plan})
+
+        async def prepare() -> None:
+            await asyncio.sleep(EXACT_COUNT_AFTER_S)
+            await asyncio.to_thread(artifacts.prepare_checks, names)
+
+        self._checks_ready = asyncio.ensure_future(prepare())
+
     async def _count_exactly(self, session: Session, planned: list[PlannedText], rounds: list[int]) -> None:
         """The exact estimate, counted in a worker thread once round 1's requests have left.
 
@@ -417,6 +451,15 @@ class Consultation:
         requests are sent, it overlaps their network time instead of delaying them."""
         await asyncio.sleep(EXACT_COUNT_AFTER_S)
         self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
+
+    async def _gate(self, session: Session, phase: str) -> None:
+        """The cost gate before spending more (:meth:`_check_budget`). While the exact estimate is still being
+        counted, a spend within ``abort_ratio`` × its lower bound (:attr:`_floor`) passes without waiting for it:
+        no exact estimate could stop it. Otherwise the gate waits for the exact estimate and decides on it."""
+        if self._exact is None or self._floor is None \
+                or (spent(session.pool) + self._prior).total > self.settings.cost.abort_ratio * self._floor:
+            await self._exact_estimate()
+        self._check_budget(session, phase)
 
     async def _exact_estimate(self) -> None:
         """Wait for the exact estimate when it is still being counted (before it is needed)."""
