@@ -186,7 +186,9 @@ def prepare_checks(names: Iterable[str]) -> None:
         if name not in _schemas():
             continue
         _validator(name)
-        _fill_plan(name)
+        plan = _fill_plan(name)
+        if plan is not None:
+            plan.expand()
         _inlined_resolver(name)
         validate(name, {})  # the validator's own lazily built parts (format checkers, keyword functions)
 
@@ -288,6 +290,17 @@ class _FillPlan:
         if self._item is None:
             self._item = _FillPlan(self._items, self._resolver)
         return self._item
+
+    def expand(self, depth: int = 8) -> None:
+        """Make the plans of every property and item down to ``depth`` levels (a recursive schema stops there)."""
+        if depth <= 0:
+            return
+        for key in self._props or {}:
+            child = self.child(key)
+            if child is not None:
+                child.expand(depth - 1)
+        if self._items is not None:
+            self.item().expand(depth - 1)
 
 
 @functools.cache

@@ -119,9 +119,23 @@ def _pieces(text: str) -> list[str]:
     return pieces
 
 
-@functools.cache
 def _counter(encoding: str) -> Callable[[str], int]:
-    """Load ``encoding`` once per process, lazily, and return a function counting the tokens of ordinary text."""
+    """Load ``encoding`` once per process, lazily, and return a function counting the tokens of ordinary text
+    (one load even when a worker thread and the event loop ask for it at once)."""
+    counter = _counters.get(encoding)
+    if counter is None:
+        with _loading:
+            counter = _counters.get(encoding)
+            if counter is None:
+                counter = _counters[encoding] = _load_counter(encoding)
+    return counter
+
+
+_counters: dict[str, Callable[[str], int]] = {}
+_loading = threading.Lock()
+
+
+def _load_counter(encoding: str) -> Callable[[str], int]:
     if _tiktoken_cached(encoding):
         import tiktoken
 
@@ -297,7 +311,7 @@ def _tiktoken_cached(encoding: str) -> bool:
 
 def reset_cache() -> None:
     """Forget loaded encoders and cache checks (tests that change ``TIKTOKEN_CACHE_DIR`` call this)."""
-    _counter.cache_clear()
+    _counters.clear()
     _tiktoken_cached.cache_clear()
     global _counted_chars
     _counted.clear()

@@ -3,7 +3,8 @@
 ``await Consultation(settings).run()`` returns a :class:`ConsultationResult` whatever the providers do: failures
 become an honest status (``completed_degraded``, ``partial``, ``aborted``). Cancellation (Ctrl-C) saves the
 partial result in ``.result`` and re-raises. A ``recorder`` (the journal) sees every event as a critical
-subscriber and is flushed at each round boundary, before the next round spends anything.
+subscriber; a round's records are written out when it ends (they survive the process being killed) and made
+durable (fsync and head) before the next round spends anything.
 
 Each round run is journaled between ``round:started`` and exactly one end record, which ``conclave resume``
 trusts (:func:`conclave.store.resume.completed_round_artifacts`):
@@ -333,7 +334,9 @@ class Consultation:
             raise
         self.bus.emit(ROUND_COMPLETED, **self._round_totals(number, name, session, since, t0), ok=failure is None,
                       safety=session.safety.round_summary(number))
-        self._flush()
+        # Written out at once, so a killed process keeps every answer it paid for; fsynced (with the records the
+        # controllers add) when the next round starts, before it spends anything.
+        self._flush(durable=False)
         return failure
 
     def _round_totals(self, number: int, name: str, session: Session, since: int, t0: float) -> dict[str, Any]:
@@ -547,8 +550,15 @@ class Consultation:
         data = transition.as_dict()
         self.bus.emit(STATE_TRANSITION, **{"from": data["from"], "to": data["to"], "reason": data["reason"]})
 
-    def _flush(self) -> None:
-        if self.recorder is not None:
+    def _flush(self, *, durable: bool = True) -> None:
+        """Make the journal durable; ``durable=False``: only hand it to the operating system when the recorder
+        can (``write_out``), leaving the fsync to its next flush."""
+        if self.recorder is None:
+            return
+        write_out = None if durable else getattr(self.recorder, "write_out", None)
+        if write_out is not None:
+            write_out()
+        else:
             self.recorder.flush()
 
     def _check_keys(self, pool: Any) -> None:

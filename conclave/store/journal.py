@@ -75,6 +75,7 @@ class JournalWriter:
         self._buffer: list[bytes] = []
         self._failed: str | None = None
         self._durable = False  # some record of this journal was made durable (by this writer or an earlier one)
+        self._unsynced = False  # records written out (write_out) but not fsynced yet
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -144,16 +145,31 @@ class JournalWriter:
         self.next_seq += 1
         return line
 
+    def write_out(self) -> None:
+        """Hand what was appended to the operating system, without fsync or head: it survives this process being
+        killed (not a crash of the machine) until :meth:`flush` makes it durable."""
+        if self._failed is not None:
+            raise JournalError(self._failed)
+        if not self._buffer:
+            return
+        try:
+            _write_all(self._fd, b"".join(self._buffer))
+        except OSError as exc:
+            self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
+        self._buffer.clear()
+        self._unsynced = True
+
     def flush(self) -> bool:
         """Write and fsync what was appended and record the new head; False when there was nothing to flush."""
         if self._failed is not None:
             raise JournalError(self._failed)
-        if not self._buffer:
+        if not self._buffer and not self._unsynced:
             return False
         data = b"".join(self._buffer)
         try:
             _write_all(self._fd, data)
             os.fsync(self._fd)
+            self._unsynced = False
             if self._new_file:  # the file's directory entry must be durable too, once
                 _fsync_dir(self.path.parent)
                 self._new_file = False

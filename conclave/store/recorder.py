@@ -105,6 +105,13 @@ class Recorder:
             return
         self._write_index()
 
+    def write_out(self) -> None:
+        """Hand every appended record to the operating system, without fsync (see
+        :meth:`JournalWriter.write_out`): they survive this process being killed; the next :meth:`flush` (at the
+        latest when the next round starts, before it spends anything) makes them durable and indexes them."""
+        for writer in self._writers.values():
+            writer.write_out()
+
     def _index_later(self) -> None:
         """With ``defer_index``: index the durable records :data:`INDEX_AFTER_S` after the last flush (each flush
         moves the write later), once the warm-up is done; nothing before the first round starts."""
