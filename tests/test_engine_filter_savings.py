@@ -3,6 +3,8 @@ with it off (``verbose=true``), counted with the same tokenizer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from test_engine_support import by_schema, independent, schema_of
@@ -10,7 +12,7 @@ from test_engine_support import by_schema, independent, schema_of
 from conclave.api import compose_settings
 from conclave.engine.result import ConsultationResult
 from conclave.engine.runner import Consultation
-from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
+from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.tokens import count_tokens
 
 AGENTS = {"security": "security", "architect": "architecture", "pragmatist": "pragmatic"}
@@ -41,14 +43,18 @@ CROSS_EXAM = {
 }
 
 
-def _panel(fake: FakeProviderServer) -> list[str]:
+def _panel(fake: FakeProviderServer, latency: float = 0.0) -> list[str]:
     overrides = ["~agents", "judge.provider=openai", f"judge.model={JUDGE}", "hedging.enabled=false"]
+
+    def after(script: Callable[[RecordedRequest], Reply]) -> Callable[[RecordedRequest], Reply]:
+        return lambda request: replace(script(request), latency=latency)
+
     for name, persona in AGENTS.items():
-        fake.script(f"m-{name}", by_schema(independent=independent(f"{name} would adopt event sourcing for "
-                                                                   "invoices only, with snapshots.", 0.7)))
+        fake.script(f"m-{name}", after(by_schema(independent=independent(f"{name} would adopt event sourcing for "
+                                                                         "invoices only, with snapshots.", 0.7))))
         overrides += [f"+agents.{name}.provider=openai", f"+agents.{name}.model=m-{name}",
                       f"+agents.{name}.persona={persona}"]
-    fake.script(JUDGE, by_schema(synthesis=SYNTHESIS, cross_exam=CROSS_EXAM))
+    fake.script(JUDGE, after(by_schema(synthesis=SYNTHESIS, cross_exam=CROSS_EXAM)))
     return overrides
 
 
@@ -100,3 +106,42 @@ async def test_judge_artifacts_shown_again_later_are_filtered_like_the_declared_
     summarized = [t for t in shown("cross_exam_reply") if "Round 2 · Synthesis (summary)" in t]
     assert summarized and all("Consensus point 6" in t and "Consensus point 0" not in t for t in summarized)
     assert result.token_efficiency_stats is not None
+
+
+async def test_each_call_is_counted_while_its_request_is_in_flight_and_the_stats_stay_exact(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, monkeypatch: Any) -> None:
+    """The savings are counted off the path to the next request: each counted call's prompt is counted after the
+    provider received it and before its answer came back; the stats still equal what the provider received."""
+    from conclave.engine import background
+    from conclave.engine.filtering import ArtifactFiltering
+
+    fake = fake_provider_server
+    overrides = ["cost.auto_approve=true", "rounds=3", *_panel(fake, latency=0.25)]
+    monkeypatch.setattr(background, "DEFER_S", 0.05)
+    events: list[Any] = []
+    seen: list[tuple[bool, bool]] = []  # per count: (its request had arrived, its answer had come back)
+    count_call = ArtifactFiltering._count_call
+
+    def counting(self: ArtifactFiltering, sent: str, unfiltered: str, model: str | None) -> None:
+        received = [r for r in fake.requests if _prompt(r) == sent]
+        answered = any(e.type == "agent:completed" and e.data["agent"] == _who(received[0]) for e in events
+                       if e.data.get("round_number") == 3) if received else False
+        seen.append((bool(received), answered))
+        count_call(self, sent, unfiltered, model)
+
+    monkeypatch.setattr(ArtifactFiltering, "_count_call", counting)
+    settings = compose_settings("Should billing move to event sourcing?", [*fake.overrides(), *overrides])
+    result = await Consultation(settings, consultation_id="c-0000000000ab", resume_from={"shuffle_seed": 7},
+                                subscribers=[events.append]).run()
+    assert seen == [(True, False)] * 4  # 3 replies and the cross-examination, each counted while in flight
+    stats = result.token_efficiency_stats
+    assert stats is not None and stats["tokens_used"] == _later_input(fake.requests)
+
+
+def _prompt(request: RecordedRequest) -> str:
+    return "\n".join(m["content"] for m in request.json["messages"] if m["role"] in ("system", "user"))
+
+
+def _who(request: RecordedRequest) -> str:
+    model = request.json["model"]
+    return "judge" if model == JUDGE else model.removeprefix("m-")

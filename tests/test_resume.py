@@ -334,6 +334,47 @@ async def test_a_consultation_killed_mid_round_resumes_without_rerunning_complet
     assert_cost_covers_every_run(records, result, first_run_billed=killed_in > 1)
 
 
+#: a CLI run killed (SIGKILL) right after round 2 ended: its records were written out, not fsynced yet
+KILLED_BETWEEN_ROUNDS = """
+import os, signal, sys
+from conclave.engine.runner import Consultation
+
+def killed_after_round_2(session, steps, restored):
+    if steps[0].number == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    session.context.capture(session, steps, restored)
+
+Consultation._history = staticmethod(killed_after_round_2)
+from conclave.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+async def test_a_consultation_killed_between_two_rounds_resumes_without_paying_again(tmp_path: Path) -> None:
+    """Between a round's end and the next round's start the journal is written out but not fsynced: a process
+    killed there keeps the round it paid for, and the resume restores it (nothing is asked twice)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", KILLED_BETWEEN_ROUNDS, "Should we shard the database?", *fake.overrides(),
+            "cost.auto_approve=true", "rounds=4", env=clean_env(home, FAKE_KEYS), cwd=home,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        assert await process.wait() == -signal.SIGKILL
+        before = journal_records(home)
+        assert before[-1]["type"] != ev.ROUND_STARTED and any(
+            r["type"] == ev.ROUND_COMPLETED and r["data"]["round_number"] == 2 for r in before)
+        asked_before = len(fake.requests)
+        code, _, err = await conclave(home, "resume")
+        assert code == 0, err
+        asked_after = Counter(round_of(r) for r in fake.requests[asked_before:])
+    assert asked_after[1] == asked_after[2] == 0 and asked_after[3] > 0 and asked_after[4] > 0, asked_after
+    records = journal_records(home)
+    resumed = next(r for r in records if r["type"] == "consultation:resumed")
+    assert resumed["data"]["restored_rounds"] == [1, 2]
+    assert records[-1]["data"]["status"] == "complete"  # the resume appended to the journal: it verified
+
+
 def assert_cost_covers_every_run(records: list[dict[str, Any]], result: dict[str, Any], *,
                                  first_run_billed: bool) -> None:
     """The final result's cost and tokens are those of every attempt the journal records, all runs included."""
