@@ -246,3 +246,47 @@ async def test_a_bound_over_the_threshold_is_decided_on_the_exact_estimate(fake_
     kinds = [e.type for e in run.events]
     assert kinds.index("consultation:cost_estimated") < kinds.index("consultation:user_consent")
     assert run.of("consultation:user_consent")[0]["reason"].startswith(f"estimate ${run.result.cost.estimated:.4f}")
+
+
+async def test_round_2_waits_for_the_exact_count_only_when_the_spend_could_reach_the_limit(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the exact estimate is still being counted, a spend within abort_ratio × the output caps alone (a
+    lower bound of any estimate) lets round 2 go ahead; a spend past that bound waits for the exact estimate,
+    which then stops the consultation before round 2 spends anything."""
+    import time
+
+    from conclave.engine import runner
+
+    fake = fake_provider_server
+    exact = runner.price_calls
+    hold: list[Any] = []  # what the exact count waits for
+
+    def slow_exact(pool: Any, planned: Any, count: Any = None) -> Any:
+        if count is None:  # the exact count (the upper bound passes a tokenizer-free count)
+            deadline = time.monotonic() + 5
+            while not hold[0]() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return exact(pool, planned, count)
+
+    monkeypatch.setattr(runner, "price_calls", slow_exact)
+    hold[:] = [lambda: bool(fake.requests_for(JUDGE_MODEL))]  # counted only once round 2 has asked the judge
+    script_panel(fake)
+    run = await run_consultation(fake, "rounds=2")
+    kinds = [e.type for e in run.events]
+    second_round = kinds.index("round:started", kinds.index("round:started") + 1)
+    assert second_round < kinds.index("consultation:cost_estimated")  # round 2 did not wait for the count
+    assert run.result.status == "complete" and run.result.cost.estimated == run.of(
+        "consultation:cost_estimated")[0]["estimated_cost"]
+
+    fake.reset()
+    script_panel(fake)
+    fake.script(AGENT_MODELS["architect"], Reply(json={"position": "expensive", "key_points": ["k"], "rationale": "r",
+                                                       "confidence": 0.5, "prose_excerpt": ""},
+                                                 usage=(2_000_000, 400_000, 0)))
+    started = time.monotonic()
+    hold[:] = [lambda: time.monotonic() > started + 0.3]
+    run = await run_consultation(fake, "rounds=2")
+    kinds = [e.type for e in run.events]
+    assert kinds.index("consultation:cost_estimated") < kinds.index("cost:gate_triggered")
+    assert run.result.status == "partial" and not fake.requests_for(JUDGE_MODEL)
