@@ -268,6 +268,8 @@ class Consultation:
         if self._prior.total:  # earlier runs may have spent the budget already: check that exactly, first
             await self._exact_estimate()
             self._check_budget(session, "the earlier runs")
+        if session.safety.preflight_needed:
+            self._flush()  # the pre-flight's call is the first spending
         if await session.safety.preflight():  # tier 3 on a question tier 2 flagged, before any agent is asked
             self._stop(record, session.safety.blocked["reason"] if session.safety.blocked else None)
         previous: int | None = None
@@ -417,7 +419,7 @@ class Consultation:
             always_allow_under=consent.new_threshold,
             stored_in=stored,
         )
-        self._flush()
+        self._flush(durable=False)  # durable with round 1's start (or before the safety pre-flight's call)
         if not consent.approved:
             self.refusal = consent.reason
             self._stop(session.record, f"cost not approved: {consent.reason}")
