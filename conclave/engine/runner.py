@@ -160,6 +160,8 @@ class Consultation:
         #: a lower bound of the exact estimate's total that needs no tokenizer (every planned call's output cap),
         #: which lets the cost gate pass while the exact estimate is still being counted (:meth:`_gate`)
         self._floor: float | None = None
+        self._count_go = asyncio.Event()  # the exact count may start (the second round is under way)
+        self._count_now = False  # it is needed now: no waiting for requests to leave
         self._checks_ready: asyncio.Future[None] | None = None  # schema checks prepared while round 1 waits
         self._estimated_rounds: int | None = None  # how many rounds the estimate covers (the cap when repeating)
 
@@ -277,6 +279,7 @@ class Consultation:
             number = steps[0].number
             if previous is not None:
                 await self._gate(session, f"round {previous}")  # before spending on the next round
+                self._count_go.set()  # counted while this round's requests are in flight
             else:
                 self._prepare_checks(session)
             if number in restored:
@@ -381,8 +384,9 @@ class Consultation:
 
         First an upper bound that needs no tokenizer (every token covers at least one byte): when it is
         approved without asking anyone (``cost.auto_approve``, or under ``cost.always_allow_under``), round 1
-        starts at once and the exact estimate is counted while its calls are in flight (:meth:`_count_exactly`),
-        so loading a tokenizer never delays the first request. Otherwise the exact estimate is what is asked
+        starts at once and the exact estimate is counted later, while calls are in flight (:meth:`_count_exactly`),
+        so loading a tokenizer never delays a request; the cost gate meanwhile decides on a lower bound
+        (:meth:`_gate`). Otherwise the exact estimate is what is asked
         about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
         round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
@@ -450,11 +454,15 @@ class Consultation:
         self._checks_ready = asyncio.ensure_future(prepare())
 
     async def _count_exactly(self, session: Session, planned: list[PlannedText], rounds: list[int]) -> None:
-        """The exact estimate, counted in a worker thread once round 1's requests have left.
+        """The exact estimate, counted in a worker thread once the second round's requests have left (or at once
+        when something needs it sooner: :meth:`_exact_estimate`).
 
-        Building a tokenizer holds the interpreter lock for a few hundred milliseconds: started after the
-        requests are sent, it overlaps their network time instead of delaying them."""
-        await asyncio.sleep(EXACT_COUNT_AFTER_S)
+        Building a tokenizer and counting every planned prompt holds the interpreter lock for a few hundred
+        milliseconds: started after the requests are sent, it overlaps their network time instead of delaying
+        them; and not during round 1, whose wait already holds the imports and schema checks its answers need."""
+        await self._count_go.wait()
+        if not self._count_now:
+            await asyncio.sleep(EXACT_COUNT_AFTER_S)
         self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
 
     async def _gate(self, session: Session, phase: str) -> None:
@@ -469,6 +477,8 @@ class Consultation:
     async def _exact_estimate(self) -> None:
         """Wait for the exact estimate when it is still being counted (before it is needed)."""
         if self._exact is not None:
+            self._count_now = True
+            self._count_go.set()
             exact, self._exact = self._exact, None
             await exact
 
