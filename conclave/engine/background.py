@@ -3,8 +3,8 @@
 Between a round's last answer and the next round's requests, the engine only does what building and sending
 those requests needs (validating the answers, the journal made durable, the debate state, the prompts). Exact
 token counts for the record — the savings of ``token_efficiency_stats``, the context summary's counts — are
-queued here instead (:meth:`Background.defer`): they run on the event loop :data:`DEFER_S` after they were
-queued, one job per loop iteration (so an answer that arrives meanwhile waits for one job at most), and
+queued here instead (:meth:`Background.defer`): from the consultation's second round on, they run on the event
+loop :data:`DEFER_S` after they were queued, one job per loop iteration (so an answer that arrives meanwhile waits for one job at most), and
 :meth:`Background.settle` runs whatever is still queued, at once, before anything reads their results.
 
 Jobs only compute from values they were given (strings, counts): nothing they read changes after they were
@@ -22,9 +22,13 @@ DEFER_S = 0.02
 
 
 class Background:
-    """A queue of deferred jobs, run in order on the running event loop (or by :meth:`settle`)."""
+    """A queue of deferred jobs, run in order on the running event loop (or by :meth:`settle`).
 
-    def __init__(self) -> None:
+    ``paused``: jobs only queue up until :meth:`start` (the engine starts it with the second round, leaving round
+    1's wait to the imports and schema checks its answers need)."""
+
+    def __init__(self, *, paused: bool = False) -> None:
+        self._paused = paused
         self._jobs: deque[Callable[[], None]] = deque()
         self._handle: asyncio.Handle | None = None
         self._error: BaseException | None = None  # a job's failure, raised by the next settle()
@@ -35,7 +39,15 @@ class Background:
     def defer(self, job: Callable[[], None]) -> None:
         """Run ``job`` later (see the module doc); outside an event loop it runs at :meth:`settle`."""
         self._jobs.append(job)
-        if self._handle is None:
+        self._arm()
+
+    def start(self) -> None:
+        """Let queued and later jobs run (see ``paused``)."""
+        self._paused = False
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._handle is None and self._jobs and not self._paused:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:

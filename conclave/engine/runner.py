@@ -280,6 +280,7 @@ class Consultation:
             if previous is not None:
                 await self._gate(session, f"round {previous}")  # before spending on the next round
                 self._count_go.set()  # counted while this round's requests are in flight
+                session.later.start()  # so are the counts for the record
             else:
                 self._prepare_checks(session)
             if number in restored:

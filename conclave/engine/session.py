@@ -136,7 +136,7 @@ class Session:
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}
         self.judge = JudgeSeat(settings, self.native)
         #: exact counts for the record, run while the next requests wait on the network (settled before read)
-        self.later = Background()
+        self.later = Background(paused=True)  # the engine starts it with its second round
         self.filtering = ArtifactFiltering(settings, plugins, bus, self.later)
         self.stream = False  # publish answers as they stream in (``agent:chunk``): the live view, the terminal
         from conclave.engine.quality import QualityLayer
