@@ -139,7 +139,7 @@ async def test_replies_shown_again_keep_their_most_severe_challenges_except_for_
     for request in repeat:
         author = request.model.removeprefix("m-")
         text = prompt(request)
-        assert "(Cross-exam, since repeated), its lists cut to their top-ranked items, your own reply whole," in text
+        assert "(Cross-exam, since repeated), lists cut to top items, your reply whole," in text
         # its own first reply whole; the others' with their most severe challenge only
         assert all(f"{author} challenge {i} in reply 1:" in text for i in range(3))
         for other in set(AGENTS) - {author}:
@@ -147,7 +147,7 @@ async def test_replies_shown_again_keep_their_most_severe_challenges_except_for_
             assert f"{other} challenge 0 in reply 1:" not in text and f"{other} challenge 2 in reply 1:" not in text
     # the judge recording the repeat sees the replies it records whole, the earlier ones filtered
     judge = prompt([r for r in fake.requests if schema_of(r) == "cross_exam"][1])
-    assert "(Cross-exam, since repeated), its lists cut to their top-ranked items, as JSON:" in judge
+    assert "(Cross-exam, since repeated), lists cut to top items, as JSON:" in judge
     for name in AGENTS:
         assert all(f"{name} challenge {i} in reply 2:" in judge for i in range(3))
         assert f"{name} challenge 1 in reply 1:" in judge and f"{name} challenge 0 in reply 1:" not in judge

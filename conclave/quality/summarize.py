@@ -175,7 +175,7 @@ class ContextWindow:
             if not summarize or age <= 1:
                 # filtered, its lists keep their top-ranked items: the prompt says so instead of "in full"
                 shown = ("in full" if not self.session.filtering.filtering else
-                         "its lists cut to their top-ranked items" + (", your own reply whole" if agent else ""))
+                         "lists cut to top items" + (", your reply whole" if agent else ""))
                 parts.append(f"Round {k} ({self._title(k)}, since repeated), {shown}, as JSON:\n"
                              f"{self._full(k, number, agent)}")
             elif age <= 3:
