@@ -11,8 +11,11 @@ progressive summarization play) with the same labels and id: with the default fi
 user messages: repeated cross-examination, objection rounds and the verdict included) is counted with the real
 tokenizer; the saving measured that way is set beside the one the result reports in ``token_efficiency_stats``
 (goal: within 1 point; ≥ 20% saved), and the filtered input is broken down into what it is made of.
+``--compare KEY=VALUE …`` plays each debate a third time with those overrides (other filter limits, e.g.
+``filtering.replies.challenges=99`` for filtering as it was before replies shown again were filtered) and adds its
+saving as a column, measured in the same run.
 
-    python bench/filtering.py [--debates 30] [--seed 2026]
+    python bench/filtering.py [--debates 30] [--seed 2026] [--compare KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave.artifacts import check, current_version
-from conclave.config import Round3Filter, Round4Filter
+from conclave.config import RepliesFilter, Round3Filter, Round4Filter
 from conclave.engine.session import prompt_json
 from conclave.tokens import count_tokens, tokenizer_backend
 
@@ -259,6 +262,7 @@ class Measurement:
     rounds: int  # rounds the debate played (the verdict included)
     cross_exams: int  # cross-examination rounds
     objections: int  # objection rounds
+    compared: int | None = None  # … with filtering and the ``--compare`` overrides
 
 
 async def play(debate: dict[str, Any], fake: Any, agent: Callable[[str], Callable[[Any], Any]],
@@ -281,7 +285,8 @@ async def play(debate: dict[str, Any], fake: Any, agent: Callable[[str], Callabl
     return await Consultation(settings, resume_from={"shuffle_seed": debate["seed"]}).run()
 
 
-async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool) -> tuple[Any, list[Any]]:
+async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool, extra: tuple[str, ...] = ()
+                     ) -> tuple[Any, list[Any]]:
     from conclave.testing.fake_server import Reply
     from conclave.testing.schema_instances import instance_for
 
@@ -311,7 +316,7 @@ async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool) -> tuple[
             return Reply(json=nth("judge", kind, debate["cross_exams"]))
         return Reply(json=instance_for(request.schema))
 
-    result = await play(debate, fake, agent_script, judge, [f"verbose={str(verbose).lower()}"])
+    result = await play(debate, fake, agent_script, judge, [f"verbose={str(verbose).lower()}", *extra])
     if result.status != "complete":
         raise SystemExit(f"debate {debate['seed']} ended {result.status}: {result.abort_reason}")
     return result, [r for r in fake.requests if _schema_title(r) not in ("", "independent", "synthesis")]
@@ -342,7 +347,8 @@ def _input_tokens(requests: list[Any]) -> int:
                for r in requests)
 
 
-PARTS = ("round-1 answers", "synthesis", "cross-exam (judge)", "replies (agents)", "objections (agents)",
+PARTS = ("round-1 answers", "synthesis", "cross-exam (judge)", "replies, round judged", "replies, shown again",
+         "objections (agents)",
          "DEBATE STATE", "summaries", "system prompts", "instructions, question, rest")
 SUMMARY_HEAD = re.compile(r"^Round \d+ · .*\(summary\)$")
 
@@ -366,7 +372,7 @@ def _json_part(value: Any) -> str | None:
         if "counterargument" in first:
             return "objections (agents)"
         if "critique" in first or "vote" in first:
-            return "replies (agents)"
+            return "replies, round judged"  # the $replies of the judge recording their round
     return None
 
 
@@ -396,7 +402,7 @@ def _parts(requests: list[Any]) -> dict[str, int]:
                     except ValueError:
                         value = None
                     if isinstance(value, dict) and ("replies" in value or "judge" in value):  # a round in full
-                        for key, name in (("replies", "replies (agents)"), ("judge", "cross-exam (judge)")):
+                        for key, name in (("replies", "replies, shown again"), ("judge", "cross-exam (judge)")):
                             if key in value:
                                 parts[name] += count_tokens(prompt_json(value[key]))
                         continue
@@ -405,12 +411,13 @@ def _parts(requests: list[Any]) -> dict[str, int]:
     return parts
 
 
-async def measure(debate: dict[str, Any]) -> Measurement:
+async def measure(debate: dict[str, Any], compare: tuple[str, ...] = ()) -> Measurement:
     from conclave.testing.fake_server import FakeProviderServer
 
     async with FakeProviderServer() as fake:
         _, full_requests = await run_debate(debate, fake, verbose=True)
         result, requests = await run_debate(debate, fake, verbose=False)
+        compared = _input_tokens((await run_debate(debate, fake, False, compare))[1]) if compare else None
     stats = result.token_efficiency_stats or {}
     kinds = [_schema_title(r) for r in requests]
     return Measurement(
@@ -418,6 +425,7 @@ async def measure(debate: dict[str, Any]) -> Measurement:
         stats_sent=int(stats.get("tokens_used", 0)), stats_saved=int(stats.get("tokens_saved_via_filtering", 0)),
         parts=_parts(requests), parts_full=_parts(full_requests), rounds=result.completed_rounds,
         cross_exams=kinds.count("cross_exam"), objections=kinds.count("objection") // len(debate["agents"]),
+        compared=compared,
     )
 
 
@@ -425,17 +433,18 @@ def pct(part: int, whole: int) -> float:
     return part / whole * 100 if whole else 0.0
 
 
-def table(rows: list[tuple[str, list[Measurement]]]) -> str:
+def table(rows: list[tuple[str, list[Measurement]]], compare: bool = False) -> str:
     head = (f"{'debates':<12}{'n':>4}{'rounds':>8}{'input full':>12}{'filtered':>10}{'saved (server)':>16}"
-            f"{'saved (stats)':>15}{'Δ points':>10}")
+            f"{'saved (stats)':>15}{'Δ points':>10}" + (f"{'saved (compare)':>17}" if compare else ""))
     lines = [head, "-" * len(head)]
     for label, ms in rows:
         full, filtered = sum(m.full for m in ms), sum(m.filtered for m in ms)
         sent, saved = sum(m.stats_sent for m in ms), sum(m.stats_saved for m in ms)
         measured, reported = pct(full - filtered, full), pct(saved, sent + saved)
         rounds = sum(m.rounds for m in ms) / len(ms)
+        other = f"{pct(full - sum(m.compared or 0 for m in ms), full):>16.1f}%" if compare else ""
         lines.append(f"{label:<12}{len(ms):>4}{rounds:>8.1f}{full:>12,}{filtered:>10,}{measured:>15.1f}%"
-                     f"{reported:>14.1f}%{reported - measured:>+10.1f}")
+                     f"{reported:>14.1f}%{reported - measured:>+10.1f}{other}")
     return "\n".join(lines)
 
 
@@ -454,8 +463,10 @@ def breakdown(ms: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def bench_setup(doc: str | None, argv: list[str] | None, debates: int) -> argparse.Namespace:
-    """A throw-away home and a fake key for a benchmark on the fake server, and its ``--debates``/``--seed``."""
+def bench_setup(doc: str | None, argv: list[str] | None, debates: int, *, compare: bool = False
+                ) -> argparse.Namespace:
+    """A throw-away home and a fake key for a benchmark on the fake server, and its ``--debates``/``--seed``
+    (and ``--compare``)."""
     import os
     import tempfile
 
@@ -464,13 +475,16 @@ def bench_setup(doc: str | None, argv: list[str] | None, debates: int) -> argpar
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
     parser.add_argument("--debates", type=int, default=debates)
     parser.add_argument("--seed", type=int, default=2026)
+    if compare:
+        parser.add_argument("--compare", nargs="*", default=[], metavar="KEY=VALUE",
+                            help="overrides of a third run of each debate, whose saving is added as a column")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     import asyncio
 
-    args = bench_setup(__doc__, argv, 30)
+    args = bench_setup(__doc__, argv, 30, compare=True)
 
     started = time.perf_counter()
     debates = []
@@ -480,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         debates.append(debate)
 
     async def run_all() -> list[Measurement]:
-        return [await measure(d) for d in debates]
+        return [await measure(d, tuple(args.compare)) for d in debates]
 
     results = asyncio.run(run_all())
     elapsed = time.perf_counter() - started
@@ -489,9 +503,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(label, ms) for label, ms in groups if ms] + [("all", results)]
     print(f"Share of the input of every request after the synthesis that filtering saves, on {args.debates} default "
           f"debates (rounds=null) run by the engine against the fake server (seed {args.seed}; counted via "
-          f"{tokenizer_backend()}; limits r3 {Round3Filter().model_dump()}, r4 {Round4Filter().model_dump()})")
+          f"{tokenizer_backend()}; limits r3 {Round3Filter().model_dump()}, r4 {Round4Filter().model_dump()}, "
+          f"replies {RepliesFilter().model_dump()})")
+    if args.compare:
+        print(f"saved (compare): the same debates filtered with {' '.join(args.compare)}")
     print()
-    print(table(rows))
+    print(table(rows, bool(args.compare)))
     worst = max(abs(pct(m.stats_saved, m.stats_sent + m.stats_saved) - pct(m.full - m.filtered, m.full))
                 for m in results)
     print()

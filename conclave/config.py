@@ -109,10 +109,17 @@ class Round4Filter(StrictModel):
     rebuttals: NonNegInt = 5
 
 
+class RepliesFilter(StrictModel):
+    """Agents' replies of a cross-examination round shown again in a later round, to others than their author."""
+
+    challenges: NonNegInt = 1
+
+
 class FilteringSettings(StrictModel):
     filter: Name = "top_n"
     round3: Round3Filter = Field(default_factory=Round3Filter)
     round4: Round4Filter = Field(default_factory=Round4Filter)
+    replies: RepliesFilter = Field(default_factory=RepliesFilter)
 
 
 class EarlyTermination(StrictModel):

@@ -42,7 +42,8 @@ consultation:round_artifact            round_number, round_type (the round type 
                                        an answer an interrupted earlier run paid for, recorded again)
 filter:applied                         round_number (any round after the synthesis), artifact_type, filter,
                                        limits {field: n}, tokens_before, tokens_after (the artifact's JSON as
-                                       shown), recipients (calls shown it), error
+                                       shown), recipients (calls shown it), agent (the author of an agent's
+                                       reply shown again; null for the judge's artifacts), error
 round:completed                        round_number, round_type, duration_s, input_tokens, output_tokens, cost,
                                        ok (false: the round ran to its end but failed in a way that stops the
                                        consultation; ``conclave resume`` restores only ok rounds), safety (the

@@ -5,6 +5,7 @@ Rankings (ties keep their original order):
 - synthesis.consensus_points: confidence, highest first
 - synthesis.tensions: number of viewpoints (more viewpoints = more disagreement), most first
 - cross_exam.challenges: severity = 2 × evidence items + 5 per severity keyword in the challenge + length / 100
+- cross_exam_reply.challenges (an agent's reply, converge and answer modes): the same severity
 - cross_exam.rebuttals: substantiveness = length / 10 + 3 per substantive keyword in the rebuttal
 - synthesis.priority_order and cross_exam.unresolved are always passed whole.
 """
@@ -47,6 +48,8 @@ class TopNArtifactFilter(ArtifactFilter):
     filterable: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "synthesis": ("consensus_points", "tensions"),
         "cross_exam": ("challenges", "rebuttals"),
+        "cross_exam_reply": ("challenges",),
+        "cross_exam_reply_answer": ("challenges",),
     }
     keep_whole: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "synthesis": ("priority_order",),

@@ -62,6 +62,7 @@ def _valid() -> dict:
 def test_defaults_fill_every_group() -> None:
     settings = settings_from_container(_valid())
     assert settings.filtering.round4.challenges == 5
+    assert settings.filtering.replies.challenges == 1
     assert settings.early_termination.threshold == 0.90
     assert settings.cost.always_allow_under == 0.50
     assert settings.providers["openai"].api_key_env == ["OPENAI_API_KEY"]  # a single name becomes a list

@@ -12,7 +12,9 @@ from test_engine_support import by_schema, independent, schema_of
 from conclave.api import compose_settings
 from conclave.engine.result import ConsultationResult
 from conclave.engine.runner import Consultation
+from conclave.events import Event
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
+from conclave.testing.schema_instances import instance_for
 from conclave.tokens import count_tokens
 
 AGENTS = {"security": "security", "architect": "architecture", "pragmatist": "pragmatic"}
@@ -43,6 +45,22 @@ CROSS_EXAM = {
 }
 
 
+def _replying(name: str) -> Any:
+    """``name``'s cross-examination replies: three challenges each, the second the most severe (a severity keyword,
+    two evidence items), every one saying whose it is and in which of its replies."""
+    replies = 0
+
+    def reply(request: RecordedRequest) -> Reply:
+        nonlocal replies
+        replies += 1
+        challenges = [{"target_agent": "consensus", "challenge": f"{name} challenge {i} in reply {replies}: "
+                       + ("a serious gap in the replay budget." if i == 1 else "snapshots need an owner."),
+                       "evidence": ["load test", "incident log"] if i == 1 else []} for i in range(3)]
+        return Reply(json={**instance_for(request.schema), "challenges": challenges})
+
+    return reply
+
+
 def _panel(fake: FakeProviderServer, latency: float = 0.0) -> list[str]:
     overrides = ["~agents", "judge.provider=openai", f"judge.model={JUDGE}", "hedging.enabled=false"]
 
@@ -51,18 +69,22 @@ def _panel(fake: FakeProviderServer, latency: float = 0.0) -> list[str]:
 
     for name, persona in AGENTS.items():
         fake.script(f"m-{name}", after(by_schema(independent=independent(f"{name} would adopt event sourcing for "
-                                                                         "invoices only, with snapshots.", 0.7))))
+                                                                         "invoices only, with snapshots.", 0.7),
+                                                 cross_exam_reply=_replying(name))))
         overrides += [f"+agents.{name}.provider=openai", f"+agents.{name}.model=m-{name}",
                       f"+agents.{name}.persona={persona}"]
     fake.script(JUDGE, after(by_schema(synthesis=SYNTHESIS, cross_exam=CROSS_EXAM)))
     return overrides
 
 
-async def _run(fake: FakeProviderServer, overrides: list[str]) -> ConsultationResult:
+async def _run(fake: FakeProviderServer, overrides: list[str], events: list[Event] | None = None
+               ) -> ConsultationResult:
     """The debate with a fixed id and label shuffle, so two runs differ only in what ``overrides`` change (the id
     is quoted in summarized prompts)."""
     settings = compose_settings("Should billing move to event sourcing?", [*fake.overrides(), *overrides])
-    return await Consultation(settings, consultation_id="c-0000000000ab", resume_from={"shuffle_seed": 7}).run()
+    subscribers = [events.append] if events is not None else []
+    return await Consultation(settings, consultation_id="c-0000000000ab", resume_from={"shuffle_seed": 7},
+                              subscribers=subscribers).run()
 
 
 def _later_input(requests: list[RecordedRequest]) -> int:
@@ -145,3 +167,39 @@ def _prompt(request: RecordedRequest) -> str:
 def _who(request: RecordedRequest) -> str:
     model = request.json["model"]
     return "judge" if model == JUDGE else model.removeprefix("m-")
+
+
+async def test_replies_shown_again_keep_their_most_severe_challenges_except_for_their_author(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    fake = fake_provider_server
+    events: list[Event] = []
+    result = await _run(fake, ["cost.auto_approve=true", "exit.round_cap=5", *_panel(fake)], events)
+    assert result.completed_rounds == 5  # cross-examination played twice, then the verdict
+
+    def prompt(request: RecordedRequest) -> str:
+        return "\n".join(m["content"] for m in request.json["messages"])
+
+    repeat = [r for r in fake.requests if schema_of(r) == "cross_exam_reply"][3:]
+    assert len(repeat) == 3
+    for request in repeat:
+        author = request.model.removeprefix("m-")
+        text = prompt(request)
+        assert "(Cross-exam, since repeated), lists cut to top items, your reply whole," in text
+        # its own first reply whole; the others' with their most severe challenge only
+        assert all(f"{author} challenge {i} in reply 1:" in text for i in range(3))
+        for other in set(AGENTS) - {author}:
+            assert f"{other} challenge 1 in reply 1:" in text
+            assert f"{other} challenge 0 in reply 1:" not in text and f"{other} challenge 2 in reply 1:" not in text
+    # the judge recording the repeat sees the replies it records whole, the earlier ones filtered
+    judge = prompt([r for r in fake.requests if schema_of(r) == "cross_exam"][1])
+    assert "(Cross-exam, since repeated), lists cut to top items, as JSON:" in judge
+    for name in AGENTS:
+        assert all(f"{name} challenge {i} in reply 2:" in judge for i in range(3))
+        assert f"{name} challenge 1 in reply 1:" in judge and f"{name} challenge 0 in reply 1:" not in judge
+
+    applied = [e.data for e in events if e.type == "filter:applied" and e.data["artifact_type"] == "cross_exam_reply"]
+    # each reply once for the agents who see it again (two of them) and once for the judge
+    assert sorted((a["agent"], a["recipients"]) for a in applied) == sorted(
+        (name, n) for name in AGENTS for n in (1, 2))
+    assert all(a["round_number"] == 4 and a["limits"] == {"challenges": 1} and a["error"] is None
+               and a["tokens_after"] < a["tokens_before"] for a in applied)

@@ -204,7 +204,7 @@ async def test_an_unresolved_blocker_keeps_cross_examination_going_to_the_cap(
     assert reasons[1].endswith("3 agent(s) below the confidence floor") and len(reasons) == 2
     # a repeated round shows the round it repeats: round 4's replies carry round 3's judgement and replies
     round_4 = requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[1]
-    assert "Round 3 (Cross-exam, since repeated), in full" in str(round_4.json)
+    assert "Round 3 (Cross-exam, since repeated), lists cut to top items" in str(round_4.json)
 
 
 async def test_a_plateau_exits_with_convergence(fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:

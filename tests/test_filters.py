@@ -123,6 +123,21 @@ def test_challenges_rank_by_severity_and_unresolved_stays_whole() -> None:
     assert out["unresolved"] == art["unresolved"]
 
 
+@pytest.mark.parametrize("schema", ["cross_exam_reply", "cross_exam_reply_answer"])
+def test_a_replys_challenges_rank_by_severity_and_the_rest_stays_whole(schema: str) -> None:
+    # an agent's reply shown again carries its schema as artifact_type (replies have no header)
+    challenges = [{"target_agent": "Agent B", "challenge": "Replays may lag.", "evidence": []},
+                  {"target_agent": "consensus", "challenge": "A critical gap in the rollback plan.", "evidence": ["x"]},
+                  {"target_agent": "Agent C", "challenge": "Snapshots lack an owner.", "evidence": ["y", "z"]}]
+    reply = {"artifact_type": schema, "critique": "The consensus skips rollback.", "challenges": challenges,
+             "defense": "Snapshots bound replay.", "revised_position": "Invoices only.", "vote": "MINOR",
+             "vote_reason": "Name an owner.", "confidence": 0.7, "claims": [], "references": [],
+             **({"final_answer": "Yes, for invoices."} if schema.endswith("_answer") else {})}
+    out = filter_.filter(reply, {"challenges": 2})
+    assert out["challenges"] == [challenges[1], challenges[2]]  # 2 + 5 + 0.36 before 4 + 0.24
+    assert {k: v for k, v in out.items() if k != "challenges"} == {k: v for k, v in reply.items() if k != "challenges"}
+
+
 def test_rebuttals_rank_by_substantiveness() -> None:
     rebuttals = [
         rebuttal("We disagree."),

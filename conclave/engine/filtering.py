@@ -38,6 +38,7 @@ class ArtifactFiltering:
         self._plugins = plugins
         self._bus = bus
         self._bypass = False  # rendering the unfiltered counterpart of a call: filter nothing, record nothing
+        self._unrecorded = False  # rendering a prompt that is never sent: filter, record nothing
         self.filtered_rounds: list[int] = []
         self.sent_tokens = 0  # input of every counted call, as sent
         self.unfiltered_tokens = 0  # the same calls' input had nothing been filtered
@@ -61,13 +62,15 @@ class ArtifactFiltering:
         *,
         view: Callable[[dict[str, Any]], Any],
         recipients: int = 1,
+        agent: str | None = None,
     ) -> dict[str, Any]:
         """The copy of ``artifact`` filtered with the ``filtering.<section>`` limits for round ``round_number``
         (the artifact itself when filtering is disabled, or while the unfiltered counterpart of a call is
         rendered).
 
         ``view`` turns an artifact into what is actually shown (labels, the fields the seat sees) so the event's
-        token counts measure the JSON sent; ``recipients`` is how many calls receive it.
+        token counts measure the JSON sent; ``recipients`` is how many calls receive it; ``agent``: the author of
+        an agent's artifact (None for the judge's).
         """
         if not self.enabled or self._bypass:
             return artifact
@@ -91,6 +94,8 @@ class ArtifactFiltering:
                 log.warning("filter %r failed on the round-%d %s: %s", name, round_number, artifact_type, exc)
                 filtered, error = artifact, f"{type(exc).__name__}: {exc}"
             self._filtered[key] = (artifact, filtered, error)  # the artifact kept alive, so its id stays its own
+        if self._unrecorded:
+            return filtered
         from conclave.engine.session import prompt_json  # the JSON exactly as prompts show it
 
         before = count_tokens(prompt_json(view(artifact)))
@@ -106,6 +111,7 @@ class ArtifactFiltering:
             tokens_before=before,
             tokens_after=after,
             recipients=recipients,
+            agent=agent,
             error=error,
         )
         return filtered
@@ -123,8 +129,35 @@ class ArtifactFiltering:
             return artifact
         key = (id(artifact), round_number, section)  # every call of a round shows the same copy: filtered once
         if key not in self._later:
-            self._later[key] = (artifact, self.apply(artifact, section, round_number, view=view,
-                                                     recipients=recipients))
+            filtered = self.apply(artifact, section, round_number, view=view, recipients=recipients)
+            if self._unrecorded:
+                return filtered
+            self._later[key] = (artifact, filtered)
+        return self._later[key][1]
+
+    def reply(self, reply: dict[str, Any], schema: str, round_number: int, *, view: Callable[[dict[str, Any]], Any],
+              seat: str, agent: str, recipients: int = 1) -> dict[str, Any]:
+        """An agent's reply of an earlier round (artifact schema ``schema``) shown again in round ``round_number``
+        to others than its author — the agents and the judge of a repeated cross-examination, the verdict's
+        history — with the ``filtering.replies`` limits (its most severe challenges). Its author and the judge
+        recording the round it belongs to always see it whole: callers pass only what others are shown again.
+        Reply shapes without the limited lists (adversarial, explore, objections) are returned whole."""
+        if not self.enabled or self._bypass:
+            return reply
+        typed = {**reply, "artifact_type": schema}  # replies carry no header; the filter needs their type
+        if not self.limits("replies", typed):
+            return reply
+        key = (id(reply), round_number, f"replies:{seat}")  # every call of a seat in a round: filtered once
+        if key not in self._later:
+
+            def untyped(artifact: dict[str, Any]) -> dict[str, Any]:
+                return {k: v for k, v in artifact.items() if k != "artifact_type"}
+
+            filtered = untyped(self.apply(typed, "replies", round_number, view=lambda a: view(untyped(a)),
+                                          recipients=recipients, agent=agent))
+            if self._unrecorded:
+                return filtered
+            self._later[key] = (reply, filtered)
         return self._later[key][1]
 
     @property
@@ -141,6 +174,17 @@ class ArtifactFiltering:
             yield
         finally:
             self._bypass = previous
+
+    @contextmanager
+    def unrecorded(self) -> Iterator[None]:
+        """Within: artifacts are filtered as usual but nothing is recorded — no ``filter:applied`` event, no
+        filtered round — for a rendering that is never sent (a long debate's prompt without summarization, whose
+        size is measured beside the one sent)."""
+        previous, self._unrecorded = self._unrecorded, True
+        try:
+            yield
+        finally:
+            self._unrecorded = previous
 
     def count_call(self, sent: str, unfiltered: str, model: str | None = None) -> None:
         """Count one call: ``sent`` is its prompt as sent, ``unfiltered`` the same call rendered with filtering

@@ -3,7 +3,10 @@
 Every round played is kept here (its agents' artifacts and the judge's). A round type's inputs always show the
 latest play of their source; the plays a repeat superseded (an earlier cross-examination round) reach later
 prompts through the ``$earlier_rounds`` value (appended to the user message when a template has no such
-placeholder). In a debate of four rounds nothing is superseded and ``$earlier_rounds`` is empty.
+placeholder). In a debate of four rounds nothing is superseded and ``$earlier_rounds`` is empty. A superseded
+round shown in full is filtered like any artifact shown again: the judge's artifact with ``filtering.round4``, each
+agent's reply with ``filtering.replies`` (its most severe challenges; the judge's record of the round follows it),
+except the calling agent's own reply, which it sees whole.
 
 From round ``summarization.from_round`` (5) on, with ``summarization.enabled``, a call in round N shows:
 
@@ -45,6 +48,7 @@ class PlayedRound:
     type_names: tuple[str, ...]
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
     judge: dict[str, Any] | None = None
+    schema: str | None = None  # the artifact schema of the agents' answers
 
 
 class ContextWindow:
@@ -70,6 +74,8 @@ class ContextWindow:
             if output is None or output.number != number:
                 continue
             played.agents.update(output.by_agent)
+            if step.type.seat == "agents":
+                played.schema = step.type.schema
             if output.judge is not None:
                 played.judge = output.judge
         self.played[number] = played
@@ -96,12 +102,14 @@ class ContextWindow:
         template = session.strategy.template(round_type.template).text
         sources = self._sources(round_type, number)
         superseded = self._superseded(number, set(sources.values()))
-        full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False)}
         if not self.applies(number):
+            full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False, agent=agent)}
             if measure:
                 message = self._message(round_type, full, template)
                 self._note_sent(number, message, message)
             return full
+        with session.filtering.unrecorded():  # never sent: only measured beside the summarized message
+            full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False, agent=agent)}
         w8 = self._summarized(round_type, number, values, sources, superseded, template, agent)
         if measure or self.played:  # before round 1 (the cost estimate) there is nothing to fit
             message = self._fit(round_type, number, w8, template)
@@ -152,7 +160,8 @@ class ContextWindow:
                                     f"evidence keep their ids there; full text: conclave show "
                                     f"{self.session.bus.consultation_id} --round {k})")
                 merged = True
-        block = self._rounds_block([k for k in superseded if k not in summarized], number, summarize=True)
+        block = self._rounds_block([k for k in superseded if k not in summarized], number, summarize=True,
+                                  agent=agent)
         merged = merged or any(number - k > 3 for k in superseded)
         if merged and "debate_state" not in template:
             state = self.session.quality.template_values("debate_state")["debate_state"]
@@ -160,13 +169,16 @@ class ContextWindow:
         out[PLACEHOLDER] = block
         return out
 
-    def _rounds_block(self, rounds: Sequence[int], number: int, *, summarize: bool) -> str:
+    def _rounds_block(self, rounds: Sequence[int], number: int, *, summarize: bool, agent: str | None) -> str:
         parts = []
         for k in rounds:
             age = number - k
             if not summarize or age <= 1:
-                parts.append(f"Round {k} ({self._title(k)}, since repeated), in full, as JSON:\n"
-                             f"{self._full(k, number)}")
+                # filtered, its lists keep their top-ranked items: the prompt says so instead of "in full"
+                shown = ("in full" if not self.session.filtering.filtering else
+                         "lists cut to top items" + (", your reply whole" if agent else ""))
+                parts.append(f"Round {k} ({self._title(k)}, since repeated), {shown}, as JSON:\n"
+                             f"{self._full(k, number, agent)}")
             elif age <= 3:
                 parts.append(self.round_summary(k))
         return "\n\n".join(parts) + "\n" if parts else ""
@@ -175,14 +187,25 @@ class ContextWindow:
         played = self.played.get(k)
         return played.title if played else "an earlier round"
 
-    def _full(self, k: int, number: int, words: int | None = None) -> str:
-        """Round ``k`` in full as round ``number`` shows it: every reply whole, the judge's artifact filtered."""
+    def _full(self, k: int, number: int, agent: str | None, words: int | None = None) -> str:
+        """Round ``k`` in full as round ``number`` shows ``agent`` (None: the judge): its replies and the judge's
+        artifact, each filtered as shown again (``filtering.replies``, ``filtering.round4``); ``agent``'s own
+        reply whole."""
         from conclave.engine.session import prompt_json
 
         session, played = self.session, self.played[k]
         body: dict[str, Any] = {}
         if played.agents:
-            body["replies"] = {session.labels.label(a): session.view(x) for a, x in sorted(
+            seat = "judge" if agent is None else "agents"
+            others = len(session.present()) - 1 if agent is not None else 1  # the calls shown one reply again
+
+            def shown(author: str, reply: dict[str, Any]) -> dict[str, Any]:
+                if author == agent or played.schema is None:
+                    return reply
+                return session.filtering.reply(reply, played.schema, number, view=session.view, seat=seat,
+                                               agent=author, recipients=others)
+
+            body["replies"] = {session.labels.label(a): session.view(shown(a, x)) for a, x in sorted(
                 played.agents.items(), key=lambda item: session.labels.label(item[0]))}
         if played.judge is not None:
             judge = session.filtering.later(played.judge, number, view=session.view)
