@@ -163,6 +163,36 @@ class JournalWriter:
             self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
         return True
 
+    def flush_if_possible(self) -> None:
+        """Make what was appended durable now if the disk takes it, without failing the writer when it does not:
+        the bytes a refused write left behind are cut off again and the records stay buffered, so the next
+        :meth:`flush` (at the round's end) retries them and reports the failure where the consultation handles
+        it. A head the heads log refuses is left to that flush too (its head covers these records)."""
+        if self._failed is not None or not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError:
+            return
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+            if self._new_file:
+                _fsync_dir(self.path.parent)
+                self._new_file = False
+        except OSError:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as exc:  # a torn tail we cannot cut: write nothing more after it
+                with contextlib.suppress(JournalError):
+                    self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
+            return
+        self._buffer.clear()
+        self._durable = True
+        with contextlib.suppress(OSError):
+            self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
+
     def _fail(self, message: str) -> None:
         if not self._durable:  # nothing of this journal was ever durable: leave no empty or torn file behind
             with contextlib.suppress(OSError):
