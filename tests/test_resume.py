@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import clean_env
+from cli_helpers import clean_env, run_conclave
 
 from conclave import events as ev
 from conclave.config import Settings
@@ -119,6 +119,26 @@ def test_an_answer_is_durable_as_soon_as_it_arrives(tmp_path: Path) -> None:
     assert interrupted is not None
     assert interrupted["round_number"] == 3
     assert [a["agent"] for a in interrupted["artifacts"]] == [events[i].data["agent"] for i in answers]
+
+
+def test_logs_list_shows_a_run_killed_before_the_index_had_it(tmp_path: Path) -> None:
+    """The index is first written once round 1's requests have left: a run killed before that is only in its
+    journal, and ``logs list`` still lists it, as interrupted, with what it had spent."""
+    indexed, killed = synthetic_events(19, config=CONFIG), synthetic_events(20, config=CONFIG)
+    Recorder(tmp_path).close()  # an index exists, holding one finished consultation
+    recorder = Recorder(tmp_path)
+    for event in indexed:
+        recorder(event)
+    recorder.close()
+    record(tmp_path, cut(killed, 1, attempts=2))  # journal only
+    proc = run_conclave("logs", "list", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("ID") and len(lines) == 3
+    row = next(line for line in lines if line.startswith(consultation_id(20)))
+    billed = sum(e.data["cost"] for e in cut(killed, 1, attempts=2) if e.type == ev.PROVIDER_ATTEMPT)
+    assert " interrupted " in row and f"${billed:.4f}" in row
+    assert consultation_id(20) in proc.stderr and "index rebuild" in proc.stderr
 
 
 def _ended(events: list[ev.Event], status: str, completed_rounds: int) -> list[ev.Event]:
