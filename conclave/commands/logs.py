@@ -136,11 +136,12 @@ def _list_line(cid: str, started: str, status: str, mode: str, cost: str, conf: 
 def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
     from conclave.store.heads import HeadsLog
     from conclave.store.journal import read_journal
-    from conclave.store.verify import check_journal
+    from conclave.store.verify import check_headed, check_journal
 
     journal = read_journal(layout.journal_path(cid))
     records = journal.records
-    problem = check_journal(cid, journal, HeadsLog(layout.heads_path).load(cid).get(cid, []))
+    heads = HeadsLog(layout.heads_path).load(cid).get(cid, [])
+    problem = check_journal(cid, journal, heads) or check_headed(cid, layout.journal_path(cid), journal, heads)
     if problem is not None:
         print(f"conclave logs: {cid} fails verification: {problem}", file=sys.stderr)
         if problem.seq is not None:  # what follows the first bad record is not the consultation's
