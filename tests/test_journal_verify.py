@@ -12,7 +12,7 @@ import pytest
 
 from conclave.store.chain import canonical_json, record_hash
 from conclave.store.heads import HeadsLog
-from conclave.store.journal import JournalWriter
+from conclave.store.journal import JournalWriter, read_journal
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 from conclave.store.verify import verify_store
@@ -232,6 +232,22 @@ def test_an_ending_forged_onto_a_partial_or_killed_journal_fails(tmp_path: Path,
     [problem] = verify_store(StoreLayout(tmp_path)).problems
     assert (problem.kind, problem.seq) == ("appended", before)
     assert "after the last recorded head" in problem.detail
+
+
+def test_a_resume_drops_records_no_head_covers_instead_of_adopting_them(tmp_path: Path) -> None:
+    """Continuing a journal must not cover forged (or never headed) records with a new head: they are cut off,
+    and what resume restores is read without them."""
+    finished(tmp_path, "partial").close()
+    layout = StoreLayout(tmp_path)
+    path = layout.journal_path(CID)
+    headed = path.read_bytes()
+    rewrite(path, appended_without_heads(("consultation:resumed", {"restored_rounds": [1, 2, 3]})), fmt=as_written)
+    w = JournalWriter(path, CID, HeadsLog(layout.heads_path), Redactor([]))
+    assert path.read_bytes() == headed and w.next_seq == 3
+    w.append("consultation:resumed", 1003.0, {"restored_rounds": []})
+    w.close()
+    assert verify_store(layout).ok
+    assert [r["data"]["restored_rounds"] for r in read_journal(path).records[3:]] == [[]]
 
 
 def test_journals_without_a_heads_log_fail_verification(tmp_path: Path) -> None:

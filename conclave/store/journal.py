@@ -29,7 +29,7 @@ from conclave.store.journal_file import (
     try_lock,
 )
 from conclave.store.redact import Redactor
-from conclave.store.verify import check_journal
+from conclave.store.verify import check_journal, headed_lines
 
 # The reading side lives in journal_file.py; re-exported because readers have long imported it from here.
 __all__ = ["JournalError", "JournalFile", "JournalLine", "JournalWriter", "encode_line", "is_being_written",
@@ -105,13 +105,16 @@ class JournalWriter:
         problem = check_journal(self.consultation_id, journal, heads)
         if problem is not None:
             raise JournalError(f"refusing to append to {self.path}: {problem}")
-        if journal.torn_at is not None:
+        # Records no head covers (a run killed between a write and its head, or lines added by hand) are not
+        # continued, just as a torn last line is not: they are cut off, never covered by a new head.
+        headed = headed_lines(journal, heads)
+        if journal.torn_at is not None or len(headed) < len(journal.lines):
             try:
-                os.ftruncate(self._fd, journal.torn_at)
+                os.ftruncate(self._fd, sum(len(line.raw) + 1 for line in headed))
                 os.fsync(self._fd)
             except OSError as exc:
-                raise JournalError(f"cannot cut the torn last line of {self.path}: {os_cause(exc)}") from None
-        records = journal.records
+                raise JournalError(f"cannot cut the unrecorded end of {self.path}: {os_cause(exc)}") from None
+        records = [r for r in (line.record for line in headed) if r is not None]
         if records:
             self.next_seq = records[-1]["seq"] + 1
             self.prev = records[-1]["hash"]

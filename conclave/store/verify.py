@@ -230,6 +230,11 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None,
     return report
 
 
+def headed_lines(journal: JournalFile, heads: list[tuple[int, str]]) -> list[JournalLine]:
+    """The journal's lines up to its last recorded head: what a resume continues from."""
+    return journal.lines[: max((seq for seq, _ in heads), default=-1) + 1]
+
+
 def check_headed(cid: str, path: Path, journal: JournalFile, heads: list[tuple[int, str]]) -> Problem | None:
     """Every write of a journal records its head (a write whose head the disk refuses is cut off again), so records
     after the last head were added afterwards: a forged ending, or records appended to a killed journal. A journal
@@ -242,7 +247,8 @@ def check_headed(cid: str, path: Path, journal: JournalFile, heads: list[tuple[i
         return None
     return Problem(cid, "appended", last + 1, journal.lines[last + 1].number,
                    f"{extra} record(s) after the last recorded head" + (f" (seq {last})" if last >= 0 else "")
-                   + ": added after the journal was last written")
+                   + ": added after the journal was last written, or left by a run killed between a write and its "
+                   "head (`conclave resume` drops them)")
 
 
 def _has_records(layout: StoreLayout, cid: str) -> bool:
