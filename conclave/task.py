@@ -85,6 +85,10 @@ def name_user_settings(problems: list[str], given_overrides: Callable[[], Sequen
         given = {o.lstrip("+~").partition("=")[0] for o in given_overrides()}
     except (OSError, ValueError, yaml.YAMLError):
         return problems
+    if data is not None and not isinstance(data, dict):
+        # a lone value ("just a string") is read as a key of that name: not a problem with the key, but the file's
+        return [f"{path}: the file must hold a mapping (key: value lines), not a single value"] + [
+            line for line in problems if line.partition(":")[0] in given]
     named = []
     for line in problems:
         key = line.partition(":")[0]

@@ -206,6 +206,12 @@ def test_a_top_level_list_in_settings_yaml_says_what_is_wrong(tmp_path: Path) ->
     assert line.endswith("the file must hold a mapping (key: value lines), not a list")
 
 
+def test_a_lone_value_in_settings_yaml_names_the_file(tmp_path: Path) -> None:
+    path = _settings_file(tmp_path, "just a string\n")  # was "just a string: unknown key", no file named
+    assert one_line(run_conclave("Q?", home=tmp_path)) == (
+        f"conclave: {path}: the file must hold a mapping (key: value lines), not a single value")
+
+
 # ============================================================================================ limits before spending
 
 

@@ -170,3 +170,34 @@ def test_values_too_short_to_be_keys_are_left_alone() -> None:
     redactor = Redactor.from_env({"OPENAI_API_KEY": "abc", "XAI_API_KEY": ""})
     assert redactor.secrets == []
     assert redactor.scrub({"q": "abc"}) == {"q": "abc"}
+
+
+def test_an_early_flush_the_disk_refuses_leaves_no_torn_bytes_and_fails_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer's early flush on a full disk: the half-written bytes are cut off again and the writer is not
+    failed; the round's own flush retries the same records (here: the disk has room again) and the journal
+    verifies."""
+    import errno
+
+    from conclave.store import journal as journal_module
+
+    w = writer(tmp_path)
+    w.append("a", 1.0, {"n": 1})
+    w.flush()
+    size = w.path.stat().st_size
+    w.append("b", 2.0, {"n": 2})
+    real_write_all = journal_module._write_all
+
+    def full(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_module, "_write_all", full)
+    w.flush_if_possible()
+    assert w.path.stat().st_size == size and w.failed is None
+    monkeypatch.setattr(journal_module, "_write_all", real_write_all)
+    w.append("c", 3.0, {"n": 3})
+    w.close()
+    assert [r["type"] for r in read_journal(w.path).records] == ["a", "b", "c"]
+    assert verify_store(StoreLayout(tmp_path)).ok

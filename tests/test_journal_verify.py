@@ -12,7 +12,7 @@ import pytest
 
 from conclave.store.chain import canonical_json, record_hash
 from conclave.store.heads import HeadsLog
-from conclave.store.journal import JournalWriter
+from conclave.store.journal import JournalWriter, read_journal
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 from conclave.store.verify import verify_store
@@ -204,6 +204,52 @@ def test_a_partial_consultation_may_continue_only_with_a_resume(tmp_path: Path) 
     assert (problem.kind, problem.seq) == ("appended", 6)
 
 
+def appended_without_heads(*added: tuple[str, dict]) -> Callable[[list[dict]], list[dict]]:
+    """Correctly chained records added to the journal's end, as anyone with write access can (no heads)."""
+    def change(records: list[dict]) -> list[dict]:
+        for type_, data in added:
+            last = records[-1]
+            records.append(rehash({"consultation_id": CID, "data": data, "prev": last["hash"], "seq": last["seq"] + 1,
+                                   "ts": last["ts"] + 1, "type": type_}))
+        return records
+    return change
+
+
+@pytest.mark.parametrize("status", ["partial", None])
+def test_an_ending_forged_onto_a_partial_or_killed_journal_fails(tmp_path: Path, status: str | None) -> None:
+    """A partial journal continued by a forged resume, or a killed one given a forged completion, used to verify
+    (and `logs show` reported the forged status): every write records its head, so headless records show."""
+    if status is None:
+        path = build(tmp_path)  # no final record: a run killed mid-way
+        forged = appended_without_heads(("consultation:completed", {"status": "complete", "result": {}}))
+    else:
+        finished(tmp_path, status).close()
+        path = StoreLayout(tmp_path).journal_path(CID)
+        forged = appended_without_heads(("consultation:resumed", {"restored_rounds": [1]}),
+                                        ("consultation:completed", {"status": "complete", "result": {}}))
+    before = len(path.read_text().splitlines())
+    rewrite(path, forged, fmt=as_written)
+    [problem] = verify_store(StoreLayout(tmp_path)).problems
+    assert (problem.kind, problem.seq) == ("appended", before)
+    assert "after the last recorded head" in problem.detail
+
+
+def test_a_resume_drops_records_no_head_covers_instead_of_adopting_them(tmp_path: Path) -> None:
+    """Continuing a journal must not cover forged (or never headed) records with a new head: they are cut off,
+    and what resume restores is read without them."""
+    finished(tmp_path, "partial").close()
+    layout = StoreLayout(tmp_path)
+    path = layout.journal_path(CID)
+    headed = path.read_bytes()
+    rewrite(path, appended_without_heads(("consultation:resumed", {"restored_rounds": [1, 2, 3]})), fmt=as_written)
+    w = JournalWriter(path, CID, HeadsLog(layout.heads_path), Redactor([]))
+    assert path.read_bytes() == headed and w.next_seq == 3
+    w.append("consultation:resumed", 1003.0, {"restored_rounds": []})
+    w.close()
+    assert verify_store(layout).ok
+    assert [r["data"]["restored_rounds"] for r in read_journal(path).records[3:]] == [[]]
+
+
 def test_journals_without_a_heads_log_fail_verification(tmp_path: Path) -> None:
     """Deleting the heads log and re-hashing an edited journal used to verify as OK."""
     path = build(tmp_path)
@@ -219,7 +265,9 @@ def forge_with_heads(home: Path) -> None:
     layout = StoreLayout(home)
     rewrite(layout.journal_path(CID), rewrite_chain_from, fmt=as_written)
     records = [json.loads(line) for line in layout.journal_path(CID).read_text().splitlines()]
-    layout.heads_path.write_text("".join(f"{CID} {seq} {records[seq]['hash']}\n" for seq in sorted(FLUSH_AFTER)))
+    others = [line for line in layout.heads_path.read_text().splitlines(keepends=True) if not line.startswith(CID + " ")]
+    layout.heads_path.write_text("".join(others) + "".join(f"{CID} {seq} {records[seq]['hash']}\n"
+                                                           for seq in sorted(FLUSH_AFTER)))
 
 
 def test_a_journal_forged_with_its_heads_passes_plain_but_not_keyed_verification(tmp_path: Path) -> None:

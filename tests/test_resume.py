@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import clean_env
+from cli_helpers import clean_env, run_conclave
 
 from conclave import events as ev
 from conclave.config import Settings
 from conclave.errors import UsageError
 from conclave.store.heads import HeadsLog
 from conclave.store.index import connect
-from conclave.store.journal import JournalError, JournalWriter, read_journal
+from conclave.store.journal import JournalError, JournalWriter, read_journal, read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.redact import Redactor
-from conclave.store.resume import latest_interrupted, load_resume_point
+from conclave.store.resume import interrupted_round, latest_interrupted, load_resume_point
 from conclave.store.synthetic import consultation_id, synthetic_events
 from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
@@ -103,6 +103,42 @@ def test_a_round_killed_before_it_completed_is_not_restored(tmp_path: Path) -> N
     record(tmp_path, cut(events, 1, attempts=3))  # all three answers billed, but round 1 never completed
     point = load_resume_point(StoreLayout(tmp_path), consultation_id(7))
     assert point.restored_rounds == [] and point.resume_from["round_1"] == {}
+
+
+def test_an_answer_is_durable_as_soon_as_it_arrives(tmp_path: Path) -> None:
+    """Killed (SIGKILL: nothing flushes, nothing closes) after two agents answered inside round 3: both answers are
+    on disk, and resume hands them over instead of asking (and paying for) them again."""
+    events = synthetic_events(18, config=CONFIG)
+    start = next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED and e.data["round_number"] == 3)
+    answers = [i for i, e in enumerate(events) if i > start and e.type == ev.ROUND_ARTIFACT and e.data["agent"]][:2]
+    recorder = Recorder(tmp_path, index=False)
+    for event in events[: answers[-1] + 1]:
+        recorder(event)
+    # no flush, no close: what the process leaves on disk is what resume reads
+    interrupted = interrupted_round(read_records(StoreLayout(tmp_path).journal_path(consultation_id(18))))
+    assert interrupted is not None
+    assert interrupted["round_number"] == 3
+    assert [a["agent"] for a in interrupted["artifacts"]] == [events[i].data["agent"] for i in answers]
+
+
+def test_logs_list_shows_a_run_killed_before_the_index_had_it(tmp_path: Path) -> None:
+    """The index is first written once round 1's requests have left: a run killed before that is only in its
+    journal, and ``logs list`` still lists it, as interrupted, with what it had spent."""
+    indexed, killed = synthetic_events(19, config=CONFIG), synthetic_events(20, config=CONFIG)
+    Recorder(tmp_path).close()  # an index exists, holding one finished consultation
+    recorder = Recorder(tmp_path)
+    for event in indexed:
+        recorder(event)
+    recorder.close()
+    record(tmp_path, cut(killed, 1, attempts=2))  # journal only
+    proc = run_conclave("logs", "list", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("ID") and len(lines) == 3
+    row = next(line for line in lines if line.startswith(consultation_id(20)))
+    billed = sum(e.data["cost"] for e in cut(killed, 1, attempts=2) if e.type == ev.PROVIDER_ATTEMPT)
+    assert " interrupted " in row and f"${billed:.4f}" in row
+    assert consultation_id(20) in proc.stderr and "index rebuild" in proc.stderr
 
 
 def _ended(events: list[ev.Event], status: str, completed_rounds: int) -> list[ev.Event]:

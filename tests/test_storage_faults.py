@@ -81,6 +81,23 @@ def test_an_index_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path) ->
     assert one_line(done.stderr) == f"conclave logs: cannot open the index {home / 'index.db'}: unable to open database file"
 
 
+def test_a_home_that_is_a_file_is_one_line_for_the_commands_that_read_it(tmp_path: Path) -> None:
+    from conclave.errors import StorageError
+    from conclave.store.heads import HeadsLog
+    from conclave.store.index import IndexOpenError, connect
+    from conclave.store.paths import StoreLayout
+
+    home = tmp_path / "home"
+    home.write_text("not a directory\n")
+    layout = StoreLayout(home)
+    heads = HeadsLog(layout.heads_path)
+    for read in (heads.entries, heads.anchor):  # `logs verify` and `logs head`
+        with pytest.raises(StorageError, match=f"^cannot read the heads log {layout.heads_path}: Not a directory$"):
+            read()
+    with pytest.raises(IndexOpenError, match=f"^cannot open the index {layout.index_path}: {home} is not a directory$"):
+        connect(layout.index_path)  # `logs list`, `stats`: it said "File exists"
+
+
 def test_an_index_that_is_not_a_database_says_how_to_recreate_it(tmp_path: Path) -> None:
     from conclave.store.index import IndexOpenError, connect
 

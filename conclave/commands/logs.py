@@ -68,6 +68,7 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
         rows = [dict(r) for r in db.query(
             "select id, started_at, status, mode, total_cost, total_tokens, confidence, question "
             "from consultations order by started_at desc limit ?", [count])]
+        indexed = {r[0] for r in db.conn.execute("select id from consultations")}
     finally:
         db.close()
     from conclave.store.journal import is_being_written
@@ -76,6 +77,13 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
         # The index says running until the final record; a run that no process is writing any more was killed.
         if r["status"] == "running" and not is_being_written(layout.journal_path(r["id"])):
             r["status"] = "interrupted"
+    unindexed = _unindexed(layout, indexed)
+    if unindexed:
+        rows = sorted([*rows, *unindexed], key=lambda r: r["started_at"] or "", reverse=True)[:count]
+        if any(r["status"] == "interrupted" for r in unindexed):
+            print("conclave logs: not in the index yet, listed from their journals: "
+                  + ", ".join(r["id"] for r in unindexed if r["status"] == "interrupted")
+                  + " (`conclave resume ID` continues one; `conclave index rebuild` indexes them)", file=sys.stderr)
     if as_json:
         json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -95,6 +103,32 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
     return 0
 
 
+def _unindexed(layout: StoreLayout, indexed: set[str]) -> list[dict[str, Any]]:
+    """Consultations whose journal the index has no row for yet, as ``_list`` rows read from the journal: the index
+    is first written once round 1's requests have left, so a run killed before that is only in its journal."""
+    from conclave.store.indexer import iso
+    from conclave.store.journal import is_being_written, read_records
+    from conclave.store.resume import spent
+
+    rows = []
+    for cid in sorted(set(layout.journal_ids()) - indexed):
+        path = layout.journal_path(cid)
+        try:
+            records = read_records(path)
+        except (OSError, ValueError):
+            continue
+        started = next((r for r in records if r.get("type") == "consultation:started"), None)
+        if started is None:
+            continue
+        data = started.get("data") or {}
+        paid = spent(records)
+        rows.append({"id": cid, "started_at": iso(started["ts"]),
+                     "status": "running" if is_being_written(path) else "interrupted", "mode": data.get("mode"),
+                     "total_cost": paid["cost"], "total_tokens": paid["input_tokens"] + paid["output_tokens"],
+                     "confidence": None, "question": data.get("question")})
+    return rows
+
+
 def _list_line(cid: str, started: str, status: str, mode: str, cost: str, conf: str, question: str) -> str:
     return f"{cid}  {started:<19}  {status:<18} {mode:<9} {cost:>9} {conf:>5}  {question}"
 
@@ -102,11 +136,12 @@ def _list_line(cid: str, started: str, status: str, mode: str, cost: str, conf: 
 def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
     from conclave.store.heads import HeadsLog
     from conclave.store.journal import read_journal
-    from conclave.store.verify import check_journal
+    from conclave.store.verify import check_headed, check_journal
 
     journal = read_journal(layout.journal_path(cid))
     records = journal.records
-    problem = check_journal(cid, journal, HeadsLog(layout.heads_path).load(cid).get(cid, []))
+    heads = HeadsLog(layout.heads_path).load(cid).get(cid, [])
+    problem = check_journal(cid, journal, heads) or check_headed(cid, layout.journal_path(cid), journal, heads)
     if problem is not None:
         print(f"conclave logs: {cid} fails verification: {problem}", file=sys.stderr)
         if problem.seq is not None:  # what follows the first bad record is not the consultation's

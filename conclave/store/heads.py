@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from conclave.errors import StorageError
+
 KEY_VARIABLE = "CONCLAVE_JOURNAL_KEY"
 _ANCHOR_PREFIX = "heads-v1"
 
@@ -63,14 +65,21 @@ class HeadsLog:
         finally:
             os.close(fd)
 
+    def _read(self) -> bytes:
+        """The log's bytes (none yet: empty); a home the log cannot be read in (a file where its directory should
+        be, no permission) is one :class:`StorageError` naming the log and the reason."""
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise StorageError(f"cannot read the heads log {self.path}: {exc.strerror or exc}") from None
+
     def entries(self, consultation_id: str | None = None) -> list[Head]:
         """Every head recorded (for one consultation, or all), in the order written. Lines that are not heads
         (a torn last line) are skipped."""
         prefix = None if consultation_id is None else consultation_id + " "
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return []
+        text = self._read().decode("utf-8", errors="replace")
         heads = []
         for line in text.splitlines():
             if prefix is not None and not line.startswith(prefix):
@@ -97,10 +106,7 @@ class HeadsLog:
 
     def anchor(self) -> str:
         """``heads-v1:<length>:<sha256>`` of the log as it is now (length 0 when there is none yet)."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            data = b""
+        data = self._read()
         return f"{_ANCHOR_PREFIX}:{len(data)}:{hashlib.sha256(data).hexdigest()}"
 
     def check_anchor(self, anchor: str) -> str | None:
@@ -110,10 +116,7 @@ class HeadsLog:
             raise ValueError(f"not a heads digest: {anchor!r} (expected {_ANCHOR_PREFIX}:<length>:<sha256>, "
                              "as `conclave logs head` prints)")
         length = int(parts[1])
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            data = b""
+        data = self._read()
         if len(data) < length:
             return f"the heads log is {len(data)} bytes, shorter than the {length} the digest was taken of"
         if hashlib.sha256(data[:length]).hexdigest() != parts[2]:

@@ -72,6 +72,8 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # what mkdir says when a file stands where a directory should be
+        raise IndexOpenError(path, f"{exc.filename} is not a directory") from exc
     except OSError as exc:
         raise IndexOpenError(path, os_cause(exc)) from exc
     # isolation_level=None: we issue BEGIN IMMEDIATE ourselves; Python's implicit deferred BEGIN would deadlock

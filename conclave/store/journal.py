@@ -21,13 +21,15 @@ from conclave.store.heads import HeadsLog
 from conclave.store.journal_file import (
     JournalFile,
     JournalLine,
+    is_being_written,
     last_record,
     parse_records,
     read_journal,
     read_records,
+    try_lock,
 )
 from conclave.store.redact import Redactor
-from conclave.store.verify import check_journal
+from conclave.store.verify import check_journal, headed_lines
 
 # The reading side lives in journal_file.py; re-exported because readers have long imported it from here.
 __all__ = ["JournalError", "JournalFile", "JournalLine", "JournalWriter", "encode_line", "is_being_written",
@@ -60,9 +62,10 @@ class JournalWriter:
 
     A write, fsync or head the disk refuses (full, read-only, gone) raises :class:`JournalError` naming the path
     and the cause, and the writer is then failed: every later append or flush raises the same error and nothing
-    more is written, so the journal ends with its last complete record (a last line cut short by the failed write
-    is torn, which ``logs verify`` notes and ``resume`` cuts off). A new journal whose first flush fails is
-    removed: nothing was durable, so nothing can be resumed.
+    more is written. What the refused write left in the file is cut off again, so the journal ends with the last
+    record its heads cover (where even that cut is refused, a last line cut short is torn, which ``logs verify``
+    notes and ``resume`` cuts off). A new journal whose first flush fails is removed: nothing was durable, so
+    nothing can be resumed.
     """
 
     def __init__(self, path: Path, consultation_id: str, heads: HeadsLog, redactor: Redactor) -> None:
@@ -103,13 +106,16 @@ class JournalWriter:
         problem = check_journal(self.consultation_id, journal, heads)
         if problem is not None:
             raise JournalError(f"refusing to append to {self.path}: {problem}")
-        if journal.torn_at is not None:
+        # Records no head covers (a run killed between a write and its head, or lines added by hand) are not
+        # continued, just as a torn last line is not: they are cut off, never covered by a new head.
+        headed = headed_lines(journal, heads)
+        if journal.torn_at is not None or len(headed) < len(journal.lines):
             try:
-                os.ftruncate(self._fd, journal.torn_at)
+                os.ftruncate(self._fd, sum(len(line.raw) + 1 for line in headed))
                 os.fsync(self._fd)
             except OSError as exc:
-                raise JournalError(f"cannot cut the torn last line of {self.path}: {os_cause(exc)}") from None
-        records = journal.records
+                raise JournalError(f"cannot cut the unrecorded end of {self.path}: {os_cause(exc)}") from None
+        records = [r for r in (line.record for line in headed) if r is not None]
         if records:
             self.next_seq = records[-1]["seq"] + 1
             self.prev = records[-1]["hash"]
@@ -166,6 +172,7 @@ class JournalWriter:
         if not self._buffer and not self._unsynced:
             return False
         data = b"".join(self._buffer)
+        size = self._size()
         try:
             _write_all(self._fd, data)
             os.fsync(self._fd)
@@ -174,15 +181,62 @@ class JournalWriter:
                 _fsync_dir(self.path.parent)
                 self._new_file = False
         except OSError as exc:
+            self._cut_back(size)  # what part of the write reached the disk has no head: it goes too
             self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
         self._buffer.clear()
-        self._durable = True
         try:
             self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
         except OSError as exc:
-            # The records are durable; only their head is not (``logs verify`` then checks the older heads).
+            # Records without a head are what an appended forgery looks like (``logs verify`` fails them): cut
+            # them off again, so the journal ends with its last headed record and stays resumable.
+            self._cut_back(size)
             self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
+        self._durable = True
         return True
+
+    def _size(self) -> int | None:
+        try:
+            return os.fstat(self._fd).st_size
+        except OSError:
+            return None
+
+    def _cut_back(self, size: int | None) -> None:
+        if size is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+                os.fsync(self._fd)
+
+    def flush_if_possible(self) -> None:
+        """Make what was appended durable now if the disk takes it, without failing the writer when it does not:
+        the bytes a refused write (or a refused head) left behind are cut off again and the records stay buffered,
+        so the next :meth:`flush` (at the round's end) retries them and reports the failure where the consultation
+        handles it."""
+        if self._failed is not None or not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        size = self._size()
+        if size is None:
+            return
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+            if self._new_file:
+                _fsync_dir(self.path.parent)
+                self._new_file = False
+        except OSError:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as exc:  # a torn tail we cannot cut: write nothing more after it
+                with contextlib.suppress(JournalError):
+                    self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
+            return
+        try:
+            self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
+        except OSError:  # no records without their head: cut them off again and keep them buffered
+            self._cut_back(size)
+            return
+        self._buffer.clear()
+        self._durable = True
 
     def _fail(self, message: str) -> None:
         if not self._durable:  # nothing of this journal was ever durable: leave no empty or torn file behind
@@ -221,28 +275,6 @@ def _missing_part(path: Path) -> Path:
         if parent.exists() and not parent.is_dir():
             return parent
     return path
-
-
-def try_lock(fd: int, *, exclusive: bool) -> bool:
-    """Take an advisory lock on ``fd`` without waiting; True when held (always, where flock does not exist)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; one writer per consultation is then the caller's promise
-        return True
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def is_being_written(path: Path) -> bool:
-    """True while some process holds a :class:`JournalWriter` open on ``path``."""
-    try:
-        with open(path, "rb") as f:
-            return not try_lock(f.fileno(), exclusive=False)
-    except FileNotFoundError:
-        return False
 
 
 def _fsync_dir(path: Path) -> None:

@@ -135,3 +135,25 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def try_lock(fd: int, *, exclusive: bool) -> bool:
+    """Take an advisory lock on ``fd`` without waiting; True when held (always, where flock does not exist)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; one writer per consultation is then the caller's promise
+        return True
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def is_being_written(path: Path) -> bool:
+    """True while some process holds a :class:`JournalWriter` open on ``path``."""
+    try:
+        with open(path, "rb") as f:
+            return not try_lock(f.fileno(), exclusive=False)
+    except FileNotFoundError:
+        return False

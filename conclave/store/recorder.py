@@ -82,6 +82,10 @@ class Recorder:
                 self._warmup = threading.Thread(target=_warm_index, args=(self.layout.index_path,), daemon=True,
                                                 name="conclave-index-warmup")
                 self._warmup.start()
+        elif type_ == ev.ROUND_ARTIFACT and data.get("agent"):
+            # An agent's answer is paid for once it arrives: durable at once, so a run killed later in the round
+            # resumes without asking (and paying) for it again. The index waits for the round's end.
+            writer.flush_if_possible()
         elif type_ == ev.CONSULTATION_COMPLETED:
             self.flush(wait=True)
             del self._writers[consultation_id]  # a long-lived recorder must not keep every journal open

@@ -19,7 +19,7 @@ from conclave.errors import ConclaveError, UsageError
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalError, is_being_written, last_record, read_journal
 from conclave.store.paths import StoreLayout
-from conclave.store.verify import check_journal
+from conclave.store.verify import check_journal, headed_lines
 
 #: final statuses a consultation can be resumed from (a killed run has no final record at all)
 RESUMABLE_STATUSES = frozenset({"partial", "aborted"})
@@ -46,11 +46,12 @@ def load_resume_point(layout: StoreLayout, consultation_id: str, *, resumable: b
     if resumable and is_being_written(path):
         raise UsageError(f"consultation {consultation_id} is still running in another process")
     journal = read_journal(path)
-    problem = check_journal(consultation_id, journal, HeadsLog(layout.heads_path).load(consultation_id).get(
-        consultation_id, []))
+    heads = HeadsLog(layout.heads_path).load(consultation_id).get(consultation_id, [])
+    problem = check_journal(consultation_id, journal, heads)
     if problem is not None:
         raise JournalError(f"cannot resume: the journal fails verification: {problem}")
-    records = journal.records
+    # records after the last head are cut off when the run continues (see JournalWriter): nothing of them is reused
+    records = [r for r in (line.record for line in headed_lines(journal, heads)) if r is not None]
     started = next((r for r in records if r["type"] == ev.CONSULTATION_STARTED), None)
     if started is None:
         raise ConclaveError(f"cannot resume {consultation_id}: its journal has no consultation:started record")

@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from conclave.store.chain import GENESIS, record_hash
 from conclave.store.heads import KEY_VARIABLE, HeadsLog
-from conclave.store.journal_file import JournalFile, JournalLine, read_journal
+from conclave.store.journal_file import JournalFile, JournalLine, is_being_written, read_journal
 from conclave.store.paths import StoreLayout
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -199,7 +200,8 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None,
         changed = heads_log.check_anchor(against)
         if changed is not None:
             report.problems.append(Problem(STORE, "anchor", None, None, changed))
-    if not layout.heads_path.exists() and any(_has_records(layout, cid) for cid in layout.journal_ids()):
+    heads_log_exists = layout.heads_path.exists()
+    if not heads_log_exists and any(_has_records(layout, cid) for cid in layout.journal_ids()):
         report.problems.append(Problem(
             STORE, "missing", None, None,
             f"{layout.heads_path} is missing while journals exist: every recorded head is gone, so a rewritten "
@@ -219,11 +221,34 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None,
         if journal.torn_at is not None:
             report.torn.append(cid)
         problem = check_journal(cid, journal, heads)
+        if problem is None and heads_log_exists:  # (without the log, "missing" above already says it all)
+            problem = check_headed(cid, path, journal, heads)
         if problem is None and key is not None:
             problem = _check_keyed(heads_log, [h for h in entries if h.consultation_id == cid], cid, journal)
         if problem is not None:
             report.problems.append(problem)
     return report
+
+
+def headed_lines(journal: JournalFile, heads: list[tuple[int, str]]) -> list[JournalLine]:
+    """The journal's lines up to its last recorded head: what a resume continues from."""
+    return journal.lines[: max((seq for seq, _ in heads), default=-1) + 1]
+
+
+def check_headed(cid: str, path: Path, journal: JournalFile, heads: list[tuple[int, str]]) -> Problem | None:
+    """Every write of a journal records its head (a write whose head the disk refuses is cut off again), so records
+    after the last head were added afterwards: a forged ending, or records appended to a killed journal. A journal
+    a process is writing right now may be between a write and its head, and is left alone."""
+    last = max((seq for seq, _ in heads), default=-1)
+    extra = len(journal.lines) - 1 - last
+    if extra <= 0:
+        return None
+    if is_being_written(path):
+        return None
+    return Problem(cid, "appended", last + 1, journal.lines[last + 1].number,
+                   f"{extra} record(s) after the last recorded head" + (f" (seq {last})" if last >= 0 else "")
+                   + ": added after the journal was last written, or left by a run killed between a write and its "
+                   "head (`conclave resume` drops them)")
 
 
 def _has_records(layout: StoreLayout, cid: str) -> bool:
