@@ -53,14 +53,24 @@ class HeadsLog:
             return None
         return hmac.new(self.key, f"{consultation_id} {seq} {hash_}".encode(), hashlib.sha256).hexdigest()
 
-    def append(self, consultation_id: str, seq: int, hash_: str) -> None:
-        """Record a durable head (fsynced before returning)."""
+    def append(self, consultation_id: str, seq: int, hash_: str, *, sync: bool = True) -> None:
+        """Record a head, fsynced before returning; ``sync=False``: only handed to the operating system (it
+        survives the process being killed; the next :meth:`sync` or synced append makes it durable)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         mac = self.mac(consultation_id, seq, hash_)
         line = f"{consultation_id} {seq} {hash_}" + (f" {mac}" if mac else "") + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, line.encode())
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        """Make every head appended so far durable (heads appended with ``sync=False``)."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)

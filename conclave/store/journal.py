@@ -79,6 +79,7 @@ class JournalWriter:
         self._failed: str | None = None
         self._durable = False  # some record of this journal was made durable (by this writer or an earlier one)
         self._unsynced = False  # records written out (write_out) but not fsynced yet
+        self._headed = -1  # the last seq whose head is in the heads log (synced or not)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -152,18 +153,30 @@ class JournalWriter:
         return line
 
     def write_out(self) -> None:
-        """Hand what was appended to the operating system, without fsync or head: it survives this process being
-        killed (not a crash of the machine) until :meth:`flush` makes it durable."""
+        """Hand what was appended, and its head, to the operating system without fsync: it survives this process
+        being killed (not a crash of the machine) until :meth:`flush` makes both durable. A refusal fails the
+        writer as :meth:`flush` does."""
         if self._failed is not None:
             raise JournalError(self._failed)
         if not self._buffer:
             return
+        size = self._size()
         try:
             _write_all(self._fd, b"".join(self._buffer))
         except OSError as exc:
+            self._cut_back(size)
             self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
         self._buffer.clear()
         self._unsynced = True
+        try:
+            self._append_head(sync=False)
+        except OSError as exc:
+            self._cut_back(size)
+            self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
+
+    def _append_head(self, *, sync: bool) -> None:
+        self._heads.append(self.consultation_id, self.next_seq - 1, self.prev, sync=sync)
+        self._headed = self.next_seq - 1
 
     def flush(self) -> bool:
         """Write and fsync what was appended and record the new head; False when there was nothing to flush."""
@@ -185,7 +198,10 @@ class JournalWriter:
             self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
         self._buffer.clear()
         try:
-            self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
+            if self._headed == self.next_seq - 1:  # its head was written out unsynced: make it durable
+                self._heads.sync()
+            else:
+                self._append_head(sync=True)
         except OSError as exc:
             # Records without a head are what an appended forgery looks like (``logs verify`` fails them): cut
             # them off again, so the journal ends with its last headed record and stays resumable.
@@ -207,7 +223,8 @@ class JournalWriter:
                 os.fsync(self._fd)
 
     def flush_if_possible(self) -> None:
-        """Make what was appended durable now if the disk takes it, without failing the writer when it does not:
+        """Write out what was appended, with its head, if the disk takes it (no fsync: it survives this process
+        being killed, and the next :meth:`flush` makes it durable), without failing the writer when it does not:
         the bytes a refused write (or a refused head) left behind are cut off again and the records stay buffered,
         so the next :meth:`flush` (at the round's end) retries them and reports the failure where the consultation
         handles it."""
@@ -219,10 +236,6 @@ class JournalWriter:
             return
         try:
             _write_all(self._fd, data)
-            os.fsync(self._fd)
-            if self._new_file:
-                _fsync_dir(self.path.parent)
-                self._new_file = False
         except OSError:
             try:
                 os.ftruncate(self._fd, size)
@@ -231,12 +244,12 @@ class JournalWriter:
                     self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
             return
         try:
-            self._heads.append(self.consultation_id, self.next_seq - 1, self.prev)
+            self._append_head(sync=False)
         except OSError:  # no records without their head: cut them off again and keep them buffered
             self._cut_back(size)
             return
         self._buffer.clear()
-        self._durable = True
+        self._unsynced = True
 
     def _fail(self, message: str) -> None:
         if not self._durable:  # nothing of this journal was ever durable: leave no empty or torn file behind
