@@ -1,0 +1,182 @@
+"""Small facts a ``conclave`` process needs before its first provider request, remembered between runs.
+
+Reading them afresh costs more than the rest of the start-up path: the ``conclave`` entry points
+(``importlib.metadata`` imports the ``email`` package and reads the metadata of every installed distribution),
+and the provider and price YAML files (PyYAML). Each fact is stored as JSON under
+``$CONCLAVE_HOME/cache/startup/`` keyed by a digest of everything it was read from, so a changed input is a
+miss, never a stale answer:
+
+- entry points: ``sys.path`` (the working directory for ``''``), the mtime of each directory on it (installing,
+  upgrading or removing a distribution adds or removes a ``*.dist-info`` there), and the mtime and size of the
+  ``entry_points.txt`` of every distribution that declared a ``conclave`` entry point;
+- a file's parsed contents: its path, mtime and size (:func:`parsed_file`).
+
+A damaged or unreadable entry is a miss; a home that cannot be written is read afresh every time.
+At most :data:`MAX_ENTRIES` files per kind are kept (oldest removed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+#: bumped whenever what is stored, or how it is read, changes
+FORMAT = 1
+MAX_ENTRIES = 16
+
+#: what ``importlib.metadata`` accepts as an entry point's value: ``module[:attr[.attr]] [extras]``
+_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(?::\s*(?P<attr>[\w.]+)\s*)?(?:\[.*\]\s*)?$")
+
+
+class EntryPoint(NamedTuple):
+    """One entry point of a group, with the distribution that declares it (what ``conclave plugins`` shows)."""
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+
+    def load(self) -> Any:
+        """Import the module and follow the attribute path, as ``importlib.metadata.EntryPoint.load`` does."""
+        import importlib
+
+        match = _VALUE.match(self.value)
+        if match is None:
+            raise ValueError(f"not an entry point value: {self.value!r}")
+        obj: Any = importlib.import_module(match["module"])
+        for attr in filter(None, (match["attr"] or "").split(".")):
+            obj = getattr(obj, attr)
+        return obj
+
+
+def _cache_dir() -> Path:
+    from conclave.home import default_home
+
+    return default_home() / "cache" / "startup"
+
+
+def _stat(path: str) -> list[Any]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None]
+    return [path, st.st_mtime_ns, st.st_size]
+
+
+def _digest(inputs: Any) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _encode(value: Any) -> Any:
+    """JSON for a date (YAML reads ``2025-06-01`` as one); anything else is not stored."""
+    import datetime as dt
+
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return {"$date": value.isoformat()}
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+def _decode(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and isinstance(obj.get("$date"), str):
+        import datetime as dt
+
+        return dt.date.fromisoformat(obj["$date"])
+    return obj
+
+
+def _read(kind: str, key: str) -> Any:
+    try:
+        data = json.loads((_cache_dir() / f"{kind}-{key}.json").read_text(encoding="utf-8"), object_hook=_decode)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    return data.get("value")
+
+
+def _write(kind: str, key: str, value: Any) -> None:
+    directory = _cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{kind}-{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"format": FORMAT, "value": value}, default=_encode), encoding="utf-8")
+        os.replace(tmp, directory / f"{kind}-{key}.json")
+        entries = sorted(directory.glob(f"{kind}-*.json"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-MAX_ENTRIES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _path_key() -> list[Any]:
+    """``sys.path`` with each entry's mtime: a distribution installed or removed anywhere on it changes one."""
+    return [_stat(entry or os.getcwd()) for entry in sys.path]
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """The entry points of ``group`` on ``sys.path``, in ``importlib.metadata``'s order, remembered (see the
+    module doc)."""
+    path_key = _path_key()
+    index_key = _digest(["entry-points", group, sys.version, path_key])
+    found = _read("entry-points", index_key)
+    if isinstance(found, dict):
+        # the listing is trusted only while every declaring file is unchanged
+        files = found.get("files")
+        if isinstance(files, list) and [_stat(f[0]) for f in files if isinstance(f, list) and f] == files:
+            try:
+                return [EntryPoint(*row) for row in found["entry_points"]]
+            except (TypeError, KeyError):
+                pass
+    points, files = _scan(group)
+    _write("entry-points", index_key, {"files": files, "entry_points": [list(p) for p in points]})
+    return points
+
+
+def _scan(group: str) -> tuple[list[EntryPoint], list[list[Any]]]:
+    import importlib.metadata
+
+    points: list[EntryPoint] = []
+    files: list[list[Any]] = []
+    for ep in importlib.metadata.entry_points(group=group):
+        dist = ep.dist
+        location = getattr(dist, "_path", None)
+        if location is not None:
+            stat = _stat(os.path.join(str(location), "entry_points.txt"))
+            if stat not in files:
+                files.append(stat)
+        points.append(EntryPoint(ep.name, ep.value, dist.metadata["Name"] if dist is not None else None,
+                                 dist.version if dist is not None else None))
+    return points, files
+
+
+def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:
+    """``parse(text of entry)``, remembered while the file's path, mtime and size are unchanged. ``entry`` is a
+    path or an ``importlib.resources`` Traversable (one inside a zip is parsed at every call: no file to key on).
+    Only a value that reads back equal is stored (mappings with string keys, lists, strings, numbers, booleans,
+    None, dates); anything else is parsed at every call."""
+    try:
+        path = os.fspath(entry)
+    except TypeError:
+        return parse(entry.read_text(encoding="utf-8"))
+    stat = _stat(path)
+    if stat[1] is None:  # unreadable: let the parser meet the error
+        return parse(Path(path).read_text(encoding="utf-8"))
+    key = _digest(["file", FORMAT, stat, getattr(parse, "__qualname__", repr(parse)),
+                   getattr(parse, "__module__", "")])
+    found = _read("file", key)
+    if isinstance(found, dict) and "parsed" in found:
+        return found["parsed"]
+    value = parse(Path(path).read_text(encoding="utf-8"))
+    try:  # stored only when it reads back equal: not e.g. integer keys, which JSON would turn into strings
+        if json.loads(json.dumps(value, default=_encode), object_hook=_decode) != value:
+            return value
+    except (TypeError, ValueError):  # e.g. a timestamp
+        return value
+    _write("file", key, {"path": path, "parsed": value})
+    return value
