@@ -1,5 +1,3 @@
-import sys
+from conclave.cli import exit_now, main
 
-from conclave.cli import main
-
-sys.exit(main())
+exit_now(main())

@@ -187,8 +187,9 @@ def build_plugin_manager(
 
     The entry points are listed by :func:`conclave.startup_cache.entry_points` (remembered between runs while
     nothing on ``sys.path`` changes: scanning every distribution's metadata is slow)."""
-    from conclave.startup_cache import entry_points
+    from conclave.startup_cache import entry_points, skip_pydantic_plugin_scan
 
+    skip_pydantic_plugin_scan()  # before a plugin's import builds the first pydantic model
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     allowed = _allowed_names()

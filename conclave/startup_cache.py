@@ -119,40 +119,74 @@ def _path_key() -> list[Any]:
     return [_stat(entry or os.getcwd()) for entry in sys.path]
 
 
+#: the entry-point groups remembered (one scan lists them all): conclave's plugins, and pydantic's, which pydantic
+#: looks for when it builds its first model (see :func:`skip_pydantic_plugin_scan`)
+GROUPS = ("conclave", "pydantic")
+
+_listing: dict[str, list[EntryPoint]] | None = None
+
+
 def entry_points(group: str) -> list[EntryPoint]:
-    """The entry points of ``group`` on ``sys.path``, in ``importlib.metadata``'s order, remembered (see the
-    module doc)."""
-    path_key = _path_key()
-    index_key = _digest(["entry-points", group, sys.version, path_key])
+    """The entry points of ``group`` (one of :data:`GROUPS`) on ``sys.path``, in ``importlib.metadata``'s order,
+    remembered (see the module doc)."""
+    global _listing
+    if _listing is None:
+        _listing = _entry_point_listing()
+    return list(_listing[group])
+
+
+def _entry_point_listing() -> dict[str, list[EntryPoint]]:
+    index_key = _digest(["entry-points", GROUPS, sys.version, _path_key()])
     found = _read("entry-points", index_key)
     if isinstance(found, dict):
         # the listing is trusted only while every declaring file is unchanged
         files = found.get("files")
         if isinstance(files, list) and [_stat(f[0]) for f in files if isinstance(f, list) and f] == files:
             try:
-                return [EntryPoint(*row) for row in found["entry_points"]]
+                return {group: [EntryPoint(*row) for row in found["groups"][group]] for group in GROUPS}
             except (TypeError, KeyError):
                 pass
-    points, files = _scan(group)
-    _write("entry-points", index_key, {"files": files, "entry_points": [list(p) for p in points]})
-    return points
+    listing, files = _scan()
+    _write("entry-points", index_key, {"files": files,
+                                       "groups": {g: [list(p) for p in points] for g, points in listing.items()}})
+    return listing
 
 
-def _scan(group: str) -> tuple[list[EntryPoint], list[list[Any]]]:
+def _scan() -> tuple[dict[str, list[EntryPoint]], list[list[Any]]]:
     import importlib.metadata
 
-    points: list[EntryPoint] = []
+    everything = importlib.metadata.entry_points()
+    listing: dict[str, list[EntryPoint]] = {}
     files: list[list[Any]] = []
-    for ep in importlib.metadata.entry_points(group=group):
-        dist = ep.dist
-        location = getattr(dist, "_path", None)
-        if location is not None:
-            stat = _stat(os.path.join(str(location), "entry_points.txt"))
-            if stat not in files:
-                files.append(stat)
-        points.append(EntryPoint(ep.name, ep.value, dist.metadata["Name"] if dist is not None else None,
-                                 dist.version if dist is not None else None))
-    return points, files
+    for group in GROUPS:
+        listing[group] = []
+        for ep in everything.select(group=group):
+            dist = ep.dist
+            location = getattr(dist, "_path", None)
+            if location is not None:
+                stat = _stat(os.path.join(str(location), "entry_points.txt"))
+                if stat not in files:
+                    files.append(stat)
+            listing[group].append(EntryPoint(ep.name, ep.value, dist.metadata["Name"] if dist is not None else None,
+                                             dist.version if dist is not None else None))
+    return listing, files
+
+
+def skip_pydantic_plugin_scan() -> None:
+    """Spare pydantic its plugin scan when there is nothing to find.
+
+    pydantic looks for plugins of its own (entry-point group ``pydantic``) when it builds its first model, reading
+    the metadata of every installed distribution (~10 ms before a consultation's first request). When the
+    remembered listing has no such entry point, pydantic's plugin registry is set to the empty one that scan would
+    leave. ``PYDANTIC_DISABLE_PLUGINS``, or a pydantic without that registry, is left to pydantic."""
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") is not None or entry_points("pydantic"):
+        return
+    try:
+        from pydantic.plugin import _loader
+    except ImportError:
+        return
+    if getattr(_loader, "_plugins", ()) is None:
+        _loader._plugins = {}
 
 
 def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:
