@@ -4,9 +4,11 @@ exit — the budget of issue 11 is process start → first provider request.
 Each line reads ``conclave-trace: +0.412 s STEP (cpu 0.380 s, 493 modules)``: seconds since the process started
 (the kernel's start time of the process, 10 ms resolution), the process's CPU time so far and how many modules
 are imported. The steps: ``entry`` (conclave's code starts), ``settings validated``, ``journal started`` (durable),
-``first request sent``, ``result printed``, ``exit`` (the exit handlers run; the process ends right after).
-``CONCLAVE_TRACE_STARTUP=modules`` also lists, after the first request, every imported module (the test that keeps
-heavy modules off that path reads it). Off by default; then :func:`mark` costs one comparison.
+``first request sent``, ``warm-up imports`` (a thread imports what later steps need while round 1 waits),
+``result printed``, ``exit`` (the exit handlers run; the process ends right after).
+``CONCLAVE_TRACE_STARTUP=modules`` also lists every imported module at the first request or the first warm-up
+import, whichever comes first (the test that keeps heavy modules off the path to the first request reads it).
+Off by default; then :func:`mark` costs one comparison.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import time
 
 _MODE = os.environ.get("CONCLAVE_TRACE_STARTUP", "")
 ENABLED = _MODE in ("1", "modules")
-#: the step after which ``CONCLAVE_TRACE_STARTUP=modules`` lists the imported modules
 FIRST_REQUEST = "first request sent"
+#: a warm-up thread starts importing what later steps need (after round 1 has started; see conclave.engine.warmup)
+WARM_UP = "warm-up imports"
 _seen: set[str] = set()
 
 
@@ -43,7 +46,8 @@ def mark(step: str, once: bool = False) -> None:
     _seen.add(step)
     print(f"conclave-trace: +{time.time() - _STARTED:.3f} s {step} (cpu {time.process_time():.3f} s, "
           f"{len(sys.modules)} modules)", file=sys.stderr, flush=True)
-    if _MODE == "modules" and step == FIRST_REQUEST:
+    if _MODE == "modules" and step in (FIRST_REQUEST, WARM_UP) and "modules" not in _seen:
+        _seen.add("modules")  # what the main thread imported before either: no warm-up import is counted
         print(f"conclave-trace: modules: {' '.join(sorted(sys.modules))}", file=sys.stderr, flush=True)
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from conclave import startup_trace
 from conclave.events import ROUND_STARTED
 
 #: how long after round 1 starts the warm-up begins (its requests leave first)
@@ -28,6 +29,7 @@ LATER_MODULES = ("jsonschema", "conclave.engine.result", "statistics", "difflib"
 
 def _import_later_modules() -> None:
     time.sleep(WARMUP_AFTER_S)
+    startup_trace.mark(startup_trace.WARM_UP, once=True)
     for name in LATER_MODULES:
         # on failure the step that needs the module imports it again and says what is wrong
         with contextlib.suppress(Exception):

@@ -148,6 +148,7 @@ def _warm_index(path: Path) -> None:
     """Import the index modules and migrate the index on a connection of this thread (SQLite connections stay in
     their thread); any failure is left for the real write to meet and report."""
     time.sleep(INDEX_WARMUP_AFTER_S)
+    startup_trace.mark(startup_trace.WARM_UP, once=True)
     try:
         from conclave.store.index import connect
 
