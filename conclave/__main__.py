@@ -1,3 +1,3 @@
-from conclave.cli import exit_now, main
+from conclave.cli import run
 
-exit_now(main())
+run()

@@ -163,8 +163,13 @@ def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[lis
     return flags, overrides, question
 
 
+def run() -> NoReturn:
+    """The ``conclave`` command and ``python -m conclave``: :func:`main`, then :func:`exit_now` with its code."""
+    exit_now(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point; returns the process exit code (``python -m conclave`` exits with it)."""
+    """Everything the command does; returns the process exit code."""
     from conclave.startup_trace import mark
 
     mark("entry")
@@ -179,7 +184,7 @@ consulted = False
 
 
 def exit_now(code: int) -> NoReturn:
-    """End the process with ``code`` (``python -m conclave`` ends here).
+    """End the process with ``code`` (the ``conclave`` command ends here).
 
     After a consultation, everything durable is written before :func:`main` returns (the journal is fsynced at
     every round, the recorder has closed it and caught the index up) and nothing in the process holds unwritten

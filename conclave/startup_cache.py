@@ -9,14 +9,15 @@ miss, never a stale answer:
 - entry points: ``sys.path`` (the working directory for ``''``), the mtime of each directory on it (installing,
   upgrading or removing a distribution adds or removes a ``*.dist-info`` there), and the mtime and size of the
   ``entry_points.txt`` of every distribution that declared a ``conclave`` entry point;
-- a file's parsed contents: its path, mtime and size (:func:`parsed_file`).
+- a file's parsed contents: its path, mtime and size (:func:`parsed_file`); all of them in one file.
 
-A damaged or unreadable entry is a miss; a home that cannot be written is read afresh every time.
-At most :data:`MAX_ENTRIES` files per kind are kept (oldest removed).
+A damaged or unreadable entry is a miss; a home that cannot be written is read afresh every time (a failed write
+leaves nothing behind). At most :data:`MAX_ENTRIES` listings and :data:`MAX_FILES` parsed files are kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,7 +29,10 @@ from typing import Any, NamedTuple
 
 #: bumped whenever what is stored, or how it is read, changes
 FORMAT = 1
+#: entry-point listings kept (one file each, per ``sys.path``)
 MAX_ENTRIES = 16
+#: parsed files kept (all in one file, ``files-all.json``: a few dozen KB)
+MAX_FILES = 64
 
 #: what ``importlib.metadata`` accepts as an entry point's value: ``module[:attr[.attr]] [extras]``
 _VALUE = re.compile(r"(?P<module>[\w.]+)\s*(?::\s*(?P<attr>[\w.]+)\s*)?(?:\[.*\]\s*)?$")
@@ -101,17 +105,20 @@ def _read(kind: str, key: str) -> Any:
 
 
 def _write(kind: str, key: str, value: Any) -> None:
+    """Store ``value`` as ``KIND-KEY.json`` (atomically; nothing is left behind when the disk refuses it) and keep
+    the newest :data:`MAX_ENTRIES` of that kind."""
     directory = _cache_dir()
+    tmp = directory / f".{kind}-{key}.{os.getpid()}.tmp"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{kind}-{key}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"format": FORMAT, "value": value}, default=_encode), encoding="utf-8")
         os.replace(tmp, directory / f"{kind}-{key}.json")
         entries = sorted(directory.glob(f"{kind}-*.json"), key=lambda p: p.stat().st_mtime)
         for old in entries[:-MAX_ENTRIES]:
             old.unlink(missing_ok=True)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _path_key() -> list[Any]:
@@ -124,6 +131,8 @@ def _path_key() -> list[Any]:
 GROUPS = ("conclave", "pydantic")
 
 _listing: dict[str, list[EntryPoint]] | None = None
+#: this process's copy of ``files-all.json``
+_files: dict[str, Any] | None = None
 
 
 def entry_points(group: str) -> list[EntryPoint]:
@@ -201,9 +210,11 @@ def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:
     stat = _stat(path)
     if stat[1] is None:  # unreadable: let the parser meet the error
         return parse(Path(path).read_text(encoding="utf-8"))
-    key = _digest(["file", FORMAT, stat, getattr(parse, "__qualname__", repr(parse)),
-                   getattr(parse, "__module__", "")])
-    found = _read("file", key)
+    key = _digest([stat, getattr(parse, "__qualname__", repr(parse)), getattr(parse, "__module__", "")])
+    global _files
+    if _files is None:
+        _files = _read_files()
+    found = _files.get(key)
     if isinstance(found, dict) and "parsed" in found:
         return found["parsed"]
     value = parse(Path(path).read_text(encoding="utf-8"))
@@ -212,5 +223,13 @@ def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:
             return value
     except (TypeError, ValueError):  # e.g. a timestamp
         return value
-    _write("file", key, {"path": path, "parsed": value})
+    # merged into what is on disk now (another process may have added entries); the oldest entries go first
+    entries = {**_read_files(), key: {"path": path, "parsed": value}}
+    _files = dict(list(entries.items())[-MAX_FILES:])
+    _write("files", "all", _files)
     return value
+
+
+def _read_files() -> dict[str, Any]:
+    found = _read("files", "all")
+    return dict(found) if isinstance(found, dict) else {}
