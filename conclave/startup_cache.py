@@ -6,9 +6,9 @@ and the provider and price YAML files (PyYAML). Each fact is stored as JSON unde
 ``$CONCLAVE_HOME/cache/startup/`` keyed by a digest of everything it was read from, so a changed input is a
 miss, never a stale answer:
 
-- entry points: ``sys.path`` (the working directory for ``''``), the mtime of each directory on it (installing,
-  upgrading or removing a distribution adds or removes a ``*.dist-info`` there), and the mtime and size of the
-  ``entry_points.txt`` of every distribution that declared a ``conclave`` entry point;
+- entry points: ``sys.path`` (the working directory for ``''``), the ``*.dist-info`` / ``*.egg-info``
+  directories in each directory on it and the mtime and size of each one's ``entry_points.txt`` (installing,
+  upgrading, removing or editing a distribution changes them; ~1 ms of ``stat`` calls instead of a 10–35 ms scan);
 - a file's parsed contents: its path, mtime and size (:func:`parsed_file`); all of them in one file.
 
 A damaged or unreadable entry is a miss; a home that cannot be written is read afresh every time (a failed write
@@ -122,8 +122,24 @@ def _write(kind: str, key: str, value: Any) -> None:
 
 
 def _path_key() -> list[Any]:
-    """``sys.path`` with each entry's mtime: a distribution installed or removed anywhere on it changes one."""
-    return [_stat(entry or os.getcwd()) for entry in sys.path]
+    """What ``importlib.metadata`` would read on ``sys.path``: for each directory on it, its distributions'
+    metadata directories (``*.dist-info``, ``*.egg-info``) with the mtime and size of their ``entry_points.txt``,
+    so installing, upgrading, removing or editing a distribution changes the key, and nothing else does (the
+    directory's own mtime would change with every file created in it: ``python -m`` puts the working directory
+    on the path); a zip on the path by its stat."""
+    key: list[Any] = []
+    for entry in sys.path:
+        entry = entry or os.getcwd()
+        try:
+            names = sorted(n for n in os.listdir(entry) if n.lower().endswith((".dist-info", ".egg-info")))
+        except NotADirectoryError:
+            key.append(_stat(entry))
+            continue
+        except OSError:
+            key.append([entry, None])
+            continue
+        key.append([entry, [[*_stat(os.path.join(entry, name, "entry_points.txt"))[1:], name] for name in names]])
+    return key
 
 
 #: the entry-point groups remembered (one scan lists them all): conclave's plugins, and pydantic's, which pydantic
@@ -148,37 +164,27 @@ def _entry_point_listing() -> dict[str, list[EntryPoint]]:
     index_key = _digest(["entry-points", GROUPS, sys.version, _path_key()])
     found = _read("entry-points", index_key)
     if isinstance(found, dict):
-        # the listing is trusted only while every declaring file is unchanged
-        files = found.get("files")
-        if isinstance(files, list) and [_stat(f[0]) for f in files if isinstance(f, list) and f] == files:
-            try:
-                return {group: [EntryPoint(*row) for row in found["groups"][group]] for group in GROUPS}
-            except (TypeError, KeyError):
-                pass
-    listing, files = _scan()
-    _write("entry-points", index_key, {"files": files,
-                                       "groups": {g: [list(p) for p in points] for g, points in listing.items()}})
+        try:
+            return {group: [EntryPoint(*row) for row in found["groups"][group]] for group in GROUPS}
+        except (TypeError, KeyError):
+            pass
+    listing = _scan()
+    _write("entry-points", index_key, {"groups": {g: [list(p) for p in points] for g, points in listing.items()}})
     return listing
 
 
-def _scan() -> tuple[dict[str, list[EntryPoint]], list[list[Any]]]:
+def _scan() -> dict[str, list[EntryPoint]]:
     import importlib.metadata
 
     everything = importlib.metadata.entry_points()
     listing: dict[str, list[EntryPoint]] = {}
-    files: list[list[Any]] = []
     for group in GROUPS:
         listing[group] = []
         for ep in everything.select(group=group):
             dist = ep.dist
-            location = getattr(dist, "_path", None)
-            if location is not None:
-                stat = _stat(os.path.join(str(location), "entry_points.txt"))
-                if stat not in files:
-                    files.append(stat)
             listing[group].append(EntryPoint(ep.name, ep.value, dist.metadata["Name"] if dist is not None else None,
                                              dist.version if dist is not None else None))
-    return listing, files
+    return listing
 
 
 def skip_pydantic_plugin_scan() -> None:
