@@ -8,8 +8,11 @@ provider request; the pre-flight (journal: the ESTIMATING transition → the con
 alone ÷ critical path (the result's own duration); the whole process ÷ critical path; the process's peak RSS;
 and its CPU time (user + system, which machine load inflates far less than wall times). The first run of each L
 composes with Hydra and remembers it; the later runs (same overrides) read the remembered composition.
+conclave's own modules are byte-compiled first, as installing a wheel does (an editable install under
+``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile ~90 modules from source in every run, ~0.15 s);
+``--no-compile`` measures without that.
 
-    python bench/cli_overhead.py [--latency 0.3 1.0] [--runs 5]
+    python bench/cli_overhead.py [--latency 0.3 1.0] [--runs 5] [--no-compile]
 """
 
 from __future__ import annotations
@@ -63,6 +66,17 @@ def _run_once(overrides: list[str], log: Path, home: str) -> dict[str, float]:
             "peak_rss_mib": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
+def _byte_compile() -> None:
+    """Write the bytecode of conclave and its built-in plugins next to their sources, as pip does for a wheel."""
+    import compileall
+    import importlib.util
+
+    for package in ("conclave", "conclave_plugins"):
+        spec = importlib.util.find_spec(package)
+        for directory in (spec.submodule_search_locations or []) if spec is not None else []:
+            compileall.compile_dir(directory, quiet=2)
+
+
 def _row(label: str, latency: float, runs: list[dict[str, float]]) -> str:
     critical = CRITICAL_CALLS * latency
 
@@ -78,8 +92,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, nargs="+", default=[0.3, 1.0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-compile", action="store_true", help="do not byte-compile conclave's modules first")
     args = parser.parse_args()
-    print("what a user waits for: separate conclave CLI processes, 3 agents + judge, 4 rounds, fixed latency L")
+    if not args.no_compile:
+        _byte_compile()
+    print("what a user waits for: separate conclave CLI processes, 3 agents + judge, 4 rounds, fixed latency L"
+          + ("" if args.no_compile else " (conclave's modules byte-compiled, as a wheel install leaves them)"))
     print(f"uptime: {os.getloadavg()[0]:.2f} load (1 min) at the start")
     print(f"{'L (s)':>6} {'run':<12} {'start→1st request':>18} {'pre-flight':>10} {'consultation÷CP':>16} "
           f"{'process÷CP':>11} {'peak RSS':>9} {'CPU':>7}")

@@ -1,5 +1,3 @@
-import sys
+from conclave.cli import run
 
-from conclave.cli import main
-
-sys.exit(main())
+run()

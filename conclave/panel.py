@@ -44,12 +44,9 @@ LOCAL_PANEL_NOTICE = (
 @functools.cache
 def provider_key_variables() -> dict[str, tuple[str, ...]]:
     """Provider name -> its key variables, as ``conf/providers/default.yaml`` declares them."""
-    import yaml
+    from conclave.yamlload import load_packaged
 
-    from conclave.yamlload import packaged_yaml_loader
-
-    text = resources.files("conclave.conf").joinpath("providers/default.yaml").read_text(encoding="utf-8")
-    declared = yaml.load(text, Loader=packaged_yaml_loader())
+    declared = load_packaged(resources.files("conclave.conf").joinpath("providers/default.yaml"))
     return {name: tuple(spec.get("api_key_env") or ()) for name, spec in declared.items()}
 
 

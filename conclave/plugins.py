@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -94,9 +93,7 @@ class Registry:
 class Plugins:
     """A loaded plugin manager plus the filled registries."""
 
-    def __init__(
-        self, pm: pluggy.PluginManager, dists: dict[str, importlib.metadata.Distribution] | None = None
-    ) -> None:
+    def __init__(self, pm: pluggy.PluginManager, dists: dict[str, DistInfo] | None = None) -> None:
         self.pm = pm
         self.dists = dists or {}
         self.registries = {kind: Registry(kind) for kind in REGISTRY_HOOKS}
@@ -159,7 +156,7 @@ class Plugins:
                 PluginInfo(
                     name=name,
                     version=dist.version if dist is not None else None,
-                    distribution=dist.metadata["Name"] if dist is not None else None,
+                    distribution=dist.name if dist is not None else None,
                     hooks=hooks,
                     registered=registered,
                 )
@@ -174,16 +171,30 @@ def _allowed_names() -> set[str] | None:
     return {part.strip() for part in raw.split(",") if part.strip()}
 
 
+@dataclass(frozen=True)
+class DistInfo:
+    """The distribution that installed a plugin."""
+
+    name: str
+    version: str | None
+
+
 def build_plugin_manager(
     extra_plugins: Iterable[tuple[str, object]] = (),
-) -> tuple[pluggy.PluginManager, dict[str, importlib.metadata.Distribution]]:
+) -> tuple[pluggy.PluginManager, dict[str, DistInfo]]:
     """A fresh manager with conclave's hookspecs, entry-point plugins (filtered by ``CONCLAVE_PLUGINS``) and
-    any ``extra_plugins`` given as ``(name, module_or_object)`` pairs (tests use these)."""
+    any ``extra_plugins`` given as ``(name, module_or_object)`` pairs (tests use these).
+
+    The entry points are listed by :func:`conclave.startup_cache.entry_points` (remembered between runs while
+    nothing on ``sys.path`` changes: scanning every distribution's metadata is slow)."""
+    from conclave.startup_cache import entry_points, skip_pydantic_plugin_scan
+
+    skip_pydantic_plugin_scan()  # before a plugin's import builds the first pydantic model
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     allowed = _allowed_names()
-    dists: dict[str, importlib.metadata.Distribution] = {}
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    dists: dict[str, DistInfo] = {}
+    for ep in entry_points(ENTRY_POINT_GROUP):
         if allowed is not None and ep.name not in allowed:
             continue
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
@@ -196,8 +207,8 @@ def build_plugin_manager(
             pm.register(plugin, name=ep.name)
         except ValueError as exc:
             raise PluginError(f"plugin {ep.name!r}: {exc}") from exc
-        if ep.dist is not None:
-            dists[ep.name] = ep.dist
+        if ep.distribution is not None:
+            dists[ep.name] = DistInfo(ep.distribution, ep.version)
     for name, plugin in extra_plugins:
         pm.register(plugin, name=name)
     try:

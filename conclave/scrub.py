@@ -34,7 +34,6 @@ import bisect
 import functools
 import itertools
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -88,7 +87,9 @@ class _Rule:
     """
 
     kind: str | Callable[[Values], str]
-    pattern: re.Pattern[str]
+    #: the regex, compiled at its first use (:attr:`pattern`): most rules never run on a given text, and
+    #: compiling all of them would cost every consultation ~30 ms before its first request
+    source: str
     accept: Callable[[Values], bool] | None = None
     check_groups: tuple[str, ...] = ("secret",)
     #: lower-case strings one of which every match contains: without any of them in the text the rule is skipped
@@ -107,6 +108,10 @@ class _Rule:
     reach: int = _KEYWORD_REACH
 
     @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(self.source)
+
+    @functools.cached_property
     def value_groups(self) -> tuple[str, ...]:
         """The groups that hold the value to redact, in the order tried; none = the whole match."""
         return tuple(name for name in _VALUE_GROUPS if name in self.pattern.groupindex)
@@ -114,7 +119,7 @@ class _Rule:
     @functools.cached_property
     def literal_start(self) -> bool:
         """The pattern begins with a literal character, which the regex engine finds by fast search."""
-        return _LITERAL_START.match(self.pattern.pattern) is not None
+        return _LITERAL_START.match(self.source) is not None
 
     @functools.cached_property
     def match_groups(self) -> tuple[str | int, ...]:
@@ -314,7 +319,7 @@ def _rule(kind: str | Callable[[Values], str], pattern: str, accept: Callable[[V
     keywords."""
     if where is None:
         where = "text" if _LITERAL_START.match(pattern) else "keywords"
-    return _Rule(kind, re.compile(pattern), accept, check_groups, tuple(keywords), lowered, where, finder, reach)
+    return _Rule(kind, pattern, accept, check_groups, tuple(keywords), lowered, where, finder, reach)
 
 
 # --------------------------------------------------------------------------------------- token formats (data)
@@ -333,12 +338,23 @@ def _requiring(checks: list[str]) -> Callable[[Values], bool] | None:
     return lambda values: all(test(values[0] or "") for test in tests)
 
 
+def _parse_toml(text: str) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
 def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
     """The token-format rules of ``scrub_rules.toml`` (or of ``text`` in that format), in file order."""
     if text is None:
-        text = resources.files("conclave").joinpath("scrub_rules.toml").read_text(encoding="utf-8")
+        # the packaged file, parsed once per version of it (conclave.startup_cache)
+        from conclave.startup_cache import parsed_file
+
+        specs = parsed_file(resources.files("conclave").joinpath("scrub_rules.toml"), _parse_toml)["rules"]
+    else:
+        specs = _parse_toml(text)["rules"]
     rules = []
-    for spec in tomllib.loads(text)["rules"]:
+    for spec in specs:
         unknown = set(spec.get("require", ())) - set(_REQUIRE)
         if unknown:
             raise ValueError(f"scrub rule {spec['id']}: unknown require {sorted(unknown)}")

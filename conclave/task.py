@@ -24,6 +24,7 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
     ``given_overrides`` (the command line). A :class:`~conclave.errors.ConclaveError` is reported here in one
     line and ends the process with its exit code (``SystemExit``: it passes through Hydra, so a bad value stops a
     sweep at once)."""
+    from conclave import startup_trace
     from conclave.config import check_against_plugins
     from conclave.errors import ConclaveError, ConfigError
     from conclave.plugins import get_plugins
@@ -32,6 +33,7 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
         try:
             settings = make_settings()
             check_against_plugins(settings, get_plugins())
+            startup_trace.mark("settings validated")
         except ConfigError as exc:
             raise ConfigError(name_user_settings(exc.problems, given_overrides)) from None
         from conclave.engine.entry import run_from_cli

@@ -12,3 +12,18 @@ def packaged_yaml_loader() -> Any:
     import yaml
 
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_packaged(entry: Any) -> Any:
+    """The YAML document in ``entry`` (a packaged data file: a path, or an ``importlib.resources`` Traversable),
+    parsed with :func:`packaged_yaml_loader` once per version of the file: the result is remembered by
+    :func:`conclave.startup_cache.parsed_file`, so a run whose files are unchanged imports no YAML parser."""
+
+    def parse(text: str) -> Any:
+        import yaml
+
+        return yaml.load(text, Loader=packaged_yaml_loader())
+
+    from conclave.startup_cache import parsed_file
+
+    return parsed_file(entry, parse)

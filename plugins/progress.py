@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from statistics import fmean
+from math import fsum  # statistics.fmean's sum, without importing statistics (decimal, fractions)
 from typing import Any, TextIO
 
 from conclave import events as ev
@@ -226,7 +226,7 @@ class ProgressView:
         if data.get("artifact_type") == "synthesis":
             points = [p.get("confidence") for p in artifact.get("consensus_points") or [] if isinstance(p, Mapping)]
             numbers = [float(c) for c in points if isinstance(c, int | float)]
-            self._tail = f"confidence {_pct(fmean(numbers))}" if numbers else ""
+            self._tail = f"confidence {_pct(fsum(numbers) / len(numbers))}" if numbers else ""
         elif data.get("artifact_type") == "verdict":
             self._tail = f"confidence {_pct(artifact.get('confidence'))}"
         self._redraw()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +48,42 @@ def test_hydra_probes_the_mode_only_when_something_may_set_it(conclave_env: Path
         assert hydra_app._mode_may_be_set(overrides) is probed
     finally:  # the plugins cached under this test's CONCLAVE_PLUGINS (no strategies) must not outlive it
         reset_plugins()
+
+
+#: modules a consultation needs only after its first request, or never: none of them may be imported before it
+#: on the remembered-composition path (a plain run's usual path; the warm-up thread imports some during round 1)
+NOT_BEFORE_THE_FIRST_REQUEST = (
+    "hydra", "omegaconf", "antlr4", "yaml", "tomllib", "numpy", "rich", "jsonschema", "sqlite3", "sqlite_utils",
+    "datasette", "jinja2", "llama_cpp", "difflib", "conclave.engine.result", "conclave.store.index",
+    "conclave.render.report", "conclave.render.markdown", "conclave.render.jsonld", "conclave.hydra_app",
+)
+
+
+@pytest.mark.slow
+async def test_a_remembered_run_imports_no_heavy_module_before_its_first_request(
+        fake_provider_server: Any, conclave_env: Path) -> None:
+    from test_compose_cache import QUESTION, _hydra
+
+    from conclave import compose_cache
+    from conclave.panel import zero_config_overrides
+
+    given = ["rounds=1", "output.format=json", "cost.auto_approve=true", *fake_provider_server.overrides()]
+    overrides = [*zero_config_overrides(given, os.environ, conclave_env), *given]  # as the CLI orders them
+    task, hydra_cfg = _hydra(overrides)  # what the first run's Hydra composes and remembers
+    assert compose_cache.store(conclave_env, compose_cache.cache_key(conclave_env, overrides), task, hydra_cfg)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(conclave_env), CONCLAVE_PROGRESS="0", CONCLAVE_TRACE_STARTUP="modules")
+    for _ in range(2):  # the first run in a home fills the start-up caches (entry points, parsed data files)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "conclave", QUESTION, *given, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=str(conclave_env), env=env)
+        out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+        assert process.returncode == 0, err.decode()
+        assert json.loads(out)["status"] == "complete"
+    listed = [line for line in err.decode().splitlines() if line.startswith("conclave-trace: modules: ")]
+    assert len(listed) == 1, err.decode()
+    imported = set(listed[0].removeprefix("conclave-trace: modules: ").split())
+    assert "conclave.providers.http" in imported  # the list is the real one, taken at the first request
+    early = sorted(name for name in imported
+                   if any(name == heavy or name.startswith(heavy + ".") for heavy in NOT_BEFORE_THE_FIRST_REQUEST))
+    assert early == [], early

@@ -15,23 +15,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conclave import artifacts
 from conclave.engine.cost import CostEstimate, SpentSoFar, spent
-from conclave.engine.result import (
-    AgentRecord,
-    Artifacts,
-    ConsultationResult,
-    CostRecord,
-    EarlyTerminationRecord,
-    JudgeRecord,
-    Status,
-    TokenRecord,
-    TransitionRecord,
-)
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine
+
+if TYPE_CHECKING:  # the result models are imported when a result is built (a CLI run warms them up in round 1)
+    from conclave.engine.result import ConsultationResult, Status
 
 
 @dataclass(frozen=True)
@@ -70,6 +62,17 @@ def assemble_result(
     prior: SpentSoFar | None = None,
 ) -> ConsultationResult:
     """The result; ``prior`` is what earlier runs of a resumed consultation were billed (None: a first run)."""
+    from conclave.engine.result import (
+        AgentRecord,
+        Artifacts,
+        ConsultationResult,
+        CostRecord,
+        EarlyTerminationRecord,
+        JudgeRecord,
+        TokenRecord,
+        TransitionRecord,
+    )
+
     record, settings, labels = session.record, session.settings, session.labels
     substitutions = [dict(s) for s in getattr(session.pool, "substitutions", [])]
     if session.judge.substitution is not None:

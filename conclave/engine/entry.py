@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from conclave import startup_trace
 from conclave.config import Settings
 from conclave.events import Subscriber
 
@@ -76,6 +77,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         print(f"conclave: consultation not {verb}: {consultation.refusal}", file=sys.stderr)
         return EXIT_FAILED
     print_result(result.as_dict(), settings.output.format, sys.stdout)
+    startup_trace.mark("result printed")
     if not result.ok:
         print(f"conclave: consultation {result.status}: {result.abort_reason}", file=sys.stderr)
         return EXIT_FAILED

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conclave import __version__, artifacts
 from conclave.config import Settings
@@ -51,7 +51,6 @@ from conclave.engine.interaction import Interaction
 from conclave.engine.labels import JudgeLabels, new_seed
 from conclave.engine.limits import check_context_windows
 from conclave.engine.play import derive_verdict, play
-from conclave.engine.result import ConsultationResult
 from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_rounds
 from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
 from conclave.engine.session import Session
@@ -74,6 +73,9 @@ from conclave.events import (
     Subscriber,
 )
 from conclave.providers.base import ProviderError
+
+if TYPE_CHECKING:
+    from conclave.engine.result import ConsultationResult
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """Import what a consultation needs only after its first request while round 1 waits for its answers.
 
 A CLI process imports nothing it does not need before round 1's requests leave; what the later steps need —
-schema validation (jsonschema with its format checkers), the report renderers — is imported by a worker thread
-:data:`WARMUP_AFTER_S` after round 1 starts, while the event loop waits on the network, instead of on the path
-between a round's last answer and the next round's requests.
+schema validation (jsonschema with its format checkers), the result models, the exit controller's averages and
+word diffs (statistics, difflib), the report renderers — is imported by a worker thread :data:`WARMUP_AFTER_S`
+after round 1 starts, while the event loop waits on the network, instead of on the path between a round's last
+answer and the next round's requests.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from conclave import startup_trace
 from conclave.events import ROUND_STARTED
 
 #: how long after round 1 starts the warm-up begins (its requests leave first)
 WARMUP_AFTER_S = 0.05
 
 #: imported by the warm-up, in this order
-LATER_MODULES = ("jsonschema", "conclave.render.markdown", "conclave.render.jsonld")
+LATER_MODULES = ("jsonschema", "conclave.engine.result", "statistics", "difflib", "conclave.render.markdown",
+                 "conclave.render.jsonld")
 
 
 def _import_later_modules() -> None:
     time.sleep(WARMUP_AFTER_S)
+    startup_trace.mark(startup_trace.WARM_UP, once=True)
     for name in LATER_MODULES:
         # on failure the step that needs the module imports it again and says what is wrong
         with contextlib.suppress(Exception):

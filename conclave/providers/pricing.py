@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from conclave.providers.base import Usage
-from conclave.yamlload import packaged_yaml_loader
+from conclave.yamlload import load_packaged
 
 PACKAGE = "conclave"
 DATA_DIR = "data"
@@ -127,8 +125,7 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
 def _packaged_table() -> PriceTable:
     folder = resources.files(PACKAGE).joinpath(DATA_DIR, "pricing")
     sheets = [
-        parse_sheet(yaml.load(entry.read_text(encoding="utf-8"), Loader=packaged_yaml_loader()) or {},
-                    f"pricing/{entry.name}")
+        parse_sheet(load_packaged(entry) or {}, f"pricing/{entry.name}")
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)
         if entry.name.endswith(".yaml")
     ]

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
-from conclave.yamlload import packaged_yaml_loader
+from conclave.yamlload import load_packaged
 
 PACKAGE = "conclave"
 DATA_DIR = "data"
@@ -68,5 +66,5 @@ class Tiers:
 
 @functools.cache
 def _packaged_tiers() -> Tiers:
-    text = resources.files(PACKAGE).joinpath(DATA_DIR, "tiers.yaml").read_text(encoding="utf-8")
-    return Tiers.from_mapping(yaml.load(text, Loader=packaged_yaml_loader()) or {}, "tiers.yaml")
+    return Tiers.from_mapping(load_packaged(resources.files(PACKAGE).joinpath(DATA_DIR, "tiers.yaml")) or {},
+                              "tiers.yaml")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -198,11 +197,18 @@ def compile_pattern(pattern: str) -> Any:
         return re.compile(pattern, re.IGNORECASE)
 
 
+def _parse_toml(text: str) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
 @functools.cache
 def builtin_rules() -> tuple[Rule, ...]:
     """The rules of ``safety_rules.toml``, in file order (block rules first)."""
-    text = resources.files("conclave.quality").joinpath("safety_rules.toml").read_text(encoding="utf-8")
-    data = tomllib.loads(text)
+    from conclave.startup_cache import parsed_file
+
+    data = parsed_file(resources.files("conclave.quality").joinpath("safety_rules.toml"), _parse_toml)
     out = []
     for spec in data.get("block", []):
         out.append(_rule(spec, "block"))

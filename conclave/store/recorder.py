@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
+from conclave import startup_trace
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalError, JournalWriter
 from conclave.store.paths import StoreLayout
@@ -74,6 +75,7 @@ class Recorder:
         if type_ == ev.CONSULTATION_STARTED:
             # Durable before the first provider call: a run killed from here on can be resumed.
             self.flush()
+            startup_trace.mark("journal started")
         elif type_ == ev.ROUND_STARTED:
             # Before the round spends anything, the rounds before it are durable (even if the runner did not
             # flush), and so is its start, which shows where a crash interrupted the consultation.
@@ -202,6 +204,7 @@ def _warm_index(path: Path) -> None:
     """Import the index modules and migrate the index on a connection of this thread (SQLite connections stay in
     their thread); any failure is left for the real write to meet and report."""
     time.sleep(INDEX_WARMUP_AFTER_S)
+    startup_trace.mark(startup_trace.WARM_UP, once=True)
     try:
         from conclave.store.index import connect
 

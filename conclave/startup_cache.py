@@ -1,0 +1,241 @@
+"""Small facts a ``conclave`` process needs before its first provider request, remembered between runs.
+
+Reading them afresh costs more than the rest of the start-up path: the ``conclave`` entry points
+(``importlib.metadata`` imports the ``email`` package and reads the metadata of every installed distribution),
+and the provider and price YAML files (PyYAML). Each fact is stored as JSON under
+``$CONCLAVE_HOME/cache/startup/`` keyed by a digest of everything it was read from, so a changed input is a
+miss, never a stale answer:
+
+- entry points: ``sys.path`` (the working directory for ``''``), the ``*.dist-info`` / ``*.egg-info``
+  directories in each directory on it and the mtime and size of each one's ``entry_points.txt`` (installing,
+  upgrading, removing or editing a distribution changes them; ~1 ms of ``stat`` calls instead of a 10–35 ms scan);
+- a file's parsed contents: its path, mtime and size (:func:`parsed_file`); all of them in one file.
+
+A damaged or unreadable entry is a miss; a home that cannot be written is read afresh every time (a failed write
+leaves nothing behind). At most :data:`MAX_ENTRIES` listings and :data:`MAX_FILES` parsed files are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+#: bumped whenever what is stored, or how it is read, changes
+FORMAT = 1
+#: entry-point listings kept (one file each, per ``sys.path``)
+MAX_ENTRIES = 16
+#: parsed files kept (all in one file, ``files-all.json``: a few dozen KB)
+MAX_FILES = 64
+
+#: what ``importlib.metadata`` accepts as an entry point's value: ``module[:attr[.attr]] [extras]``
+_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(?::\s*(?P<attr>[\w.]+)\s*)?(?:\[.*\]\s*)?$")
+
+
+class EntryPoint(NamedTuple):
+    """One entry point of a group, with the distribution that declares it (what ``conclave plugins`` shows)."""
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+
+    def load(self) -> Any:
+        """Import the module and follow the attribute path, as ``importlib.metadata.EntryPoint.load`` does."""
+        import importlib
+
+        match = _VALUE.match(self.value)
+        if match is None:
+            raise ValueError(f"not an entry point value: {self.value!r}")
+        obj: Any = importlib.import_module(match["module"])
+        for attr in filter(None, (match["attr"] or "").split(".")):
+            obj = getattr(obj, attr)
+        return obj
+
+
+def _cache_dir() -> Path:
+    from conclave.home import default_home
+
+    return default_home() / "cache" / "startup"
+
+
+def _stat(path: str) -> list[Any]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None]
+    return [path, st.st_mtime_ns, st.st_size]
+
+
+def _digest(inputs: Any) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _encode(value: Any) -> Any:
+    """JSON for a date (YAML reads ``2025-06-01`` as one); anything else is not stored."""
+    import datetime as dt
+
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return {"$date": value.isoformat()}
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+def _decode(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and isinstance(obj.get("$date"), str):
+        import datetime as dt
+
+        return dt.date.fromisoformat(obj["$date"])
+    return obj
+
+
+def _read(kind: str, key: str) -> Any:
+    try:
+        data = json.loads((_cache_dir() / f"{kind}-{key}.json").read_text(encoding="utf-8"), object_hook=_decode)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    return data.get("value")
+
+
+def _write(kind: str, key: str, value: Any) -> None:
+    """Store ``value`` as ``KIND-KEY.json`` (atomically; nothing is left behind when the disk refuses it) and keep
+    the newest :data:`MAX_ENTRIES` of that kind."""
+    directory = _cache_dir()
+    tmp = directory / f".{kind}-{key}.{os.getpid()}.tmp"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"format": FORMAT, "value": value}, default=_encode), encoding="utf-8")
+        os.replace(tmp, directory / f"{kind}-{key}.json")
+        entries = sorted(directory.glob(f"{kind}-*.json"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-MAX_ENTRIES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _path_key() -> list[Any]:
+    """What ``importlib.metadata`` would read on ``sys.path``: for each directory on it, its distributions'
+    metadata directories (``*.dist-info``, ``*.egg-info``) with the mtime and size of their ``entry_points.txt``,
+    so installing, upgrading, removing or editing a distribution changes the key, and nothing else does (the
+    directory's own mtime would change with every file created in it: ``python -m`` puts the working directory
+    on the path); a zip on the path by its stat."""
+    key: list[Any] = []
+    for entry in sys.path:
+        entry = entry or os.getcwd()
+        try:
+            names = sorted(n for n in os.listdir(entry) if n.lower().endswith((".dist-info", ".egg-info")))
+        except NotADirectoryError:
+            key.append(_stat(entry))
+            continue
+        except OSError:
+            key.append([entry, None])
+            continue
+        key.append([entry, [[*_stat(os.path.join(entry, name, "entry_points.txt"))[1:], name] for name in names]])
+    return key
+
+
+#: the entry-point groups remembered (one scan lists them all): conclave's plugins, and pydantic's, which pydantic
+#: looks for when it builds its first model (see :func:`skip_pydantic_plugin_scan`)
+GROUPS = ("conclave", "pydantic")
+
+_listing: dict[str, list[EntryPoint]] | None = None
+#: this process's copy of ``files-all.json``
+_files: dict[str, Any] | None = None
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """The entry points of ``group`` (one of :data:`GROUPS`) on ``sys.path``, in ``importlib.metadata``'s order,
+    remembered (see the module doc)."""
+    global _listing
+    if _listing is None:
+        _listing = _entry_point_listing()
+    return list(_listing[group])
+
+
+def _entry_point_listing() -> dict[str, list[EntryPoint]]:
+    index_key = _digest(["entry-points", GROUPS, sys.version, _path_key()])
+    found = _read("entry-points", index_key)
+    if isinstance(found, dict):
+        try:
+            return {group: [EntryPoint(*row) for row in found["groups"][group]] for group in GROUPS}
+        except (TypeError, KeyError):
+            pass
+    listing = _scan()
+    _write("entry-points", index_key, {"groups": {g: [list(p) for p in points] for g, points in listing.items()}})
+    return listing
+
+
+def _scan() -> dict[str, list[EntryPoint]]:
+    import importlib.metadata
+
+    everything = importlib.metadata.entry_points()
+    listing: dict[str, list[EntryPoint]] = {}
+    for group in GROUPS:
+        listing[group] = []
+        for ep in everything.select(group=group):
+            dist = ep.dist
+            listing[group].append(EntryPoint(ep.name, ep.value, dist.metadata["Name"] if dist is not None else None,
+                                             dist.version if dist is not None else None))
+    return listing
+
+
+def skip_pydantic_plugin_scan() -> None:
+    """Spare pydantic its plugin scan when there is nothing to find.
+
+    pydantic looks for plugins of its own (entry-point group ``pydantic``) when it builds its first model, reading
+    the metadata of every installed distribution (~10 ms before a consultation's first request). When the
+    remembered listing has no such entry point, pydantic's plugin registry is set to the empty one that scan would
+    leave. ``PYDANTIC_DISABLE_PLUGINS``, or a pydantic without that registry, is left to pydantic."""
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") is not None or entry_points("pydantic"):
+        return
+    try:
+        from pydantic.plugin import _loader
+    except ImportError:
+        return
+    if getattr(_loader, "_plugins", ()) is None:
+        _loader._plugins = {}
+
+
+def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:
+    """``parse(text of entry)``, remembered while the file's path, mtime and size are unchanged. ``entry`` is a
+    path or an ``importlib.resources`` Traversable (one inside a zip is parsed at every call: no file to key on).
+    Only a value that reads back equal is stored (mappings with string keys, lists, strings, numbers, booleans,
+    None, dates); anything else is parsed at every call."""
+    try:
+        path = os.fspath(entry)
+    except TypeError:
+        return parse(entry.read_text(encoding="utf-8"))
+    stat = _stat(path)
+    if stat[1] is None:  # unreadable: let the parser meet the error
+        return parse(Path(path).read_text(encoding="utf-8"))
+    key = _digest([stat, getattr(parse, "__qualname__", repr(parse)), getattr(parse, "__module__", "")])
+    global _files
+    if _files is None:
+        _files = _read_files()
+    found = _files.get(key)
+    if isinstance(found, dict) and "parsed" in found:
+        return found["parsed"]
+    value = parse(Path(path).read_text(encoding="utf-8"))
+    try:  # stored only when it reads back equal: not e.g. integer keys, which JSON would turn into strings
+        if json.loads(json.dumps(value, default=_encode), object_hook=_decode) != value:
+            return value
+    except (TypeError, ValueError):  # e.g. a timestamp
+        return value
+    # merged into what is on disk now (another process may have added entries); the oldest entries go first
+    entries = {**_read_files(), key: {"path": path, "parsed": value}}
+    _files = dict(list(entries.items())[-MAX_FILES:])
+    _write("files", "all", _files)
+    return value
+
+
+def _read_files() -> dict[str, Any]:
+    found = _read("files", "all")
+    return dict(found) if isinstance(found, dict) else {}
