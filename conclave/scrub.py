@@ -380,7 +380,7 @@ _REFERENCE_PARTS: tuple[_Part, ...] = (  # _is_reference
     ("$", r"\$"), ("{", r"\{\{"), ("<", "<"), ("%", r"%\("), ("*", r"\*{3,}+$"), ("xxxx", r"x{4,}+$"),
     (".", r"[A-Za-z_]\w*+(?:\.[A-Za-z_]\w*+)++[)\]}]*+$"),
     # the words, after one test of the first character that fails for most values
-    (None, r"(?=(?i:[tfnuyro])|[PSTA])(?:(?i:true|false|null|none|nil|undefined|yes|no|required|optional)"
+    (None, r"(?=[tfnuyroTFNUYROPSA])(?:(?i:true|false|null|none|nil|undefined|yes|no|required|optional)"
            r"|PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY)$"),
 )
 _QUOTED_REFERENCE_PARTS: tuple[_Part, ...] = (  # _QUOTED_REFERENCE
@@ -425,7 +425,7 @@ class _Refuses:
 # What _plain_value refuses, as a regex on one value (which never holds a line break): shorter than 4, a call, an
 # index or an ellipsis anywhere, or a reference at its start (_REFERENCE_START, whose "$" ends the value).
 _NOT_PLAIN = rf"[^\n]{{0,3}}$|[^\n]*?[(\[…]|[^\n]*?\.\.\.|{_REFERENCE_START.pattern}"
-_NOT_PLAIN_PARTS: tuple[_Part, ...] = ((None, r"[^\n]{0,3}$"), *_REFERENCE_PARTS)
+_NOT_PLAIN_PARTS: tuple[_Part, ...] = ((None, r"(?![^\n]{4})"), *_REFERENCE_PARTS)
 # A password given to a command-line flag: a literal, not the next flag.
 _flag_password = _Refuses(rf"-|{_NOT_PLAIN}", (("-", "-"), *_NOT_PLAIN_PARTS))
 # curl -u user:PW (or wget, httpie): a literal, not a number (docker run -u 1000:1000).
