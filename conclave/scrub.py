@@ -771,7 +771,6 @@ _LONG_LINE = 4096
 _MAX_RUNS = 256
 _LOOK_BACK = 256
 _BLANKS = " \t\r\f\v\n"
-_BLANK = re.compile(r"[ \t\r\f\v\n]")
 # what lets a regex match a blank or read the text's end (\s, \W, \D, escapes of blanks and code points,
 # anchors, back references, negated sets, any character, a space, verbose mode): such a rule runs on whole lines
 _READS_BLANKS = re.compile(r"\\[sSWDtrfvnxuUNZA0-9\\]|\[\^|\$| |(?<!\\)\.|\(\?[a-z]*x")
@@ -787,7 +786,7 @@ def _unbroken_runs(rule: _Rule, view: _View, spans: list[tuple[int, int]]) -> li
     narrowed: list[tuple[int, int]] = []
     chunks: dict[str, list[int]] = {}
     for lo, hi in spans:
-        if hi - lo <= _LONG_LINE:
+        if hi - lo <= _LONG_LINE or view.text.find("\n", lo, hi) != -1:  # short, or lines the regex skips fast
             narrowed.append((lo, hi))
             continue
         if not chunks:  # where each keyword is, to a chunk: the search for it skips the other chunks
@@ -796,6 +795,19 @@ def _unbroken_runs(rule: _Rule, view: _View, spans: list[tuple[int, int]]) -> li
         runs = _runs_around(view.text, view.lowered, chunks, lo, hi)
         narrowed.extend([(lo, hi)] if runs is None else runs)
     return narrowed
+
+
+def _next_blank(text: str, at: int, hi: int) -> int:
+    """The first blank in ``text[at:hi]`` (``hi`` if none), looked for in windows growing fourfold: a blank that
+    does not occur is not looked for to the end of a long line each time."""
+    step = _LOOK_BACK
+    while at < hi:
+        stop = min(hi, at + step)
+        found = [i for blank in _BLANKS if (i := text.find(blank, at, stop)) != -1]
+        if found:
+            return min(found)
+        at, step = stop, step * 4
+    return hi
 
 
 def _find_in_chunks(lowered: str, keyword: str, chunks: list[int], pos: int, hi: int) -> int:
@@ -831,8 +843,7 @@ def _runs_around(text: str, lowered: str, chunks: dict[str, list[int]], lo: int,
         if not start and near > pos:
             start = max(text.rfind(blank, pos, near) for blank in _BLANKS) + 1
         start = max(pos, start)
-        blank = _BLANK.search(text, at, hi)
-        end = hi if blank is None else blank.start()
+        end = _next_blank(text, at, hi)
         if runs and start <= runs[-1][1]:
             runs[-1] = (runs[-1][0], end)
         else:
@@ -898,17 +909,18 @@ def _guarded_lines(guard: Any, text: str, subject: bytes, runs: Any = None) -> l
     every line is guarded (a dump of credentials) costs one call, not one per line."""
     spans: list[tuple[int, int]] = []
     pos, adjacent = 0, 0
-    # line by line while the guarded lines are few (a guard with a literal is found fastest alone); by runs once
-    # they have followed one another a few times
-    while (match := (guard if runs is None or adjacent < _ADJACENT else runs).search(subject, pos)) is not None:
+    # line by line (a guard with a literal is found fastest alone); a run at a time once the last few guarded
+    # lines each followed the one before
+    while (match := (runs if runs is not None and adjacent >= _ADJACENT else guard).search(subject, pos)) is not None:
         start = text.rfind("\n", pos, match.start()) + 1
         end = text.find("\n", match.end())
         end = len(text) if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
             spans[-1] = (spans[-1][0], end)
-            adjacent += 1
+            adjacent = 0 if adjacent >= _ADJACENT else adjacent + 1
         else:
             spans.append((start, end))
+            adjacent = 0
         pos = end
     return spans
 
