@@ -173,7 +173,9 @@ def main() -> None:
     size = int(min(args.mb, 2.0) * 1_000_000)
 
     print("Scrubbing a context file on the user's path (prepare_inputs): MB/s at full size, that / the goal, and\n"
-          "scaling (time at full size / time at half size), all measured in this run.\n")
+          "scaling (time at full size / time at half size), all measured in this run.")
+    # CPU time is what is measured, but other processes still compete for the caches and cores
+    print("machine load (1, 5, 15 min): " + ", ".join(f"{load:.2f}" for load in os.getloadavg()) + "\n")
     print(f"| {'input':<34} | {'MB/s':>9} | {'x goal':>6} | {'2x / 1x':>10} |")
     print(f"|{'-' * 36}|{'-' * 11}|{'-' * 8}|{'-' * 12}|")
     worst, worst_ratio, worst_distinct = float("inf"), 0.0, float("inf")

@@ -133,6 +133,12 @@ class _Rule:
         return self.accept is None and isinstance(self.kind, str)
 
     @functools.cached_property
+    def unbroken(self) -> bool:
+        """No match can hold a blank or read further than the character next to it (see :func:`_unbroken_runs`)."""
+        return (_READS_BLANKS.search(self.pattern.pattern) is None
+                and not any(blank in keyword for keyword in self.keywords for blank in _BLANKS))
+
+    @functools.cached_property
     def split_form(self) -> _SplitForm:
         return _SplitForm.of(self.pattern)
 
@@ -380,6 +386,25 @@ def _docker_auth(values: Values) -> bool:
     return len(value) >= 8 and not value.isalpha()
 
 
+# What each check refuses, as parts of one regex on an ASCII value after a line break (values never hold one),
+# each with the text that must occur in the joined values for the part to be able to match (None: always
+# tried): a part whose text occurs nowhere is left out of the pass. Together they say what _VALUE_CHECKS say.
+_Part = tuple[str | None, str]
+_PLACEHOLDER_PART: _Part = ("[", r"(?:[^\n\[]++|\[(?!REDACTED_))*+\[REDACTED_")
+_REFERENCE_PARTS: tuple[_Part, ...] = (  # _is_reference
+    ("(", r"[^\n(]*+\("), ("[", r"[^\n\[]*+\["), ("…", r"[^\n…]*+…"), (".", r"(?:[^\n.]++|\.(?!\.\.))*+\.\.\."),
+    ("$", r"\$"), ("{", r"\{\{"), ("<", "<"), ("%", r"%\("), ("*", r"\*{3,}+$"), ("xxxx", r"x{4,}+$"),
+    (".", r"[A-Za-z_]\w*+(?:\.[A-Za-z_]\w*+)++[)\]}]*+$"),
+    # the words, after one test of the first character that fails for most values
+    (None, r"(?=[tfnuyroTFNUYROPSA])(?:(?i:true|false|null|none|nil|undefined|yes|no|required|optional)"
+           r"|PASSWORD|PASSWD|PASS|PWD|PW|SECRET|TOKEN|API_KEY)$"),
+)
+_QUOTED_REFERENCE_PARTS: tuple[_Part, ...] = (  # _QUOTED_REFERENCE
+    ("$", r"\$\{[^\n]*\}$"), ("{", r"\{\{[^\n]*\}\}$"), ("<", r"<[^>\n]*+>$"), ("*", r"\*++$"),
+    (None, r"(?=[xX])(?i:x{4,}+)$"),
+)
+
+
 @dataclass(frozen=True)
 class _Refuses:
     """A check written as one regex: a value is refused where ``pattern`` (multi-line) matches at its start.
@@ -389,6 +414,15 @@ class _Refuses:
     no Python call per value."""
 
     source: str
+    #: the same check as parts with the text each needs (see _REFUSAL_PARTS): for checking many values at once
+    parts: tuple[_Part, ...] = ()
+
+    def refused(self, lines: str) -> list[str]:
+        """The refused values in ``lines`` (values, each after a line break): by the parts whose text occurs."""
+        if not self.parts:
+            return self.lines.findall(lines)
+        included = tuple(needle is None or needle in lines for needle, _ in self.parts)
+        return _refusal_of(self.parts, included).findall(lines)
 
     @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -407,10 +441,11 @@ class _Refuses:
 # What _plain_value refuses, as a regex on one value (which never holds a line break): shorter than 4, a call, an
 # index or an ellipsis anywhere, or a reference at its start (_REFERENCE_START, whose "$" ends the value).
 _NOT_PLAIN = rf"[^\n]{{0,3}}$|[^\n]*?[(\[…]|[^\n]*?\.\.\.|{_REFERENCE_START.pattern}"
+_NOT_PLAIN_PARTS: tuple[_Part, ...] = ((None, r"(?![^\n]{4})"), *_REFERENCE_PARTS)
 # A password given to a command-line flag: a literal, not the next flag.
-_flag_password = _Refuses(rf"-|{_NOT_PLAIN}")
+_flag_password = _Refuses(rf"-|{_NOT_PLAIN}", (("-", "-"), *_NOT_PLAIN_PARTS))
 # curl -u user:PW (or wget, httpie): a literal, not a number (docker run -u 1000:1000).
-_user_password = _Refuses(rf"\d+$|{_NOT_PLAIN}")
+_user_password = _Refuses(rf"\d+$|{_NOT_PLAIN}", ((None, r"\d++$"), *_NOT_PLAIN_PARTS))
 
 
 def _command(*words: tuple[str, str]) -> tuple[re.Pattern[str], ...]:
@@ -728,19 +763,110 @@ def _windows(rule: _Rule, view: _View) -> list[tuple[int, int]]:
     text = view.text
     reach = 0 if rule.where == "lines" else rule.reach
     if rule.where in ("text", "lines") and rule.keywords and rule.literal_start:
-        return view.ranges(rule.keywords, reach)  # the regex engine finds the literal by itself
+        spans = view.ranges(rule.keywords, reach)  # the regex engine finds the literal by itself
+        return _unbroken_runs(rule, view, spans) if rule.where == "lines" else spans
     if rule.where == "text" and not rule.keywords:
         return [(0, len(text))]
     if rule.where in ("text", "lines", "keywords"):  # a regex tried at every position: only near keywords
-        return [span for lo, hi in view.ranges(rule.keywords, reach)
-                for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi, reach)]
+        spans = [span for lo, hi in view.ranges(rule.keywords, reach)
+                 for span in _keyword_spans(text, view.lowered, rule.keywords, lo, hi, reach)]
+        return _unbroken_runs(rule, view, spans) if rule.where == "lines" else spans
     if rule.where == "guard":  # a guard without letters reads the text as it is: no need to lower-case it first
         return _guarded_lines(_re2_finder(rule.finder), text,
-                              view.ascii if _LETTER.search(_ESCAPE.sub(b"", rule.finder)) else view.raw_ascii)
+                              view.ascii if _LETTER.search(_ESCAPE.sub(b"", rule.finder)) else view.raw_ascii,
+                              _re2_runs(rule.finder))
     return _command_lines(rule.finder, text, view.lowered)
 
 
 _LETTER, _ESCAPE = re.compile(rb"[A-Za-z]"), re.compile(rb"\\.")
+
+#: a stretch longer than this (one long line: a minified file, a dump on one line) is searched by a token rule
+#: only in the runs without blanks around its keywords (:func:`_unbroken_runs`)
+_LONG_LINE = 4096
+#: at most this many runs per stretch; beyond, the whole stretch
+_MAX_RUNS = 256
+_LOOK_BACK = 256
+_BLANKS = " \t\r\f\v\n"
+# what lets a regex match a blank or read the text's end (\s, \W, \D, escapes of blanks and code points,
+# anchors, back references, negated sets, any character, a space, verbose mode): such a rule runs on whole lines
+_READS_BLANKS = re.compile(r"\\[sSWDtrfvnxuUNZA0-9\\]|\[\^|\$| |(?<!\\)\.|\(\?[a-z]*x")
+
+
+def _unbroken_runs(rule: _Rule, view: _View, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` with each long one narrowed to the runs of text without blanks around its keywords, for a rule
+    whose matches hold no blank and look at most at the character next to them (a token): a match holds one of
+    its keywords, so it lies in such a run, and the blank that ends the run reads to its lookarounds as the end
+    of the window does. Each run is searched for once, forwards and back, so this is one pass over the stretch."""
+    if not rule.unbroken:
+        return spans
+    narrowed: list[tuple[int, int]] = []
+    chunks: dict[str, list[int]] = {}
+    for lo, hi in spans:
+        if hi - lo <= _LONG_LINE or view.text.find("\n", lo, hi) != -1:  # short, or lines the regex skips fast
+            narrowed.append((lo, hi))
+            continue
+        if not chunks:  # where each keyword is, to a chunk: the search for it skips the other chunks
+            chunks = {keyword: [start for start, present in view.chunks() if keyword in present]
+                      for keyword in rule.keywords}
+        runs = _runs_around(view.text, view.lowered, chunks, lo, hi)
+        narrowed.extend([(lo, hi)] if runs is None else runs)
+    return narrowed
+
+
+def _next_blank(text: str, at: int, hi: int) -> int:
+    """The first blank in ``text[at:hi]`` (``hi`` if none), looked for in windows growing fourfold: a blank that
+    does not occur is not looked for to the end of a long line each time."""
+    step = _LOOK_BACK
+    while at < hi:
+        stop = min(hi, at + step)
+        found = [i for blank in _BLANKS if (i := text.find(blank, at, stop)) != -1]
+        if found:
+            return min(found)
+        at, step = stop, step * 4
+    return hi
+
+
+def _find_in_chunks(lowered: str, keyword: str, chunks: list[int], pos: int, hi: int) -> int:
+    """``lowered.find(keyword, pos, hi)``, searching only the chunks (their starts) that hold ``keyword``."""
+    i = max(0, bisect.bisect_right(chunks, pos) - 1)
+    while i < len(chunks) and chunks[i] < hi:
+        start, end = max(pos, chunks[i]), min(hi, chunks[i] + _CHUNK + len(keyword) - 1)
+        if start < end and (at := lowered.find(keyword, start, end)) != -1:
+            return at
+        i += 1
+    return -1
+
+
+def _runs_around(text: str, lowered: str, chunks: dict[str, list[int]], lo: int,
+                 hi: int) -> list[tuple[int, int]] | None:
+    """The runs without blanks in ``text[lo:hi]`` (which starts a line) that hold one of the keywords (``chunks``:
+    where each one is); None when there are more than :data:`_MAX_RUNS`."""
+    runs: list[tuple[int, int]] = []
+    upcoming = {keyword: _find_in_chunks(lowered, keyword, starts, lo, hi) for keyword, starts in chunks.items()}
+    pos = lo
+    while True:
+        for keyword, at in upcoming.items():
+            if 0 <= at < pos:
+                upcoming[keyword] = _find_in_chunks(lowered, keyword, chunks[keyword], pos, hi)
+        found = [at for at in upcoming.values() if at >= 0]
+        if not found:
+            return runs
+        at = min(found)
+        # the last blank before the keyword: looked for close by first, so blanks that do not occur are not
+        # each looked for all the way back
+        near = max(pos, at - _LOOK_BACK)
+        start = max(text.rfind(blank, near, at) for blank in _BLANKS) + 1
+        if not start and near > pos:
+            start = max(text.rfind(blank, pos, near) for blank in _BLANKS) + 1
+        start = max(pos, start)
+        end = _next_blank(text, at, hi)
+        if runs and start <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], end)
+        else:
+            runs.append((start, end))
+            if len(runs) > _MAX_RUNS:
+                return None
+        pos = end
 
 
 @functools.cache
@@ -748,6 +874,17 @@ def _re2_finder(pattern: bytes) -> Any:
     if re2 is None:  # pragma: no cover - google-re2 is a dependency
         return re.compile(pattern)
     return re2.compile(pattern)
+
+
+@functools.cache
+def _re2_runs(pattern: bytes) -> Any:
+    """A run of adjacent lines each holding a match of ``pattern`` (which never spans lines), from the first
+    line's start to the last line's end (its line break excluded); None without RE2, whose automaton keeps
+    this linear (a backtracking engine would retry each line's prefix)."""
+    if re2 is None:  # pragma: no cover - google-re2 is a dependency
+        return None
+    line = rb"[^\n]*(?:" + pattern + rb")[^\n]*"
+    return re2.compile(rb"(?m)^" + line + rb"(?:\n" + line + rb")*")
 
 
 def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int = 0, hi: int | None = None,
@@ -779,22 +916,33 @@ def _keyword_spans(text: str, lowered: str, keywords: tuple[str, ...], lo: int =
         pos = end
 
 
-def _guarded_lines(guard: Any, text: str, subject: bytes) -> list[tuple[int, int]]:
+def _guarded_lines(guard: Any, text: str, subject: bytes, runs: Any = None) -> list[tuple[int, int]]:
     """The (start, end) of the lines ``guard`` finds in ``subject`` (aligned with ``text``), adjacent lines
     merged. The next search starts after the line just taken: every scan (and the rfind back to the line start)
-    covers new text only, so a long line with many hits costs one pass, not one pass back per hit."""
+    covers new text only, so a long line with many hits costs one pass, not one pass back per hit.
+
+    ``runs`` (RE2: :func:`_re2_runs`) finds a whole run of adjacent guarded lines in one search, so text where
+    every line is guarded (a dump of credentials) costs one call, not one per line."""
     spans: list[tuple[int, int]] = []
-    pos = 0
-    while (match := guard.search(subject, pos)) is not None:
+    pos, adjacent = 0, 0
+    # line by line (a guard with a literal is found fastest alone); a run at a time once the last few guarded
+    # lines each followed the one before
+    while (match := (runs if runs is not None and adjacent >= _ADJACENT else guard).search(subject, pos)) is not None:
         start = text.rfind("\n", pos, match.start()) + 1
         end = text.find("\n", match.end())
         end = len(text) if end == -1 else end
         if spans and start <= spans[-1][1] + 1:
             spans[-1] = (spans[-1][0], end)
+            adjacent = 0 if adjacent >= _ADJACENT else adjacent + 1
         else:
             spans.append((start, end))
+            adjacent = 0
         pos = end
     return spans
+
+
+#: after this many guarded lines each right after another, the rest are found a run at a time
+_ADJACENT = 16
 
 
 def _command_lines(commands: tuple[re.Pattern[str], ...], text: str, lowered: str) -> list[tuple[int, int]]:
@@ -825,6 +973,9 @@ _DENSE = 256
 def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
     """Find the rule's secrets where it runs: as edits while matches are few, by rewriting the text when a
     window holds many."""
+    if rule is _ASSIGNMENTS[0]:
+        _apply_assignments(rule, view, counts)
+        return
     verdicts: dict[Values, str | None] = {}  # lines repeat (config blocks, logs): each distinct match checked once
     for start, end in _windows(rule, view):
         sample = _edit(rule, view, start, end, counts, verdicts)
@@ -845,16 +996,16 @@ def _apply(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
 
 
 def _edit(rule: _Rule, view: _View, start: int, end: int, counts: dict[str, int],
-          verdicts: dict[Values, str | None]) -> list[str] | None:
+          verdicts: dict[Values, str | None], found_already: Iterable[re.Match[str]] | None = None) -> list[str] | None:
     """Record the rule's accepted matches in ``text[start:end]`` as edits; when the window holds more than
     :data:`_DENSE` matches of a rule that can be rewritten in one pass instead, record nothing and return the
     first matches' texts.
 
     A rule written for the lower-cased text is matched there; its checks and redactions use the original text at
-    the same positions."""
+    the same positions. ``found_already``: the window's matches, when the caller has them."""
     text = view.text
     subject = view.lowered if rule.lowered else text
-    matches = rule.pattern.finditer(subject, start, end)
+    matches = rule.pattern.finditer(subject, start, end) if found_already is None else iter(found_already)
     if not rule.lowered:
         first = list(itertools.islice(matches, _DENSE + 1))
         if len(first) > _DENSE:
@@ -906,6 +1057,8 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
         return None
     stride = form.stride
     columns = form.check_columns(rule.check_groups)
+    if len(columns) == 1 and isinstance(rule.accept, _Refuses) and isinstance(rule.kind, str):
+        return _rewrite_refusing(rule, parts, parts[columns[0]::stride], counts)
     if len(columns) == 1:  # the usual case: plain strings, no tuple per match
         checked: list[Any] = parts[columns[0]::stride]
         verdicts = _verdicts(rule, set(checked))
@@ -933,6 +1086,54 @@ def _rewrite(rule: _Rule, text: str, start: int, end: int, counts: dict[str, int
     return "".join(parts)
 
 
+def _rewrite_refusing(rule: _Rule, parts: list[Any], checked: list[str], counts: dict[str, int]) -> str | None:
+    """:func:`_rewrite` for a rule whose check is a regex (:class:`_Refuses`) on its value alone: the values
+    are checked in one pass over them all, and when none is refused every match gets the one placeholder
+    without a lookup per match."""
+    assert isinstance(rule.accept, _Refuses) and isinstance(rule.kind, str)
+    form, stride = rule.split_form, rule.split_form.stride
+    lines = "\n" + "\n".join(checked)
+    if lines.count("\n") != len(checked):  # pragma: no cover - no value pattern takes a line break
+        return None
+    refused = set(rule.accept.refused(lines))
+    if PLACEHOLDER_PREFIX in lines:
+        refused.update(value for value in checked if PLACEHOLDER_PREFIX in value)
+    placeholder = _placeholder(rule.kind)
+    new_values, accepted = _placed(checked, refused, placeholder)
+    if new_values is None:
+        return None
+    parts[form.secret::stride] = new_values
+    for column in form.blank:
+        parts[column::stride] = [""] * len(checked)
+    _count([placeholder], counts, accepted)
+    return "".join(parts)
+
+
+def _placed(values: list[str], refused: set[str], placeholder: str) -> tuple[list[str] | None, int]:
+    """``values`` with each one not ``refused`` replaced by ``placeholder`` (None: all refused), and how many
+    were replaced. A few refused values are found by the list's own search, so the usual dense case makes no
+    Python step per value."""
+    if not refused:
+        return [placeholder] * len(values), len(values)
+    if len(refused) > _FEW:
+        kept = sum(map(refused.__contains__, values))
+        if kept == len(values):
+            return None, 0
+        return [value if value in refused else placeholder for value in values], len(values) - kept
+    placed = [placeholder] * len(values)
+    kept = 0
+    for value in refused:
+        at = -1
+        while True:
+            try:
+                at = values.index(value, at + 1)
+            except ValueError:
+                break
+            placed[at] = value
+            kept += 1
+    return (None, 0) if kept == len(values) else (placed, len(values) - kept)
+
+
 def _verdicts(rule: _Rule, values: set[str]) -> dict[str, str | None]:
     """The placeholder for each distinct value of a single-value rule (None: left as it is). Many values with a
     check written as a regex (:class:`_Refuses`) are checked in one pass over them, one per line."""
@@ -942,7 +1143,7 @@ def _verdicts(rule: _Rule, values: set[str]) -> dict[str, str | None]:
     if lines.count("\n") != len(values):  # pragma: no cover - no value pattern takes a line break
         return {value: rule.verdict((value,)) for value in values}
     verdicts: dict[str, str | None] = dict.fromkeys(values, _placeholder(rule.kind))
-    for value in rule.accept.lines.findall(lines):
+    for value in rule.accept.refused(lines):
         verdicts[value] = None
     if PLACEHOLDER_PREFIX in lines:
         for value in values:
@@ -1050,6 +1251,196 @@ def _rewrite_values(rule: _Rule, lead: str, window: str, counts: dict[str, int])
     parts[1::2] = [lead + (v if p is None else p) for v, p in zip(values, placeholders, strict=True)]
     _count(placeholders, counts)
     return "".join(parts)
+
+
+# ------------------------------------------------------------------------- assignments dense with matches
+# A dump of credentials (thousands of NAME=value lines) would cost a Python check per value. There, each window
+# without earlier redactions is rewritten in one pass instead: one ``re.split`` of the original text hands back
+# per match what precedes the value (name, separator, opening quote: the "head"), the value and the closing
+# quote; each distinct head is parsed once (which check its values get, and their placeholder), and each check
+# runs over all values at once as one regex pass over them joined by line breaks (``_refusal``). The result is
+# the one the match-by-match path gives (tests/test_scrub.py compares them on generated text).
+
+_V = r"""[^\s"'`,;&]"""
+
+
+def _either_case(word: str) -> str:
+    """``word`` as a regex matching its ASCII letters in either case ("key" -> "[kK][eE][yY]")."""
+    return "".join(f"[{c}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+# The assignment rule's regex for the original text, the name's letters in either case: what the rule's regex
+# finds in the lower-cased text, as long as the text holds neither of the two characters whose lower case is an
+# ASCII letter ("\u0130" and the Kelvin sign, _CASE_FOLDED), whose lines are matched one at a time.
+_ASSIGNMENT_SPLIT = re.compile(
+    rf"""(?P<head>(?P<q>["']?)(?<![{_NAME}])(?=[{_NAME}]{{0,120}}?"""
+    rf"""(?:{"|".join(map(_either_case, ("pass", "secret", "token", "key", "cred", "private")))}))"""
+    rf"""[{_NAME}]{{1,128}}+(?P=q)[ \t]*(?:[:=][ \t]*(?P<oq>["'])|=(?!=)[ \t]*"""
+    rf"""|:[ \t]*(?={_V}{{16}}|{_V}{{0,15}}?{_SECRET_VALUE_CHAR})))"""
+    rf"""(?P<value>(?(oq)(?:(?!(?P=oq))[^\\\n]|\\.)*|{_V}{{4,}}))(?P<tail>(?(oq)(?P=oq)))"""
+)
+_SPLIT_STRIDE = _ASSIGNMENT_SPLIT.groups + 1
+_HEAD = re.compile(rf"""(?P<q>["']?)(?P<key>[{_NAME}]+)(?P=q)[ \t]*(?P<sep>[:=])[ \t]*(?P<oq>["'])?""")
+_CASE_FOLDED = ("\u0130", "\u212a")
+
+#: the value check each form of assignment gets (see _assignment_accepts): a strong name's by its form, a
+#: weaker name's whatever the form
+_VALUE_CHECKS: dict[str, Callable[[str], bool]] = {
+    "plain": _plain_value, "colon": _colon_value, "quoted": _quoted_value,
+    "suffix": lambda value: _generated_value(value, _MIN_GENERATED["suffix"]),
+    "inner": lambda value: _generated_value(value, _MIN_GENERATED["inner"]),
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def _head_class(head: str) -> tuple[str, str] | None:
+    """The check a head's values get and the placeholder of those accepted; None when its name bears no secret."""
+    match = _HEAD.fullmatch(head)
+    assert match is not None, head  # a head always parses: _HEAD is _ASSIGNMENT_SPLIT's head, less its guards
+    key = match["key"]
+    strength = _name_strength(key)
+    if strength is None:
+        return None
+    form = "quoted" if match["oq"] else "plain" if match["sep"] == "=" else "colon"
+    return (form if strength == "strong" else strength), _placeholder(_kind_of_name(key))
+
+
+def _generated_parts(min_length: int) -> tuple[_Part, ...]:  # _generated_value
+    return (
+        (None, rf"[^\n]{{0,{min_length - 1}}}$"), (None, r"[^\s]*+[^\S\n]"), *_REFERENCE_PARTS,
+        *_QUOTED_REFERENCE_PARTS, ("{", r"[^\n{]*+\{"), (None, r"[\d.,:_+-]++$"),
+        ("://", r"[A-Za-z][A-Za-z0-9+.-]*+://[^\s@?#]*+$"), ("/", r"[\w.~-]*/[\w./-]*\.[A-Za-z][A-Za-z0-9]{0,4}$"),
+        (None, r"(?=[^\n]{0,256}$)[:./_-]*+(?:[A-Za-z]++|[0-9]++)(?:[:./_-]++(?:[A-Za-z]++|[0-9]++))++[:./_-]*+$"),
+        (None, r"(?!(?=[^\n0-9]*+[0-9])(?=[^\nA-Za-z]*+[A-Za-z]))"
+               r"(?!(?=[^\n]{20})(?=[^\na-z]*+[a-z])(?=[^\nA-Z]*+[A-Z]))"),
+    )
+
+
+# (an unquoted value has four characters or more: _ASSIGNMENT_SPLIT takes no shorter one, so its check needs no
+# test of length)
+_REFUSAL_PARTS: dict[str, tuple[_Part, ...]] = {
+    "plain": _REFERENCE_PARTS,
+    "colon": (*_REFERENCE_PARTS, (None, r"(?![^\n]{16})[^\n\d!@#$%^&*+=/_~-]*+$")),
+    "quoted": ((None, "$"), *_QUOTED_REFERENCE_PARTS),
+    "suffix": _generated_parts(_MIN_GENERATED["suffix"]),
+    "inner": _generated_parts(_MIN_GENERATED["inner"]),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _refusal_of(parts: tuple[_Part, ...], included: tuple[bool, ...]) -> re.Pattern[str]:
+    """Each refused value whole (group 1) in values joined after line breaks, by the parts ``included``."""
+    sources = [source for (_, source), keep in zip(parts, included, strict=True) if keep] or ["(?!)"]
+    return re.compile(rf"\n((?:{'|'.join(sources)})[^\n]*)", re.MULTILINE)
+
+
+def _refusal(check: str, included: tuple[bool, ...]) -> re.Pattern[str]:
+    """:func:`_refusal_of` the parts of an assignment's value check (and values holding an earlier redaction)."""
+    return _refusal_of((_PLACEHOLDER_PART, *_REFUSAL_PARTS[check]), included)
+
+
+def _refused(check: str, values: list[str]) -> set[str]:
+    """The ``values`` that ``check`` refuses, or that hold an earlier redaction: the ASCII ones in one regex
+    pass over them all, the others one by one."""
+    joined = "\n" + "\n".join(values)
+    if not joined.isascii():
+        accept = _VALUE_CHECKS[check]
+        wide = {value for value in values if not value.isascii()}
+        return ({value for value in wide if PLACEHOLDER_PREFIX in value or not accept(value)}
+                | _refused(check, [value for value in values if value not in wide]))
+    included = tuple(needle is None or needle in joined for needle, _ in (_PLACEHOLDER_PART, *_REFUSAL_PARTS[check]))
+    return set(_refusal(check, included).findall(joined))
+
+
+def _rewrite_assignments(window: str, counts: dict[str, int]) -> str | None:
+    """The window with the assignment rule's accepted values redacted (None: nothing to redact). The window
+    holds no earlier redaction pending and neither character of _CASE_FOLDED."""
+    parts = _ASSIGNMENT_SPLIT.split(window)
+    n = len(parts) // _SPLIT_STRIDE
+    if not n:
+        return None
+    heads, values = parts[1::_SPLIT_STRIDE], parts[4::_SPLIT_STRIDE]
+    # the heads of a dump are mostly one text: comparing them is cheaper than hashing each
+    classes = {head: _head_class(head) for head in ((heads[0],) if heads.count(heads[0]) == n else set(heads))}
+    kinds = set(classes.values())
+    if len(kinds) == 1:  # the usual dense case: one name (or names alike), so one check and one placeholder
+        only = kinds.pop()
+        if only is None:
+            return None
+        check, placeholder = only
+        refused = _refused(check, values)
+        placed, accepted = _placed(values, refused, placeholder)
+        if placed is None:
+            return None
+        new_values = placed
+        kind = _KIND_OF[placeholder]
+        counts[kind] = counts.get(kind, 0) + accepted
+    else:
+        by_check: dict[str, list[str]] = {}
+        for head, value in zip(heads, values, strict=True):
+            kind_ = classes[head]
+            if kind_ is not None:
+                by_check.setdefault(kind_[0], []).append(value)
+        refusals = {check: _refused(check, checked) for check, checked in by_check.items()}
+        placeholders = [None if (kind_ := classes[head]) is None or value in refusals[kind_[0]] else kind_[1]
+                        for head, value in zip(heads, values, strict=True)]
+        if placeholders.count(None) == n:
+            return None
+        _count(placeholders, counts)
+        new_values = [value if placeholder is None else placeholder
+                      for value, placeholder in zip(values, placeholders, strict=True)]
+    parts[4::_SPLIT_STRIDE] = new_values
+    parts[2::_SPLIT_STRIDE] = parts[3::_SPLIT_STRIDE] = [""] * n  # quotes inside the head: already in it
+    return "".join(parts)
+
+
+def _dense_segments(view: _View, start: int, end: int) -> list[tuple[int, int, bool]]:
+    """``text[start:end]`` (whole lines) cut into (start, end, dense) stretches: the lines holding an earlier
+    redaction still pending, or a character of _CASE_FOLDED, are matched one at a time (dense False); the rest
+    can be rewritten in one pass. An assignment never spans lines, so each stretch is matched on its own."""
+    text, holes = view.text, []
+    i = bisect.bisect_right(view.ends, start)
+    while i < len(view.starts) and view.starts[i] < end:
+        holes.append((view.starts[i], view.ends[i]))
+        i += 1
+    for char in _CASE_FOLDED:
+        at = text.find(char, start, end)
+        while at != -1:
+            holes.append((at, at + 1))
+            line_end = text.find("\n", at, end)
+            at = -1 if line_end == -1 else text.find(char, line_end, end)
+    segments: list[tuple[int, int, bool]] = []
+    pos = start
+    for lo, hi in sorted(holes):
+        lo = max(start, text.rfind("\n", start, lo) + 1)
+        hi = text.find("\n", max(lo, hi - 1), end)
+        hi = end if hi == -1 else hi
+        if segments and not segments[-1][2] and lo <= segments[-1][1] + 1:
+            segments[-1] = (segments[-1][0], max(hi, segments[-1][1]), False)
+        else:
+            if lo > pos:
+                segments.append((pos, lo, True))
+            segments.append((lo, hi, False))
+        pos = max(pos, hi)
+    if pos < end:
+        segments.append((pos, end, True))
+    return segments
+
+
+def _apply_assignments(rule: _Rule, view: _View, counts: dict[str, int]) -> None:
+    """:func:`_apply` for the assignment rule: a window with many matches is rewritten in one pass where it
+    can be (:func:`_rewrite_assignments`), the rest match by match."""
+    verdicts: dict[Values, str | None] = {}
+    for start, end in _windows(rule, view):
+        first = list(itertools.islice(rule.pattern.finditer(view.lowered, start, end), _DENSE + 1))
+        if len(first) <= _DENSE:
+            _edit(rule, view, start, end, counts, verdicts, first)
+            continue
+        for lo, hi, dense in _dense_segments(view, start, end):
+            if not dense:
+                _edit(rule, view, lo, hi, counts, verdicts)
+            elif (new := _rewrite_assignments(view.text[lo:hi], counts)) is not None:
+                view.claim(lo, hi, new)  # the stretch's text, redacted: applied with the other edits
 
 
 def _count(placeholders: list[str | None], counts: dict[str, int], times: int = 1) -> None:

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conclave.scrub as scrub_module
@@ -475,6 +475,7 @@ def test_a_check_written_as_a_regex_agrees_with_the_value_checks_and_with_itself
     for check in (scrub_module._flag_password, scrub_module._user_password):
         alone = {value for value in values if not check((value,))}
         assert set(check.lines.findall("\n" + "\n".join(values))) == alone
+        assert set(check.refused("\n" + "\n".join(values))) == alone  # the same check, part by part
 
 
 def test_a_whole_match_parsed_on_its_own_has_the_groups_it_has_in_its_text() -> None:
@@ -495,3 +496,86 @@ def test_a_whole_match_parsed_on_its_own_has_the_groups_it_has_in_its_text() -> 
                 assert again is not None and again.groupdict() == match.groupdict(), (rule.pattern.pattern, text)
                 checked += 1
     assert checked >= 20
+
+
+# ------------------------------------------------------------------------ a dump of distinct credentials
+# A window with many assignments is rewritten in one pass (_rewrite_assignments: one split of the original
+# text, each distinct head parsed once, each value check one regex pass over all values): it must redact and
+# count exactly what the assignment rule does match by match, for every name strength, form and look-alike.
+
+_NAMES = ["password", "PASSWORD", "DB_PASS", "apiKey", "signingKey", "SIGNING_KEY", "KEY_COUNT", "cache_key",
+          "secret_key_base", "max_tokens", "client_secret", "private_key_id", "credentials", "keyboard", "api_key",
+          '"password"', "'token'", "passwordHash", "mistral\u212aey", "\u0130_token"]
+_SEPARATORS = ["=", ": ", " = ", ":", '="', ": '", '= "', "==", " : ", "= '"]
+_LOOK_ALIKES = ["${SECRET}", "<redacted>", "", "3", "user:123:profile", "hunter22", "Secr3t99!", "a(b)", "x.y.z",
+                "settings.DB_PASSWORD", "****", "xxxx", "XXXXXX", "true", "None", "PASSWORD", "1.2.3", "https://h/x",
+                "/etc/gcp/sa.json", "orders/2024/summary", "[REDACTED_PASSWORD]", "a b", "{{pw}}", "%(pw)s",
+                "ab...", "päss1234", "ab\\\"cd", "q1w2e3r4t5y6u7i8o9", "AbCdEfGhIjKlMnOpQrSt", "sk-...", "abc…"]
+_VALUE = st.one_of(st.sampled_from(_LOOK_ALIKES), st.text(alphabet="abXY09_-.:/$!@ (){}[]*'\"\\Kü", max_size=24))
+_ENDINGS = ["\n", '"\n', "'\n", " x\n", ",\n", "; token=abc123\n"]
+
+
+def _per_match(text: str) -> tuple[str, ScrubReport]:
+    # the same scrub with every window matched one match at a time
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scrub_module, "_DENSE", 10**9)
+        return scrub(text)
+
+
+@settings(max_examples=30, deadline=None)  # each example scrubs ~300 lines twice
+@given(st.lists(st.tuples(st.sampled_from(_NAMES), st.sampled_from(_SEPARATORS), _VALUE, st.sampled_from(_ENDINGS)),
+                min_size=1, max_size=30),
+       st.sampled_from(["", f"GITHUB_TOKEN={GITHUB_CLASSIC}\n", "password=\u212a3y5ecret\n"]))
+def test_a_dump_of_assignments_rewritten_in_one_pass_agrees_with_matching_one_at_a_time(
+        lines: list[tuple[str, str, str, str]], extra: str) -> None:
+    unit = "".join(name + separator + value + ending for name, separator, value, ending in lines)
+    # over _DENSE matches in one window, with an earlier redaction (the token) or a case-folded letter inside
+    text = unit * (300 // len(lines) + 1) + extra + unit
+    dense, report = scrub(text)
+    alone, alone_report = _per_match(text)
+    assert dense == alone
+    assert report.by_type == alone_report.by_type
+
+
+def test_a_dump_of_distinct_passwords_takes_the_one_pass_rewrite() -> None:
+    calls = []
+    rewrite = scrub_module._rewrite_assignments
+
+    def spy(window: str, counts: dict[str, int]) -> str | None:
+        calls.append(len(window))
+        return rewrite(window, counts)
+
+    lines = [f"password=Pw{i:05d}x!\n" for i in range(1000)] + ["password=${SECRET}\n", "KEY_COUNT=3\n"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scrub_module, "_rewrite_assignments", spy)
+        scrubbed, report = scrub("".join(lines))
+    assert calls  # the dump was rewritten in one pass, not match by match
+    assert scrubbed == "password=[REDACTED_PASSWORD]\n" * 1000 + "password=${SECRET}\nKEY_COUNT=3\n"
+    assert report.by_type == {"password": 1000}
+
+
+@given(st.lists(st.text(alphabet="abcxyzXPSTA019_-.:/$!@%*<>{}()[]~+,…\u00e9 \t", max_size=30), max_size=40))
+def test_each_value_check_in_bulk_agrees_with_the_check_of_one_value(values: list[str]) -> None:
+    values += ["${SECRET}", "<redacted>", "", "3", "user:123:profile", "xxxx", "XXXX", "****", "*", "true",
+               "settings.DB_PASSWORD", "a.b)", "PASSWORD", "Secr3t99", "q1w2e3r4t5y6u7i8o9", "AbCdEfGhIjKlMnOpQrSt",
+               "[REDACTED_X]", "1.2.3", "https://h/x", "/etc/a.json", "orders/2024/summary", "a(b", "ab...", "{{x}}"]
+    value_char = re.compile(r"""[^\s"'`,;&]""")
+    for check, accept in scrub_module._VALUE_CHECKS.items():
+        # the values each form can hand over: an unquoted value is four value characters or more
+        valid = [v for v in values if check in ("quoted", "suffix", "inner")
+                 or (len(v) >= 4 and all(value_char.fullmatch(c) for c in v))]
+        expected = {v for v in valid if scrub_module.PLACEHOLDER_PREFIX in v or not accept(v)}
+        assert scrub_module._refused(check, valid) == expected, check
+
+
+def test_a_token_on_a_long_line_is_found_as_on_a_short_one() -> None:
+    # On a long line a token rule searches only the runs without blanks around its keywords
+    filler = "word, sk- xox :aa AKIA ghp_ " * 400
+    tokens = [GITHUB_CLASSIC, SLACK, AWS_ID, "123456789:AA" + "Bc1" * 11, OPENAI_LEGACY]
+    line = "".join(f"{filler}({token}) " for token in tokens) + filler
+    assert len(line) > scrub_module._LONG_LINE
+    scrubbed, report = scrub(line)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scrub_module, "_LONG_LINE", 10**9)
+        assert scrub(line) == (scrubbed, report)
+    assert not any(token in scrubbed for token in tokens)

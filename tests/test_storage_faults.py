@@ -9,6 +9,7 @@ import asyncio
 import json
 import sqlite3
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,89 @@ async def test_a_journal_the_disk_refuses_mid_run_still_ends_run_with_the_partia
     records = read_journal(path).records
     assert records[-1]["type"] == ev.ROUND_STARTED and records[-1]["data"]["round_number"] == 2
     assert verify_store(StoreLayout(settings.home)).ok
+
+
+# ------------------------------------------------------------------- a home whose mode bits forbid writing
+# Root writes wherever the mode bits say no (CAP_DAC_OVERRIDE), and the interpreter may live where another user
+# cannot read it (/root/.pyenv): the CLI runs as this user without the capabilities that override the mode bits.
+
+def mode_bits_bind() -> list[str] | None:
+    """The command prefix under which a directory of mode 0o555 refuses writes (None: none here)."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        return None
+    prefix = ["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    with tempfile.TemporaryDirectory() as probe:
+        Path(probe).chmod(0o555)
+        done = subprocess.run([*prefix, "sh", "-c", f"touch {probe}/x"], capture_output=True, timeout=30)
+        Path(probe).chmod(0o755)
+    return prefix if done.returncode != 0 else None
+
+
+WITHOUT_OVERRIDE = mode_bits_bind()
+needs_mode_bits = pytest.mark.skipif(WITHOUT_OVERRIDE is None, reason="running as root without setpriv (or a setpriv "
+                                     "that cannot drop CAP_DAC_OVERRIDE): mode bits would not bind")
+
+
+def tree_mode(home: Path, *, writable: bool) -> None:
+    for path in [home, *home.rglob("*")]:
+        path.chmod((0o755 if path.is_dir() else 0o644) if writable else (0o555 if path.is_dir() else 0o444))
+
+
+async def test_a_home_the_user_may_not_write_is_one_line_naming_it(tmp_path: Path) -> None:
+    if WITHOUT_OVERRIDE is None:
+        pytest.skip("running as root without setpriv: mode bits would not bind")
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o555)
+    async with FakeProviderServer() as fake:
+        process = await asyncio.create_subprocess_exec(
+            *WITHOUT_OVERRIDE, *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+            env=clean_env(home, FAKE_KEYS), cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await process.communicate()
+        assert not fake.requests  # nothing was spent
+    assert process.returncode == 1
+    line = one_line(err.decode())
+    assert str(home / "journal") in line and "Permission denied" in line
+
+
+async def test_a_read_only_home_still_lists_and_counts_its_consultations(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    from test_engine_support import JUDGE_MODEL, script_panel
+
+    from conclave.api import compose_settings
+    from conclave.engine.runner import Consultation
+    from conclave.store.recorder import Recorder
+
+    if WITHOUT_OVERRIDE is None:
+        pytest.skip("running as root without setpriv: mode bits would not bind")
+    script_panel(fake_provider_server)
+    settings = compose_settings("q", [*fake_provider_server.overrides(), "cost.auto_approve=true",
+                                      f"judge.model={JUDGE_MODEL}"])
+    recorder = Recorder(settings.home)
+    consultation = Consultation(settings, recorder=recorder)
+    result = await consultation.run()
+    recorder.close()
+    assert result.status == "complete"
+    home = Path(conclave_env)
+    tree_mode(home, writable=False)
+    try:
+        for command in (["logs", "list"], ["stats"]):
+            process = await asyncio.create_subprocess_exec(
+                *WITHOUT_OVERRIDE, *CLI, *command, env=clean_env(home), cwd=home.parent,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await process.communicate()
+            assert "Traceback" not in err.decode(), err.decode()
+            assert process.returncode == 0, (command, err.decode())  # was: "attempt to write a readonly database"
+            if command == ["logs", "list"]:
+                assert consultation.id in out.decode()
+            else:
+                assert "consultations      1 (complete 1)" in out.decode()
+    finally:
+        tree_mode(home, writable=True)

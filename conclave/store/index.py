@@ -82,6 +82,8 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
     try:
         conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
     except sqlite3.Error as exc:
+        if _read_only_home(path):
+            return _connect_read_only(path, exc, timeout)
         raise IndexOpenError(path, _sqlite_cause(exc, path)) from exc
     db = Database(conn)
     try:
@@ -93,11 +95,45 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
                 migrations.apply(db)  # re-reads what is pending, now that this process holds the lock
     except sqlite3.Error as exc:
         db.close()
+        if _read_only_home(path):
+            return _connect_read_only(path, exc, timeout)
         raise IndexOpenError(path, _sqlite_cause(exc, path)) from exc
     except BaseException:
         db.close()
         raise
     return db
+
+
+def _read_only_home(path: Path) -> bool:
+    """The index exists in a directory this process may not write (a read-only mount, or its mode bits)."""
+    return path.is_file() and not os.access(path.parent, os.W_OK)
+
+
+def _connect_read_only(path: Path, failure: sqlite3.Error, timeout: float) -> Any:
+    """The index of a read-only home, opened for reading: SQLite cannot create the files a WAL database is read
+    through there, so it is opened as an unchanging file when no write-ahead log holds commits it would miss
+    (nobody writes it while its directory is read-only, unless another user may write there: then a read can
+    see a half-written commit, and says so as an error, never as data).
+    Raises :class:`IndexOpenError` when neither works, or when the index needs migrating (which writes)."""
+    from sqlite_utils import Database
+
+    from conclave.store.migrations import migrations
+
+    wal = path.with_name(path.name + "-wal")
+    modes = ["mode=ro"] + ([] if wal.exists() and wal.stat().st_size else ["immutable=1"])
+    for mode in modes:
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=timeout,
+                                   isolation_level=None)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error:
+            continue
+        db = Database(conn)
+        if migrations.pending(db):
+            db.close()
+            raise IndexOpenError(path, "it needs upgrading, which writes, and its directory is read-only") from failure
+        return db
+    raise IndexOpenError(path, f"{_sqlite_cause(failure, path)} (its directory is read-only)") from failure
 
 
 class IndexOpenError(StorageError):
