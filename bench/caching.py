@@ -124,7 +124,8 @@ def run(overrides: list[str], context: Path, extra: list[str]) -> Billed:
         env.update({"CONCLAVE_HOME": home, "OPENAI_API_KEY": "sk-bench", "ANTHROPIC_API_KEY": "sk-ant-bench",
                     "GEMINI_API_KEY": "bench"})
         proc = subprocess.run([sys.executable, "-m", "conclave", QUESTION, *overrides, f"context=[{context}]",
-                               *ROUNDS, "cost.auto_approve=true", "output.format=json", *extra],
+                               *ROUNDS, "hedging.enabled=false", "cost.auto_approve=true", "output.format=json",
+                               *extra],
                               capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"conclave failed ({' '.join(extra)}): {proc.stderr[-2000:]}")
