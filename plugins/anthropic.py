@@ -8,9 +8,9 @@ Prompt caching: Anthropic caches the prefix tools → system → messages up to 
 prefix is at least the model's minimum cacheable length, the system prompt is sent as two text blocks — the
 context block every call shares, then the seat's own instructions — each ending in an ``ephemeral`` breakpoint
 (2 of the 4 allowed), and ``tools`` lists every schema the model is asked for in the consultation
-(``PromptCache.schemas_for``: a model that only answers as an agent does not carry the judge's) in a fixed order, the
-wanted one forced by ``tool_choice``: a different tool list would change the prefix before the system prompt from round to round,
-while ``tool_choice`` only affects the cached messages, which are never cached here.
+(``PromptCache.schemas_for``: a model that only answers as an agent does not carry the judge's) in a fixed order,
+the wanted one forced by ``tool_choice``: a different tool list would change the prefix before the system prompt
+from round to round, while ``tool_choice`` only affects the cached messages, which are never cached here.
 """
 
 from __future__ import annotations
