@@ -33,7 +33,7 @@ def _rich_answers() -> dict[str, Any]:
     from conclave.engine.extraction import request_schema
 
     debate = generate_debate(2026)
-    text = json.dumps({kind: debate[kind] for kind in ("synthesis", "cross_exam")})
+    text = json.dumps({"synthesis": debate["synthesis"], "cross_exam": debate["cross_exams"][0]})
     for name, label in zip(debate["agents"], ("Agent A", "Agent B", "Agent C"), strict=False):
         text = text.replace(f'"{name}"', f'"{label}"')
     artifacts = json.loads(text)

@@ -159,7 +159,7 @@ class HedgingSettings(StrictModel):
     floor_s: Annotated[float, Field(gt=0)] = 0.5
     budget: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
     #: the most hedge tokens the bucket holds (hedges allowed in a burst; a new home starts with this many)
-    burst: Annotated[float, Field(ge=1.0, le=100.0)] = 2.0
+    burst: Annotated[float, Field(ge=1.0, le=100.0)] = 8.0
 
 
 class OutputSettings(StrictModel):

@@ -7,9 +7,10 @@ Prompt caching: Anthropic caches the prefix tools → system → messages up to 
 (reads billed at ~10% of input, writes at 125%). When a call carries the consultation's cache hint and the shared
 prefix is at least the model's minimum cacheable length, the system prompt is sent as two text blocks — the
 context block every call shares, then the seat's own instructions — each ending in an ``ephemeral`` breakpoint
-(2 of the 4 allowed), and ``tools`` lists every schema of the consultation in a fixed order, the wanted one forced
-by ``tool_choice``: a different tool list would change the prefix before the system prompt from round to round,
-while ``tool_choice`` only affects the cached messages, which are never cached here.
+(2 of the 4 allowed), and ``tools`` lists every schema the model is asked for in the consultation
+(``PromptCache.schemas_for``: a model that only answers as an agent does not carry the judge's) in a fixed order,
+the wanted one forced by ``tool_choice``: a different tool list would change the prefix before the system prompt
+from round to round, while ``tool_choice`` only affects the cached messages, which are never cached here.
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ class AnthropicProvider(HTTPProvider):
             body["temperature"] = request.temperature
         tools: dict[str, Any] = {}
         if cached and request.cache is not None:
-            # every schema of the consultation, always in the same order: the tools open the cached prefix (a
+            # every schema the model is asked for, always in the same order: the tools open the cached prefix (a
             # request without a schema, such as a cache warm-up, sends them too and uses none)
-            tools = {api_name(n): dict(s) for n, s in request.cache.schemas}
+            tools = {api_name(n): dict(s) for n, s in request.cache.schemas_for(self.name, request.model)}
         if request.json_schema is not None:
             name = schema_name(request)
             tools.setdefault(name, dict(request.json_schema))
@@ -124,7 +125,7 @@ class AnthropicProvider(HTTPProvider):
         if not cache.schemas or not self.sends_cache_hints() or stable_tokens < min_cacheable_tokens(model):
             return ""
         return json.dumps([{"name": api_name(n), "description": _TOOL_DESCRIPTION, "input_schema": dict(s)}
-                           for n, s in cache.schemas])
+                           for n, s in cache.schemas_for(self.name, model)])
 
     def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
         if not self.sends_cache_hints() or stable_tokens < min_cacheable_tokens(model):

@@ -7,13 +7,16 @@ its wait in the body (``RetryInfo.retryDelay``); a per-day quota (a ``QuotaFailu
 ``PerDay``) resets at midnight Pacific time and is not retried.
 
 Prompt caching: the context block that opens every system prompt of a consultation is the same in every call. When
-it is at least the model's minimum cacheable length and hints are on, the first call to a model creates an explicit
-cached content holding it (``POST cachedContents``, TTL 600 s, billed once at the input price plus its storage) and
+it is at least the model's minimum cacheable length, hints are on and the first round asks the model for two or
+more answers at once (``PromptCache.together``), the first call to the model creates an explicit cached content
+holding it (``POST cachedContents``, TTL 600 s, billed once at the input price plus its storage) and
 every call then references it (``cachedContent``), so each reads the context at the cached rate whatever its
 schema; the seat's own instructions, which a request naming a cached content may not send as
 ``systemInstruction``, open its user turn instead. The caches are deleted when the consultation ends. If creation
 fails, or a cache has gone (expired), calls are sent whole, where Gemini's implicit caching (no guaranteed saving)
-may still serve the shared prefix.
+may still serve the shared prefix. A model with a single seat is always sent whole: its calls run one after
+another, so the implicit cache serves the context to every call after the first at the cached rate, and an explicit
+one would only add its storage.
 """
 
 from __future__ import annotations
@@ -105,8 +108,14 @@ class GeminiProvider(HTTPProvider):
     # ------------------------------------------------------------------------------------- explicit caching
 
     def _explicit(self, request: CompletionRequest) -> bool:
+        """A cached content is created for the models the first round calls two or more times at once: those
+        calls all miss the implicit cache, and one creation (input price plus 10 minutes of storage: 1.6 × for
+        2.5 Pro) costs less than two uncached prefixes. A model with one seat is left to implicit caching, which
+        serves its later calls at the cached rate without the storage (no saving is promised)."""
         cache = request.cache
         if cache is None or cache.stable_chars <= 0 or not self.sends_cache_hints():
+            return False
+        if (self.name, request.model) not in cache.together:
             return False
         stable, _ = cache.split(request.system)
         return approx_tokens(stable) >= min_cache_tokens(request.model.removeprefix("models/"))

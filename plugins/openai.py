@@ -16,9 +16,11 @@ api.openai.com, or anywhere with ``prompt_cache: on``) routes its calls to the s
 
 A schema per round in ``response_format`` would split that cache by round, so where the tools layout applies
 (:meth:`OpenAIProvider.uses_tools`: api.openai.com with ``prompt_cache`` auto or on, or a custom ``base_url`` —
-a proxy or stand-in for it — with ``prompt_cache: on``, and a context long enough to cache) every artifact schema of
-the consultation is sent as a strict function tool, always the same list in the same order, and the round's own is
-forced with ``tool_choice`` (which is not part of the cached prefix); the call's ``arguments`` are the artifact.
+a proxy or stand-in for it — with ``prompt_cache: on``, and a context long enough to cache) every artifact schema the
+model is asked for in the consultation (all of them for a model that is agent and judge; the agents' rounds' for a
+model that only answers as an agent) is sent as a strict function tool, always the same list in the same order, and
+the round's own is forced with ``tool_choice`` (which is not part of the cached prefix); the call's ``arguments``
+are the artifact.
 Every call of the model then shares tools + context. xAI's and Mistral's hosts keep ``response_format``: their
 caches and strict function calling are not documented to behave the same way, so nothing there is changed.
 """
@@ -30,7 +32,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -144,7 +146,8 @@ class OpenAIProvider(HTTPProvider):
         schema = request.json_schema
         if tools and request.cache is not None:
             # every schema of the consultation, always in the same order: the tools open the cached prefix
-            body["tools"] = _tools(request.cache, request if schema is not None else None)
+            body["tools"] = _tools(request.cache.schemas_for(self.name, request.model),
+                                   request if schema is not None else None)
             body["tool_choice"] = ({"type": "function", "function": {"name": schema_name(request)}}
                                    if schema is not None else "none")
         elif schema is not None and form == "json_schema":
@@ -202,7 +205,7 @@ class OpenAIProvider(HTTPProvider):
             return ""
         if self._schema_form(model) != "json_schema":
             return ""
-        return json.dumps(_tools(cache, None))
+        return json.dumps(_tools(cache.schemas_for(self.name, model), None))
 
     def _schema_form(self, model: str) -> str:
         """The first structured-output form a call to ``model`` with a schema is asked in."""
@@ -359,10 +362,11 @@ def _sdk_order(body: dict[str, Any]) -> dict[str, Any]:
     return {k: body[k] for k in [*first, *sorted(k for k in body if k not in _SDK_FIRST)]}
 
 
-def _tools(cache: PromptCache, request: CompletionRequest | None) -> list[dict[str, Any]]:
-    """Every schema of the consultation as a strict function tool, in the hint's order (``request``'s own schema
-    added last if the hint lacks it)."""
-    functions = {api_name(n): s for n, s in cache.schemas}
+def _tools(schemas: Iterable[tuple[str, Mapping[str, Any]]],
+           request: CompletionRequest | None) -> list[dict[str, Any]]:
+    """Every schema the model is asked for in the consultation (the hint's ``schemas_for``) as a strict function
+    tool, in the hint's order (``request``'s own schema added last if the hint lacks it)."""
+    functions = {api_name(n): s for n, s in schemas}
     if request is not None and request.json_schema is not None:
         functions.setdefault(schema_name(request), request.json_schema)
     return [{"type": "function", "function": {

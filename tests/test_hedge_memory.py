@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from conclave import events
+from conclave.events import EventBus
 from conclave.plugins import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.hedge_memory import MAX_MODELS, SAMPLES_PER_MODEL, HedgeMemory
@@ -51,6 +53,34 @@ async def test_history_from_an_earlier_process_sets_the_first_calls_hedge_delay(
     assert completion.text == "fast twin"  # without history the first call would wait 10 s before hedging
     remembered = HedgeMemory(conclave_env).load()[("openai", "gpt-4o")]
     assert len(remembered) == 21 and remembered[:20] == [0.04] * 20  # the twin's latency was added on close
+
+
+async def test_a_model_without_history_is_hedged_once_its_round_peers_have_answered(fake_provider_server,
+                                                                                   conclave_env, plugins):
+    fake = fake_provider_server
+    fake.script("gpt-4o", [Reply(text="slow primary", latency=3.0), Reply(text="fast twin")])
+    fake.script("claude-sonnet-4-5", Reply(text="peer", latency=0.05))
+    fake.script("gemini-2.5-pro", Reply(text="peer", latency=0.05))
+    settings = fake.settings(hedging=HEDGING, strict_models=True, home=str(conclave_env))
+    hedged: list[dict[str, Any]] = []
+    bus = EventBus("c-test")
+    bus.subscribe(lambda event: hedged.append(event.data) if event.type == events.PROVIDER_HEDGED else None)
+
+    async def ask(pool: ProviderPool, provider: str, model: str) -> str:
+        request = CompletionRequest(model=model, messages=(Message("user", "q"),))
+        completion = await pool.complete(agent=model, provider=provider, request=request, round_number=1)
+        return completion.text
+
+    # a new home: no model has history; round 1's three agents start together
+    async with ProviderPool(settings, plugins, bus, retry_policy=RetryPolicy(),
+                            hedge_memory=HedgeMemory(conclave_env)) as pool:
+        texts = await asyncio.wait_for(asyncio.gather(
+            ask(pool, "openai", "gpt-4o"), ask(pool, "anthropic", "claude-sonnet-4-5"),
+            ask(pool, "gemini", "gemini-2.5-pro")), timeout=2.5)
+    # gpt-4o was hedged 3 × the slowest answered peer (~50 ms) after it was sent, not 10 s: its twin answered
+    assert texts[0] == "fast twin"
+    assert [(h["model"], h["winner"], h["same_model"]) for h in hedged] == [("gpt-4o", "backup", True)]
+    assert 0.15 <= hedged[0]["after_s"] < 1.0
 
 
 async def test_a_cli_consultation_hedges_from_remembered_history_and_stays_complete(fake_provider_server,

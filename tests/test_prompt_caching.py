@@ -312,3 +312,30 @@ async def test_gemini_sends_the_whole_prompt_again_when_its_cached_content_has_g
     assert referenced and all("systemInstruction" in r.json for r in calls[referenced[-1] + 1:])
     assert "cachedContent" not in calls[-1].json and len(calls) > 4
     assert len([r for r in fake.requests if r.path.endswith("/cachedContents")]) == 1
+
+
+async def test_a_gemini_model_with_one_seat_is_left_to_the_implicit_cache(
+        fake_provider_server: FakeProviderServer, conclave_env: Any, context_file: Path) -> None:
+    fake = fake_provider_server
+    # the default panel: one Gemini seat, whose calls come one after another
+    run = await run_consultation(fake, f"context=[{context_file}]", "agents=default", "rounds=3",
+                                 "agents.pragmatist.model=gemini-2.5-flash")
+    assert run.result.status == "complete"
+    assert not [r for r in fake.requests if r.path.endswith("/cachedContents")]  # no storage paid for
+    generated = [r for r in fake.requests if ":generateContent" in r.path or ":streamGenerateContent" in r.path]
+    assert len(generated) >= 2 and all("systemInstruction" in r.json for r in generated)
+    # the whole prompt opens with the context every time, so the implicit cache serves every call after the first
+    assert generated[0].cached_tokens == 0 and all(r.cached_tokens >= 1024 for r in generated[1:])
+
+
+async def test_a_warm_up_is_sent_only_where_one_write_and_the_reads_cost_less_than_a_write_per_seat(
+        fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
+    from conclave.engine.caching import warm_up_pays
+    from conclave.plugins import load_plugins
+    from conclave.providers.pool import ProviderPool
+
+    async with ProviderPool(fake_provider_server.settings(), load_plugins()) as pool:
+        assert not warm_up_pays(pool, "openai", "gpt-4o", 2)  # 1 + 2 × 0.5 = 2 prefills: nothing saved
+        assert warm_up_pays(pool, "openai", "gpt-4o", 3)  # 2.5 instead of 3
+        assert warm_up_pays(pool, "openai", "gpt-5", 2)  # 1 + 2 × 0.1
+        assert warm_up_pays(pool, "anthropic", "claude-sonnet-4-5", 2)  # 1.25 + 2 × 0.1 instead of 2 × 1.25

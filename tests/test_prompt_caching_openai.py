@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from test_engine_support import run_consultation
+from test_engine_support import JUDGE_MODEL, run_consultation
 
 from conclave.config import ProviderSettings
 from conclave.providers.base import CompletionRequest, Message, PromptCache
@@ -145,11 +145,13 @@ async def test_an_openai_panel_reads_the_context_from_the_cache_in_every_round(
     run = await run_consultation(fake, f"context=[{context}]", "agents=openai_only")
     assert run.result.status == "complete"
     calls = [r for r in fake.requests if r.api == "openai" and r.path.endswith("/chat/completions")]
-    assert len({json.dumps(r.json["tools"]) for r in calls}) == 1 and all("response_format" not in r.json
-                                                                          for r in calls)
-    # the plan's schemas in order, then the objection round's, which groupthink detection may insert later
-    assert [t["function"]["name"] for t in calls[0].json["tools"]] == [
-        "independent", "synthesis", "cross_exam_reply", "cross_exam", "verdict", "objection"]
+    assert all("response_format" not in r.json for r in calls)
+    # one tool list per model: the schemas its seats are asked for, in plan order (the agents' model also carries
+    # the objection round's, which groupthink detection may insert later; the judge's model only the judge's)
+    tools = {r.model: [t["function"]["name"] for t in r.json["tools"]] for r in calls}
+    assert all([t["function"]["name"] for t in r.json["tools"]] == tools[r.model] for r in calls)
+    assert tools == {"gpt-4o": ["independent", "cross_exam_reply", "objection"],
+                     JUDGE_MODEL: ["synthesis", "cross_exam", "verdict"]}
     forced = {r.json["tool_choice"]["function"]["name"] for r in calls if isinstance(r.json["tool_choice"], dict)}
     assert len(forced) >= 3  # answers, synthesis, replies, verdict: one tool list for all of them
     # the three agents share gpt-4o: one warm-up (no schema, tool_choice none) writes tools + context first,

@@ -105,6 +105,10 @@ def test_hedge_delay_override_history_margin_floor_and_no_history():
     assert hedge_after(HedgingSettings(floor_s=2.0), 0.4) == 2.0
     assert hedge_after(HedgingSettings(floor_s=0.5), 0.4) == pytest.approx(0.6)  # 1.5 × the p90
     assert hedge_after(HedgingSettings(floor_s=2.0), 6.5) == pytest.approx(9.75)
+    # no history: 3 × the slowest peer that has answered, never below the floor; history wins over peers
+    assert hedge_after(HedgingSettings(floor_s=0.5), None, [0.3, 0.2]) == pytest.approx(0.9)
+    assert hedge_after(HedgingSettings(floor_s=0.5), None, [0.1]) == 0.5
+    assert hedge_after(HedgingSettings(floor_s=0.5), 0.4, [3.0]) == pytest.approx(0.6)
 
 
 # ------------------------------------------------------------------------------------- retries

@@ -10,8 +10,10 @@ Providers turn it into their API's caching hints (``providers.<name>.prompt_cach
 Calls sent at the same time cannot read each other's cache writes, so the first round's agents would all write the
 same prefix. Before the first round, one small request per (provider, model) that two or more of its agents share
 — where the provider caches the prefix for every call to the model (``CacheRule.shared_by == "model"``) and does
-not create it separately — writes the prefix once (:func:`warm_prompt_caches`); the agents then read it. It costs
-one prefill of the context before round 1 and saves a cache write per further agent.
+not create it separately, and where it pays (:func:`warm_up_pays`) — writes the prefix once
+(:func:`warm_prompt_caches`); the agents then read it. It costs one prefill of the context before round 1 and saves
+a cache write per further agent. Those pairs are the hint's ``together``; a provider that creates its cache
+separately (Gemini's cached contents) does so only for them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from conclave.engine.extraction import request_schema
 from conclave.engine.strategy import context_block
-from conclave.providers.base import CacheRule, CompletionRequest, Message, PromptCache, ProviderError
+from conclave.providers.base import CacheRule, CompletionRequest, Message, PromptCache, ProviderError, Usage
 from conclave.providers.http import approx_tokens
 
 if TYPE_CHECKING:
@@ -46,7 +48,21 @@ def prompt_cache_for(session: Session) -> PromptCache | None:
         return None
     key = "conclave-" + hashlib.sha256(block.encode("utf-8")).hexdigest()[:32]
     names = dict.fromkeys([*(t.schema for t in session.plan.types), *_insertable_schemas(session)])
-    return PromptCache(key=key, stable_chars=len(block), schemas=tuple((n, request_schema(n)) for n in names))
+    # every agent answers the first round, all at once
+    agents = [(agent.provider, agent.model) for agent in session.settings.agents.values()]
+    seats = Counter(agents)
+    # which schemas each model is asked for: the agents' rounds' (the objection round is one) and the judge's
+    asked: dict[tuple[str, str], set[str]] = {}
+    agent_schemas = {t.schema for t in session.plan.types if t.seat == "agents"} | set(_insertable_schemas(session))
+    for pair in agents:
+        asked.setdefault(pair, set()).update(agent_schemas)
+    judge = (session.settings.judge.provider, session.settings.judge.model)
+    if judge[0] and judge[1]:
+        asked.setdefault((str(judge[0]), str(judge[1])), set()).update(
+            t.schema for t in session.plan.types if t.seat != "agents")
+    return PromptCache(key=key, stable_chars=len(block), schemas=tuple((n, request_schema(n)) for n in names),
+                       together=frozenset(pair for pair, count in seats.items() if count >= 2),
+                       seat_schemas=tuple((pair, tuple(n for n in names if n in mine)) for pair, mine in asked.items()))
 
 
 def _insertable_schemas(session: Session) -> list[str]:
@@ -63,12 +79,31 @@ def _insertable_schemas(session: Session) -> list[str]:
     return []
 
 
-def cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int) -> CacheRule | None:
-    """``provider``'s rule for a stable prefix of ``stable_tokens`` tokens (None: unknown provider, or no caching)."""
+def cache_rule(pool: ProviderPool, provider: str, model: str, stable_tokens: int,
+               cache: PromptCache | None = None) -> CacheRule | None:
+    """``provider``'s rule for a stable prefix of ``stable_tokens`` tokens (None: unknown provider, or no caching).
+    With ``cache``, a prefix created once (Gemini's cached contents) applies only to the pairs it calls together."""
     try:
-        return pool.provider(provider).cache_rule(model, stable_tokens)
+        rule = pool.provider(provider).cache_rule(model, stable_tokens)
     except ProviderError:
         return None
+    if rule is not None and rule.created_once and cache is not None and (provider, model) not in cache.together:
+        return None
+    return rule
+
+
+def warm_up_pays(pool: ProviderPool, provider: str, model: str, seats: int) -> bool:
+    """Whether writing the prefix once before the first round costs less than letting its ``seats`` calls to
+    ``provider``/``model`` (sent at once, so all of them miss) each write it: one write plus ``seats`` reads
+    against ``seats`` writes. A write is billed at the sheet's cache-write price (the input price where there is
+    none), a read at its cached price. gpt-4o (cached = half the input price) needs three seats; Claude (write
+    1.25 ×, read 0.1 ×) or gpt-5 (read 0.1 ×) two. Unknown or zero prices: warm up (caching still saves time)."""
+    size = 1_000_000
+    write = pool.cost(provider, model, Usage(size, 0, 0, size))
+    read = pool.cost(provider, model, Usage(size, 0, size, 0))
+    if not write or read is None:
+        return True
+    return write + seats * read < seats * write - 1e-12
 
 
 def cached_definitions(pool: ProviderPool, provider: str, model: str, cache: PromptCache, stable_tokens: int) -> str:
@@ -86,7 +121,8 @@ def warmed_groups(pool: ProviderPool, seats: Iterable[tuple[str, str]], stable_t
     out = []
     for (provider, model), count in Counter(seats).items():
         rule = rule_for(provider, model, stable_tokens)
-        if count >= 2 and rule is not None and rule.shared_by == "model" and not rule.created_once:
+        if (count >= 2 and rule is not None and rule.shared_by == "model" and not rule.created_once
+                and warm_up_pays(pool, provider, model, count)):
             out.append((provider, model))
     return out
 

@@ -201,7 +201,7 @@ def price_calls(
         if spec.cache is not None:
             input_tokens += definitions_size(spec)
             size = min(stable_size(spec), input_tokens)
-            rule = cache_rule(pool, spec.provider, spec.model, size)
+            rule = cache_rule(pool, spec.provider, spec.model, size, spec.cache)
             if rule is not None:
                 key = (spec.provider, spec.model, *((spec.schema_name,) if rule.shared_by == "model+schema" else ()))
                 seen = first_step.setdefault(key, call.step)

@@ -38,7 +38,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     """
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
-    from conclave.engine.warmup import warm_up_subscriber
+    from conclave.engine.warmup import settled, warm_up_subscriber
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
     from conclave.signals import termination_as_interrupt
@@ -68,6 +68,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     except KeyboardInterrupt:
         print("conclave: interrupted", file=sys.stderr)
         if consultation.result is not None:
+            settled()  # the renderers may still be being imported by the warm-up thread
             print_result(consultation.result.as_dict(), settings.output.format, sys.stdout)
         return EXIT_INTERRUPTED
     finally:
@@ -76,6 +77,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     if consultation.refusal is not None:
         print(f"conclave: consultation not {verb}: {consultation.refusal}", file=sys.stderr)
         return EXIT_FAILED
+    settled()
     print_result(result.as_dict(), settings.output.format, sys.stdout)
     startup_trace.mark("result printed")
     if not result.ok:

@@ -27,13 +27,31 @@ LATER_MODULES = ("jsonschema", "conclave.engine.result", "statistics", "difflib"
                  "conclave.render.jsonld")
 
 
+_THREAD_NAME = "conclave-import-warmup"
+#: module -> set once the warm-up has imported it (or failed to); empty until a warm-up starts
+_imported: dict[str, threading.Event] = {}
+
+
+def settled(name: str = LATER_MODULES[-1]) -> None:
+    """Wait until a running warm-up is past ``name`` (by default: done). Two threads importing one package at the
+    same time can deadlock (Python raises ``_DeadlockError`` in one of them: a package half initialized by one
+    thread lets the other in to its submodules), so code outside the warm-up calls this before it imports a module
+    the warm-up imports. Returns at once when no warm-up was started."""
+    event = _imported.get(name)
+    if event is not None and threading.current_thread().name != _THREAD_NAME:
+        event.wait()
+
+
 def _import_later_modules() -> None:
     time.sleep(WARMUP_AFTER_S)
     startup_trace.mark(startup_trace.WARM_UP, once=True)
     for name in LATER_MODULES:
         # on failure the step that needs the module imports it again and says what is wrong
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
+        try:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+        finally:
+            _imported[name].set()
 
 
 def warm_up_subscriber() -> Callable[[Any], None]:
@@ -45,6 +63,8 @@ def warm_up_subscriber() -> Callable[[Any], None]:
         if started or event.type != ROUND_STARTED:
             return
         started = True
-        threading.Thread(target=_import_later_modules, daemon=True, name="conclave-import-warmup").start()
+        for name in LATER_MODULES:
+            _imported.setdefault(name, threading.Event())
+        threading.Thread(target=_import_later_modules, daemon=True, name=_THREAD_NAME).start()
 
     return on_event

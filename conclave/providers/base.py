@@ -42,6 +42,21 @@ class PromptCache:
     key: str
     stable_chars: int
     schemas: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: the (provider, model) pairs the first round calls two or more times at once: those calls cannot read each
+    #: other's writes, so only for these does caching the prefix before the round pay (a warm-up request, or
+    #: Gemini's explicit cached content)
+    together: frozenset[tuple[str, str]] = frozenset()
+    #: (provider, model) -> the names of the schemas its seats are asked for: an API that sends the schemas in front
+    #: of the prefix (as tools) sends a model only its own, so a model that only answers as an agent does not carry
+    #: the judge's schemas in every call; a pair not listed (a substitute) gets them all
+    seat_schemas: tuple[tuple[tuple[str, str], tuple[str, ...]], ...] = ()
+
+    def schemas_for(self, provider: str, model: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+        """The schemas, in the hint's order, that calls to ``provider``/``model`` send."""
+        for pair, names in self.seat_schemas:
+            if pair == (provider, model):
+                return tuple((n, s) for n, s in self.schemas if n in names)
+        return self.schemas
 
     def split(self, system: str | None) -> tuple[str, str]:
         """``system`` as (the consultation-wide stable part, the seat's part)."""
@@ -98,7 +113,9 @@ class CacheRule:
     calls that also ask for the same schema (``model+schema``: the API puts the schema before the prompt). A call
     reads the prefix only when a call sharing it finished in an earlier round (calls of one round run at once and
     all miss). ``created_once``: the prefix is cached by a separate request before the first call (Gemini's
-    cached contents), so every call reads it and the creation is billed once as a write.
+    cached contents), so every call reads it and the creation is billed once as a write. The provider creates it
+    only for the pairs in :attr:`PromptCache.together` (elsewhere its implicit cache serves the later calls, with
+    no saving promised, so the estimate counts none there).
     """
 
     shared_by: Literal["model", "model+schema"] = "model"

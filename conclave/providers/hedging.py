@@ -2,18 +2,27 @@
 
 When: after ``hedging.hedge_after_s`` if set; otherwise after :data:`HISTORY_MARGIN` × the model's
 :data:`HISTORY_QUANTILE` latency (1.5 × p90) over its remembered successful calls, never sooner than
-``hedging.floor_s``, and after :data:`NO_HISTORY_HEDGE_AFTER_S` while the model has no history at all. The
-history outlives the process (``$CONCLAVE_HOME/hedging.json``, see :mod:`conclave.providers.hedge_memory`), so a
-CLI run starts with it. p90 × 1.5 rather than p95: when 5% or more of a model's calls are slow, its p95 *is* a
-slow call and a p95 delay would stop hedging exactly when it helps; p90 stays in the body of the distribution
-and the margin keeps ordinary jitter from triggering hedges.
+``hedging.floor_s``. The history outlives the process (``$CONCLAVE_HOME/hedging.json``, see
+:mod:`conclave.providers.hedge_memory`), so a CLI run starts with it. p90 × 1.5 rather than p95: when 5% or more
+of a model's calls are slow, its p95 *is* a slow call and a p95 delay would stop hedging exactly when it helps;
+p90 stays in the body of the distribution and the margin keeps ordinary jitter from triggering hedges.
+
+A model with no history at all (a new home, a model used for the first time) is measured against its peers: the
+calls of the same round that have already answered (round 1's agents answer the same question at the same time),
+or, in a round where none has, the calls this consultation has finished. It is hedged after :data:`PEER_MARGIN`
+× the slowest of them (never sooner than ``hedging.floor_s``): when two of three agents are back in 0.3 s, the
+third at 3 s is an outlier. The delay is re-evaluated whenever a peer answers; it only grows as more peers answer
+(the slowest peer can only get slower), and until the first one answers it is :data:`NO_HISTORY_HEDGE_AFTER_S`.
 
 How many: a token bucket. Every call started adds ``hedging.budget`` tokens (0.05), up to ``hedging.burst``
-tokens; a hedge spends one. A new home starts with a full bucket, so a short consultation may hedge at once,
+tokens (8); a hedge spends one. A new home starts with a full bucket, so a short consultation may hedge at once,
 and over any sequence of N calls — in one process or many sharing a home — hedges stay at most
 ``burst + budget × N``: the long-run share of extra calls is ``hedging.budget``. The bucket is shared by every
 process of the home (taken under a file lock when a hedge is about to start); a pool without a home keeps its own
-bucket in memory, with the same rule.
+bucket in memory, with the same rule. Why a burst of 8: when slow calls come at about the budget's rate (5%),
+the bucket's level is a walk without drift, and a small bucket runs dry at every cluster of slow calls. Over
+~1,000 calls with exactly 5% of them slow (at random places), a bucket of 2 leaves ~10 of ~48 slow calls
+unhedged, 5 about 0.5, 8 none (simulated over 500 schedules); the long-run share stays ``hedging.budget``.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ T = TypeVar("T")
 
 #: hedge delay while a model has no latency history
 NO_HISTORY_HEDGE_AFTER_S = 10.0
+#: a model without history is hedged after this many times the slowest of its peers that have answered
+PEER_MARGIN = 3.0
 #: the latency quantile of a model's history the hedge delay is based on, and the margin it is multiplied by
 HISTORY_QUANTILE = 0.90
 HISTORY_MARGIN = 1.5
@@ -81,20 +92,25 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def hedge_after(settings: HedgingSettings, history_s: float | None) -> float | None:
+def hedge_after(settings: HedgingSettings, history_s: float | None,
+                peers_s: Sequence[float] = ()) -> float | None:
     """Seconds to wait for the primary before hedging; None when hedging is off.
 
-    ``history_s`` is the model's :data:`HISTORY_QUANTILE` latency (None without history). ``hedging.hedge_after_s``
-    wins; otherwise :data:`HISTORY_MARGIN` × ``history_s``, never below ``hedging.floor_s``, and
-    :data:`NO_HISTORY_HEDGE_AFTER_S` until the model has answered once.
+    ``history_s`` is the model's :data:`HISTORY_QUANTILE` latency (None without history); ``peers_s`` the
+    latencies of the calls that have answered alongside it (its round's, else its consultation's).
+    ``hedging.hedge_after_s`` wins; otherwise :data:`HISTORY_MARGIN` × ``history_s``; without history
+    :data:`PEER_MARGIN` × the slowest peer; both never below ``hedging.floor_s``; with neither,
+    :data:`NO_HISTORY_HEDGE_AFTER_S`.
     """
     if not settings.enabled:
         return None
     if settings.hedge_after_s is not None:
         return settings.hedge_after_s
-    if history_s is None:
-        return NO_HISTORY_HEDGE_AFTER_S
-    return max(settings.floor_s, HISTORY_MARGIN * history_s)
+    if history_s is not None:
+        return max(settings.floor_s, HISTORY_MARGIN * history_s)
+    if peers_s:
+        return max(settings.floor_s, PEER_MARGIN * max(peers_s))
+    return NO_HISTORY_HEDGE_AFTER_S
 
 
 async def race(

@@ -129,6 +129,10 @@ class ProviderPool:
         #: (agent, round, provider, model) -> the (provider, model) that stood in for it: a follow-up call of the
         #: same agent in the same round (the re-ask quoting the substitute's answer) goes to the substitute
         self._stand_ins: dict[tuple[str, int, str, str], tuple[str, str]] = {}
+        #: latencies of the successful attempts of this consultation, by round: the peers a model without latency
+        #: history is compared with; ``_answered`` is set (and replaced) each time one is added
+        self._peer_latencies: dict[int, list[float]] = {}
+        self._answered = asyncio.Event()
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -272,21 +276,61 @@ class ProviderPool:
             completion = await self._failover(call, provider, request, exc, allow_substitution)
         return replace(completion, latency_s=time.perf_counter() - started, attempts=tuple(call.attempts))
 
+    def _hedge_delay(self, call: _Call, provider: str, model: str) -> tuple[float | None, bool]:
+        """The hedge delay for ``model`` now, and whether it can still change (no history: it follows the peers
+        that answer while the call waits)."""
+        history = self.health.latency_quantile(provider, model, HISTORY_QUANTILE)
+        if history is not None or self.settings.hedging.hedge_after_s is not None:
+            return hedge_after(self.settings.hedging, history), False
+        peers = self._peer_latencies.get(call.round_number) or [
+            latency for latencies in self._peer_latencies.values() for latency in latencies]
+        return hedge_after(self.settings.hedging, None, peers), True
+
+    async def _wait_for_hedge(self, call: _Call, primary: asyncio.Task[Completion], provider: str,
+                              model: str) -> float | None:
+        """Wait until the primary is done (None) or its hedge delay has passed since it was sent (the delay)."""
+        # the hedge delay counts from when the primary is sent, not from when it joined an endpoint's queue
+        sent = asyncio.create_task(call.sent.wait())
+        try:
+            await asyncio.wait({primary, sent}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sent.cancel()
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        while True:
+            delay, provisional = self._hedge_delay(call, provider, model)
+            assert delay is not None  # hedging is on
+            remaining = delay - (loop.time() - sent_at)
+            if primary.done():
+                return None
+            if remaining <= 0:
+                return delay
+            waiting: set[asyncio.Future[Any]] = {primary}
+            answered = asyncio.create_task(self._answered.wait()) if provisional else None
+            if answered is not None:
+                waiting.add(answered)
+            try:
+                done, _ = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if answered is not None:
+                    answered.cancel()
+            if primary in done:
+                return None
+            if not done:
+                return delay
+
+    def _peer_answered(self, round_number: int, latency: float) -> None:
+        self._peer_latencies.setdefault(round_number, []).append(latency)
+        answered, self._answered = self._answered, asyncio.Event()
+        answered.set()
+
     async def _hedged(self, call: _Call, provider: str, request: CompletionRequest, substitute: bool) -> Completion:
-        delay = hedge_after(self.settings.hedging,
-                            self.health.latency_quantile(provider, request.model, HISTORY_QUANTILE))
-        if delay is None:
+        if not self.settings.hedging.enabled:
             return await self._run(call, provider, request, hedge=False)
         primary = asyncio.create_task(self._run(call, provider, request, hedge=False))
         try:
-            # the hedge delay counts from when the primary is sent, not from when it joined an endpoint's queue
-            sent = asyncio.create_task(call.sent.wait())
-            try:
-                await asyncio.wait({primary, sent}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sent.cancel()
-            done, _ = await asyncio.wait({primary}, timeout=delay)
-            if done:
+            delay = await self._wait_for_hedge(call, primary, provider, request.model)
+            if delay is None:
                 return primary.result()
             target = (self.backup_for(provider, request.model) if substitute else None) or (provider, request.model)
             if self._one_slot_for_both(provider, target[0]) or not self.budget.try_acquire():
@@ -465,6 +509,8 @@ class ProviderPool:
         call.attempts.append(attempt)
         if outcome in _HEALTH_OUTCOMES:
             self.health.record(provider, model, ok=outcome == "ok", latency_s=latency)
+            if outcome == "ok":
+                self._peer_answered(call.round_number, latency)
             if outcome == "ok" and self.hedge_memory is not None:
                 self.hedge_memory.note(provider, model, latency)
         if self.bus is not None:
