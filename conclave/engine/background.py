@@ -4,7 +4,8 @@ Between a round's last answer and the next round's requests, the engine only doe
 those requests needs (validating the answers, the journal made durable, the debate state, the prompts). Exact
 token counts for the record — the savings of ``token_efficiency_stats``, the context summary's counts — are
 queued here instead (:meth:`Background.defer`): from the consultation's second round on, they run on the event
-loop :data:`DEFER_S` after they were queued, one job per loop iteration (so an answer that arrives meanwhile waits for one job at most), and
+loop :data:`DEFER_S` after they were queued, one job per loop iteration and only when nothing else is ready to
+run (a request still being sent goes first; an answer that arrives meanwhile waits for one job at most), and
 :meth:`Background.settle` runs whatever is still queued, at once, before anything reads their results.
 
 Jobs only compute from values they were given (strings, counts): nothing they read changes after they were
@@ -18,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 #: how long after a job is queued it may run: the requests built just before it have left by then
-DEFER_S = 0.02
+DEFER_S = 0.05
 
 
 class Background:
@@ -70,6 +71,10 @@ class Background:
         self._handle = None
         if not self._jobs:
             return
+        loop = asyncio.get_running_loop()
+        if busy(loop):  # a request still being built or sent goes first
+            self._handle = loop.call_soon(self._run_one)
+            return
         job = self._jobs.popleft()
         try:
             job()
@@ -78,3 +83,33 @@ class Background:
         finally:
             if self._jobs and self._handle is None:
                 self._handle = asyncio.get_running_loop().call_soon(self._run_one)
+
+
+def busy(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` has other work ready to run (a task still building or sending a request) than the waiters
+    for idleness themselves; False when it only waits on the network (or cannot tell: an event loop without
+    asyncio's ready queue)."""
+    return any(getattr(getattr(handle, "_callback", None), "__func__", getattr(handle, "_callback", None))
+               not in _IDLE_WAITERS for handle in getattr(loop, "_ready", ()))
+
+
+async def idle() -> None:
+    """Return once the running loop has nothing but idle waiters ready to run (at most 1,000 loop iterations)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    loop.call_soon(_when_idle, done, 1000)
+    await done
+
+
+def _when_idle(done: asyncio.Future[None], tries: int) -> None:
+    if done.done():
+        return
+    loop = done.get_loop()
+    if tries > 0 and busy(loop):
+        loop.call_soon(_when_idle, done, tries - 1)
+    else:
+        done.set_result(None)
+
+
+#: the callbacks that wait for the loop to be idle: they do not count as work for each other
+_IDLE_WAITERS = frozenset({Background._run_one, _when_idle})

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from conclave import __version__, artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
+from conclave.engine.background import idle
 from conclave.engine.consent import decide_consent, store_always_allow
 from conclave.engine.cost import (
     CostEstimate,
@@ -162,7 +163,7 @@ class Consultation:
         #: a lower bound of the exact estimate's total that needs no tokenizer (every planned call's output cap),
         #: which lets the cost gate pass while the exact estimate is still being counted (:meth:`_gate`)
         self._floor: float | None = None
-        self._count_go = asyncio.Event()  # the exact count may start (the second round is under way)
+        self._count_go = asyncio.Event()  # the exact count may start (round 1 is under way)
         self._count_now = False  # it is needed now: no waiting for requests to leave
         self._checks_ready: asyncio.Future[None] | None = None  # schema checks prepared while round 1 waits
         self._estimated_rounds: int | None = None  # how many rounds the estimate covers (the cap when repeating)
@@ -281,9 +282,9 @@ class Consultation:
             number = steps[0].number
             if previous is not None:
                 await self._gate(session, f"round {previous}")  # before spending on the next round
-                self._count_go.set()  # counted while this round's requests are in flight
-                session.later.start()  # so are the counts for the record
+                session.later.start()  # the counts for the record: while this round's requests are in flight
             else:
+                self._count_go.set()  # the exact estimate: while round 1's requests are in flight
                 self._prepare_checks(session)
             if number in restored:
                 reason = f"restored round {number}"
@@ -452,20 +453,22 @@ class Consultation:
 
         async def prepare() -> None:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)
+            await idle()  # round 1's requests have left
             await asyncio.to_thread(artifacts.prepare_checks, names)
 
         self._checks_ready = asyncio.ensure_future(prepare())
 
     async def _count_exactly(self, session: Session, planned: list[PlannedText], rounds: list[int]) -> None:
-        """The exact estimate, counted in a worker thread once the second round's requests have left (or at once
-        when something needs it sooner: :meth:`_exact_estimate`).
+        """The exact estimate, counted in a worker thread once round 1's requests have left (or at once when
+        something needs it sooner: :meth:`_exact_estimate`).
 
         Building a tokenizer and counting every planned prompt holds the interpreter lock for a few hundred
         milliseconds: started after the requests are sent, it overlaps their network time instead of delaying
-        them; and not during round 1, whose wait already holds the imports and schema checks its answers need."""
+        them. Nothing waits for it before the cost gate needs it (:meth:`_gate`) or early termination does."""
         await self._count_go.wait()
         if not self._count_now:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)
+            await idle()  # the round's requests have left
         self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
 
     async def _gate(self, session: Session, phase: str) -> None:
