@@ -55,6 +55,21 @@ async def test_history_from_an_earlier_process_sets_the_first_calls_hedge_delay(
     assert len(remembered) == 21 and remembered[:20] == [0.04] * 20  # the twin's latency was added on close
 
 
+async def test_one_slow_call_in_a_thin_history_does_not_stop_the_next_hedge(fake_provider_server, conclave_env,
+                                                                            plugins):
+    """A home's first consultations leave a few latencies; with one slow call among them their p90 is that call
+    (nearest rank), so 1.5 × p90 would never hedge again. A thin history is read as 3 × its median instead."""
+    fake = fake_provider_server
+    fake.script("gpt-4o", [Reply(text="slow primary", latency=0.8), Reply(text="fast twin")])
+    _seed(conclave_env, "openai", "gpt-4o", [0.02] * 8 + [0.8])  # 9 calls, one slow: hedge after 3 × 20 ms
+    settings = fake.settings(hedging=HEDGING, strict_models=True, home=str(conclave_env))
+    request = CompletionRequest(model="gpt-4o", messages=(Message("user", "q"),))
+    async with ProviderPool(settings, plugins, retry_policy=RetryPolicy(),
+                            hedge_memory=HedgeMemory(conclave_env)) as pool:
+        completion = await pool.complete(agent="a", provider="openai", request=request, round_number=1)
+    assert completion.text == "fast twin"  # 1.5 × the p90 (0.8 s) = 1.2 s would have let the primary win
+
+
 async def test_a_model_without_history_is_hedged_once_its_round_peers_have_answered(fake_provider_server,
                                                                                    conclave_env, plugins):
     fake = fake_provider_server

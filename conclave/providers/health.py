@@ -107,6 +107,10 @@ class HealthTracker:
             return HealthStatus.DEGRADED
         return HealthStatus.HEALTHY
 
+    def latency_count(self, provider: str, model: str) -> int:
+        """How many successful latencies the model's history holds."""
+        return len(self._latencies.get((provider, model), ()))
+
     def latency_quantile(self, provider: str, model: str, q: float) -> float | None:
         """Nearest-rank ``q`` quantile of the model's successful latencies; None without history."""
         history = self._latencies.get((provider, model))

@@ -7,6 +7,10 @@ When: after ``hedging.hedge_after_s`` if set; otherwise after :data:`HISTORY_MAR
 of a model's calls are slow, its p95 *is* a slow call and a p95 delay would stop hedging exactly when it helps;
 p90 stays in the body of the distribution and the margin keeps ordinary jitter from triggering hedges.
 
+A history thinner than :data:`MIN_HISTORY` calls (a home's first consultations) has its maximum as its p90, so
+one slow call in it would put the delay past every later slow call: it is read as :data:`PEER_MARGIN` × its median
+instead.
+
 A model with no history at all (a new home, a model used for the first time) is measured against its peers: the
 calls of the same round that have already answered (round 1's agents answer the same question at the same time),
 or, in a round where none has, the calls this consultation has finished. It is hedged after :data:`PEER_MARGIN`
@@ -47,6 +51,9 @@ PEER_MARGIN = 3.0
 #: the latency quantile of a model's history the hedge delay is based on, and the margin it is multiplied by
 HISTORY_QUANTILE = 0.90
 HISTORY_MARGIN = 1.5
+#: a history with fewer samples is thin: its p90 is its maximum (nearest rank), so one slow call would set the
+#: delay past every later slow call; a thin history is read like peers, :data:`PEER_MARGIN` × its median
+MIN_HISTORY = 10
 
 
 class HedgeBudget:

@@ -37,7 +37,7 @@ from conclave.providers.base import (
 )
 from conclave.providers.health import HealthStatus, HealthTracker
 from conclave.providers.hedge_memory import HedgeMemory
-from conclave.providers.hedging import HISTORY_QUANTILE, HedgeBudget, hedge_after, race
+from conclave.providers.hedging import HISTORY_QUANTILE, MIN_HISTORY, HedgeBudget, hedge_after, race
 from conclave.providers.pricing import PriceTable
 from conclave.providers.probe import TEST_PROMPT, TEST_SCHEMA, CallCheck, ProbeResult, probe, test_request
 from conclave.providers.retry import RetryPolicy, call_with_retries
@@ -279,9 +279,13 @@ class ProviderPool:
     def _hedge_delay(self, call: _Call, provider: str, model: str) -> tuple[float | None, bool]:
         """The hedge delay for ``model`` now, and whether it can still change (no history: it follows the peers
         that answer while the call waits)."""
-        history = self.health.latency_quantile(provider, model, HISTORY_QUANTILE)
-        if history is not None or self.settings.hedging.hedge_after_s is not None:
+        samples = self.health.latency_count(provider, model)
+        if samples >= MIN_HISTORY or self.settings.hedging.hedge_after_s is not None:
+            history = self.health.latency_quantile(provider, model, HISTORY_QUANTILE)
             return hedge_after(self.settings.hedging, history), False
+        if samples:  # thin: its median, like a peer (one slow call in it must not stop every later hedge)
+            median = self.health.latency_quantile(provider, model, 0.5)
+            return hedge_after(self.settings.hedging, None, [median] if median is not None else []), False
         peers = self._peer_latencies.get(call.round_number) or [
             latency for latencies in self._peer_latencies.values() for latency in latencies]
         return hedge_after(self.settings.hedging, None, peers), True
