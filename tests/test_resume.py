@@ -440,6 +440,9 @@ async def interrupt_during_round_1(home: Path, fake: FakeProviderServer) -> tupl
         fake.script(model, Fault.hang())
     process = await asyncio.create_subprocess_exec(
         *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
+        # no hedging: a hanging agent would be hedged 0.5 s after its peer answered (3 × the peer, the floor), and
+        # the round could end just before the signal
+        "hedging.enabled=false",
         env=clean_env(home, FAKE_KEYS), cwd=home,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
@@ -452,7 +455,7 @@ async def interrupt_during_round_1(home: Path, fake: FakeProviderServer) -> tupl
     else:
         process.kill()
         pytest.fail("round 1 never asked all three agents")
-    await asyncio.sleep(0.5)  # the fast answer is in; the other two hang (well under the 2 s hedging floor)
+    await asyncio.sleep(0.5)  # the fast answer is in; the other two hang
     process.send_signal(signal.SIGINT)
     _, err = await process.communicate()
     assert process.returncode is not None
@@ -514,6 +517,9 @@ async def signal_during_round_1(home: Path, fake: FakeProviderServer, signum: in
         fake.script(model, Fault.hang())
     process = await asyncio.create_subprocess_exec(
         *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
+        # no hedging: a hanging agent would be hedged 0.5 s after its peer answered (3 × the peer, the floor), and
+        # the round could end just before the signal
+        "hedging.enabled=false",
         env=clean_env(home, FAKE_KEYS), cwd=home,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
