@@ -70,6 +70,27 @@ async def test_one_slow_call_in_a_thin_history_does_not_stop_the_next_hedge(fake
     assert completion.text == "fast twin"  # 1.5 × the p90 (0.8 s) = 1.2 s would have let the primary win
 
 
+async def test_a_prompt_cache_warm_up_sets_no_hedge_delay(fake_provider_server, conclave_env, plugins):
+    """A warm-up (one output token before round 1) answers fast: counted as a peer or as history it would have the
+    round's first real answer hedged after 3 × a prefill. It is neither, so that answer is not hedged at all."""
+    from conclave.providers.base import WARMUP_AGENT
+
+    fake = fake_provider_server
+    fake.script("gpt-4o", [Reply(text="warm"), Reply(text="slow primary", latency=0.4), Reply(text="fast twin")])
+    settings = fake.settings(hedging=HEDGING, strict_models=True, home=str(conclave_env))
+
+    def request() -> CompletionRequest:
+        return CompletionRequest(model="gpt-4o", messages=(Message("user", "q"),))
+
+    async with ProviderPool(settings, plugins, retry_policy=RetryPolicy(),
+                            hedge_memory=HedgeMemory(conclave_env)) as pool:
+        await pool.complete(agent=WARMUP_AGENT, provider="openai", request=request(), round_number=1)
+        completion = await pool.complete(agent="a", provider="openai", request=request(), round_number=1)
+    assert completion.text == "slow primary"  # no peer, no history: the 10 s delay, never reached
+    remembered = HedgeMemory(conclave_env).load()[("openai", "gpt-4o")]
+    assert len(remembered) == 1 and remembered[0] >= 0.4  # the answer's latency only, not the warm-up's
+
+
 async def test_a_model_without_history_is_hedged_once_its_round_peers_have_answered(fake_provider_server,
                                                                                    conclave_env, plugins):
     fake = fake_provider_server

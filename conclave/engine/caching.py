@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING
 
 from conclave.engine.extraction import request_schema
 from conclave.engine.strategy import context_block
-from conclave.providers.base import CacheRule, CompletionRequest, Message, PromptCache, ProviderError, Usage
+from conclave.providers.base import (
+    WARMUP_AGENT,
+    CacheRule,
+    CompletionRequest,
+    Message,
+    PromptCache,
+    ProviderError,
+    Usage,
+)
 from conclave.providers.http import approx_tokens
 
 if TYPE_CHECKING:
@@ -37,7 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the ``agent`` of a cache warm-up request in the call log
-WARMUP_AGENT = "prompt_cache"
 WARMUP_PROMPT = "Reply with OK."
 
 

@@ -374,3 +374,8 @@ class Provider(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook; most providers own nothing to release
         """Release resources the provider owns (the shared session is not its to close)."""
+
+
+#: the agent name of a prompt-cache warm-up call (one output token, sent before round 1): its latency is a prefill,
+#: not an answer, so it sets no hedge delay (neither as a peer nor in the latency history)
+WARMUP_AGENT = "prompt_cache"

@@ -57,15 +57,16 @@ class HealthTracker:
         self._windows: dict[str, _Window] = {}
         self._latencies: dict[tuple[str, str], deque[float]] = {}
 
-    def record(self, provider: str, model: str, *, ok: bool, latency_s: float) -> None:
-        """One finished attempt. Cancelled attempts are not recorded: their latency is unknown, only bounded."""
+    def record(self, provider: str, model: str, *, ok: bool, latency_s: float, latency_history: bool = True) -> None:
+        """One finished attempt. Cancelled attempts are not recorded: their latency is unknown, only bounded.
+        ``latency_history=False``: the attempt counts for the provider's health, its latency for no hedge delay."""
         window = self._windows.get(provider)
         if window is None:
             window = self._windows[provider] = _Window(self.thresholds.window)
         window.outcomes.append((ok, latency_s))
         window.consecutive_failures = 0 if ok else window.consecutive_failures + 1
         window.last_checked = time.time()
-        if ok:
+        if ok and latency_history:
             key = (provider, model)
             history = self._latencies.get(key)
             if history is None:

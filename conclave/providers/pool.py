@@ -24,6 +24,7 @@ import aiohttp
 from conclave import events
 from conclave.config import Settings, resolve_provider
 from conclave.providers.base import (
+    WARMUP_AGENT,
     Attempt,
     Completion,
     CompletionRequest,
@@ -512,11 +513,14 @@ class ProviderPool:
         self._attempts.append(attempt)
         call.attempts.append(attempt)
         if outcome in _HEALTH_OUTCOMES:
-            self.health.record(provider, model, ok=outcome == "ok", latency_s=latency)
-            if outcome == "ok":
+            # a warm-up's latency is a prefill and a pre-flight check's (round 0) is not a round's answer: neither
+            # sets a hedge delay
+            answer = call.agent != WARMUP_AGENT and call.round_number >= 1
+            self.health.record(provider, model, ok=outcome == "ok", latency_s=latency, latency_history=answer)
+            if outcome == "ok" and answer:
                 self._peer_answered(call.round_number, latency)
-            if outcome == "ok" and self.hedge_memory is not None:
-                self.hedge_memory.note(provider, model, latency)
+                if self.hedge_memory is not None:
+                    self.hedge_memory.note(provider, model, latency)
         if self.bus is not None:
             self.bus.emit(
                 events.PROVIDER_ATTEMPT,
