@@ -318,3 +318,26 @@ def test_verify_and_the_journal_writer_do_not_import_each_other() -> None:
             "assert 'conclave.store.journal' not in sys.modules, 'verify imports the journal writer'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_resume_indexes_only_the_records_a_head_covers(tmp_path: Path) -> None:
+    """``conclave resume`` catches the index up from the journal after its writer has cut off records no head
+    covers: a forged transition appended to a partial journal never reaches the index."""
+    from conclave.store.index import connect
+    from conclave.store.recorder import Recorder
+
+    finished(tmp_path, "partial").close()
+    layout = StoreLayout(tmp_path)
+    rewrite(layout.journal_path(CID), appended_without_heads(
+        ("consultation:resumed", {"restored_rounds": []}),
+        ("state:transition", {"from": "partial", "to": "complete", "reason": "forged"})), fmt=as_written)
+    recorder = Recorder(tmp_path)
+    try:
+        recorder.resume(CID, {"restored_rounds": [], "spent": {}, "from_seq": 3})
+        recorder.flush()
+    finally:
+        recorder.close()
+    db = connect(layout.index_path)
+    reasons = [row[0] for row in db.conn.execute("select reason from transitions where consultation_id = ?", [CID])]
+    db.close()
+    assert "forged" not in reasons and len(reasons) == 1

@@ -39,15 +39,12 @@ def _continue(layout: StoreLayout, point: ResumePoint) -> int:
     from conclave.config import check_against_plugins
     from conclave.engine.entry import run_from_cli
     from conclave.plugins import get_plugins
-    from conclave.store.indexer import RESUMED
     from conclave.store.recorder import Recorder
 
     check_against_plugins(point.settings, get_plugins())
     recorder = Recorder(layout.home)
     try:
-        # The run before may have stopped before its last records reached the index (a full disk): catch up.
-        recorder.reindex(point.consultation_id)
-        recorder.record(point.consultation_id, RESUMED, {
+        recorder.resume(point.consultation_id, {
             "restored_rounds": point.restored_rounds, "spent": point.resume_from["spent"],
             "from_seq": point.next_seq,
         })

@@ -144,6 +144,15 @@ class Recorder:
             self._timer.cancel()
             self._timer = None
 
+    def resume(self, consultation_id: str, data: dict[str, Any]) -> None:
+        """Record ``consultation:resumed`` (``data``) and catch the index up with the journal, whatever the run
+        before could not index (a full disk). In this order: the record opens the journal's writer, which cuts
+        off records no head covers, so those never reach the index."""
+        from conclave.store.indexer import RESUMED
+
+        self.record(consultation_id, RESUMED, data)
+        self.reindex(consultation_id)
+
     def reindex(self, consultation_id: str) -> None:
         """Index every record of ``consultation_id``'s journal again at the next flush (``conclave resume``):
         whatever the run before could not index (a full disk, a locked index) catches up. Rows are keyed by
