@@ -153,9 +153,10 @@ class JournalWriter:
         return line
 
     def write_out(self) -> None:
-        """Hand what was appended, and its head, to the operating system without fsync: it survives this process
-        being killed (not a crash of the machine) until :meth:`flush` makes both durable. A refusal fails the
-        writer as :meth:`flush` does."""
+        """Write what was appended and its head: the records' data is synced (a head must never reach the disk
+        before its records, or a machine crash would leave a head past the journal's end, which reads as a
+        truncation), the head is only handed to the operating system, and :meth:`flush` makes it durable. It
+        survives this process being killed. A refusal fails the writer as :meth:`flush` does."""
         if self._failed is not None:
             raise JournalError(self._failed)
         if not self._buffer:
@@ -163,6 +164,7 @@ class JournalWriter:
         size = self._size()
         try:
             _write_all(self._fd, b"".join(self._buffer))
+            os.fdatasync(self._fd)
         except OSError as exc:
             self._cut_back(size)
             self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
@@ -216,11 +218,16 @@ class JournalWriter:
         except OSError:
             return None
 
-    def _cut_back(self, size: int | None) -> None:
-        if size is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, size)
-                os.fsync(self._fd)
+    def _cut_back(self, size: int | None) -> bool:
+        """Cut the file back to ``size`` bytes; False when that failed (or the size was unknown)."""
+        if size is None:
+            return False
+        try:
+            os.ftruncate(self._fd, size)
+            os.fsync(self._fd)
+        except OSError:
+            return False
+        return True
 
     def flush_if_possible(self) -> None:
         """Write out what was appended, with its head, if the disk takes it (no fsync: it survives this process
@@ -236,17 +243,18 @@ class JournalWriter:
             return
         try:
             _write_all(self._fd, data)
+            os.fdatasync(self._fd)  # the records before their head (see write_out)
         except OSError:
-            try:
-                os.ftruncate(self._fd, size)
-            except OSError as exc:  # a torn tail we cannot cut: write nothing more after it
+            if not self._cut_back(size):  # a torn tail we cannot cut: write nothing more after it
                 with contextlib.suppress(JournalError):
-                    self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
+                    self._fail(f"cannot write the journal {self.path}: cannot cut a refused write back")
             return
         try:
             self._append_head(sync=False)
         except OSError:  # no records without their head: cut them off again and keep them buffered
-            self._cut_back(size)
+            if not self._cut_back(size):  # else the next flush would write these records a second time
+                with contextlib.suppress(JournalError):
+                    self._fail(f"cannot record the journal head in {self._heads.path}: cannot cut the records back")
             return
         self._buffer.clear()
         self._unsynced = True
