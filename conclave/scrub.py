@@ -135,7 +135,7 @@ class _Rule:
     @functools.cached_property
     def unbroken(self) -> bool:
         """No match can hold a blank or read further than the character next to it (see :func:`_unbroken_runs`)."""
-        return (_READS_BLANKS.search(self.pattern.pattern) is None
+        return (_READS_BLANKS.search(self.source) is None
                 and not any(blank in keyword for keyword in self.keywords for blank in _BLANKS))
 
     @functools.cached_property

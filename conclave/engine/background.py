@@ -61,8 +61,11 @@ class Background:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        while self._jobs:
-            self._jobs.popleft()()
+        while self._jobs:  # every job runs; the first failure is raised once all have
+            try:
+                self._jobs.popleft()()
+            except Exception as exc:
+                self._error = self._error or exc
         if self._error is not None:
             error, self._error = self._error, None
             raise error

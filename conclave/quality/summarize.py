@@ -108,12 +108,13 @@ class ContextWindow:
                 message = self._message(round_type, full, template)
                 self._note_sent(number, message, message)
             return full
-        with session.filtering.unrecorded():  # never sent: only measured beside the summarized message
-            full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False, agent=agent)}
         w8 = self._summarized(round_type, number, values, sources, superseded, template, agent)
         if measure or self.played:  # before round 1 (the cost estimate) there is nothing to fit
             message = self._fit(round_type, number, w8, template)
             if measure:
+                with session.filtering.unrecorded():  # never sent: only measured beside the summarized message
+                    full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False,
+                                                                     agent=agent)}
                 self._note_sent(number, message, self._message(round_type, full, template))
         return w8
 
