@@ -191,6 +191,20 @@ def test_logs_show_reports_the_sealed_status_not_an_appended_one(tmp_path: Path)
     assert f"{CID} fails verification: {CID}: appended (seq 3" in shown.stderr
 
 
+def test_logs_show_without_a_heads_log_shows_the_journal_as_verify_judges_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no heads log every record is 'after the last head'; verify reports the missing log once, and `logs
+    show` must not call each record an appended forgery."""
+    from conclave.cli import main
+
+    finished(tmp_path).close()
+    StoreLayout(tmp_path).heads_path.unlink()
+    monkeypatch.setenv("CONCLAVE_HOME", str(tmp_path))
+    assert main(["logs", "show", CID]) == 0
+    shown = capsys.readouterr()
+    assert "fails verification" not in shown.err and "consultation:completed" in shown.out
+
+
 def test_a_partial_consultation_may_continue_only_with_a_resume(tmp_path: Path) -> None:
     w = finished(tmp_path, "partial")
     w.append("consultation:resumed", 1003.0, {"restored_rounds": [1]})

@@ -122,14 +122,18 @@ def _connect_read_only(path: Path, failure: sqlite3.Error, timeout: float) -> An
     wal = path.with_name(path.name + "-wal")
     modes = ["mode=ro"] + ([] if wal.exists() and wal.stat().st_size else ["immutable=1"])
     for mode in modes:
+        conn = None
         try:
             conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=timeout,
                                    isolation_level=None)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            db = Database(conn)
+            pending = migrations.pending(db)
         except sqlite3.Error:
+            if conn is not None:
+                conn.close()
             continue
-        db = Database(conn)
-        if migrations.pending(db):
+        if pending:
             db.close()
             raise IndexOpenError(path, "it needs upgrading, which writes, and its directory is read-only") from failure
         return db
