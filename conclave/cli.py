@@ -201,13 +201,13 @@ def exit_now(code: int) -> NoReturn:
         sys.stderr.flush()
     except BaseException:  # the interpreter reports it as it always does
         sys.exit(code)
-    threading = sys.modules.get("threading")
-    shutdown = getattr(threading, "_shutdown", None) if threading is not None else None
-    if threading is not None and shutdown is None:
-        sys.exit(code)
-    if shutdown is not None:
-        shutdown()
     import atexit
+    import threading  # imported by every consultation
+
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None:
+        sys.exit(code)
+    shutdown()
 
     atexit._run_exitfuncs()
     try:

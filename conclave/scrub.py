@@ -344,21 +344,14 @@ def _requiring(checks: list[str]) -> Callable[[Values], bool] | None:
     return lambda values: all(test(values[0] or "") for test in tests)
 
 
-def _parse_toml(text: str) -> dict[str, Any]:
-    import tomllib
-
-    return tomllib.loads(text)
-
-
 def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
     """The token-format rules of ``scrub_rules.toml`` (or of ``text`` in that format), in file order."""
-    if text is None:
-        # the packaged file, parsed once per version of it (conclave.startup_cache)
-        from conclave.startup_cache import parsed_file
+    from conclave.yamlload import load_packaged_toml, parse_toml
 
-        specs = parsed_file(resources.files("conclave").joinpath("scrub_rules.toml"), _parse_toml)["rules"]
+    if text is None:  # the packaged file, parsed once per version of it
+        specs = load_packaged_toml(resources.files("conclave").joinpath("scrub_rules.toml"))["rules"]
     else:
-        specs = _parse_toml(text)["rules"]
+        specs = parse_toml(text)["rules"]
     rules = []
     for spec in specs:
         unknown = set(spec.get("require", ())) - set(_REQUIRE)

@@ -27,3 +27,19 @@ def load_packaged(entry: Any) -> Any:
     from conclave.startup_cache import parsed_file
 
     return parsed_file(entry, parse)
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """``text`` parsed as TOML (tomllib imported only when a file is parsed)."""
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def load_packaged_toml(entry: Any) -> dict[str, Any]:
+    """The TOML document in ``entry`` (a packaged data file), parsed once per version of the file like
+    :func:`load_packaged`."""
+    from conclave.startup_cache import parsed_file
+
+    result: dict[str, Any] = parsed_file(entry, parse_toml)
+    return result

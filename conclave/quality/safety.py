@@ -197,18 +197,12 @@ def compile_pattern(pattern: str) -> Any:
         return re.compile(pattern, re.IGNORECASE)
 
 
-def _parse_toml(text: str) -> dict[str, Any]:
-    import tomllib
-
-    return tomllib.loads(text)
-
-
 @functools.cache
 def builtin_rules() -> tuple[Rule, ...]:
     """The rules of ``safety_rules.toml``, in file order (block rules first)."""
-    from conclave.startup_cache import parsed_file
+    from conclave.yamlload import load_packaged_toml
 
-    data = parsed_file(resources.files("conclave.quality").joinpath("safety_rules.toml"), _parse_toml)
+    data = load_packaged_toml(resources.files("conclave.quality").joinpath("safety_rules.toml"))
     out = []
     for spec in data.get("block", []):
         out.append(_rule(spec, "block"))
