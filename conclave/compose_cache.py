@@ -26,7 +26,6 @@ A damaged or unreadable cache file is a miss. At most :data:`MAX_ENTRIES` files 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,6 +33,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from conclave.startup_cache import digest, write_entry
 
 #: bumped whenever what is stored, or how it is read, changes
 FORMAT = 1
@@ -126,7 +127,7 @@ def cache_key(home: Path, overrides: list[str]) -> str:
         "hydra": _version_stamp("hydra"),
         "omegaconf": _version_stamp("omegaconf"),
     }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+    return digest(inputs)
 
 
 def _cacheable_values(node: Any, path: str = "") -> bool:
@@ -186,18 +187,8 @@ def store(home: Path, key: str, task_cfg: Any, hydra_cfg: Any) -> bool:
     logging = [value("hydra_logging"), value("job_logging")]
     if not (_cacheable_values(question_free) and _cacheable_values(logging)):
         return False
-    directory = cache_dir(home)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"format": FORMAT, "config": task, "logging": logging}), encoding="utf-8")
-        os.replace(tmp, directory / f"{key}.json")
-        entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime)
-        for old in entries[:-MAX_ENTRIES]:
-            old.unlink(missing_ok=True)
-    except OSError:
-        return False
-    return True
+    return write_entry(cache_dir(home), f"{key}.json", {"format": FORMAT, "config": task, "logging": logging},
+                       "*.json", MAX_ENTRIES)
 
 
 def load(home: Path, key: str, question: str,

@@ -73,7 +73,8 @@ def _stat(path: str) -> list[Any]:
     return [path, st.st_mtime_ns, st.st_size]
 
 
-def _digest(inputs: Any) -> str:
+def digest(inputs: Any) -> str:
+    """The cache key of JSON-able ``inputs`` (the compose cache's too)."""
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -105,20 +106,28 @@ def _read(kind: str, key: str) -> Any:
 
 
 def _write(kind: str, key: str, value: Any) -> None:
-    """Store ``value`` as ``KIND-KEY.json`` (atomically; nothing is left behind when the disk refuses it) and keep
-    the newest :data:`MAX_ENTRIES` of that kind."""
-    directory = _cache_dir()
-    tmp = directory / f".{kind}-{key}.{os.getpid()}.tmp"
+    """Store ``value`` as ``KIND-KEY.json`` and keep the newest :data:`MAX_ENTRIES` of that kind."""
+    write_entry(_cache_dir(), f"{kind}-{key}.json", {"format": FORMAT, "value": value}, f"{kind}-*.json",
+                MAX_ENTRIES, default=_encode)
+
+
+def write_entry(directory: Path, name: str, payload: Any, family: str, keep: int,
+                default: Callable[[Any], Any] | None = None) -> bool:
+    """Write ``payload`` as JSON to ``directory/name`` atomically (nothing is left behind when the disk refuses
+    it), then keep only the newest ``keep`` files matching ``family``; False when the disk refused it."""
+    tmp = directory / f".{name}.{os.getpid()}.tmp"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"format": FORMAT, "value": value}, default=_encode), encoding="utf-8")
-        os.replace(tmp, directory / f"{kind}-{key}.json")
-        entries = sorted(directory.glob(f"{kind}-*.json"), key=lambda p: p.stat().st_mtime)
-        for old in entries[:-MAX_ENTRIES]:
+        tmp.write_text(json.dumps(payload, default=default), encoding="utf-8")
+        os.replace(tmp, directory / name)
+        entries = sorted(directory.glob(family), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-keep]:
             old.unlink(missing_ok=True)
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _path_key() -> list[Any]:
@@ -161,7 +170,7 @@ def entry_points(group: str) -> list[EntryPoint]:
 
 
 def _entry_point_listing() -> dict[str, list[EntryPoint]]:
-    index_key = _digest(["entry-points", GROUPS, sys.version, _path_key()])
+    index_key = digest(["entry-points", GROUPS, sys.version, _path_key()])
     found = _read("entry-points", index_key)
     if isinstance(found, dict):
         try:
@@ -216,7 +225,7 @@ def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:
     stat = _stat(path)
     if stat[1] is None:  # unreadable: let the parser meet the error
         return parse(Path(path).read_text(encoding="utf-8"))
-    key = _digest([stat, getattr(parse, "__qualname__", repr(parse)), getattr(parse, "__module__", "")])
+    key = digest([stat, getattr(parse, "__qualname__", repr(parse)), getattr(parse, "__module__", "")])
     global _files
     if _files is None:
         _files = _read_files()
