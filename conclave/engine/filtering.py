@@ -47,6 +47,9 @@ class ArtifactFiltering:
         #: (artifact id, filter, limits) -> (the artifact, its filtered copy, the filter's error)
         self._filtered: dict[tuple[int, str, tuple[tuple[str, int], ...]], tuple[dict[str, Any], dict[str, Any],
                                                                                   str | None]] = {}
+        #: reply id -> (the reply, kept alive; its typed copy): one copy per reply, so :meth:`apply` filters a reply
+        #: shown to several seats (and to never-sent renderings) once
+        self._typed: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
@@ -144,7 +147,11 @@ class ArtifactFiltering:
         Reply shapes without the limited lists (adversarial, explore, objections) are returned whole."""
         if not self.enabled or self._bypass:
             return reply
-        typed = {**reply, "artifact_type": schema}  # replies carry no header; the filter needs their type
+        entry = self._typed.get(id(reply))
+        if entry is None or entry[0] is not reply or entry[1]["artifact_type"] != schema:
+            # replies carry no header; the filter needs their type
+            entry = self._typed[id(reply)] = (reply, {**reply, "artifact_type": schema})
+        typed = entry[1]
         if not self.limits("replies", typed):
             return reply
         key = (id(reply), round_number, f"replies:{seat}")  # every call of a seat in a round: filtered once
