@@ -164,7 +164,11 @@ def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[lis
 
 
 def run() -> NoReturn:
-    """The ``conclave`` command and ``python -m conclave``: :func:`main`, then :func:`exit_now` with its code."""
+    """The ``conclave`` command and ``python -m conclave``: :func:`main`, then :func:`exit_now` with its code.
+    The garbage collector is paused while the process starts (:mod:`conclave.gc_policy`)."""
+    from conclave import gc_policy
+
+    gc_policy.pause()
     exit_now(main())
 
 
@@ -232,7 +236,10 @@ def _stdout_closed() -> int:
 
 
 def _main(args: list[str]) -> int:
+    from conclave import gc_policy
+
     if args and args[0] in SUBCOMMANDS:
+        gc_policy.resume(freeze=False)  # a long-lived command (browse, mcp) must collect as usual
         return _run_subcommand(args[0], args[1:])
     try:
         flags, overrides, question = _split_question(args)
@@ -256,6 +263,8 @@ def _main(args: list[str]) -> int:
     overrides = _with_zero_config_panel(overrides)
     global consulted
     consulted = question is not None and not flags  # a plain run: no Hydra flag (-m, --cfg, --help, …)
+    if not consulted:
+        gc_policy.resume(freeze=False)  # a sweep runs many consultations in this process
     if question is not None:
         code = _run_remembered(flags, overrides[:-1], question)  # all but the question's own override
         if code is not None:

@@ -36,6 +36,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     ``subscribers`` receive the events before the plugins' subscribers do; ``resume`` carries ``resume_from``,
     ``consultation_id`` and ``first_seq`` for ``conclave resume``.
     """
+    from conclave import gc_policy
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
     from conclave.engine.warmup import settled, warm_up_subscriber
@@ -57,6 +58,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         stream=settings.live,
         **resume,
     )
+    gc_policy.resume(freeze=True)  # the process has started: what is alive now stays (see conclave.gc_policy)
     try:
         with termination_as_interrupt():  # SIGTERM and SIGHUP end it as Ctrl-C does
             if settings.live:
