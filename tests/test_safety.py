@@ -9,6 +9,7 @@ import asyncio
 import os
 import sqlite3
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from conclave.api import compose_settings
 from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError
 from conclave.events import COST_ESTIMATED, SAFETY_CHECKED
-from conclave.quality.safety import Rules
+from conclave.quality.safety import Rules, builtin_rules
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
@@ -108,6 +109,26 @@ def rules() -> Rules:
 def test_tier_1_blocks_clearly_harmful_requests(rules: Rules, question: str, category: str) -> None:
     scan = rules.scan("question", question, ["block"])
     assert [h.category for h in scan.blocks][:1] == [category]
+
+
+def test_every_built_in_rule_compiles_on_re2() -> None:
+    # Rules compile on first use, so a pattern RE2 rejects would otherwise surface only on the text that needs it
+    # (and fall back to Python's slower re).
+    import re2
+
+    for rule in builtin_rules():
+        assert isinstance(rule.regex, type(re2.compile("a"))), rule.id
+        assert rule.not_followed_by is None or rule.not_followed_by.pattern == rule.unless
+
+
+def test_a_rule_compiles_only_when_a_text_holds_one_of_its_keywords() -> None:
+    rules = Rules(builtin_rules())  # the same rules as Rules.load(), none compiled yet in this process
+    fresh = Rules([replace(rule) for rule in rules.rules])
+    fresh.scan("question", "Should we move billing to event sourcing?", ["block", "topic", "intent", "context"])
+    compiled = {rule.id for rule in fresh.rules if "regex" in vars(rule)}
+    assert compiled == {rule.id for rule in fresh.rules if not rule.keywords}
+    fresh.scan("question", "how is sarin made", ["block"])
+    assert any("sarin" in rule.keywords and "regex" in vars(rule) for rule in fresh.rules)
 
 
 def test_ordinary_decision_questions_are_never_blocked_nor_read_as_harmful_intent(rules: Rules) -> None:

@@ -48,9 +48,18 @@ class Rule:
     kind: str
     category: str
     description: str
-    regex: Any  # a compiled RE2 pattern, or Python's for a pattern RE2 rejects (see :func:`compile_pattern`)
+    pattern: str  # compiled on first use (:attr:`regex`): most texts contain no keyword of most rules
     keywords: tuple[str, ...] = ()  # one of these occurs in every match; none: the regex always runs
-    not_followed_by: re.Pattern[str] | None = None  # matching right after a match, it discards the match
+    unless: str | None = None  # ``not_followed_by``: matching right after a match, it discards the match
+
+    @functools.cached_property
+    def regex(self) -> Any:
+        """The compiled pattern: RE2, or Python's for a pattern RE2 rejects (see :func:`compile_pattern`)."""
+        return compile_pattern(self.pattern)
+
+    @functools.cached_property
+    def not_followed_by(self) -> re.Pattern[str] | None:
+        return re.compile(self.unless, re.IGNORECASE) if self.unless else None
 
     def find(self, folded: str, lowered: str, present: set[str] | None = None) -> str | None:
         """The first match in ``folded`` (whitespace folded), or None; ``lowered`` is it in lower case and
@@ -212,10 +221,9 @@ def builtin_rules() -> tuple[Rule, ...]:
 
 
 def _rule(spec: Mapping[str, Any], kind: str) -> Rule:
-    unless = spec.get("not_followed_by")
     return Rule(id=spec["id"], kind=kind, category=spec["category"], description=spec["description"],
-                regex=compile_pattern(spec["regex"]), keywords=tuple(k.lower() for k in spec.get("keywords", ())),
-                not_followed_by=re.compile(unless, re.IGNORECASE) if unless else None)
+                pattern=spec["regex"], keywords=tuple(k.lower() for k in spec.get("keywords", ())),
+                unless=spec.get("not_followed_by"))
 
 
 def config_rules(extra: Mapping[str, Any]) -> list[Rule]:
@@ -224,12 +232,11 @@ def config_rules(extra: Mapping[str, Any]) -> list[Rule]:
     for category, patterns in sorted((extra.get("block") or {}).items()):
         for i, pattern in enumerate(patterns, 1):
             out.append(Rule(f"config-block-{category}-{i}", "block", category,
-                            f"matches a {category} pattern added in quality.safety.patterns.block",
-                            compile_pattern(pattern)))
+                            f"matches a {category} pattern added in quality.safety.patterns.block", pattern))
     for kind in ("topic", "intent", "context"):
         for i, pattern in enumerate(extra.get(kind) or [], 1):
             out.append(Rule(f"config-{kind}-{i}", kind, kind, f"matches a {kind} pattern added in "
-                            f"quality.safety.patterns.{kind}", compile_pattern(pattern)))
+                            f"quality.safety.patterns.{kind}", pattern))
     return out
 
 
