@@ -92,6 +92,7 @@ def main() -> int:
         out, err = process.communicate(timeout=120)
         report["run"] = {"code": process.returncode, "stdout": out, "stderr": err}
         report["verify"] = conclave(home, "logs", "verify")
+        fill(home)  # what the stopped run cut back (a refused write, its index) freed: the disk is full again
         report["resume_full"] = conclave(home, "resume")
         filler.unlink()
         report["resume"] = conclave(home, "resume")

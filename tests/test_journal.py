@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -72,6 +73,7 @@ def test_recorder_makes_each_round_durable_before_the_next_round_starts(tmp_path
     for i, event in enumerate(events):
         recorder(event)
         if event.type == ev.ROUND_STARTED:
+            asyncio.run(recorder.until_durable())  # what the round's first request waits for
             on_disk = read_journal(path).records
             # everything before the new round, and its own round:started, is on disk before its first call
             assert [r["type"] for r in on_disk] == [e.type for e in events[: i + 1]]

@@ -172,9 +172,10 @@ async def test_a_disk_filling_mid_run_stops_in_one_line_and_resumes_once_there_i
     assert rounds_ok == 4 and status == "complete"
 
 
-def test_the_start_of_a_consultation_is_durable_before_anything_else(tmp_path: Path) -> None:
-    """A run killed right after it started (in the consent prompt, say) leaves its question and configuration
-    on disk, with a head: no empty journal that could never be resumed."""
+def test_the_start_of_a_consultation_is_durable_before_anything_is_spent(tmp_path: Path) -> None:
+    """A run killed right after it started leaves its question and configuration on disk, with a head: no empty
+    journal that could never be resumed. The write runs on the recorder's I/O thread; every provider request
+    awaits ``until_durable`` first (and the consent prompt flushes before it asks)."""
     from conclave.store.heads import HeadsLog
     from conclave.store.paths import StoreLayout
     from conclave.store.recorder import Recorder
@@ -184,6 +185,7 @@ def test_the_start_of_a_consultation_is_durable_before_anything_else(tmp_path: P
     assert started.type == ev.CONSULTATION_STARTED
     recorder = Recorder(tmp_path, index=False)
     recorder(started)  # and nothing else: no flush, no close, as if the process died here
+    asyncio.run(recorder.until_durable())  # what a request waits for before it is sent
     layout = StoreLayout(tmp_path)
     on_disk = read_journal(layout.journal_path(started.consultation_id)).records
     assert [r["type"] for r in on_disk] == [ev.CONSULTATION_STARTED]
@@ -194,35 +196,42 @@ def test_the_start_of_a_consultation_is_durable_before_anything_else(tmp_path: P
 
 async def test_a_journal_the_disk_refuses_mid_run_still_ends_run_with_the_partial_result(
         fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
-    """Once round 2 starts, the journal's file descriptor points at /dev/full, which refuses every write with
+    """Once round 2's request reaches the provider (round 1 is durable by then: a request waits for the journal's
+    writes before it is sent), the journal's file descriptor points at /dev/full, which refuses every write with
     ENOSPC as a full disk does: run() returns the partial result and says which file and why, it never raises
     from its own error handler."""
     import os
 
-    from test_engine_support import JUDGE_MODEL, script_panel
+    from test_engine_support import JUDGE_MODEL, by_schema, script_panel
 
     from conclave.api import compose_settings
     from conclave.engine.runner import Consultation
     from conclave.store.paths import StoreLayout
     from conclave.store.recorder import Recorder
     from conclave.store.verify import verify_store
+    from conclave.testing.fake_server import RecordedRequest
 
     fake = fake_provider_server
     script_panel(fake)
     settings = compose_settings("q", [*fake.overrides(), "cost.auto_approve=true", f"judge.model={JUDGE_MODEL}"])
     recorder = Recorder(settings.home)
+    answer = by_schema()  # as script_panel scripts the judge
 
-    def fill_the_disk(event: Any) -> None:
-        if event.type == ev.ROUND_STARTED and event.data["round_number"] == 2:  # round 1 is durable by now
+    def fill_the_disk(request: RecordedRequest) -> Reply:
+        for writer in recorder._writers.values():  # round 2's synthesis: the judge's first request
             full = os.open("/dev/full", os.O_WRONLY)
-            os.dup2(full, recorder._writers[event.consultation_id]._fd)
+            os.dup2(full, writer._fd)
             os.close(full)
+        return answer(request)
 
-    consultation = Consultation(settings, subscribers=[fill_the_disk], recorder=recorder)
+    fake.script(JUDGE_MODEL, fill_the_disk)
+    consultation = Consultation(settings, recorder=recorder)
     result = await consultation.run()
     recorder.close()
     path = StoreLayout(settings.home).journal_path(consultation.id)
-    assert result.status == "partial" and result.completed_rounds == 1
+    # round 2's synthesis was paid for and arrived, but could not be recorded: nothing more is asked
+    assert result.status == "partial" and result.completed_rounds == 2
+    assert len(fake.requests) == 4  # round 1's three answers and the synthesis
     assert result.abort_reason is not None
     assert result.abort_reason.startswith(f"cannot write the journal {path}: No space left on device")
     assert set(result.artifacts.round_1) == {"security", "architect", "pragmatist"}

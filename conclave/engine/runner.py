@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from conclave import __version__, artifacts
 from conclave.config import Settings
@@ -167,6 +167,7 @@ class Consultation:
         self._count_now = False  # it is needed now: no waiting for requests to leave
         self._checks_ready: asyncio.Future[None] | None = None  # schema checks prepared while round 1 waits
         self._estimated_rounds: int | None = None  # how many rounds the estimate covers (the cap when repeating)
+        self._played = False  # a round started in this run
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -190,6 +191,8 @@ class Consultation:
         async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ,
                                 hedge_memory=memory) as pool:
             self._check_keys(pool)
+            # every request waits until what the journal holds before it is durable (written on its own thread)
+            pool.before_spending = getattr(self.recorder, "until_durable", None)
             session = Session(
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
@@ -223,8 +226,14 @@ class Consultation:
                     self.machine.abort("interrupted")
                 self._finish(session, provenance)
                 raise
-            except Exception as exc:
-                # A bug, or the journal failing (a critical subscriber): stop spending, keep what exists.
+            except Exception as caught:
+                # A bug, or the journal failing (a critical subscriber, or the requests that wait for its writes):
+                # stop spending, keep what exists.
+                exc = _storage_failure(caught) or caught
+                if isinstance(exc, StorageError) and not self._played:
+                    # the start itself could not be recorded (its write runs on the recorder's I/O thread and
+                    # fails before round 1 spends): nothing to show, the caller says why in one line
+                    raise exc from None
                 if isinstance(exc, StorageError):  # says in one line which path failed and why
                     session.record.abort_reason = str(exc)
                 else:
@@ -327,6 +336,7 @@ class Consultation:
         """
         number, name = steps[0].number, steps[-1].type.name
         since, t0 = len(session.pool.attempts), time.monotonic()
+        self._played = True
         self.bus.emit(ROUND_STARTED, round_number=number, round_type=name)
         failure = None
         try:
@@ -414,6 +424,7 @@ class Consultation:
             self._record_estimate(price_calls(session.pool, planned), rounds)
             self._go(S.AWAITING_CONSENT, "estimate ready")
             assert self._estimate is not None
+            self._flush()  # the start is durable before anyone is asked (a run killed in the prompt resumes)
             consent = decide_consent(self._estimate, self.settings, self.interaction)
         stored = None
         if consent.new_threshold is not None:
@@ -627,6 +638,25 @@ class Consultation:
 async def run_consultation(settings: Settings, **options: Any) -> ConsultationResult:
     """Convenience: ``Consultation(settings, **options).run()``."""
     return await Consultation(settings, **options).run()
+
+
+def _storage_failure(exc: BaseException) -> StorageError | None:
+    """The journal's failure behind ``exc``: itself, or the first of a task group's errors when every one of
+    them is a storage failure (each agent's request met the failed journal write it waited for)."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        errors = _leaves(exc)
+        if errors and all(isinstance(e, StorageError) for e in errors):
+            return cast(StorageError, errors[0])
+    return None
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 def _describe(exc: BaseException) -> str:

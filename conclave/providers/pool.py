@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -116,6 +116,8 @@ class ProviderPool:
         self.prices = prices or PriceTable.load()
         self.tiers = tiers or Tiers.load()
         self.hedge_memory = hedge_memory if settings.hedging.enabled else None
+        #: awaited before every request is sent (the runner sets it to the recorder's ``until_durable``)
+        self.before_spending: Callable[[], Awaitable[None]] | None = None
         self.budget = HedgeBudget(settings.hedging.budget, settings.hedging.burst, self.hedge_memory)
         if self.hedge_memory is not None and settings.hedging.hedge_after_s is None:
             for (provider, model), latencies in self.hedge_memory.load().items():
@@ -440,6 +442,8 @@ class ProviderPool:
 
     async def _attempt(self, call: _Call, instance: Provider, request: CompletionRequest, number: int,
                        remaining: float, hedge: bool) -> Completion:
+        if self.before_spending is not None:
+            await self.before_spending()  # e.g. the journal's writes so far are durable (conclave.store.recorder)
         started_at, t0 = time.time(), time.perf_counter()
         token = object()
         streamed: list[str] = []

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,9 @@ class JournalWriter:
         self.next_seq = 0
         self.prev = GENESIS
         self._buffer: list[bytes] = []
+        #: guards the buffer and the chain's end: records are appended on the event loop while a write of the
+        #: records before them may run on the recorder's I/O thread (see :meth:`_snapshot`)
+        self._lock = threading.Lock()
         self._failed: str | None = None
         self._durable = False  # some record of this journal was made durable (by this writer or an earlier one)
         self._unsynced = False  # records written out (write_out) but not fsynced yet
@@ -138,19 +142,32 @@ class JournalWriter:
         it needs the record (the index, once the record is durable)."""
         if self._failed is not None:
             raise JournalError(self._failed)
-        record: dict[str, Any] = {
-            "consultation_id": self.consultation_id, "data": data, "prev": self.prev, "seq": self.next_seq,
-            "ts": ts, "type": type_,
-        }
-        body = canonical_json(record)
-        if self._redactor.secrets and self._redactor.leaks(body):
-            record = self._redactor.scrub(record)
+        with self._lock:
+            record: dict[str, Any] = {
+                "consultation_id": self.consultation_id, "data": data, "prev": self.prev, "seq": self.next_seq,
+                "ts": ts, "type": type_,
+            }
             body = canonical_json(record)
-        digest, line = encode_line(body)
-        self._buffer.append(line)
-        self.prev = digest
-        self.next_seq += 1
+            if self._redactor.secrets and self._redactor.leaks(body):
+                record = self._redactor.scrub(record)
+                body = canonical_json(record)
+            digest, line = encode_line(body)
+            self._buffer.append(line)
+            self.prev = digest
+            self.next_seq += 1
         return line
+
+    def _snapshot(self) -> tuple[int, bytes, int, str]:
+        """What is buffered now: how many lines, their bytes, and the seq and hash of the last one (the head that
+        a write of them records). Records appended after it wait for the next write, which
+        :meth:`_written` leaves them to."""
+        with self._lock:
+            return len(self._buffer), b"".join(self._buffer), self.next_seq - 1, self.prev
+
+    def _written(self, count: int) -> None:
+        """The first ``count`` buffered lines are in the file: forget them (not what was appended since)."""
+        with self._lock:
+            del self._buffer[:count]
 
     def write_out(self) -> None:
         """Write what was appended and its head: the records' data is synced (a head must never reach the disk
@@ -159,34 +176,35 @@ class JournalWriter:
         survives this process being killed. A refusal fails the writer as :meth:`flush` does."""
         if self._failed is not None:
             raise JournalError(self._failed)
-        if not self._buffer:
+        count, data, seq, digest = self._snapshot()
+        if not count:
             return
         size = self._size()
         try:
-            _write_all(self._fd, b"".join(self._buffer))
+            _write_all(self._fd, data)
             os.fdatasync(self._fd)
         except OSError as exc:
             self._cut_back(size)
             self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
-        self._buffer.clear()
+        self._written(count)
         self._unsynced = True
         try:
-            self._append_head(sync=False)
+            self._append_head(seq, digest, sync=False)
         except OSError as exc:
             self._cut_back(size)
             self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
 
-    def _append_head(self, *, sync: bool) -> None:
-        self._heads.append(self.consultation_id, self.next_seq - 1, self.prev, sync=sync)
-        self._headed = self.next_seq - 1
+    def _append_head(self, seq: int, digest: str, *, sync: bool) -> None:
+        self._heads.append(self.consultation_id, seq, digest, sync=sync)
+        self._headed = seq
 
     def flush(self) -> bool:
         """Write and fsync what was appended and record the new head; False when there was nothing to flush."""
         if self._failed is not None:
             raise JournalError(self._failed)
-        if not self._buffer and not self._unsynced:
+        count, data, seq, digest = self._snapshot()
+        if not count and not self._unsynced:
             return False
-        data = b"".join(self._buffer)
         size = self._size()
         try:
             _write_all(self._fd, data)
@@ -198,12 +216,12 @@ class JournalWriter:
         except OSError as exc:
             self._cut_back(size)  # what part of the write reached the disk has no head: it goes too
             self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
-        self._buffer.clear()
+        self._written(count)
         try:
-            if self._headed == self.next_seq - 1:  # its head was written out unsynced: make it durable
+            if self._headed == seq:  # its head was written out unsynced: make it durable
                 self._heads.sync()
             else:
-                self._append_head(sync=True)
+                self._append_head(seq, digest, sync=True)
         except OSError as exc:
             # Records without a head are what an appended forgery looks like (``logs verify`` fails them): cut
             # them off again, so the journal ends with its last headed record and stays resumable.
@@ -235,10 +253,10 @@ class JournalWriter:
         the bytes a refused write (or a refused head) left behind are cut off again and the records stay buffered,
         so the next :meth:`flush` (at the round's end) retries them and reports the failure where the consultation
         handles it."""
-        if self._failed is not None or not self._buffer:
+        if self._failed is not None:
             return
-        data = b"".join(self._buffer)
-        size = self._size()
+        count, data, seq, digest = self._snapshot()
+        size = self._size() if count else None
         if size is None:
             return
         try:
@@ -250,13 +268,13 @@ class JournalWriter:
                     self._fail(f"cannot write the journal {self.path}: cannot cut a refused write back")
             return
         try:
-            self._append_head(sync=False)
+            self._append_head(seq, digest, sync=False)
         except OSError:  # no records without their head: cut them off again and keep them buffered
             if not self._cut_back(size):  # else the next flush would write these records a second time
                 with contextlib.suppress(JournalError):
                     self._fail(f"cannot record the journal head in {self._heads.path}: cannot cut the records back")
             return
-        self._buffer.clear()
+        self._written(count)
         self._unsynced = True
 
     def _fail(self, message: str) -> None:
@@ -268,7 +286,8 @@ class JournalWriter:
             message += (f"; the journal keeps every record made durable before it (`conclave resume "
                         f"{self.consultation_id}` continues once that is fixed)")
         self._failed = message
-        self._buffer.clear()
+        with self._lock:
+            self._buffer.clear()
         raise JournalError(message)
 
     def close(self) -> None:

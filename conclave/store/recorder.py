@@ -2,8 +2,15 @@
 
 Contract with the runner: ``recorder(event)`` for every event (subscribed as a critical subscriber, so a journal
 that cannot be written stops the consultation), ``flush()`` at each round boundary before the next round starts,
-``close()`` at the end. The start of a consultation (its question and configuration) is durable before anything
-else happens, so even a run killed at once can be resumed. A journal the disk refuses raises
+``close()`` at the end, and ``await until_durable()`` before every provider request (the pool calls it). The start
+of a consultation (its question and configuration) is durable before anything is spent, so even a run killed at
+once can be resumed.
+
+The disk's syncs run on one I/O thread, in order, while the event loop goes on (:meth:`Recorder.until_durable`):
+the start of the consultation and of each round, an agent's answer as it arrives, a round's records at its end. The
+next provider request waits until the writes submitted before it are done, so what the rule says is durable before
+spending still is, but the fsyncs (2-10 ms each on an ordinary disk, more when it is busy) overlap the work that
+builds the round's prompts and runs the controllers instead of adding to it. A journal the disk refuses raises
 :class:`~conclave.store.journal.JournalError` (one line: path and cause) from then on; ``close()`` never raises
 it again. The index is best effort: a failed index write is retried at the next flush, and ``close()`` warns
 once when records are still missing from it — the journal is the truth, ``conclave resume`` re-indexes the
@@ -13,10 +20,14 @@ consultation it continues and ``conclave index rebuild`` repairs the whole index
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +67,10 @@ class Recorder:
         #: durable records not indexed yet: journal lines (parsed when indexed) or records read back
         self._pending: list[bytes | dict[str, Any]] = []
         self._index_error: str | None = None
+        self._io: ThreadPoolExecutor | None = None  # the I/O thread, started by the first write
+        self._last: Future[None] | None = None  # the last write submitted to it
+        #: durable writes submitted, with the lines they make durable (indexed once the write is done)
+        self._syncing: list[tuple[Future[None], list[bytes]]] = []
         self._deferred = index and defer_index
         self._warmup: threading.Thread | None = None
         self._timer: asyncio.TimerHandle | None = None  # the deferred index write, while it is due
@@ -73,21 +88,25 @@ class Recorder:
             self._writers[consultation_id] = writer
         self._appended.append(writer.append_line(type_, time.time() if ts is None else ts, data))
         if type_ == ev.CONSULTATION_STARTED:
-            # Durable before the first provider call: a run killed from here on can be resumed.
-            self.flush()
-            startup_trace.mark("journal started")
+            # Durable before the first provider call (which waits for it): a run killed from here on can be
+            # resumed.
+            self._flush_soon(lambda: startup_trace.mark("journal started"))
         elif type_ == ev.ROUND_STARTED:
-            # Before the round spends anything, the rounds before it are durable (even if the runner did not
-            # flush), and so is its start, which shows where a crash interrupted the consultation.
-            self.flush()
+            # Before the round spends anything (its requests wait for this), the rounds before it are durable
+            # (even if the runner did not flush), and so is its start, which shows where a crash interrupted the
+            # consultation.
+            self._flush_soon()
+            if self._deferred:
+                self._index_later()
             if self._deferred and self._warmup is None:
                 self._warmup = threading.Thread(target=_warm_index, args=(self.layout.index_path,), daemon=True,
                                                 name="conclave-index-warmup")
                 self._warmup.start()
         elif type_ == ev.ROUND_ARTIFACT and data.get("agent"):
-            # An agent's answer is paid for once it arrives: durable at once, so a run killed later in the round
-            # resumes without asking (and paying) for it again. The index waits for the round's end.
-            writer.flush_if_possible()
+            # An agent's answer is paid for once it arrives: written out at once (on the I/O thread), so a run
+            # killed later in the round resumes without asking (and paying) for it again. The index waits for the
+            # round's end.
+            self._submit(writer.flush_if_possible)
         elif type_ == ev.CONSULTATION_COMPLETED:
             self.flush(wait=True)
             del self._writers[consultation_id]  # a long-lived recorder must not keep every journal open
@@ -97,10 +116,8 @@ class Recorder:
         """Make every appended record durable (fsync + head), then index them (with ``defer_index``, later unless
         ``wait``: see the class doc). A journal the disk refuses raises :class:`JournalError`, and its records are
         not indexed (the index never runs ahead of it)."""
-        for writer in self._writers.values():
-            writer.flush()
-        self._pending.extend(self._appended)
-        self._appended.clear()
+        self._flush_soon()
+        self._settle()
         if wait:
             self._cancel_timer()
             if self._warmup is not None:
@@ -116,12 +133,77 @@ class Recorder:
         :meth:`JournalWriter.write_out`): they survive this process being killed; the next :meth:`flush` (at the
         latest when the next round starts, before it spends anything) makes them durable and indexes them."""
         for writer in self._writers.values():
-            writer.write_out()
+            self._submit(writer.write_out)
+
+    def wait_for_writes(self) -> None:
+        """Block until the I/O thread has done every write submitted so far (whatever their outcome)."""
+        last = self._last
+        if last is not None:
+            concurrent.futures.wait([last])
+
+    async def until_durable(self) -> None:
+        """Wait until every write submitted so far is done; raise :class:`JournalError` when the disk refused one
+        (a journal that failed stops the consultation before it spends anything more)."""
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wrap_future(last)
+        self._raise_failure()
+
+    def _submit(self, job: Callable[[], Any], lines: list[bytes] | None = None) -> Future[None]:
+        if self._io is None:
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conclave-journal")
+        future: Future[None] = self._io.submit(job)
+        self._last = future
+        if lines is not None:
+            self._syncing.append((future, lines))
+        return future
+
+    def _flush_soon(self, then: Callable[[], None] | None = None) -> None:
+        """Submit a durable write (fsync and head) of every journal; the records appended so far are indexed
+        once it is done (:meth:`_collect`); ``then`` runs on the I/O thread after it."""
+        if not self._writers:
+            return
+        lines, self._appended = self._appended, []
+        writers = list(self._writers.values())
+
+        def job() -> None:
+            for writer in writers:
+                writer.flush()
+            if then is not None:
+                then()
+
+        self._submit(job, lines)
+
+    def _settle(self) -> None:
+        """Wait until the I/O thread is idle; index what it made durable; raise the disk's refusal if any."""
+        last = self._last
+        if last is not None:
+            with contextlib.suppress(JournalError):  # raised below with the writer's own message
+                last.result()
+        self._collect()
+        self._raise_failure()
+
+    def _collect(self) -> None:
+        """Move the lines of every finished durable write to the records to index; a refused write's lines
+        were never durable and are never indexed."""
+        while self._syncing and self._syncing[0][0].done():
+            future, lines = self._syncing.pop(0)
+            if future.exception() is None:
+                self._pending.extend(lines)
+
+    def _raise_failure(self) -> None:
+        last = self._last
+        for writer in self._writers.values():
+            if writer.failed is not None:
+                raise JournalError(writer.failed)
+        if last is not None and last.done() and last.exception() is not None:
+            raise last.exception()  # type: ignore[misc]
 
     def _index_later(self) -> None:
         """With ``defer_index``: index the durable records :data:`INDEX_AFTER_S` after the last flush (each flush
         moves the write later), once the warm-up is done; nothing before the first round starts."""
-        if self._warmup is None or not self._pending:
+        self._collect()
+        if self._warmup is None or not (self._pending or self._syncing):
             return
         try:
             loop = asyncio.get_running_loop()
@@ -134,7 +216,8 @@ class Recorder:
 
     def _index_due(self) -> None:
         self._timer = None
-        if self._warmup is not None and self._warmup.is_alive():
+        self._collect()
+        if self._syncing or (self._warmup is not None and self._warmup.is_alive()):
             self._index_later()  # the index is still being migrated: try again later
             return
         self._write_index()
@@ -174,6 +257,9 @@ class Recorder:
             for writer in self._writers.values():
                 failed = failed or writer.failed is not None
                 writer.close()
+            if self._io is not None:
+                self._io.shutdown(wait=True)
+                self._io = None
             if self._use_index:
                 if self._pending and not failed:
                     log.warning("the index is missing %d record(s) (%s); the journal has them: run `conclave "
