@@ -23,6 +23,7 @@ from conclave.store.journal_file import (
     JournalLine,
     is_being_written,
     last_record,
+    live_status,
     parse_records,
     read_journal,
     read_records,
@@ -33,7 +34,7 @@ from conclave.store.verify import check_journal, headed_lines
 
 # The reading side lives in journal_file.py; re-exported because readers have long imported it from here.
 __all__ = ["JournalError", "JournalFile", "JournalLine", "JournalWriter", "encode_line", "is_being_written",
-           "last_record", "parse_records", "read_journal", "read_records", "try_lock"]
+           "last_record", "live_status", "parse_records", "read_journal", "read_records", "try_lock"]
 
 
 class JournalError(StorageError):
