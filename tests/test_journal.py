@@ -296,11 +296,9 @@ def test_an_early_write_whose_refused_head_is_cut_back_is_written_once_later(
     assert verify_store(StoreLayout(tmp_path)).ok
 
 
-@pytest.mark.parametrize("refused", ["write", "head"])
-def test_an_early_write_that_cannot_be_cut_back_fails_the_writer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str
-) -> None:
-    """Else the next flush would write the same records a second time after the bytes left behind."""
+def _refusing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str) -> tuple[JournalWriter, int, str]:
+    """A writer holding record ``a`` durable and ``b`` buffered, whose next write (``refused="write"``: cut short
+    after 5 bytes) or head the disk refuses; its journal's size, and how the refusal is reported."""
     from conclave.store import journal as journal_module
 
     w = writer(tmp_path)
@@ -313,11 +311,19 @@ def test_an_early_write_that_cannot_be_cut_back_fails_the_writer(
 
     if refused == "write":
         monkeypatch.setattr(journal_module, "_write_all", lambda fd, data: (os.write(fd, data[:5]), full()))
-    else:
-        monkeypatch.setattr(HeadsLog, "append", full)
+        return w, w.path.stat().st_size, "cannot write the journal"
+    monkeypatch.setattr(HeadsLog, "append", full)
+    return w, w.path.stat().st_size, "cannot record the journal head"
+
+
+@pytest.mark.parametrize("refused", ["write", "head"])
+def test_an_early_write_that_cannot_be_cut_back_fails_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str
+) -> None:
+    """Else the next flush would write the same records a second time after the bytes left behind."""
+    w, _, expected = _refusing(tmp_path, monkeypatch, refused)
     _refuse_cuts(monkeypatch)
     w.flush_if_possible()  # never raises: the consultation meets the failure at its next flush
-    expected = ("cannot write the journal" if refused == "write" else "cannot record the journal head")
     assert w.failed is not None and w.failed.startswith(expected) and "cannot cut" in w.failed
     with pytest.raises(JournalError, match=expected):
         w.flush()
@@ -329,22 +335,7 @@ def test_an_early_write_that_cannot_be_cut_back_fails_the_writer(
 def test_a_refused_write_out_or_flush_is_cut_back_and_fails_the_writer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, refused: str
 ) -> None:
-    from conclave.store import journal as journal_module
-
-    w = writer(tmp_path)
-    w.append("a", 1.0, {})
-    w.flush()
-    size = w.path.stat().st_size
-    w.append("b", 2.0, {})
-
-    def full(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    if refused == "write":
-        monkeypatch.setattr(journal_module, "_write_all", lambda fd, data: (os.write(fd, data[:5]), full()))
-    else:
-        monkeypatch.setattr(HeadsLog, "append", full)
-    expected = ("cannot write the journal" if refused == "write" else "cannot record the journal head")
+    w, size, expected = _refusing(tmp_path, monkeypatch, refused)
     with pytest.raises(JournalError, match=f"^{expected}.*No space left on device.*conclave resume c-test"):
         getattr(w, path)()
     assert w.path.stat().st_size == size  # the journal ends with its last headed record
