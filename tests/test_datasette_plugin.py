@@ -368,3 +368,36 @@ def test_a_plain_datasette_process_loads_the_plugin(debates: Debates) -> None:
     page = subprocess.run([sys.executable, "-m", "datasette", index, "--get", f"/-/conclave/{debates.converge}"],
                           capture_output=True, text=True, check=True).stdout
     assert "Round 3 · Cross-examination" in page
+
+
+def test_a_killed_consultation_reads_interrupted_and_a_written_one_running(tmp_path: Path) -> None:
+    """The index calls both ``running``; the dashboard and the consultation page tell them apart as ``logs list``
+    does: by whether a process still writes the journal."""
+    from conclave import events as ev
+    from conclave.store.heads import HeadsLog
+    from conclave.store.journal import JournalWriter
+    from conclave.store.recorder import Recorder
+    from conclave.store.redact import Redactor
+    from conclave.store.synthetic import synthetic_events
+
+    events = synthetic_events(3)
+    recorder = Recorder(tmp_path)
+    for event in events[: next(i for i, e in enumerate(events)
+                               if e.type == ev.ROUND_STARTED and e.data["round_number"] == 2) + 1]:
+        recorder(event)
+    recorder.close()  # and no end record: the process was killed
+    cid = events[0].consultation_id
+    row = re.compile(rf'href="/-/conclave/{cid}">.*?</td>.*?</td><td>(\w+)</td>')
+
+    def shown() -> tuple[str, bool]:
+        found = row.search(get(tmp_path, "/-/conclave").text)
+        assert found is not None
+        return found.group(1), "Interrupted." in get(tmp_path, f"/-/conclave/{cid}").text
+
+    assert shown() == ("interrupted", True)
+    layout = StoreLayout(tmp_path)
+    live = JournalWriter(layout.journal_path(cid), cid, HeadsLog(layout.heads_path), Redactor([]))
+    try:
+        assert shown() == ("running", False)
+    finally:
+        live.close()

@@ -17,7 +17,7 @@ import pytest
 
 from conclave import events as ev
 from conclave.store import index as index_module
-from conclave.store.index import connect, rebuild
+from conclave.store.index import connect, rebuild, settle_killed_rounds
 from conclave.store.indexer import RESUMED
 from conclave.store.migrations import REBUILD_DEFERRED, VIEWS, migrations
 from conclave.store.paths import StoreLayout
@@ -536,6 +536,13 @@ def test_rounds_record_how_their_last_run_ended(tmp_path: Path) -> None:
     record_interleaved(home, [story], writers=1)
     # round 1 starts again: its earlier completion is gone, and round 2, which built on it, is superseded
     assert _rounds(home) == ([(1, "running", None, 0), (2, "superseded", "cancelled", 0)], 0)
+    # no process writes the journal any more: whoever looks next records round 1 as killed, and a rebuild agrees
+    db = connect(StoreLayout(home).index_path)
+    try:
+        assert settle_killed_rounds(db, StoreLayout(home)) == [story[0].consultation_id]
+    finally:
+        db.close()
+    assert _rounds(home) == ([(1, "interrupted", "killed", 0), (2, "superseded", "cancelled", 0)], 0)
     live = dump(home)
     rebuild(StoreLayout(home), workers=0)
     assert dump(home) == live
@@ -558,6 +565,7 @@ def test_logs_list_shows_a_killed_consultation_as_interrupted(tmp_path: Path) ->
         return str(row["status"])
 
     assert listed() == "interrupted"
+    assert _rounds(tmp_path)[0] == [(1, "interrupted", "killed", 0)]  # its round, which will never end, too
     layout = StoreLayout(tmp_path)
     cid = killed[0].consultation_id
     live = JournalWriter(layout.journal_path(cid), cid, HeadsLog(layout.heads_path), Redactor([]))
@@ -565,3 +573,46 @@ def test_logs_list_shows_a_killed_consultation_as_interrupted(tmp_path: Path) ->
         assert listed() == "running"
     finally:
         live.close()
+
+
+def _killed_in_round(n: int, round_number: int) -> list[Any]:
+    """Consultation ``n``'s events up to round ``round_number``'s start (the process then dies, recording no end)."""
+    events = synthetic_events(n)
+    return events[: next(i for i, e in enumerate(events)
+                         if e.type == ev.ROUND_STARTED and e.data["round_number"] == round_number) + 1]
+
+
+def test_only_rounds_nobody_writes_any_more_are_settled_interrupted(tmp_path: Path) -> None:
+    from conclave.store.heads import HeadsLog
+    from conclave.store.journal import JournalWriter
+    from conclave.store.redact import Redactor
+
+    killed, writing = _killed_in_round(5, 2), _killed_in_round(6, 1)
+    record_interleaved(tmp_path, [killed, writing], writers=2)
+    layout = StoreLayout(tmp_path)
+    cid = writing[0].consultation_id
+    live = JournalWriter(layout.journal_path(cid), cid, HeadsLog(layout.heads_path), Redactor([]))
+    db = connect(layout.index_path)
+    try:
+        assert settle_killed_rounds(db, layout) == [killed[0].consultation_id]
+        assert settle_killed_rounds(db, layout) == []  # recorded once
+        statuses = db.conn.execute("select consultation_id, round_number, status, end_reason from rounds "
+                                   "order by consultation_id, round_number").fetchall()
+    finally:
+        db.close()
+        live.close()
+    assert statuses == [(killed[0].consultation_id, 1, "ok", None),
+                        (killed[0].consultation_id, 2, "interrupted", "killed"),
+                        (cid, 1, "running", None)]  # its journal is held open: the round may still end
+
+
+def test_logs_show_ends_a_killed_journal_with_the_round_it_left_open(tmp_path: Path) -> None:
+    killed = _killed_in_round(7, 2)
+    record_interleaved(tmp_path, [killed], writers=1)
+    cid = killed[0].consultation_id
+    done = subprocess.run([sys.executable, "-m", "conclave", "logs", "show", cid], capture_output=True, text=True,
+                          env={"CONCLAVE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60, check=True)
+    last = done.stdout.splitlines()[-1]
+    round_type = killed[-1].data["round_type"]
+    assert last.startswith(f"interrupted in round 2 ({round_type}): no process is writing this journal"), last
+    assert f"conclave resume {cid}" in last

@@ -203,3 +203,145 @@ def test_an_early_flush_the_disk_refuses_leaves_no_torn_bytes_and_fails_nothing(
     w.close()
     assert [r["type"] for r in read_journal(w.path).records] == ["a", "b", "c"]
     assert verify_store(StoreLayout(tmp_path)).ok
+
+
+def _trace(monkeypatch: pytest.MonkeyPatch, w: JournalWriter) -> list[str]:
+    """What reaches the journal file and the heads log, in order: ``write``, ``fdatasync``/``fsync`` of the
+    journal, ``head`` (written out) or ``head+sync``, ``heads sync``."""
+    from conclave.store import journal as journal_module
+
+    steps: list[str] = []
+    real_write_all, real_fsync, real_fdatasync = journal_module._write_all, os.fsync, os.fdatasync
+    real_append, real_sync = HeadsLog.append, HeadsLog.sync
+
+    def write_all(fd: int, data: bytes) -> None:
+        steps.append("write")
+        real_write_all(fd, data)
+
+    def fsync(fd: int) -> None:
+        if fd == w._fd:
+            steps.append("fsync")
+        real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        if fd == w._fd:
+            steps.append("fdatasync")
+        real_fdatasync(fd)
+
+    def append(self: HeadsLog, *args: object, sync: bool = True) -> None:
+        steps.append("head+sync" if sync else "head")
+        real_append(self, *args, sync=sync)  # type: ignore[arg-type]
+
+    def sync(self: HeadsLog) -> None:
+        steps.append("heads sync")
+        real_sync(self)
+
+    monkeypatch.setattr(journal_module, "_write_all", write_all)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(HeadsLog, "append", append)
+    monkeypatch.setattr(HeadsLog, "sync", sync)
+    return steps
+
+
+def test_every_write_path_syncs_records_before_their_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head must never reach the disk before its records (a machine crash would leave a head past the journal's
+    end, which reads as a truncation): each path syncs the records' data, then writes the head."""
+    w = writer(tmp_path)
+    w.append("a", 1.0, {})
+    w.flush()
+    steps = _trace(monkeypatch, w)
+    w.append("b", 2.0, {})
+    w.flush_if_possible()  # an answer, as it arrives
+    assert steps == ["write", "fdatasync", "head"]
+    steps.clear()
+    w.append("c", 3.0, {})
+    w.write_out()  # a round's end
+    assert steps == ["write", "fdatasync", "head"]
+    steps.clear()
+    w.flush()  # before the next round spends: the journal fsynced, then the heads written out already synced
+    assert steps == ["write", "fsync", "heads sync"]
+    steps.clear()
+    w.append("d", 4.0, {})
+    w.flush()
+    assert steps == ["write", "fsync", "head+sync"]
+    w.close()
+    assert verify_store(StoreLayout(tmp_path)).ok
+
+
+def _refuse_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    def ftruncate(fd: int, size: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+
+
+def test_an_early_write_whose_refused_head_is_cut_back_is_written_once_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = writer(tmp_path)
+    w.append("a", 1.0, {})
+    w.flush()
+    size = w.path.stat().st_size
+    w.append("b", 2.0, {})
+    real_append = HeadsLog.append
+
+    def refused(self: HeadsLog, *args: object, sync: bool = True) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HeadsLog, "append", refused)
+    w.flush_if_possible()
+    assert w.failed is None and w.path.stat().st_size == size  # no records without their head
+    monkeypatch.setattr(HeadsLog, "append", real_append)
+    w.close()
+    assert [r["type"] for r in read_journal(w.path).records] == ["a", "b"]
+    assert verify_store(StoreLayout(tmp_path)).ok
+
+
+def _refusing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str) -> tuple[JournalWriter, int, str]:
+    """A writer holding record ``a`` durable and ``b`` buffered, whose next write (``refused="write"``: cut short
+    after 5 bytes) or head the disk refuses; its journal's size, and how the refusal is reported."""
+    from conclave.store import journal as journal_module
+
+    w = writer(tmp_path)
+    w.append("a", 1.0, {})
+    w.flush()
+    w.append("b", 2.0, {})
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    if refused == "write":
+        monkeypatch.setattr(journal_module, "_write_all", lambda fd, data: (os.write(fd, data[:5]), full()))
+        return w, w.path.stat().st_size, "cannot write the journal"
+    monkeypatch.setattr(HeadsLog, "append", full)
+    return w, w.path.stat().st_size, "cannot record the journal head"
+
+
+@pytest.mark.parametrize("refused", ["write", "head"])
+def test_an_early_write_that_cannot_be_cut_back_fails_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str
+) -> None:
+    """Else the next flush would write the same records a second time after the bytes left behind."""
+    w, _, expected = _refusing(tmp_path, monkeypatch, refused)
+    _refuse_cuts(monkeypatch)
+    w.flush_if_possible()  # never raises: the consultation meets the failure at its next flush
+    assert w.failed is not None and w.failed.startswith(expected) and "cannot cut" in w.failed
+    with pytest.raises(JournalError, match=expected):
+        w.flush()
+    w.close()
+
+
+@pytest.mark.parametrize("path", ["write_out", "flush"])
+@pytest.mark.parametrize("refused", ["write", "head"])
+def test_a_refused_write_out_or_flush_is_cut_back_and_fails_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, refused: str
+) -> None:
+    w, size, expected = _refusing(tmp_path, monkeypatch, refused)
+    with pytest.raises(JournalError, match=f"^{expected}.*No space left on device.*conclave resume c-test"):
+        getattr(w, path)()
+    assert w.path.stat().st_size == size  # the journal ends with its last headed record
+    with pytest.raises(JournalError, match=expected):
+        w.append("c", 3.0, {})
+    w.close()
+    assert [r["type"] for r in read_journal(w.path).records] == ["a"]

@@ -100,6 +100,10 @@ async def test_lists_every_tool_with_schemas_and_the_resource_templates(
         assert tool.description and tool.outputSchema, tool.name
         undescribed = [name for name, prop in tool.inputSchema["properties"].items() if not prop.get("description")]
         assert undescribed == [], (tool.name, undescribed)
+    # the tools that only read the store say so (a client may call them without asking); consult/resume spend
+    read_only = {t.name for t in tools if t.annotations and t.annotations.readOnlyHint
+                 and t.annotations.openWorldHint is False}
+    assert read_only == TOOLS - {"conclave_consult", "conclave_resume"}
     consult = next(t for t in tools if t.name == "conclave_consult")
     verdict = consult.outputSchema["properties"]["verdict"]
     assert {s.get("title") for s in verdict["anyOf"]} >= {"Round 4 · Verdict (converge)"}

@@ -4,6 +4,7 @@ re-billing completed rounds, with its recorded configuration, and ends with the 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -561,3 +562,60 @@ async def test_sigterm_and_sighup_end_a_consultation_as_ctrl_c_does(tmp_path: Pa
         "select c.status, r.status from consultations c join rounds r on r.consultation_id = c.id").fetchone()
     db.close()
     assert (status, round_status) == ("partial", "interrupted")
+
+
+# --------------------------------------------------------------------------------- the index after SIGKILL
+
+def indexed_rounds(home: Path) -> list[tuple[Any, ...]]:
+    """``(round_number, status, end_reason)`` of the index's rounds; [] while the index has none yet."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{StoreLayout(home).index_path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return []
+    try:
+        return conn.execute("select round_number, status, end_reason from rounds order by round_number").fetchall()
+    except sqlite3.Error:  # not created yet
+        return []
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+async def test_a_round_killed_by_sigkill_reads_interrupted_until_the_resume_ends_it(tmp_path: Path) -> None:
+    """SIGKILL leaves no end record: the index's round stayed ``running`` while ``logs list`` called the consultation
+    interrupted. Now the round reads ``interrupted`` (killed) too, and the resume gives it its real end."""
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        for model in (FAST_AGENT_MODEL, *HANGING_AGENT_MODELS):
+            fake.script(model, Fault.hang())  # round 1 never ends by itself
+        process = await asyncio.create_subprocess_exec(
+            *CLI, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
+            "hedging.enabled=false",  # no backups asked while round 1 hangs
+            env=clean_env(home, FAKE_KEYS), cwd=home,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )
+        deadline = asyncio.get_running_loop().time() + 60
+        while len([r for r in fake.requests if round_of(r) == 1]) < 3:  # round 1 asked every agent
+            if asyncio.get_running_loop().time() > deadline:
+                process.kill()
+                pytest.fail("round 1 never asked all three agents")
+            await asyncio.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        assert await process.wait() == -signal.SIGKILL
+
+        # a run killed in round 1 is in its journal only (the index is written at the round's end)
+        code, _, err = await conclave(home, "index", "rebuild")
+        assert code == 0, err
+        assert indexed_rounds(home) == [(1, "interrupted", "killed")]
+        code, out, err = await conclave(home, "logs", "list", "--json")
+        assert code == 0, err
+        assert [row["status"] for row in json.loads(out)] == ["interrupted"]
+
+        for model in (FAST_AGENT_MODEL, *HANGING_AGENT_MODELS):  # the providers answer again
+            fake.script(model, lambda request: Reply(json=instance_for(request.schema)))
+        code, _, err = await conclave(home, "resume")
+        assert code == 0, err
+    assert indexed_rounds(home) == [(n, "ok", None) for n in (1, 2, 3, 4)]

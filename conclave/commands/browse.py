@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -31,10 +32,15 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--no-open", action="store_true", help="do not open a web browser")
     args = parser.parse_args(argv)
 
-    from conclave.store.index import connect
+    from conclave.store.index import connect, settle_killed_rounds
 
     layout = StoreLayout(default_home())
-    connect(layout.index_path).close()  # create and migrate it, so a fresh home browses an empty index
+    db = connect(layout.index_path)  # create and migrate it, so a fresh home browses an empty index
+    try:
+        with contextlib.suppress(sqlite3.Error):  # a read-only index is browsed as it is
+            settle_killed_rounds(db, layout)  # rounds a killed process left running read interrupted in Datasette
+    finally:
+        db.close()
     port = args.port or free_port()
     # Stopped with SIGTERM, still stop Datasette: exit through the ``finally`` below instead of dying at once.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -5,6 +5,7 @@ record; ``head`` prints a digest to keep elsewhere and check later with ``verify
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
@@ -61,22 +62,25 @@ def resolve_id(layout: StoreLayout, prefix: str) -> str:
 
 
 def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
-    from conclave.store.index import connect
+    import sqlite3
+
+    from conclave.store.index import connect, settle_killed_rounds
 
     db = connect(layout.index_path)
     try:
+        with contextlib.suppress(sqlite3.Error):  # a read-only index stays as it is; the rows below say the same
+            settle_killed_rounds(db, layout)
         rows = [dict(r) for r in db.query(
             "select id, started_at, status, mode, total_cost, total_tokens, confidence, question "
             "from consultations order by started_at desc limit ?", [count])]
         indexed = {r[0] for r in db.conn.execute("select id from consultations")}
     finally:
         db.close()
-    from conclave.store.journal import is_being_written
+    from conclave.store.journal import live_status
 
     for r in rows:
         # The index says running until the final record; a run that no process is writing any more was killed.
-        if r["status"] == "running" and not is_being_written(layout.journal_path(r["id"])):
-            r["status"] = "interrupted"
+        r["status"] = live_status(r["status"], layout.journal_path(r["id"]))
     unindexed = _unindexed(layout, indexed)
     if unindexed:
         rows = sorted([*rows, *unindexed], key=lambda r: r["started_at"] or "", reverse=True)[:count]
@@ -107,7 +111,7 @@ def _unindexed(layout: StoreLayout, indexed: set[str]) -> list[dict[str, Any]]:
     """Consultations whose journal the index has no row for yet, as ``_list`` rows read from the journal: the index
     is first written once round 1's requests have left, so a run killed before that is only in its journal."""
     from conclave.store.indexer import iso
-    from conclave.store.journal import is_being_written, read_records
+    from conclave.store.journal import live_status, read_records
     from conclave.store.resume import spent
 
     rows = []
@@ -123,7 +127,7 @@ def _unindexed(layout: StoreLayout, indexed: set[str]) -> list[dict[str, Any]]:
         data = started.get("data") or {}
         paid = spent(records)
         rows.append({"id": cid, "started_at": iso(started["ts"]),
-                     "status": "running" if is_being_written(path) else "interrupted", "mode": data.get("mode"),
+                     "status": live_status("running", path), "mode": data.get("mode"),
                      "total_cost": paid["cost"], "total_tokens": paid["input_tokens"] + paid["output_tokens"],
                      "confidence": None, "question": data.get("question")})
     return rows
@@ -164,7 +168,31 @@ def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
         cost = (result.get("cost") or {}).get("actual")
         print(f"\n{final['data'].get('status')} · confidence {result.get('confidence')} · cost ${cost}")
         print(f"recommendation: {result.get('recommendation')}")
+    elif records:
+        print(f"\n{_unfinished(layout, cid, records)}")
     return 0
+
+
+def _unfinished(layout: StoreLayout, cid: str, records: list[dict[str, Any]]) -> str:
+    """The last line of ``logs show`` for a journal without an end record: running while a process writes it,
+    interrupted otherwise (as ``logs list`` and the index's rounds table say), naming the round left open."""
+    from conclave.store.journal import live_status
+
+    status = live_status("running", layout.journal_path(cid))
+    ended = ("round:completed", "round:interrupted")
+    open_round = None
+    for record in records:
+        if record["type"] == "round:started":
+            open_round = record.get("data") or {}
+        elif record["type"] in ended and (record.get("data") or {}).get("round_number") == (open_round or {}).get(
+                "round_number"):
+            open_round = None
+    where = (f" in round {open_round.get('round_number')} ({open_round.get('round_type')})"
+             if open_round is not None else "")
+    if status == "running":
+        return f"running{where}: a process is writing this journal"
+    return (f"interrupted{where}: no process is writing this journal any more (killed); "
+            f"`conclave resume {cid}` continues it")
 
 
 def describe(type_: str, d: dict[str, Any]) -> str:

@@ -357,6 +357,17 @@ def journal_path(db: Any, cid: str) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def shown_status(db: Any, cid: str, status: Any) -> Any:
+    """A consultation's status as ``logs list`` shows it: what the index calls ``running`` is interrupted once no
+    process writes its journal (beside the index; one not there is written by nobody)."""
+    path = getattr(db, "path", None)
+    if status != "running" or not path:
+        return status
+    from conclave.store.journal import live_status
+
+    return live_status(status, Path(path).parent / "journal" / f"{cid}.jsonl")
+
+
 async def records_for(db: Any, cid: str) -> tuple[list[dict[str, Any]], str]:
     """The consultation's journal records, or records rebuilt from the index tables; and which it was."""
     path = journal_path(db, cid)
@@ -416,9 +427,12 @@ async def _consultation(datasette: Any, request: Any) -> Response:
     name, db = found
     records, source = await records_for(db, cid)
     result = result_from_records(records)
+    if source == "journal" and not any(r.get("type") == "consultation:completed" for r in records):
+        result["status"] = shown_status(db, cid, "running")  # running while a process writes it, else interrupted
     if source == "index":
         row = dict((await db.execute("select * from consultations where id = ?", [cid])).rows[0])
-        result.update(status=row.get("status"), consultation_id=cid, completed_rounds=row.get("rounds_completed"),
+        result.update(status=shown_status(db, cid, row.get("status")), consultation_id=cid,
+                      completed_rounds=row.get("rounds_completed"),
                       abort_reason=None if row.get("status") != "running" else result.get("abort_reason"))
         result["cost"] = {"actual": row.get("total_cost")}
         result["tokens"] = {"total": row.get("total_tokens")}
@@ -523,7 +537,7 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
         rows_html = "".join(
             f'<tr><td class="cv-nowrap"><a href="/-/conclave/{escape(r["id"])}">{escape(r["id"])}</a></td>'
             f"<td class=\"cv-nowrap\">{escape((r['started_at'] or '')[:19].replace('T', ' '))}</td>"
-            f"<td>{escape(r['status'] or '')}</td>"
+            f"<td>{escape(shown_status(datasette.databases[name], r['id'], r['status']) or '')}</td>"
             f"<td>{escape(r['mode'] or '')}</td><td>{escape(r['question'] or '')}</td>"
             f'<td class="cv-num">{_pct(r["confidence"])}</td><td class="cv-num">{_usd(r["total_cost"])}</td></tr>'
             for r in recent)

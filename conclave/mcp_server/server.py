@@ -10,13 +10,14 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
+from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 
 from conclave.errors import ConclaveError, ConfigError
@@ -81,6 +82,11 @@ class ConclaveMCP(FastMCP):
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+
+def text_result(text: str, data: dict[str, Any]) -> CallToolResult:
+    """A read-only tool's answer: ``text`` for the model to read, ``data`` as its structured content."""
+    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
 
 
 def tool_error(exc: BaseException) -> ToolError:
@@ -203,6 +209,11 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     """The MCP server with every conclave tool and resource registered."""
     mcp = ConclaveMCP(config, **kwargs)
     layout = config.layout
+
+    def read_only_tool(name: str, title: str, description: str) -> Callable[[AnyFunction], AnyFunction]:
+        """A tool that only reads this home's records: it changes nothing and asks no model."""
+        return mcp.tool(name=name, title=title, description=description,
+                        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False), structured_output=True)
 
     async def run_consultation(ctx: Context[Any, Any, Any], settings: Any, *, stdin_text: str | None = None,
                                **resume: Any) -> tuple[Any, ProgressBridge]:
@@ -372,12 +383,10 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
 
-    @mcp.tool(
+    @read_only_tool(
         name="conclave_sessions",
         title="List consultations",
         description="Recent consultations, newest first: id, status, mode, rounds, cost, confidence, question.",
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=True,
     )
     async def conclave_sessions(
         limit: Annotated[int, Field(ge=1, le=500, description="How many (default 10).")] = 10,
@@ -389,18 +398,15 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             rows = records.sessions(layout, limit, status, mode)
         except ConclaveError as exc:
             raise tool_error(exc) from None
-        return CallToolResult(content=[TextContent(type="text", text=records.sessions_text(rows))],
-                              structuredContent={"sessions": rows})
+        return text_result(records.sessions_text(rows), {"sessions": rows})
 
-    @mcp.tool(
+    @read_only_tool(
         name="conclave_show",
         title="Show a consultation or one of its rounds",
         description=(
             "Without round: the consultation's panel, rounds and result. With round: every artifact (with the raw "
             "answer), every provider call and its cost, for each run of that round."
         ),
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=True,
     )
     async def conclave_show(
         id: Annotated[str, Field(description="Consultation id or unique prefix.")],
@@ -416,15 +422,13 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 text = records.round_text(data)
         except ConclaveError as exc:
             raise tool_error(exc) from None
-        return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+        return text_result(text, data)
 
-    @mcp.tool(
+    @read_only_tool(
         name="conclave_stats",
         title="Usage statistics",
         description="Consultations, cost, tokens, duration, confidence, early termination and filtering savings, "
                     "per provider and per mode, for a period.",
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=True,
     )
     async def conclave_stats(
         period: Annotated[str, Field(description="all (default), week (last 7 days), month (last 30 days) or "
@@ -445,15 +449,13 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 db.close()
         except ConclaveError as exc:
             raise tool_error(exc) from None
-        return CallToolResult(content=[TextContent(type="text", text=render_text(stats))], structuredContent=stats)
+        return text_result(render_text(stats), stats)
 
-    @mcp.tool(
+    @read_only_tool(
         name="conclave_verify",
         title="Verify the journal",
         description="Check the hash chain of one consultation's journal (or all) against the recorded heads: an "
                     "edited, inserted, dropped or truncated record is named.",
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=True,
     )
     async def conclave_verify(
         id: Annotated[str | None, Field(description="Consultation id or unique prefix; default: all.")] = None,
@@ -469,17 +471,15 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 "torn": list(report.torn)}
         text = (f"OK: {report.journals} journal(s), {report.records} record(s) verified" if report.ok
                 else "\n".join(f"FAIL {p}" for p in problems))
-        return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+        return text_result(text, data)
 
-    @mcp.tool(
+    @read_only_tool(
         name="conclave_export_record",
         title="Export an audit record",
         description=(
             "An audit record of one consultation: question, panel, rounds, verdict, dissent, costs, prompt versions, "
             "config hash and the journal's head hash (with its verification). Read-only; nothing is sent to a model."
         ),
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
-        structured_output=True,
     )
     async def conclave_export_record(
         id: Annotated[str, Field(description="Consultation id or unique prefix.")],
@@ -496,8 +496,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             text = records.audit_html(record)
         else:
             text = json.dumps(record, indent=2, ensure_ascii=False)
-        return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structuredContent={"format": format, "record": record})
+        return text_result(text, {"format": format, "record": record})
 
     @mcp.resource("conclave://consultations/{id}", name="consultation", mime_type="application/json",
                   description="One consultation: panel, rounds and (once it ended) its result JSON.")

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conclave.errors import StorageError
+from conclave.errors import StorageError, UsageError
 from conclave.store.indexer import Batch, build_batch, refresh_totals
-from conclave.store.journal import os_cause, parse_records
+from conclave.store.journal import live_status, os_cause, parse_records
 from conclave.store.paths import StoreLayout, check_consultation_id
 from conclave.store.rollups import refresh_days
 
@@ -199,6 +199,42 @@ class IndexWriter:
                 db.close()
 
 
+# Consultations with a round the index still calls running (the partial index m017 makes this a lookup).
+_RUNNING_ROUNDS = "select distinct consultation_id from rounds where status = 'running'"
+_KILLED_ROUNDS = "update rounds set status = 'interrupted', end_reason = 'killed' where consultation_id = ? " \
+                 "and status = 'running'"
+
+
+def settle_killed_rounds(db: Any, layout: StoreLayout) -> list[str]:
+    """Record as ``interrupted`` (``end_reason`` ``killed``) every round the index still calls ``running`` whose
+    consultation's journal no process writes (:func:`~conclave.store.journal_file.live_status`); returns those
+    consultations.
+
+    A process killed by SIGKILL (or a crash) cannot record its round's end, so whoever looks next records it:
+    ``logs list``, ``index rebuild``, ``browse``. The consultation's own row keeps ``running`` (it is not over:
+    ``resume`` continues it) and is shown ``interrupted`` by the same rule. A resumed consultation's round starts
+    again as ``running`` and gets its real end from its own records. Writes only when there is such a round;
+    the writers are checked again under the write lock, so a ``resume`` that took the journal meanwhile keeps its
+    round running."""
+    def killed() -> list[str]:
+        return [cid for (cid,) in db.conn.execute(_RUNNING_ROUNDS).fetchall() if _nobody_writes(layout, cid)]
+
+    if not killed():
+        return []
+    with write_txn(db):
+        ids = killed()
+        db.conn.executemany(_KILLED_ROUNDS, [(cid,) for cid in ids])
+    return ids
+
+
+def _nobody_writes(layout: StoreLayout, cid: str) -> bool:
+    try:
+        path = layout.journal_path(cid)
+    except UsageError:  # an id no journal can be named after: no process writes one
+        return True
+    return live_status("running", path) == "interrupted"
+
+
 @dataclass(frozen=True)
 class RebuildReport:
     consultations: int
@@ -257,6 +293,7 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
             migrations.apply(db)
         with write_txn(db):  # refresh_days() recomputes whole days: one consultation per day names them all
             refresh_days(db.conn, sorted(days.values()))
+        settle_killed_rounds(db, layout)  # a journal records no end for a killed round: nobody writes it now
         db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     finally:
         db.close()

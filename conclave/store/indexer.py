@@ -350,42 +350,41 @@ where consultation_id = ? and round_number > ? and started_at < ? and status != 
 """
 
 
-def _round_started(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
-    number = d["round_number"]
+def _round(b: Batch, cid: str, number: Any) -> dict[str, Any]:
+    """The columns of round ``number``'s row in this batch (new when the batch has none yet)."""
     key = (cid, number)
     round_ = b.rounds.get(key)
     if round_ is None:
         round_ = b.rounds[key] = {}
+    return round_
+
+
+def _round_started(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    number = d["round_number"]
     started = iso(ts)
-    round_.update(dict.fromkeys(_ROUND_RUN), round_type=d.get("round_type"), started_at=started, status="running")
+    _round(b, cid, number).update(dict.fromkeys(_ROUND_RUN), round_type=d.get("round_type"), started_at=started,
+                                  status="running")
     b.restarts.append((cid, number, started))
 
 
-def _round_completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
-    key = (cid, d["round_number"])
-    round_ = b.rounds.get(key)
-    if round_ is None:
-        round_ = b.rounds[key] = {}
+def _round_ended(b: Batch, cid: str, d: dict[str, Any], completed_at: str | None, status: str,
+                 end_reason: Any, **more: Any) -> None:
+    """A round's end record, completed or interrupted: its figures, and how it ended."""
     get = d.get
-    round_.update(
-        round_type=get("round_type"), completed_at=iso(ts), duration_s=get("duration_s"),
+    _round(b, cid, d["round_number"]).update(
+        round_type=get("round_type"), completed_at=completed_at, duration_s=get("duration_s"),
         input_tokens=get("input_tokens"), output_tokens=get("output_tokens"), cost=get("cost"),
-        status="failed" if get("ok", True) is False else "ok", end_reason=None,
-        safety_tier=(get("safety") or {}).get("tier"),
+        status=status, end_reason=end_reason, **more,
     )
+
+
+def _round_completed(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    _round_ended(b, cid, d, iso(ts), "failed" if d.get("ok", True) is False else "ok", None,
+                 safety_tier=(d.get("safety") or {}).get("tier"))
 
 
 def _round_interrupted(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
-    key = (cid, d["round_number"])
-    round_ = b.rounds.get(key)
-    if round_ is None:
-        round_ = b.rounds[key] = {}
-    get = d.get
-    round_.update(
-        round_type=get("round_type"), completed_at=None, duration_s=get("duration_s"),
-        input_tokens=get("input_tokens"), output_tokens=get("output_tokens"), cost=get("cost"),
-        status="interrupted", end_reason=get("reason"),
-    )
+    _round_ended(b, cid, d, None, "interrupted", d.get("reason"))  # its record carries no safety tier
 
 
 def _attempt(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:

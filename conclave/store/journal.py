@@ -14,7 +14,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from conclave.errors import StorageError
 from conclave.store.chain import GENESIS, canonical_json
@@ -24,6 +24,7 @@ from conclave.store.journal_file import (
     JournalLine,
     is_being_written,
     last_record,
+    live_status,
     parse_records,
     read_journal,
     read_records,
@@ -34,7 +35,7 @@ from conclave.store.verify import check_journal, headed_lines
 
 # The reading side lives in journal_file.py; re-exported because readers have long imported it from here.
 __all__ = ["JournalError", "JournalFile", "JournalLine", "JournalWriter", "encode_line", "is_being_written",
-           "last_record", "parse_records", "read_journal", "read_records", "try_lock"]
+           "last_record", "live_status", "parse_records", "read_journal", "read_records", "try_lock"]
 
 
 class JournalError(StorageError):
@@ -170,65 +171,88 @@ class JournalWriter:
             del self._buffer[:count]
 
     def write_out(self) -> None:
-        """Write what was appended and its head: the records' data is synced (a head must never reach the disk
-        before its records, or a machine crash would leave a head past the journal's end, which reads as a
-        truncation), the head is only handed to the operating system, and :meth:`flush` makes it durable. It
-        survives this process being killed. A refusal fails the writer as :meth:`flush` does."""
+        """Write what was appended and its head: the records' data is synced, the head is only handed to the
+        operating system, and :meth:`flush` makes it durable. It survives this process being killed. A refusal
+        fails the writer as :meth:`flush` does."""
         if self._failed is not None:
             raise JournalError(self._failed)
-        count, data, seq, digest = self._snapshot()
-        if not count:
-            return
-        size = self._size()
-        try:
-            _write_all(self._fd, data)
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            self._cut_back(size)
-            self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
-        self._written(count)
-        self._unsynced = True
-        try:
-            self._append_head(seq, digest, sync=False)
-        except OSError as exc:
-            self._cut_back(size)
-            self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
-
-    def _append_head(self, seq: int, digest: str, *, sync: bool) -> None:
-        self._heads.append(self.consultation_id, seq, digest, sync=sync)
-        self._headed = seq
+        self._write(durable=False, keep_on_refusal=False)
 
     def flush(self) -> bool:
         """Write and fsync what was appended and record the new head; False when there was nothing to flush."""
         if self._failed is not None:
             raise JournalError(self._failed)
+        return self._write(durable=True, keep_on_refusal=False)
+
+    def flush_if_possible(self) -> None:
+        """Write out what was appended, with its head, if the disk takes it (as :meth:`write_out`: it survives this
+        process being killed, and the next :meth:`flush` makes it durable), without failing the writer when it does
+        not: the bytes a refused write (or a refused head) left behind are cut off again and the records stay
+        buffered, so the next :meth:`flush` (at the round's end) retries them and reports the failure where the
+        consultation handles it."""
+        if self._failed is None:
+            self._write(durable=False, keep_on_refusal=True)
+
+    def _write(self, *, durable: bool, keep_on_refusal: bool) -> bool:
+        """Write the records buffered now (:meth:`_snapshot`; possibly none, when earlier ones were written out
+        unsynced and ``durable``), then their head; False when there was nothing to write. The one order every
+        path keeps: the records' data reaches the disk before their head is written (a head on disk before its
+        records would, after a machine crash, read as a truncated journal).
+
+        ``durable`` (:meth:`flush`): fsync the journal (and, once, a new file's directory entry) and sync the head
+        (a head written out before is synced, not appended again); else fdatasync the records and only hand the
+        head to the operating system. A refused step cuts the file back to where this write began: the journal
+        ends with its last headed record (records without a head are what an appended forgery looks like), and
+        the writer fails (:class:`JournalError`). With ``keep_on_refusal`` the records stay buffered instead, for
+        the next flush to retry, and the writer fails (without raising) only when the cut is refused too, or the
+        next flush would write the same records a second time after the bytes left behind."""
         count, data, seq, digest = self._snapshot()
-        if not count and not self._unsynced:
+        if not count and not (durable and self._unsynced):
             return False
         size = self._size()
+        if keep_on_refusal and size is None:
+            return True  # nothing could be cut back: do not write
         try:
             _write_all(self._fd, data)
-            os.fsync(self._fd)
-            self._unsynced = False
-            if self._new_file:  # the file's directory entry must be durable too, once
-                _fsync_dir(self.path.parent)
-                self._new_file = False
+            if durable:
+                os.fsync(self._fd)
+                if self._new_file:  # the file's directory entry must be durable too, once
+                    _fsync_dir(self.path.parent)
+                    self._new_file = False
+            else:
+                os.fdatasync(self._fd)
         except OSError as exc:
-            self._cut_back(size)  # what part of the write reached the disk has no head: it goes too
-            self._fail(f"cannot write the journal {self.path}: {os_cause(exc)}")
-        self._written(count)
+            self._refused(size, keep_on_refusal, f"cannot write the journal {self.path}", exc,
+                          "cannot cut a refused write back")
+            return True
         try:
-            if self._headed == seq:  # its head was written out unsynced: make it durable
+            if durable and self._headed == seq:  # its head was written out unsynced
                 self._heads.sync()
             else:
-                self._append_head(seq, digest, sync=True)
+                self._append_head(seq, digest, sync=durable)
         except OSError as exc:
-            # Records without a head are what an appended forgery looks like (``logs verify`` fails them): cut
-            # them off again, so the journal ends with its last headed record and stays resumable.
-            self._cut_back(size)
-            self._fail(f"cannot record the journal head in {self._heads.path}: {os_cause(exc)}")
-        self._durable = True
+            self._refused(size, keep_on_refusal, f"cannot record the journal head in {self._heads.path}", exc,
+                          "cannot cut the records back")
+            return True
+        self._written(count)
+        self._unsynced = not durable
+        if durable:
+            self._durable = True
         return True
+
+    def _refused(self, size: int | None, keep: bool, what: str, exc: OSError, uncut: str) -> None:
+        """A write or head the disk refused: cut the file back to ``size`` and fail the writer (raises), or with
+        ``keep`` leave the records buffered, failing the writer quietly only when the cut is refused too."""
+        cut = self._cut_back(size)
+        if not keep:
+            self._fail(f"{what}: {os_cause(exc)}")
+        if not cut:
+            with contextlib.suppress(JournalError):
+                self._fail(f"{what}: {uncut}")
+
+    def _append_head(self, seq: int, digest: str, *, sync: bool) -> None:
+        self._heads.append(self.consultation_id, seq, digest, sync=sync)
+        self._headed = seq
 
     def _size(self) -> int | None:
         try:
@@ -247,37 +271,7 @@ class JournalWriter:
             return False
         return True
 
-    def flush_if_possible(self) -> None:
-        """Write out what was appended, with its head, if the disk takes it (no fsync: it survives this process
-        being killed, and the next :meth:`flush` makes it durable), without failing the writer when it does not:
-        the bytes a refused write (or a refused head) left behind are cut off again and the records stay buffered,
-        so the next :meth:`flush` (at the round's end) retries them and reports the failure where the consultation
-        handles it."""
-        if self._failed is not None:
-            return
-        count, data, seq, digest = self._snapshot()
-        size = self._size() if count else None
-        if size is None:
-            return
-        try:
-            _write_all(self._fd, data)
-            os.fdatasync(self._fd)  # the records before their head (see write_out)
-        except OSError:
-            if not self._cut_back(size):  # a torn tail we cannot cut: write nothing more after it
-                with contextlib.suppress(JournalError):
-                    self._fail(f"cannot write the journal {self.path}: cannot cut a refused write back")
-            return
-        try:
-            self._append_head(seq, digest, sync=False)
-        except OSError:  # no records without their head: cut them off again and keep them buffered
-            if not self._cut_back(size):  # else the next flush would write these records a second time
-                with contextlib.suppress(JournalError):
-                    self._fail(f"cannot record the journal head in {self._heads.path}: cannot cut the records back")
-            return
-        self._written(count)
-        self._unsynced = True
-
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         if not self._durable:  # nothing of this journal was ever durable: leave no empty or torn file behind
             with contextlib.suppress(OSError):
                 os.unlink(self.path)

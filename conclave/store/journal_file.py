@@ -157,3 +157,18 @@ def is_being_written(path: Path) -> bool:
             return not try_lock(f.fileno(), exclusive=False)
     except FileNotFoundError:
         return False
+
+
+def live_status(status: str | None, path: Path) -> str | None:
+    """What a consultation or round the index calls ``running`` is: running while some process writes its journal
+    ``path`` (holds its :class:`JournalWriter` open), else ``interrupted`` — the process that wrote it was killed
+    (SIGKILL, a crash, a power cut) before it could record the end. Any other status is returned as it is.
+
+    The one rule for a run that nothing is writing any more: ``logs list`` and ``logs show``, the index's rounds
+    table (:func:`~conclave.store.index.settle_killed_rounds`) and the Datasette pages all read it from here."""
+    if status != "running":
+        return status
+    try:
+        return "running" if is_being_written(path) else "interrupted"
+    except OSError:  # the journal cannot be opened (a directory where it should be, no permission): nobody writes it
+        return "interrupted"

@@ -16,7 +16,7 @@ migrations = Migrations("conclave.index")
 #: index and the secondary indexes over loaded tables is cheaper than maintaining them row by row. Only a
 #: migration that adds what can be built over existing rows (indexes, full-text search, views, tables the
 #: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
-REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats")
+REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds")
 
 
 def apply_all_but_deferred(db: Any) -> None:
@@ -420,3 +420,10 @@ def m016_eval_quality_protocol(db: Any) -> None:
                          ("vote_matched_wall_s", float), ("debate_vs_vote_matched_pp", float),
                          ("debate_vs_vote_matched_p", float), ("debate_vs_vote_matched_cost_ratio", float)):
         db["eval_runs"].add_column(column, kind)
+
+
+@migrations()
+def m017_running_rounds(db: Any) -> None:
+    # The rounds still ``running``, by consultation: what ``settle_killed_rounds`` (index.py) looks up on every
+    # ``logs list`` and ``index rebuild``; a partial index holds only those rows, so it stays small and cheap.
+    db.execute("create index if not exists rounds_running on rounds (consultation_id) where status = 'running'")

@@ -131,27 +131,24 @@ def _day_where(span: Span) -> tuple[str, list[str]]:
 
 def consultation_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
     """Figures per (mode, status) over the span."""
-    where, params = _day_where(span)
-    sql = f"select mode, status, {_sums(CONSULTATION_FIGURES)} from consultation_daily{where} group by mode, status"
-    if span.raw_since is not None:
-        raw = _CONSULTATION_RAW.format(figures=_figures(CONSULTATION_FIGURES),
-                                       where=" where started_at >= ? and started_at < ?")
-        sql = (f"select mode, status, {_sums(CONSULTATION_FIGURES)} from ({sql} union all {raw}) "
-               "group by mode, status")
-        params = [*params, span.raw_since, span.raw_until or ""]
-    cursor = conn.execute(sql, params)
-    columns = [c[0] for c in cursor.description]
-    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    return _totals(conn, span, "mode, status", "consultation_daily", CONSULTATION_FIGURES, _CONSULTATION_RAW,
+                   "started_at")
 
 
 def provider_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
     """Figures per provider over the span."""
+    return _totals(conn, span, "provider", "provider_daily", PROVIDER_FIGURES, _PROVIDER_RAW, "c.started_at")
+
+
+def _totals(conn: Any, span: Span, keys: str, daily: str, figures: dict[str, str], raw: str,
+            started_at: str) -> list[dict[str, Any]]:
+    """``figures`` per ``keys`` over the span: the whole days of the ``daily`` rollup, plus, for a rolling window
+    that starts mid-day, the ``raw`` rows (whose start is ``started_at``) of that first day."""
     where, params = _day_where(span)
-    sql = f"select provider, {_sums(PROVIDER_FIGURES)} from provider_daily{where} group by provider"
+    sql = f"select {keys}, {_sums(figures)} from {daily}{where} group by {keys}"
     if span.raw_since is not None:
-        raw = _PROVIDER_RAW.format(figures=_figures(PROVIDER_FIGURES),
-                                   where=" where c.started_at >= ? and c.started_at < ?")
-        sql = f"select provider, {_sums(PROVIDER_FIGURES)} from ({sql} union all {raw}) group by provider"
+        first_day = raw.format(figures=_figures(figures), where=f" where {started_at} >= ? and {started_at} < ?")
+        sql = f"select {keys}, {_sums(figures)} from ({sql} union all {first_day}) group by {keys}"
         params = [*params, span.raw_since, span.raw_until or ""]
     cursor = conn.execute(sql, params)
     columns = [c[0] for c in cursor.description]

@@ -56,25 +56,14 @@ class _Generator:
             out.update(self.merged(self.resolve(schema["$ref"])))
         for part in schema.get("allOf", []):
             for key, value in self.merged(part).items():
-                if key == "properties":
-                    out.setdefault("properties", {}).update(value)
-                elif key == "required":
-                    out["required"] = sorted(set(out.get("required", [])) | set(value))
-                else:
-                    out[key] = value
+                _fold(out, key, value)
         for key in ("anyOf", "oneOf"):
             if key in schema:
                 branches = [b for b in schema[key] if not _is_null(b)] or schema[key]
                 out.update(self.merged(branches[0]))
         for key, value in {**described_constraints(schema), **schema}.items():
-            if key in ("$ref", "allOf", "anyOf", "oneOf"):
-                continue
-            if key == "properties":
-                out.setdefault("properties", {}).update(value)
-            elif key == "required":
-                out["required"] = sorted(set(out.get("required", [])) | set(value))
-            else:
-                out[key] = value
+            if key not in ("$ref", "allOf", "anyOf", "oneOf"):
+                _fold(out, key, value)
         return out
 
     def value(self, schema: Mapping[str, Any] | bool, name: str, depth: int) -> Any:
@@ -129,6 +118,16 @@ class _Generator:
                 value = _distinct(value, index)
             out.append(value)
         return out
+
+
+def _fold(out: dict[str, Any], key: str, value: Any) -> None:
+    """Fold one keyword into a merged schema: properties add up, required names unite, anything else replaces."""
+    if key == "properties":
+        out.setdefault("properties", {}).update(value)
+    elif key == "required":
+        out["required"] = sorted(set(out.get("required", [])) | set(value))
+    else:
+        out[key] = value
 
 
 def _is_null(schema: Any) -> bool:
