@@ -4,6 +4,7 @@ cannot take (CLI, MCP, engine), backups too small for a call's prompt, and the s
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import string
@@ -17,9 +18,12 @@ import pytest
 from cli_helpers import clean_env
 from test_engine_support import BASE_OVERRIDES, QUESTION
 
+from conclave import artifacts
 from conclave.api import compose_settings
+from conclave.engine.caching import cached_definitions
+from conclave.engine.extraction import request_schema
 from conclave.engine.labels import JudgeLabels
-from conclave.engine.limits import check_context_windows
+from conclave.engine.limits import DEFINITIONS_ALLOWANCE, check_context_windows
 from conclave.engine.session import Session
 from conclave.errors import ConfigError
 from conclave.events import EventBus
@@ -159,6 +163,20 @@ async def test_a_prompt_exactly_at_the_room_passes_and_one_token_more_is_refused
         check_context_windows(session)  # exactly 128,000 with the answer cap
     async with session_for(fake_provider_server, letters(130_000 - over + 1), *ONLY_GPT_4O_TOO_SMALL) as session:
         assert f"is about {128_000 - cap + 1:,} tokens" in refusal(session)
+
+
+async def test_the_schema_allowance_bounds_every_schema_and_tool_list(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    # the cheap pass approves a prompt without loading its schema when it fits with DEFINITIONS_ALLOWANCE bytes
+    for name in artifacts.schema_names():
+        if name != "common":
+            assert len(json.dumps(request_schema(name)).encode()) < DEFINITIONS_ALLOWANCE, name
+    async with session_for(fake_provider_server, letters(5000), "judge.model=gpt-4o") as session:
+        cache = session.prompt_cache
+        assert cache is not None
+        for provider, model in {(a.provider, a.model) for a in session.settings.agents.values()}:
+            tools = cached_definitions(session.pool, provider, model, cache, 10**6)
+            assert len(tools.encode()) < DEFINITIONS_ALLOWANCE / 2, provider  # OpenAI's: every schema, strict
 
 
 async def test_over_the_window_the_cli_prints_one_line_exits_2_and_sends_nothing(

@@ -29,6 +29,9 @@ from conclave.errors import ConfigError
 from conclave.providers.base import ProviderError
 from conclave.providers.pricing import ContextLimits
 
+#: bytes that bound the round's schema or an endpoint's whole tool list (OpenAI's, every schema strict, is ~25 KB:
+#: a test keeps it under this): a prompt that fits with them is not asked for its schema, so none is loaded
+DEFINITIONS_ALLOWANCE = 64 * 1024
 #: how a prompt that is too long is made shorter
 SMALLER_CONTEXT = "shorten the question or send less context (the files of context=[...], project=, stdin)"
 
@@ -64,12 +67,15 @@ def check_context_windows(session: Session) -> None:
         room = None if limits is None else limits.prompt_room(spec.max_tokens)
         if limits is None or room is None:
             continue
+        parts = _parts(spec, json_instruction(spec.schema_name, session.native(spec.provider)))
+        bound = sum(utf8_upper_bound(part) for part in parts) + MESSAGE_OVERHEAD_TOKENS
+        if bound + DEFINITIONS_ALLOWANCE <= room:
+            continue  # fits whatever the tokenizer and the schema say: nothing loaded, nothing counted
         if spec.schema_name not in schemas:
             schemas[spec.schema_name] = json.dumps(request_schema(spec.schema_name))
-        parts = _parts(session, spec, json_instruction(spec.schema_name, session.native(spec.provider)),
-                       schemas[spec.schema_name])
-        if sum(utf8_upper_bound(part) for part in parts) + MESSAGE_OVERHEAD_TOKENS <= room:
-            continue  # fits whatever the tokenizer says: nothing loaded, nothing counted
+        parts.append(_definitions(session, spec) or schemas[spec.schema_name])
+        if bound + utf8_upper_bound(parts[-1]) <= room:
+            continue
         needed = sum(exact(part, spec.model) for part in parts if part) + MESSAGE_OVERHEAD_TOKENS
         if needed > room:
             failures.append(_TooLong(seat, title, spec, needed, room, limits))
@@ -98,17 +104,25 @@ def _largest_calls(session: Session) -> Iterator[tuple[str, str, CallSpec]]:
             yield f"agents.{name}", title, spec
 
 
-def _parts(session: Session, spec: CallSpec, instruction: str, schema: str) -> list[str]:
-    """The texts one call sends: the context (the shared stable prefix, the same string for every seat), the rest
-    of the system prompt, the user message and its answer instruction, and the round's schema — or, where the
-    endpoint sends its tool list before a cached context, that list (it holds the round's schema)."""
+def _parts(spec: CallSpec, instruction: str) -> list[str]:
+    """The texts one call sends but its schema: the context (the shared stable prefix, the same string for every
+    seat), the rest of the system prompt, the user message and its answer instruction."""
+    stable, own = spec.cache.split(spec.system) if spec.cache is not None else ("", spec.system)
+    return [stable, own, spec.user, instruction]
+
+
+def _definitions(session: Session, spec: CallSpec) -> str:
+    """The tool list the endpoint sends before a cached context (it holds the round's schema), or ``""`` when it
+    sends the round's schema alone. The stable prefix is sized by its UTF-8 bound: a larger prefix is cached, and
+    carries the list, sooner."""
     from conclave.engine.caching import cached_definitions
     from conclave.tokens import utf8_upper_bound
 
-    stable, own = spec.cache.split(spec.system) if spec.cache is not None else ("", spec.system)
-    tools = cached_definitions(session.pool, spec.provider, spec.model, spec.cache, utf8_upper_bound(stable)) \
-        if spec.cache is not None and stable else ""
-    return [stable, own, spec.user, instruction, tools or schema]
+    if spec.cache is None:
+        return ""
+    stable = spec.cache.split(spec.system)[0]
+    return cached_definitions(session.pool, spec.provider, spec.model, spec.cache, utf8_upper_bound(stable)) \
+        if stable else ""
 
 
 def _limits_of(session: Session, provider: str, model: str) -> ContextLimits | None:
