@@ -21,7 +21,9 @@ from test_engine_support import BASE_OVERRIDES, QUESTION
 from conclave import artifacts
 from conclave.api import compose_settings
 from conclave.engine.caching import cached_definitions
+from conclave.engine.calls import CallSpec
 from conclave.engine.extraction import request_schema
+from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.limits import DEFINITIONS_ALLOWANCE, check_context_windows
 from conclave.engine.session import Session
@@ -251,3 +253,15 @@ async def test_a_substitution_is_printed_once_on_stderr(fake_provider_server: Fa
     mentions = [line for line in err.decode().splitlines() if "claude-sonnet-4-6" in line]
     assert len(mentions) == 1, err  # the INFO log line said it a second time
     assert "↻ architect: openai/gpt-4o → anthropic/claude-sonnet-4-6 (failure)" in mentions[0]
+
+
+async def test_a_failed_judge_is_not_replaced_by_a_model_too_small_for_its_prompt(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    pool = _pool_with(fake_provider_server, load_plugins(), ("anthropic", "claude-sonnet-4-5"))
+    seat = JudgeSeat(pool.settings, native=lambda provider: True)
+    spec = CallSpec(agent="judge", provider="openai", model="gpt-4o", system="You judge.", user=letters(250_000),
+                    schema_name="synthesis", round_number=2, max_tokens=4096)
+    async with pool:
+        assert seat.replacement(pool) == ("anthropic", "claude-sonnet-4-5")  # the tier backup
+        # Claude holds 200,000 tokens: neither the tier backup nor the panel's Claude seat, but its Gemini
+        assert seat.replacement(pool, spec) == ("gemini", "gemini-2.5-pro")

@@ -217,6 +217,11 @@ class ProviderPool:
                 best = (key, (name, candidate))
         return None if best is None else best[1]
 
+    def fits(self, provider: str, model: str, request: CompletionRequest) -> bool:
+        """Whether ``model`` on ``provider`` can hold ``request``'s prompt and answer cap (True when its limits
+        are unknown)."""
+        return _PromptSize(request).fits(self.provider(provider), model)
+
     # ------------------------------------------------------------------------------------- cost
 
     def cost(self, provider: str, model: str, usage: Usage) -> float | None:
