@@ -96,7 +96,11 @@ async def test_an_oversized_context_file_is_cut_and_the_cut_is_reported(
     big = tmp_path / "big.log"
     size = MAX_CONTEXT_FILE_BYTES + 1_000_000
     big.write_text("x" * (size - 1) + "\n")
-    run = await run_consultation(fake_provider_server, f"context=[{big}]", "rounds=1", question="Why slow?")
+    # the 2 MB sent (~264k tokens) needs 1M-token models: Claude's and gpt-4o's seats would be refused before
+    # anything runs (tests/test_context_limits.py)
+    wide = ("agents.security.provider=gemini", "agents.security.model=gemini-2.5-flash",
+            "agents.architect.model=gpt-4.1")
+    run = await run_consultation(fake_provider_server, f"context=[{big}]", "rounds=1", *wide, question="Why slow?")
     err = capsys.readouterr().err
     assert f"context file {big} is" in err and f"only its first 2.0 MB ({MAX_CONTEXT_FILE_BYTES:,} bytes) is sent" in err
     (source,) = run.result.context_sources

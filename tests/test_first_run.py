@@ -220,7 +220,7 @@ def test_a_question_too_big_for_the_model_fails_before_anything_runs(tmp_path: P
     proc = run_conclave("-", "rounds=1", home=tmp_path, stdin=question)
     assert proc.returncode == 2
     line = one_line(proc)
-    assert "context window is 16,384" in line and "agents." in line
+    assert "context window of 16,384 tokens" in line and "agents." in line
     assert proc.stdout == ""
     assert len(line) < 400  # the question is not echoed
     assert not list((tmp_path / "journal").glob("*.jsonl")) if (tmp_path / "journal").exists() else True

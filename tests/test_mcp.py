@@ -265,6 +265,24 @@ async def test_file_context_must_stay_under_the_allowed_roots(
     assert fake_provider_server.requests == []
 
 
+async def test_a_context_too_long_for_a_seat_is_a_tool_error_and_nothing_is_sent(
+    tmp_path: Path, home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dump.txt").write_text(" q" * 300_000)  # 300,000 tokens: more than gpt-4o's 128,000
+    async with mcp_session(home, fake_provider_server, cwd=project) as session:
+        result = await session.call_tool("conclave_consult", {
+            "question": "Q?", "context": ["dump.txt"],
+            "overrides": ["cost.auto_approve=true", "agents.security.provider=gemini",
+                          "agents.security.model=gemini-2.5-flash", "judge.model=gpt-4.1"]})
+    text = text_of(result)
+    assert result.isError and "prompt too long for agents.architect (openai/gpt-4o): " in text
+    assert "context window of 128,000 tokens" in text and "Traceback" not in text
+    assert fake_provider_server.requests == []
+    assert not list(StoreLayout(home).journal_dir.glob("*.jsonl"))
+
+
 async def test_everything_a_client_sends_is_scrubbed(
     tmp_path: Path, home: Path, fake_provider_server: FakeProviderServer
 ) -> None:

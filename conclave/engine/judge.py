@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from conclave.config import Settings
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
+from conclave.engine.extraction import request_schema
 from conclave.events import PROVIDER_SUBSTITUTED, EventBus
+from conclave.providers.base import CompletionRequest, Message
 
 if TYPE_CHECKING:
     from conclave.providers.pool import ProviderPool
@@ -48,7 +50,7 @@ class JudgeSeat:
             # strict: no other model may take the seat (it would read every answer and be billed)
             outcome.error = f"{outcome.error}; strict_models=true: no replacement judge was asked"
         elif not outcome.ok and not self.fallback_used:
-            replacement = self.replacement(pool)
+            replacement = self.replacement(pool, spec)
             if replacement is not None:
                 self.substitution = {
                     "round_number": spec.round_number,
@@ -73,14 +75,19 @@ class JudgeSeat:
             self.actual = (outcome.provider or self.provider, outcome.model or self.model)
         return outcome
 
-    def replacement(self, pool: ProviderPool) -> tuple[str, str] | None:
-        """A judge on a provider other than the failing one, or None when no such provider has a key."""
+    def replacement(self, pool: ProviderPool, spec: CallSpec | None = None) -> tuple[str, str] | None:
+        """A judge on a provider other than the failing one, or None when no such provider has a key; with
+        ``spec`` (the call it must answer), one whose context limits hold that call's prompt and answer cap."""
+        request = None if spec is None else CompletionRequest(
+            model=spec.model, system=spec.system, messages=(Message("user", spec.user),),
+            json_schema=request_schema(spec.schema_name), max_tokens=spec.max_tokens)
         candidates: list[tuple[str, str]] = []
-        backup = pool.backup_for(self.provider, self.model)
+        backup = pool.backup_for(self.provider, self.model, request)
         if backup is not None:
             candidates.append(backup)
         candidates += [(a.provider, a.model) for a in self._settings.agents.values()]
         for provider, model in candidates:
-            if provider != self.provider and pool.has_key(provider):
+            if provider != self.provider and pool.has_key(provider) \
+                    and (request is None or pool.fits(provider, model, request)):
                 return provider, model
         return None

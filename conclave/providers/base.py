@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from conclave.config import ProviderSettings
+    from conclave.providers.pricing import ContextLimits
 
 
 @dataclass(frozen=True)
@@ -353,10 +354,26 @@ class Provider(abc.ABC):
         when the endpoint sends none there."""
         return ""
 
+    def context_limits(self, model: str) -> ContextLimits | None:
+        """What one call to ``model`` can hold: a hosted model's figures from its price sheet
+        (``conclave/data/pricing``, by this provider's name, then its ``api``). None — no check, the provider
+        rejects what does not fit — when the sheet gives no figure, and for a free endpoint (a server on this
+        machine answering under a hosted model's name has a window of its own). A prompt that cannot fit is
+        refused before the consultation starts (:mod:`conclave.engine.limits`), and a backup whose limits are too
+        small is not asked (:meth:`ProviderPool.backup_for`)."""
+        if self.costs_nothing():
+            return None
+        from conclave.providers.pricing import PriceTable
+
+        return PriceTable.load().context_limits((self.name, self.settings.api), model)
+
     def context_window(self, model: str) -> int | None:
-        """Tokens one call to ``model`` can hold (prompt and answer), or None when unknown; a prompt that cannot
-        fit is refused before the consultation starts (:mod:`conclave.engine.limits`)."""
-        return None
+        """Tokens one call to ``model`` can hold (prompt and answer; a model with only an input limit: that
+        limit), or None when unknown."""
+        limits = self.context_limits(model)
+        if limits is None:
+            return None
+        return limits.window if limits.window is not None else limits.max_input
 
     @abc.abstractmethod
     async def attempt(self, request: CompletionRequest) -> Completion:

@@ -43,7 +43,7 @@ from conclave.providers.pricing import PriceTable
 from conclave.providers.probe import TEST_PROMPT, TEST_SCHEMA, CallCheck, ProbeResult, probe, test_request
 from conclave.providers.retry import RetryPolicy, call_with_retries
 from conclave.providers.tiers import Tiers
-from conclave.tokens import count_tokens
+from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
 
 if TYPE_CHECKING:
     from conclave.events import EventBus
@@ -196,13 +196,16 @@ class ProviderPool:
         except ProviderError:
             return False
 
-    def backup_for(self, provider: str, model: str) -> tuple[str, str] | None:
+    def backup_for(self, provider: str, model: str, request: CompletionRequest | None = None
+                   ) -> tuple[str, str] | None:
         """The next usable (provider, model) from the tiers, on a different provider.
 
         Searches ``model``'s tier, then lower tiers; within a tier HEALTHY, then UNKNOWN, then DEGRADED providers;
-        UNHEALTHY providers and providers without a key are skipped.
+        UNHEALTHY providers and providers without a key are skipped, and so is, with ``request``, a model whose
+        context limits cannot hold its prompt and answer cap (:func:`_fits`).
         """
         best: tuple[tuple[int, int, int], tuple[str, str]] | None = None
+        sizes = _PromptSize(request) if request is not None else None
         for position, (tier, (name, candidate)) in enumerate(self.tiers.candidates(model)):
             if name == provider or (best is not None and tier > best[0][0]):
                 continue
@@ -212,9 +215,14 @@ class ProviderPool:
             if rank is None or not self.has_key(name):
                 continue
             key = (tier, rank, position)
-            if best is None or key < best[0]:
+            if (best is None or key < best[0]) and (sizes is None or sizes.fits(self.provider(name), candidate)):
                 best = (key, (name, candidate))
         return None if best is None else best[1]
+
+    def fits(self, provider: str, model: str, request: CompletionRequest) -> bool:
+        """Whether ``model`` on ``provider`` can hold ``request``'s prompt and answer cap (True when its limits
+        are unknown)."""
+        return _PromptSize(request).fits(self.provider(provider), model)
 
     # ------------------------------------------------------------------------------------- cost
 
@@ -339,7 +347,8 @@ class ProviderPool:
             delay = await self._wait_for_hedge(call, primary, provider, request.model)
             if delay is None:
                 return primary.result()
-            target = (self.backup_for(provider, request.model) if substitute else None) or (provider, request.model)
+            target = (self.backup_for(provider, request.model, request) if substitute else None) \
+                or (provider, request.model)
             if self._one_slot_for_both(provider, target[0]) or not self.budget.try_acquire():
                 return await primary
             call.hedged = True
@@ -365,7 +374,7 @@ class ProviderPool:
 
     async def _failover(self, call: _Call, provider: str, request: CompletionRequest, error: ProviderError,
                         allow_substitution: bool) -> Completion:
-        target = self.backup_for(provider, request.model) if allow_substitution else None
+        target = self.backup_for(provider, request.model, request) if allow_substitution else None
         if target is None:
             raise error
         if self.settings.strict_models:
@@ -566,7 +575,10 @@ class ProviderPool:
         }
         self._substitutions.append(payload)
         self._stand_ins[(call.agent, call.round_number, provider, model)] = target
-        log.info("%s: %s/%s answered for %s/%s (%s)", call.agent, *target, provider, model, reason)
+        # with a bus, the event is what the user sees (the progress line "↻ agent: original → substitute"): the log
+        # line would print it a second time on stderr
+        log.log(logging.DEBUG if self.bus is not None else logging.INFO, "%s: %s/%s answered for %s/%s (%s)",
+                call.agent, *target, provider, model, reason)
         if self.bus is not None:
             self.bus.emit(events.PROVIDER_SUBSTITUTED, **payload)
 
@@ -642,3 +654,33 @@ def _abandoned_usage(instance: Provider, request: CompletionRequest, streamed: l
         prompt += json.dumps(request.json_schema)
     return Usage(input_tokens=count_tokens(prompt, request.model),
                  output_tokens=count_tokens("".join(streamed), request.model) if streamed else 0)
+
+
+class _PromptSize:
+    """A request's prompt size against a backup's context limits: its UTF-8 bound first (no tokenizer), counted
+    exactly (once per encoding) only when the bound is over a candidate's room."""
+
+    def __init__(self, request: CompletionRequest) -> None:
+        self.request = request
+        self._texts: list[str] | None = None
+        self._counted: dict[str, int] = {}
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            request = self.request
+            self._texts = [request.system or "", *(m.content for m in request.messages),
+                           json.dumps(request.json_schema) if request.json_schema is not None else ""]
+        return self._texts
+
+    def fits(self, instance: Provider, model: str) -> bool:
+        limits = instance.context_limits(model)
+        room = None if limits is None else limits.prompt_room(self.request.max_tokens)
+        if room is None:
+            return True  # no known limit: the provider decides
+        overhead = 16  # role markers around the messages, as the pre-flight estimate counts them
+        if sum(utf8_upper_bound(text) for text in self.texts()) + overhead <= room:
+            return True
+        encoding = encoding_name_for(model)
+        if encoding not in self._counted:
+            self._counted[encoding] = sum(count_tokens(text, model) for text in self.texts() if text)
+        return self._counted[encoding] + overhead <= room

@@ -5,6 +5,11 @@ Prices are USD per million tokens. ``Usage.input_tokens`` includes cached input 
 is billed at ``cached_input`` (or the input price when a provider gives no discount), the written part at
 ``cache_write_input`` (or the input price: OpenAI's automatic cache writes cost nothing extra). An unknown model
 costs ``None``: unknown, never a silent 0.
+
+A model's entry may also give its context limits, as the provider documents them (:class:`ContextLimits`):
+``context_window``, the tokens one call holds, prompt and answer together, and ``max_input_tokens``, a separate
+limit on the prompt alone (gpt-5: a 400,000-token window of which at most 272,000 prompt; Gemini: 1,048,576 input
+tokens, its answer limited apart). A model with neither is not checked (its provider rejects what does not fit).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import datetime as dt
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -45,6 +50,35 @@ class ModelPrice:
 
 
 @dataclass(frozen=True)
+class ContextLimits:
+    """What one call to a model can hold. ``window``: prompt and answer together (the provider refuses a request
+    whose prompt plus its answer cap exceeds it); ``max_input``: the prompt alone. ``answer_shrinks``: the
+    endpoint shortens the answer to the room the prompt leaves (llama.cpp), so only the prompt must fit."""
+
+    window: int | None = None
+    max_input: int | None = None
+    answer_shrinks: bool = False
+
+    def prompt_room(self, answer_cap: int) -> int | None:
+        """The largest prompt (tokens) a call with answer cap ``answer_cap`` may send; None when unlimited."""
+        rooms = []
+        if self.window is not None:
+            rooms.append(self.window - (1 if self.answer_shrinks else answer_cap))
+        if self.max_input is not None:
+            rooms.append(self.max_input)
+        return min(rooms) if rooms else None
+
+    def describe(self) -> str:
+        """The limits in words, for a message: ``a context window of 128,000 tokens``."""
+        parts = []
+        if self.window is not None:
+            parts.append(f"a context window of {self.window:,} tokens")
+        if self.max_input is not None:
+            parts.append(f"at most {self.max_input:,} prompt tokens")
+        return " and ".join(parts) or "no known limit"
+
+
+@dataclass(frozen=True)
 class PriceSheet:
     """One provider's prices, with when and where they were taken."""
 
@@ -54,6 +88,8 @@ class PriceSheet:
     models: Mapping[str, ModelPrice]
     #: the price of any model the sheet does not list (e.g. ``local``: every GGUF runs on your own hardware)
     default: ModelPrice | None = None
+    #: each listed model's context limits, when the sheet gives them
+    limits: Mapping[str, ContextLimits] = field(default_factory=dict)
 
 
 class PriceTable:
@@ -85,6 +121,27 @@ class PriceTable:
         price = self.price(providers, model)
         return None if price is None else price.cost(usage)
 
+    def context_limits(self, providers: str | Iterable[str], model: str) -> ContextLimits | None:
+        """``model``'s context limits from the first of ``providers`` whose sheet gives them (exact id, then its
+        alias); None when no sheet does (a model without a figure is not checked)."""
+        names = [providers] if isinstance(providers, str) else list(providers)
+        model = model.removeprefix("models/")
+        alias = _SNAPSHOT.sub("", model)
+        for name in names:
+            sheet = self.sheets.get(name)
+            if sheet is not None:
+                found = sheet.limits.get(model) or sheet.limits.get(alias)
+                if found is not None:
+                    return found
+        return None
+
+    def models_with_limits(self, provider: str) -> list[tuple[str, ContextLimits, ModelPrice]]:
+        """Every model of ``provider``'s sheet with context limits: (model, limits, price)."""
+        sheet = self.sheets.get(provider)
+        if sheet is None:
+            return []
+        return [(model, limits, sheet.models[model]) for model, limits in sheet.limits.items()]
+
 
 def same_model(requested: str, reported: str) -> bool:
     """Whether a provider's reported model id names the model that was requested: the same id, ``models/`` prefixed,
@@ -98,6 +155,9 @@ def same_model(requested: str, reported: str) -> bool:
 def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
     """Validate one pricing YAML document; a malformed file is a packaging bug, reported with its name."""
     def model_price(entry: Mapping[str, Any]) -> ModelPrice:
+        unknown = set(entry) - _ENTRY_KEYS
+        if unknown:
+            raise ValueError(f"unknown field {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(_ENTRY_KEYS))}")
         return ModelPrice(
             input=float(entry["input"]),
             output=float(entry["output"]),
@@ -106,8 +166,25 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
                                else float(entry["cache_write_input"])),
         )
 
+    def tokens(model: str, entry: Mapping[str, Any], key: str) -> int | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{model}: {key} must be a positive whole number of tokens, got {value!r}")
+        return value
+
+    def context_limits(model: str, entry: Mapping[str, Any]) -> ContextLimits | None:
+        window, max_input = tokens(model, entry, "context_window"), tokens(model, entry, "max_input_tokens")
+        if window is not None and max_input is not None and max_input > window:
+            raise ValueError(f"{model}: max_input_tokens {max_input} is over its context_window {window}")
+        return None if window is None and max_input is None else ContextLimits(window, max_input)
+
     try:
-        models = {str(model): model_price(entry) for model, entry in (data.get("models") or {}).items()}
+        entries = dict(data.get("models") or {})
+        models = {str(model): model_price(entry) for model, entry in entries.items()}
+        limits = {str(model): found for model, entry in entries.items()
+                  if (found := context_limits(str(model), entry)) is not None}
         taken = data.get("taken")
         default = data.get("default")
         return PriceSheet(
@@ -116,9 +193,15 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
             source=data.get("source"),
             models=models,
             default=None if default is None else model_price(default),
+            limits=limits,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{origin}: malformed price sheet ({type(exc).__name__}: {exc})") from exc
+
+
+#: the fields a model's entry may have: its prices and its context limits
+_ENTRY_KEYS = frozenset({"input", "output", "cached_input", "cache_write_input", "context_window",
+                         "max_input_tokens"})
 
 
 @functools.cache

@@ -40,6 +40,8 @@ from conclave.providers.base import (
 )
 
 if TYPE_CHECKING:
+    from conclave.providers.pricing import ContextLimits
+
     from .sampling import SamplerStats
 
 INSTALL_HINT = "pip install 'conclave[local]'"
@@ -358,6 +360,12 @@ class LocalProvider(Provider):
     def context_window(self, model: str) -> int | None:
         """The runtime's context size: every GGUF is loaded with ``MAX_CONTEXT`` tokens, whatever its name."""
         return MAX_CONTEXT
+
+    def context_limits(self, model: str) -> ContextLimits | None:
+        """``MAX_CONTEXT`` for the prompt: the runtime shortens the answer to the room the prompt leaves."""
+        from conclave.providers.pricing import ContextLimits
+
+        return ContextLimits(window=MAX_CONTEXT, answer_shrinks=True)
 
     def _load(self, model: str) -> LocalRuntime:
         """The shared runtime for the configured GGUF; runs on the worker, so first-use assembly happens once."""
