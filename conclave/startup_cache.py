@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -200,17 +201,53 @@ def skip_pydantic_plugin_scan() -> None:
     """Spare pydantic its plugin scan when there is nothing to find.
 
     pydantic looks for plugins of its own (entry-point group ``pydantic``) when it builds its first model, reading
-    the metadata of every installed distribution (~10 ms before a consultation's first request). When the
-    remembered listing has no such entry point, pydantic's plugin registry is set to the empty one that scan would
-    leave. ``PYDANTIC_DISABLE_PLUGINS``, or a pydantic without that registry, is left to pydantic."""
+    the metadata of every installed distribution (~10 ms before a consultation's first request), with a loader
+    whose import alone imports ``importlib.metadata`` and the email package (~15 ms). When the remembered listing
+    has no such entry point, the loader is the stand-in that scan would leave (:func:`_empty_pydantic_loader`), or
+    its registry is set empty when it is imported already. ``PYDANTIC_DISABLE_PLUGINS`` is left to pydantic."""
     if os.environ.get("PYDANTIC_DISABLE_PLUGINS") is not None or entry_points("pydantic"):
         return
-    try:
-        from pydantic.plugin import _loader
-    except ImportError:
-        return
-    if getattr(_loader, "_plugins", ()) is None:
-        _loader._plugins = {}
+    loaded = sys.modules.get(PYDANTIC_LOADER)
+    if loaded is None:  # importing it would import importlib.metadata (and the email package): ~15 ms
+        sys.modules[PYDANTIC_LOADER] = _empty_pydantic_loader()
+    elif getattr(loaded, "_plugins", ()) is None:
+        loaded.__dict__["_plugins"] = {}
+
+
+#: the module holding pydantic's plugin registry (``get_plugins``)
+PYDANTIC_LOADER = "pydantic.plugin._loader"
+
+
+def _empty_pydantic_loader() -> types.ModuleType:
+    """pydantic's plugin loader as its scan leaves it when no distribution declares a ``pydantic`` entry point:
+    ``get_plugins()`` gives no plugin. Any other name is read from the real module, imported at first use."""
+    module = types.ModuleType(PYDANTIC_LOADER)
+    real: list[types.ModuleType] = []
+
+    def get_plugins() -> tuple[()]:
+        return ()
+
+    def __getattr__(name: str) -> Any:  # PEP 562: what this stand-in does not define
+        if name.startswith("__"):  # the import system asks for __path__ and the like: a plain module has none
+            raise AttributeError(name)
+        if not real:
+            import importlib.machinery
+            import importlib.util
+
+            import pydantic.plugin
+
+            spec = importlib.machinery.PathFinder.find_spec("_loader", list(pydantic.plugin.__path__))
+            if spec is None or spec.loader is None:
+                raise AttributeError(name)
+            loaded = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(loaded)
+            loaded.__dict__["_plugins"] = {}
+            real.append(loaded)
+        return getattr(real[0], name)
+
+    module.__dict__.update(get_plugins=get_plugins, _plugins={}, _loading_plugins=False, __getattr__=__getattr__,
+                           PYDANTIC_ENTRY_POINT_GROUP="pydantic")
+    return module
 
 
 def parsed_file(entry: Any, parse: Callable[[str], Any]) -> Any:

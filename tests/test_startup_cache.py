@@ -86,3 +86,38 @@ def test_a_value_json_would_change_is_never_stored(conclave_env: Path, tmp_path:
 
     assert startup_cache.parsed_file(path, parse) == {1: "x"}
     assert startup_cache.parsed_file(path, parse) == {1: "x"} and calls == ["x", "x"]
+
+
+PYDANTIC_IN_A_FRESH_PROCESS = """
+import json, sys
+from conclave.startup_cache import skip_pydantic_plugin_scan
+skip_pydantic_plugin_scan()
+import pydantic
+
+class Model(pydantic.BaseModel):
+    n: int
+
+loader = sys.modules["pydantic.plugin._loader"]
+before = "importlib.metadata" in sys.modules
+print(json.dumps({"metadata_imported": before, "plugins": list(loader.get_plugins()),
+                  "validated": Model.model_validate({"n": "3"}).n,
+                  "group": loader.PYDANTIC_ENTRY_POINT_GROUP,
+                  "delegated": loader.entry_points.__module__}))
+"""
+
+
+def test_pydantic_builds_models_without_importing_its_plugin_scan_when_no_plugin_is_installed(
+        conclave_env: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    assert not importlib.metadata.entry_points(group="pydantic")  # else the scan would have something to find
+    runs = [json.loads(subprocess.run(
+        [sys.executable, "-c", PYDANTIC_IN_A_FRESH_PROCESS], capture_output=True, text=True, check=True,
+        env={**os.environ, "CONCLAVE_HOME": str(conclave_env)}).stdout) for _ in range(2)]
+    assert runs[0]["metadata_imported"]  # the first run scans, and remembers that no plugin is installed
+    seen = runs[1]
+    # importlib.metadata (with the email package) is what the real loader imports: ~15 ms of every start
+    assert seen == {"metadata_imported": False, "plugins": [], "validated": 3, "group": "pydantic",
+                    "delegated": "importlib.metadata"}  # a name the stand-in lacks comes from the real module

@@ -172,6 +172,17 @@ class Consultation:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> ConsultationResult:
+        # The code a consultation runs is loaded before its clock starts (process start-up, not the
+        # consultation's work): the provider pool, and what prepares its inputs and its session (the scrubber,
+        # the safety rules, the quality layer, the context window).
+        import conclave.engine.context
+        import conclave.engine.quality
+        import conclave.engine.safety
+        import conclave.quality.objection
+        import conclave.quality.similarity
+        import conclave.quality.summarize
+        import conclave.schemas
+        import conclave.scrub  # noqa: F401
         from conclave.providers.pool import ProviderPool
 
         started, created_at = time.monotonic(), artifacts.now_iso()

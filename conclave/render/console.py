@@ -50,7 +50,7 @@ def print_result(result: Mapping[str, Any], fmt: OutputFormat, stream: TextIO,
     its override values (a ``sweep`` key in JSON)."""
     if fmt not in FORMATS:
         raise ValueError(f"output.format: {fmt!r} is not one of {', '.join(FORMATS)}")
-    if records is None:
+    if records is None and fmt != "json":  # the journal's records add detail to the report; JSON-LD has none
         records = _journal_records(result)
     label = sweep_label(_sweep_label)
     if fmt == "html":
