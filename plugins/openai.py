@@ -32,7 +32,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -184,6 +184,16 @@ class OpenAIProvider(HTTPProvider):
         answer (strings get short: meant for tiny models), ``off`` adds none."""
         lengths = "off" if self.is_official() else self.settings.grammar_lengths
         return _grammar_schema(_canonical(schema), lengths, request.max_tokens if lengths == "fit" else None)
+
+    def prepare_schemas(self, model: str, schemas: Sequence[Mapping[str, Any]]) -> None:
+        # the strict variant (api.openai.com and every tool list) and the grammar form (other servers), both
+        # computed once per distinct schema; a length fit to each call's max_tokens is left to the call
+        lengths = "off" if self.is_official() else self.settings.grammar_lengths
+        for schema in schemas:
+            canonical = _canonical(schema)
+            _strict_schema(canonical)
+            if lengths != "fit":
+                _grammar_schema(canonical, lengths, None)
 
     def sends_cache_hints_to_openai(self) -> bool:
         """``prompt_cache_key`` is OpenAI's own parameter: with ``prompt_cache: auto`` only api.openai.com gets it

@@ -238,3 +238,24 @@ async def test_an_empty_stream_in_the_tools_layout_is_a_truncated_answer(
     fake_provider_server.script("gpt-4o", Fault.empty_stream())
     with pytest.raises(ProviderError, match="truncated"):
         await _ask(fake_provider_server, _request("independent_opinion"), stream=True)
+
+
+@pytest.mark.parametrize("base_url", [OFFICIAL, "http://127.0.0.1:9/v1"])
+def test_schemas_prepared_while_round_1_waits_leave_a_later_request_nothing_to_derive(base_url: str) -> None:
+    from plugins import openai as plugin
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 3},
+                                               "why": {"type": "string", "pattern": f"^{base_url[-6:]}"}},
+              "required": ["n", "why"], "additionalProperties": False}  # distinct per case: nothing cached yet
+    provider = _provider(base_url, "off")
+    provider.prepare_schemas("gpt-4o", [schema])
+    strict, grammar = plugin._strict_schema.cache_info(), plugin._grammar_schema.cache_info()
+    request = CompletionRequest(model="gpt-4o", messages=(Message("user", "Q?"),), system="s", json_schema=schema,
+                                schema_name="numbers")
+    for form in provider.forms(request):
+        provider.body(request, stream=False, form=form)
+    # every form the request may be asked in found its schema derived already: no new computation, only hits
+    assert plugin._strict_schema.cache_info().misses == strict.misses
+    assert plugin._grammar_schema.cache_info().misses == grammar.misses
+    assert (plugin._strict_schema.cache_info().hits + plugin._grammar_schema.cache_info().hits
+            > strict.hits + grammar.hits)

@@ -472,11 +472,23 @@ class Consultation:
         plan goes through (validators, reference lookups): their one-time cost is paid while round 1 waits, not
         between its last answer and round 2's request."""
         names = sorted({t.schema for t in session.plan} | {t.schema for t in session.strategy.plan})
+        seats = {(agent.spec.provider, agent.spec.model) for agent in session.agents.values()} | {
+            (session.judge.provider, session.judge.model)}
+        providers = [(session.pool.provider(name), model) for name, model in sorted(seats)]
+
+        def prepare_requests() -> None:
+            """The schemas as requests carry them: inlined, then in each seat's provider's form."""
+            from conclave.engine.extraction import request_schema
+
+            schemas = [request_schema(name) for name in names]
+            for provider, model in providers:
+                provider.prepare_schemas(model, schemas)
 
         async def prepare() -> None:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)
             await idle()  # round 1's requests have left
             await asyncio.to_thread(artifacts.prepare_checks, names)
+            await asyncio.to_thread(prepare_requests)
 
         self._checks_ready = asyncio.ensure_future(prepare())
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -346,6 +346,12 @@ class Provider(abc.ABC):
     def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:
         """How calls to ``model`` reuse a stable prefix of ``stable_tokens`` tokens; None when they do not (no
         prompt cache, caching off, or a prefix too short to be cached)."""
+        return None
+
+    def prepare_schemas(self, model: str, schemas: Sequence[Mapping[str, Any]]) -> None:
+        """Compute, and keep, whatever a request to ``model`` carrying one of ``schemas`` derives from it (the form
+        the API takes): called from a worker thread while round 1 waits, so a later round's first request does not
+        pay for it. Must be safe to call from another thread; by default nothing is prepared."""
         return None
 
     def cached_definitions(self, model: str, cache: PromptCache, stable_tokens: int) -> str:

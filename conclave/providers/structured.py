@@ -14,6 +14,7 @@ schema is written into the request and the JSON is extracted from the text). ``o
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import logging
@@ -60,6 +61,7 @@ def prompt_instruction(schema: Mapping[str, Any]) -> str:
             f"this JSON Schema:\n```json\n{text}\n```")
 
 
+@functools.lru_cache(maxsize=256)
 def is_local_url(url: str | None) -> bool:
     """A server on this machine or the local network (loopback, private or link-local address, ``localhost``,
     ``*.local``): calls to it cost nothing and it usually serves one request at a time."""
