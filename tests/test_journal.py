@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -345,3 +346,48 @@ def test_a_refused_write_out_or_flush_is_cut_back_and_fails_the_writer(
         w.append("c", 3.0, {})
     w.close()
     assert [r["type"] for r in read_journal(w.path).records] == ["a"]
+
+
+def test_cancelling_a_request_that_waits_for_the_journal_never_cancels_the_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hedge that lost, a task group's siblings or Ctrl-C cancel requests waiting in ``until_durable``: the
+    write they waited for still happens, and the next request finds it done."""
+    import threading
+
+    slow = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        slow.wait(5)  # held until the waiter below has been cancelled
+        real_fsync(fd)
+
+    recorder = Recorder(tmp_path, index=False)
+    events = synthetic_events(1)
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    first_round = next(i for i, e in enumerate(events) if e.type == ev.ROUND_STARTED)
+    for event in events[: first_round + 1]:  # the start's write runs (held in fsync); the round start's waits
+        recorder(event)
+
+    async def scenario() -> None:
+        waiter = asyncio.ensure_future(recorder.until_durable(events[0].consultation_id))
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        slow.set()
+        await recorder.until_durable(events[0].consultation_id)  # no CancelledError: the write ran
+
+    asyncio.run(scenario())
+    path = StoreLayout(tmp_path).journal_path(events[0].consultation_id)
+    assert [r["type"] for r in read_journal(path).records] == [e.type for e in events[: first_round + 1]]
+    recorder.close()
+
+
+def test_a_recorder_wrapped_for_the_mcp_server_keeps_the_wait_before_each_request(tmp_path: Path) -> None:
+    from conclave.mcp_server.runs import OriginRecorder
+
+    recorder = Recorder(tmp_path, index=False)
+    wrapped = OriginRecorder(recorder, {"origin": "mcp"})
+    assert wrapped.until_durable == recorder.until_durable  # the runner hands it to the pool
+    assert wrapped.write_out == recorder.write_out
+    recorder.close()

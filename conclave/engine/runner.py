@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -167,7 +168,6 @@ class Consultation:
         self._count_now = False  # it is needed now: no waiting for requests to leave
         self._checks_ready: asyncio.Future[None] | None = None  # schema checks prepared while round 1 waits
         self._estimated_rounds: int | None = None  # how many rounds the estimate covers (the cap when repeating)
-        self._played = False  # a round started in this run
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -203,7 +203,9 @@ class Consultation:
                                 hedge_memory=memory) as pool:
             self._check_keys(pool)
             # every request waits until what the journal holds before it is durable (written on its own thread)
-            pool.before_spending = getattr(self.recorder, "until_durable", None)
+            until_durable = getattr(self.recorder, "until_durable", None)
+            if until_durable is not None:
+                pool.before_spending = functools.partial(until_durable, self.id)
             session = Session(
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
@@ -241,9 +243,10 @@ class Consultation:
                 # A bug, or the journal failing (a critical subscriber, or the requests that wait for its writes):
                 # stop spending, keep what exists.
                 exc = _storage_failure(caught) or caught
-                if isinstance(exc, StorageError) and not self._played:
-                    # the start itself could not be recorded (its write runs on the recorder's I/O thread and
-                    # fails before round 1 spends): nothing to show, the caller says why in one line
+                if isinstance(exc, StorageError) and not pool.attempts:
+                    # nothing was asked in this run (the start itself could not be recorded: its write runs on
+                    # the recorder's I/O thread and fails before round 1 spends): nothing to show, the caller
+                    # says why in one line
                     raise exc from None
                 if isinstance(exc, StorageError):  # says in one line which path failed and why
                     session.record.abort_reason = str(exc)
@@ -347,7 +350,6 @@ class Consultation:
         """
         number, name = steps[0].number, steps[-1].type.name
         since, t0 = len(session.pool.attempts), time.monotonic()
-        self._played = True
         self.bus.emit(ROUND_STARTED, round_number=number, round_type=name)
         failure = None
         try:
@@ -474,15 +476,22 @@ class Consultation:
         names = sorted({t.schema for t in session.plan} | {t.schema for t in session.strategy.plan})
         seats = {(agent.spec.provider, agent.spec.model) for agent in session.agents.values()} | {
             (session.judge.provider, session.judge.model)}
-        providers = [(session.pool.provider(name), model) for name, model in sorted(seats)]
+        try:
+            providers = [(session.pool.provider(name), model) for name, model in sorted(seats)]
+        except Exception:  # only a warm-up: the call that needs the provider meets the error
+            providers = []
 
         def prepare_requests() -> None:
-            """The schemas as requests carry them: inlined, then in each seat's provider's form."""
+            """The schemas as requests carry them: inlined, then in each seat's provider's form (a warm-up: a
+            failure is met again, and reported, by the request that needs the schema)."""
             from conclave.engine.extraction import request_schema
 
-            schemas = [request_schema(name) for name in names]
-            for provider, model in providers:
-                provider.prepare_schemas(model, schemas)
+            try:
+                schemas = [request_schema(name) for name in names]
+                for provider, model in providers:
+                    provider.prepare_schemas(model, schemas)
+            except Exception:
+                log.debug("preparing the request schemas failed", exc_info=True)
 
         async def prepare() -> None:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)

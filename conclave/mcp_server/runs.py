@@ -44,6 +44,10 @@ class OriginRecorder:
     def flush(self) -> None:
         self._recorder.flush()
 
+    def __getattr__(self, name: str) -> Any:
+        # the rest of the recorder's contract (until_durable, which every request awaits; write_out) as it is
+        return getattr(self._recorder, name)
+
 
 @dataclass
 class ProgressBridge:

@@ -418,6 +418,10 @@ class ProviderPool:
         With ``max_concurrency`` the call first waits for a free slot of its endpoint (emitting
         ``provider:queued``); its deadline starts when it is sent, so time spent queued never times it out.
         """
+        if self.before_spending is not None:
+            # e.g. the journal's writes so far are durable (conclave.store.recorder): before the call counts as
+            # sent (its hedge timer) and before its deadline starts
+            await self.before_spending()
         instance = self.provider(name)
         budget_s = request.timeout_s or instance.settings.timeout_s
         slot = self._slot(instance)
@@ -451,8 +455,6 @@ class ProviderPool:
 
     async def _attempt(self, call: _Call, instance: Provider, request: CompletionRequest, number: int,
                        remaining: float, hedge: bool) -> Completion:
-        if self.before_spending is not None:
-            await self.before_spending()  # e.g. the journal's writes so far are durable (conclave.store.recorder)
         started_at, t0 = time.time(), time.perf_counter()
         token = object()
         streamed: list[str] = []

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -81,6 +82,8 @@ class JournalWriter:
         #: guards the buffer and the chain's end: records are appended on the event loop while a write of the
         #: records before them may run on the recorder's I/O thread (see :meth:`_snapshot`)
         self._lock = threading.Lock()
+        #: one write at a time: the recorder's I/O thread, or whoever flushes directly (close, an interrupted wait)
+        self._writing = threading.Lock()
         self._failed: str | None = None
         self._durable = False  # some record of this journal was made durable (by this writer or an earlier one)
         self._unsynced = False  # records written out (write_out) but not fsynced yet
@@ -96,7 +99,7 @@ class JournalWriter:
         except OSError as exc:
             raise JournalError(f"cannot open the journal {path}: {os_cause(exc)}") from None
         # One writer per journal: the lock dies with its process, so a killed run never blocks `resume`.
-        if not try_lock(self._fd, exclusive=True):
+        if not _lock_soon(self._fd):
             os.close(self._fd)
             raise JournalError(f"consultation {consultation_id} is being recorded by another process")
         if not self._new_file:
@@ -206,6 +209,10 @@ class JournalWriter:
         the writer fails (:class:`JournalError`). With ``keep_on_refusal`` the records stay buffered instead, for
         the next flush to retry, and the writer fails (without raising) only when the cut is refused too, or the
         next flush would write the same records a second time after the bytes left behind."""
+        with self._writing:
+            return self._write_locked(durable=durable, keep_on_refusal=keep_on_refusal)
+
+    def _write_locked(self, *, durable: bool, keep_on_refusal: bool) -> bool:
         count, data, seq, digest = self._snapshot()
         if not count and not (durable and self._unsynced):
             return False
@@ -294,6 +301,21 @@ class JournalWriter:
         finally:
             os.close(self._fd)
             self._fd = -1
+
+
+def _lock_soon(fd: int) -> bool:
+    """Take the writer's exclusive lock, waiting a moment for readers: ``logs list``, ``logs show`` and the
+    Datasette pages hold a shared lock for microseconds to see whether a journal is being written."""
+    deadline = time.monotonic() + WRITER_LOCK_WAIT_S
+    while not try_lock(fd, exclusive=True):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+#: how long a writer waits for readers' shared locks on its journal before saying another process records it
+WRITER_LOCK_WAIT_S = 0.2
 
 
 def _write_all(fd: int, data: bytes) -> None:

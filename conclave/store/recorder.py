@@ -141,13 +141,15 @@ class Recorder:
         if last is not None:
             concurrent.futures.wait([last])
 
-    async def until_durable(self) -> None:
+    async def until_durable(self, consultation_id: str | None = None) -> None:
         """Wait until every write submitted so far is done; raise :class:`JournalError` when the disk refused one
-        (a journal that failed stops the consultation before it spends anything more)."""
+        of ``consultation_id``'s (any consultation's: None), so a journal that failed stops its consultation
+        before it spends anything more. Cancelling the wait (a hedge that lost, Ctrl-C) never cancels the write."""
         last = self._last
         if last is not None and not last.done():
-            await asyncio.wrap_future(last)
-        self._raise_failure()
+            with contextlib.suppress(Exception):  # a refusal is read from the writer below
+                await asyncio.shield(asyncio.wrap_future(last))
+        self._raise_failure(consultation_id)
 
     def _submit(self, job: Callable[[], Any], lines: list[bytes] | None = None) -> Future[None]:
         if self._io is None:
@@ -167,8 +169,9 @@ class Recorder:
         writers = list(self._writers.values())
 
         def job() -> None:
-            for writer in writers:
-                writer.flush()
+            for writer in writers:  # each on its own: one journal the disk refuses holds no other back
+                with contextlib.suppress(JournalError):  # the writer is failed now and says why
+                    writer.flush()
             if then is not None:
                 then()
 
@@ -186,17 +189,19 @@ class Recorder:
     def _collect(self) -> None:
         """Move the lines of every finished durable write to the records to index; a refused write's lines
         were never durable and are never indexed."""
+        failed = {writer.consultation_id for writer in self._writers.values() if writer.failed is not None}
         while self._syncing and self._syncing[0][0].done():
             future, lines = self._syncing.pop(0)
-            if future.exception() is None:
-                self._pending.extend(lines)
+            if not future.cancelled() and future.exception() is None:
+                # a failed journal's lines were never durable
+                self._pending.extend(line for line in lines if not failed or _consultation_of(line) not in failed)
 
-    def _raise_failure(self) -> None:
-        last = self._last
+    def _raise_failure(self, consultation_id: str | None = None) -> None:
         for writer in self._writers.values():
-            if writer.failed is not None:
+            if writer.failed is not None and consultation_id in (None, writer.consultation_id):
                 raise JournalError(writer.failed)
-        if last is not None and last.done() and last.exception() is not None:
+        last = self._last
+        if last is not None and last.done() and not last.cancelled() and last.exception() is not None:
             raise last.exception()  # type: ignore[misc]
 
     def _index_later(self) -> None:
@@ -253,13 +258,13 @@ class Recorder:
             pass
         finally:
             self._cancel_timer()
+            if self._io is not None:  # before the writers close: no write of theirs may still be running
+                self._io.shutdown(wait=True)
+                self._io = None
             failed = False
             for writer in self._writers.values():
                 failed = failed or writer.failed is not None
                 writer.close()
-            if self._io is not None:
-                self._io.shutdown(wait=True)
-                self._io = None
             if self._use_index:
                 if self._pending and not failed:
                     log.warning("the index is missing %d record(s) (%s); the journal has them: run `conclave "
@@ -293,6 +298,11 @@ INDEX_AFTER_S = 0.05
 
 #: how long after the first round starts the index warm-up begins (its requests leave first)
 INDEX_WARMUP_AFTER_S = 0.05
+
+
+def _consultation_of(line: bytes) -> str | None:
+    record = json.loads(line)
+    return record.get("consultation_id") if isinstance(record, dict) else None
 
 
 def _warm_index(path: Path) -> None:
