@@ -171,7 +171,10 @@ def run() -> NoReturn:
     from conclave.startup_cache import skip_pydantic_plugin_scan
 
     gc_policy.pause()
-    skip_pydantic_plugin_scan()  # before the configuration builds the first pydantic model
+    # before the configuration builds the first pydantic model; a failure (no home directory, say) is for the
+    # command to meet and report, or not to need (--version)
+    with contextlib.suppress(Exception):
+        skip_pydantic_plugin_scan()
     exit_now(main())
 
 
@@ -269,30 +272,14 @@ def _main(args: list[str]) -> int:
     if not consulted:
         gc_policy.resume(freeze=False)  # a sweep runs many consultations in this process
     elif os.environ.get("CONCLAVE_EARLY_HTTP", "1") != "0":
-        _import_http_client_early()
+        from conclave.engine.warmup import import_http_client_early
+
+        import_http_client_early()
     if question is not None:
         code = _run_remembered(flags, overrides[:-1], question)  # all but the question's own override
         if code is not None:
             return code
     return run_hydra([*flags, *overrides])
-
-
-def _import_http_client_early() -> None:
-    """Import the HTTP client on a worker thread while this one reads the configuration.
-
-    Importing aiohttp builds its two default TLS contexts, each loading the system's CA bundle (~25 ms apiece)
-    in OpenSSL, which runs without holding the interpreter lock: on a thread of its own that work overlaps the
-    configuration's validation instead of following it (~50 ms earlier to round 1's first request, measured). The
-    rest of the import holds the lock and costs what it costs either way. The thread imports only aiohttp's own
-    dependencies (none of which imports conclave, pydantic or the configuration's modules), so the two threads
-    never wait on each other's half-imported modules; a failure there is left for the real import to meet."""
-    import threading
-
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            import aiohttp  # noqa: F401
-
-    threading.Thread(target=load, name="conclave-http-import", daemon=True).start()
 
 
 def _run_remembered(flags: list[str], overrides: list[str], question: str) -> int | None:

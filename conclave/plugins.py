@@ -187,6 +187,7 @@ def build_plugin_manager(
 
     The entry points are listed by :func:`conclave.startup_cache.entry_points` (remembered between runs while
     nothing on ``sys.path`` changes: scanning every distribution's metadata is slow)."""
+    from conclave.engine.warmup import settle_early_imports
     from conclave.startup_cache import entry_points, skip_pydantic_plugin_scan
 
     skip_pydantic_plugin_scan()  # before a plugin's import builds the first pydantic model
@@ -199,6 +200,8 @@ def build_plugin_manager(
             continue
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
+        if ep.distribution != "conclave":  # its imports may reach into aiohttp, being imported early
+            settle_early_imports()
         try:
             plugin = ep.load()
         except Exception as exc:  # a broken third-party plugin must say who it is

@@ -129,3 +129,27 @@ def test_plugins_command_with_none_loaded(tmp_path: Path) -> None:
     proc = run_conclave("plugins", home=tmp_path, env={"CONCLAVE_PLUGINS": ""})
     assert proc.returncode == 0
     assert "no plugins loaded" in proc.stdout
+
+
+def test_a_third_party_plugin_loads_only_once_the_early_http_import_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain consultation imports aiohttp on a worker thread while it starts; a plugin importing one of aiohttp's
+    # submodules on the main thread meanwhile could meet the package half initialized. conclave's own plugins
+    # import only whole packages, so only another distribution's plugin waits.
+    import sys
+
+    from conclave import startup_cache
+    from conclave.engine import warmup
+
+    order: list[str] = []
+    third = types.ModuleType("conclave_test_third_party")
+    monkeypatch.setitem(sys.modules, "conclave_test_third_party", third)
+    builtins = startup_cache.entry_points("conclave")
+    monkeypatch.setattr(startup_cache, "entry_points", lambda group: [
+        *builtins, startup_cache.EntryPoint("third", "conclave_test_third_party", "someone-else", "1.0")]
+        if group == "conclave" else [])
+    monkeypatch.setattr(warmup, "settle_early_imports", lambda: order.append("settled"))
+    monkeypatch.delenv("CONCLAVE_PLUGINS", raising=False)
+    real_load = startup_cache.EntryPoint.load
+    monkeypatch.setattr(startup_cache.EntryPoint, "load", lambda ep: (order.append(ep.name), real_load(ep))[1])
+    load_plugins()
+    assert order[-2:] == ["settled", "third"] and order.count("settled") == 1

@@ -54,6 +54,37 @@ def _import_later_modules() -> None:
             _imported[name].set()
 
 
+_early_http: threading.Thread | None = None
+
+
+def import_http_client_early() -> None:
+    """Import the HTTP client on a worker thread while the main thread reads the configuration (a plain
+    consultation's start).
+
+    Importing aiohttp builds its two default TLS contexts, each loading the system's CA bundle (~25 ms apiece) in
+    OpenSSL, which runs without holding the interpreter lock: on a thread of its own that work overlaps the
+    configuration's validation instead of following it. Both threads may import the same standard modules (the
+    import system makes one wait for the other); what must not happen is the main thread importing a *submodule*
+    of a package the worker has half initialized (aiohttp's, asyncio's): conclave's own code imports only the
+    packages themselves, and a third-party plugin is loaded only after :func:`settle_early_imports`. A failure is
+    left for the real import to meet."""
+    global _early_http
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            import aiohttp  # noqa: F401
+
+    _early_http = threading.Thread(target=load, name="conclave-http-import", daemon=True)
+    _early_http.start()
+
+
+def settle_early_imports() -> None:
+    """Wait until the early HTTP-client import is done (at once when none runs): before code whose imports are not
+    conclave's own (a third-party plugin) runs on the main thread."""
+    if _early_http is not None and _early_http is not threading.current_thread():
+        _early_http.join()
+
+
 def warm_up_subscriber() -> Callable[[Any], None]:
     """An event subscriber that starts the warm-up thread when the first round starts (once)."""
     started = False

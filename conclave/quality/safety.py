@@ -200,6 +200,7 @@ def compile_pattern(pattern: str) -> Any:
         return re.compile(pattern, re.IGNORECASE)
     options = re2.Options()
     options.case_sensitive = False
+    options.log_errors = False  # a pattern RE2 rejects falls back to Python's re, silently
     try:
         return re2.compile(pattern, options)
     except re2.error:
