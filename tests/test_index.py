@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sqlite3
 import subprocess
 import sys
@@ -616,3 +617,66 @@ def test_logs_show_ends_a_killed_journal_with_the_round_it_left_open(tmp_path: P
     round_type = killed[-1].data["round_type"]
     assert last.startswith(f"interrupted in round 2 ({round_type}): no process is writing this journal"), last
     assert f"conclave resume {cid}" in last
+
+
+def test_settling_killed_rounds_never_waits_on_a_busy_index(tmp_path: Path) -> None:
+    """`logs list` and `browse` settle killed rounds on the way: with another process holding the index's write
+    lock (a rebuild, a running consultation's write) they leave it to the next look instead of waiting out the
+    busy timeout (30 s)."""
+    import sqlite3
+
+    killed = _killed_in_round(7, 2)
+    record_interleaved(tmp_path, [killed], writers=1)
+    layout = StoreLayout(tmp_path)
+    other = sqlite3.connect(layout.index_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held
+    db = connect(layout.index_path)
+    try:
+        assert settle_killed_rounds(db, layout) == []  # left for later, at once
+        other.execute("ROLLBACK")
+        assert settle_killed_rounds(db, layout) == [killed[0].consultation_id]  # the next look settles it
+    finally:
+        db.close()
+        other.close()
+
+
+def test_a_writer_waits_a_moment_for_a_reader_looking_whether_its_journal_is_written(tmp_path: Path) -> None:
+    import fcntl
+    import threading
+    import time
+
+    from conclave.store.heads import HeadsLog
+    from conclave.store.journal import JournalWriter
+    from conclave.store.redact import Redactor
+
+    layout = StoreLayout(tmp_path)
+    path = layout.journal_path("c-reader")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # what is_being_written holds for an instant
+    release = threading.Timer(0.05, lambda: (fcntl.flock(fd, fcntl.LOCK_UN), os.close(fd)))
+    release.start()
+    started = time.monotonic()
+    writer = JournalWriter(path, "c-reader", HeadsLog(layout.heads_path), Redactor([]))  # no "another process"
+    writer.close()
+    release.join()
+    assert time.monotonic() - started >= 0.04  # it did wait for the reader
+
+
+def test_the_mcp_tools_call_a_killed_consultation_interrupted(tmp_path: Path) -> None:
+    """conclave_sessions / conclave_show read the same rule as `logs list`: a client polling for the end of a
+    killed consultation is told it is interrupted (and can resume it), not that it runs."""
+    from conclave.mcp_server import records
+
+    killed = _killed_in_round(8, 2)
+    record_interleaved(tmp_path, [killed], writers=1)
+    layout = StoreLayout(tmp_path)
+    cid = killed[0].consultation_id
+    [session] = records.sessions(layout)
+    assert session["status"] == "interrupted"
+    assert records.sessions(layout, status="running") == []
+    assert [s["id"] for s in records.sessions(layout, status="interrupted")] == [cid]
+    shown = records.consultation(layout, cid)
+    assert shown["status"] == "interrupted"
+    assert [(r["round_number"], r["ended"]) for r in shown["rounds"]] == [(1, "completed"), (2, "interrupted (killed)")]

@@ -17,7 +17,9 @@ from conclave.store.paths import StoreLayout
 
 SESSION_COLUMNS = ("id", "started_at", "status", "mode", "question", "rounds_completed", "planned_rounds",
                    "total_cost", "total_tokens", "confidence", "recommendation", "origin", "client_name")
-STATUSES = ("running", "complete", "completed_degraded", "partial", "aborted", "blocked")
+#: ``interrupted``: the index says running but no process writes its journal any more (killed; see
+#: :func:`~conclave.store.journal_file.live_status`): ``conclave_resume`` continues it
+STATUSES = ("running", "interrupted", "complete", "completed_degraded", "partial", "aborted", "blocked")
 
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:
@@ -29,15 +31,17 @@ def resolve_id(layout: StoreLayout, prefix: str) -> str:
 
 def sessions(layout: StoreLayout, limit: int = 10, status: str | None = None,
              mode: str | None = None) -> list[dict[str, Any]]:
-    """Recent consultations from the index, newest first."""
+    """Recent consultations from the index, newest first; one the index calls running that no process writes any
+    more reads ``interrupted``."""
     from conclave.store.index import connect
+    from conclave.store.journal_file import live_status
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"status: {status!r} is not one of: {', '.join(STATUSES)}")
     where, args = [], []
     if status is not None:
         where.append("status = ?")
-        args.append(status)
+        args.append("running" if status == "interrupted" else status)
     if mode is not None:
         where.append("mode = ?")
         args.append(mode)
@@ -50,7 +54,17 @@ def sessions(layout: StoreLayout, limit: int = 10, status: str | None = None,
         ).fetchall()
     finally:
         db.close()
-    return [dict(zip(SESSION_COLUMNS, row, strict=True)) for row in rows]
+    out = []
+    for row in rows:
+        session = dict(zip(SESSION_COLUMNS, row, strict=True))
+        if session["status"] == "running":
+            try:
+                session["status"] = live_status("running", layout.journal_path(session["id"]))
+            except UsageError:  # an id no journal can be named after: nobody writes it
+                session["status"] = "interrupted"
+        if status in (None, session["status"]):
+            out.append(session)
+    return out
 
 
 def sessions_text(rows: list[dict[str, Any]]) -> str:
@@ -82,15 +96,24 @@ def final_result(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def consultation(layout: StoreLayout, cid: str) -> dict[str, Any]:
-    """One consultation: what was asked, its panel, its rounds and, once it ended, its result."""
+    """One consultation: what was asked, its panel, its rounds and, once it ended, its result (``interrupted``
+    when it never ended and no process writes it any more)."""
+    from conclave.store.journal_file import live_status
+
     records = journal(layout, cid)
     started: dict[str, Any] = next((r["data"] for r in records if r["type"] == ev.CONSULTATION_STARTED), {})
     result = final_result(records)
     last_started = max((i for i, r in enumerate(records) if r["type"] == ev.CONSULTATION_STARTED), default=-1)
     running = not any(r["type"] == ev.CONSULTATION_COMPLETED for r in records[last_started:])
+    status = live_status("running", layout.journal_path(cid)) if running else (result or {}).get("status")
+    rounds = round_summaries(records)
+    if status == "interrupted":  # killed: the round it left open will never record its end
+        for run in rounds:
+            if run["ended"] is None:
+                run["ended"] = "interrupted (killed)"
     return {
         "consultation_id": cid,
-        "status": "running" if running else (result or {}).get("status"),
+        "status": status,
         "question": started.get("question"),
         "mode": started.get("mode"),
         "agents": started.get("agents") or [],
@@ -98,7 +121,7 @@ def consultation(layout: StoreLayout, cid: str) -> dict[str, Any]:
         "planned_rounds": started.get("planned_rounds"),
         "origin": started.get("origin"),
         "client": started.get("client"),
-        "rounds": round_summaries(records),
+        "rounds": rounds,
         "result": result,
         "journal_records": len(records),
     }

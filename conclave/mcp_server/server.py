@@ -390,8 +390,10 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     )
     async def conclave_sessions(
         limit: Annotated[int, Field(ge=1, le=500, description="How many (default 10).")] = 10,
-        status: Annotated[Literal["running", "complete", "completed_degraded", "partial", "aborted", "blocked"] | None,
-                          Field(description="Only consultations with this status.")] = None,
+        status: Annotated[Literal["running", "interrupted", "complete", "completed_degraded", "partial", "aborted",
+                                  "blocked"] | None,
+                          Field(description="Only consultations with this status (interrupted: killed before it "
+                                            "ended; conclave_resume continues it).")] = None,
         mode: Annotated[str | None, Field(description="Only this mode (converge, explore, …).")] = None,
     ) -> Annotated[CallToolResult, SessionsOutput]:
         try:

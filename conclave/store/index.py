@@ -221,10 +221,24 @@ def settle_killed_rounds(db: Any, layout: StoreLayout) -> list[str]:
 
     if not killed():
         return []
-    with write_txn(db):
-        ids = killed()
-        db.conn.executemany(_KILLED_ROUNDS, [(cid,) for cid in ids])
+    # best effort, never a wait: with the index busy (a rebuild, another writer), the next look settles them
+    (busy_ms,) = db.conn.execute("PRAGMA busy_timeout").fetchone()
+    db.conn.execute(f"PRAGMA busy_timeout={SETTLE_BUSY_MS}")
+    try:
+        with write_txn(db):
+            ids = killed()
+            db.conn.executemany(_KILLED_ROUNDS, [(cid,) for cid in ids])
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+        return []
+    finally:
+        db.conn.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     return ids
+
+
+#: how long settling killed rounds waits for the index's write lock (ms) before leaving it to the next look
+SETTLE_BUSY_MS = 200
 
 
 def _nobody_writes(layout: StoreLayout, cid: str) -> bool:
