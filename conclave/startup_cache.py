@@ -96,6 +96,19 @@ def _decode(obj: dict[str, Any]) -> Any:
     return obj
 
 
+def token_count(text: str, encoding: str, count: Callable[[str], int]) -> int:
+    """``count(text)``, the exact number of ``encoding`` tokens in ``text``, remembered by the text's digest: the
+    pre-flight check counts a seat's schema or tool list (the same few texts in every consultation) without
+    loading a tokenizer once a run has counted them."""
+    key = digest(["tokens", encoding, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()])
+    found = _read("tokens", key)
+    if isinstance(found, int) and not isinstance(found, bool):
+        return found
+    counted = count(text)
+    _write("tokens", key, counted)
+    return counted
+
+
 def _read(kind: str, key: str) -> Any:
     try:
         data = json.loads((_cache_dir() / f"{kind}-{key}.json").read_text(encoding="utf-8"), object_hook=_decode)

@@ -10,8 +10,10 @@ model or paying for other calls. The CLI prints one line and exits 2 (the MCP to
 error). A model without a known limit is not checked.
 
 The check stays cheap: the UTF-8 size of each part bounds its tokens from above (every BPE token covers at least one
-byte), so a prompt whose bound fits is never counted; only one that might not fit is counted exactly, each part
-once per encoding (the context is the same in every seat's prompt).
+byte), so a prompt whose bound fits is never counted; the round's schema or tool list (the same few texts in every
+consultation) is counted exactly once and remembered between runs (:func:`conclave.startup_cache.token_count`),
+so a large context with them still fits without a tokenizer; only a prompt that might still not fit is counted
+exactly, each part once per encoding (the context is the same in every seat's prompt).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def check_context_windows(session: Session) -> None:
     """Raise :class:`ConfigError` (one line) naming the seat, its provider/model, its largest prompt's tokens and
     the model's limit, and what to do, when a seat's fixed prompt cannot fit its model."""
     from conclave.engine.extraction import json_instruction, request_schema
+    from conclave.startup_cache import token_count
     from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
 
     counted: dict[tuple[str, str], int] = {}
@@ -59,6 +62,12 @@ def check_context_windows(session: Session) -> None:
         key = (encoding_name_for(model), part)
         if key not in counted:
             counted[key] = count_tokens(part, model)
+        return counted[key]
+
+    def remembered(part: str, model: str) -> int:
+        key = (encoding_name_for(model), part)
+        if key not in counted:
+            counted[key] = token_count(part, key[0], lambda text: count_tokens(text, model))
         return counted[key]
 
     failures: list[_TooLong] = []
@@ -75,6 +84,9 @@ def check_context_windows(session: Session) -> None:
             schemas[spec.schema_name] = json.dumps(request_schema(spec.schema_name))
         parts.append(_definitions(session, spec) or schemas[spec.schema_name])
         if bound + utf8_upper_bound(parts[-1]) <= room:
+            continue
+        # the schema or tool list counted exactly (remembered between runs: no tokenizer once a run counted it)
+        if bound + remembered(parts[-1], spec.model) <= room:
             continue
         needed = sum(exact(part, spec.model) for part in parts if part) + MESSAGE_OVERHEAD_TOKENS
         if needed > room:
