@@ -62,9 +62,9 @@ async def _ask(pool: ProviderPool, **kw: Any) -> Any:
 
 
 async def _eventually(predicate: Any) -> bool:
-    """Poll ``predicate`` for up to a second (the server notices a closed connection a moment after the client
-    closes it)."""
-    for _ in range(100):
+    """Poll ``predicate`` for up to five seconds (the server notices a closed connection a moment after the client
+    closes it; on a loaded machine that moment passed a second once)."""
+    for _ in range(500):
         if predicate():
             return True
         await asyncio.sleep(0.01)
