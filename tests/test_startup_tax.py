@@ -54,7 +54,7 @@ def test_hydra_probes_the_mode_only_when_something_may_set_it(conclave_env: Path
 #: on the remembered-composition path (a plain run's usual path; the warm-up thread imports some during round 1)
 NOT_BEFORE_THE_FIRST_REQUEST = (
     "hydra", "omegaconf", "antlr4", "yaml", "tomllib", "numpy", "rich", "jsonschema", "sqlite3", "sqlite_utils",
-    "datasette", "jinja2", "llama_cpp", "difflib", "importlib.metadata", "conclave.engine.result", "conclave.store.index",
+    "datasette", "jinja2", "llama_cpp", "ctypes", "difflib", "importlib.metadata", "conclave.engine.result", "conclave.store.index",
     "conclave.render.report", "conclave.render.markdown", "conclave.render.jsonld", "conclave.hydra_app",
 )
 

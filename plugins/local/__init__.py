@@ -16,7 +16,6 @@ import atexit
 import codecs
 import concurrent.futures
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -109,6 +108,8 @@ class LocalRuntime:
             verbose=False,
         )
         self.n_vocab = self.llm.n_vocab()
+        import ctypes  # here, not at import: a consultation of hosted models loads this plugin without using it
+
         self._buffer = ctypes.create_string_buffer(64)
         self.vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
         self.eos = self.piece(self.llm.token_eos(), special=True).decode("utf-8", "replace")
@@ -123,6 +124,8 @@ class LocalRuntime:
         size = len(self._buffer)
         n = self._lib.llama_token_to_piece(self.vocab, token, self._buffer, size, 0, special)
         if n < 0:  # the buffer was too small: -n bytes are needed
+            import ctypes
+
             self._buffer = ctypes.create_string_buffer(-n)
             n = self._lib.llama_token_to_piece(self.vocab, token, self._buffer, -n, 0, special)
         return self._buffer.raw[:n]
@@ -253,6 +256,8 @@ def _route_llama_logs(llama_cpp: Any) -> None:
         log.log(severity, "%s", text.decode("utf-8", "replace").rstrip())
 
     _log_callback = forward  # ctypes callbacks must stay referenced for as long as C may call them
+    import ctypes
+
     llama_cpp.llama_log_set(forward, ctypes.c_void_p(0))
 
 
