@@ -100,7 +100,9 @@ def token_count(text: str, encoding: str, count: Callable[[str], int]) -> int:
     """``count(text)``, the exact number of ``encoding`` tokens in ``text``, remembered by the text's digest: the
     pre-flight check counts a seat's schema or tool list (the same few texts in every consultation) without
     loading a tokenizer once a run has counted them."""
-    key = digest(["tokens", encoding, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()])
+    from conclave import __version__  # a change to how conclave counts is a new key
+
+    key = digest(["tokens", encoding, __version__, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()])
     found = _read("tokens", key)
     if isinstance(found, int) and not isinstance(found, bool):
         return found

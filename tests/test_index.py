@@ -680,3 +680,23 @@ def test_the_mcp_tools_call_a_killed_consultation_interrupted(tmp_path: Path) ->
     shown = records.consultation(layout, cid)
     assert shown["status"] == "interrupted"
     assert [(r["round_number"], r["ended"]) for r in shown["rounds"]] == [(1, "completed"), (2, "interrupted (killed)")]
+
+
+def test_the_mcp_status_filter_counts_only_consultations_that_match_it(tmp_path: Path) -> None:
+    # running and interrupted share the index's status: the limit applies to what the journal says they are
+    from conclave.mcp_server import records
+    from conclave.store.heads import HeadsLog
+    from conclave.store.journal import JournalWriter
+    from conclave.store.redact import Redactor
+
+    runs = [_killed_in_round(n, 1) for n in (9, 10, 11)]
+    record_interleaved(tmp_path, runs, writers=3)
+    layout = StoreLayout(tmp_path)
+    started = {r[0].consultation_id: r[0].ts for r in runs}
+    newest = max(started, key=started.__getitem__)
+    live = JournalWriter(layout.journal_path(newest), newest, HeadsLog(layout.heads_path), Redactor([]))
+    try:
+        assert {s["id"] for s in records.sessions(layout, limit=2, status="interrupted")} == set(started) - {newest}
+        assert [s["id"] for s in records.sessions(layout, limit=2, status="running")] == [newest]
+    finally:
+        live.close()

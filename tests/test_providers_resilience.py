@@ -322,3 +322,19 @@ async def test_cancelling_the_call_cancels_the_request(fake_provider_server, con
             await task
         assert [a.outcome for a in pool.attempts] == ["cancelled", "cancelled"]
     assert await _eventually(lambda: all(r.disconnected for r in fake.requests))
+
+
+async def test_every_attempt_waits_for_the_journal_first_retries_included(fake_provider_server, conclave_env, plugins):
+    # a retry spends again: what the journal holds must still be durable (a disk refused in between stops it)
+    fake = fake_provider_server
+    fake.script("gpt-4o", [Fault.server_error(503), Reply(text="second")])
+    waits: list[int] = []
+
+    async def before_spending() -> None:
+        waits.append(len(fake.requests))
+
+    async with _pool(fake, plugins) as pool:
+        pool.before_spending = before_spending
+        completion = await _ask(pool)
+    assert completion.text == "second"
+    assert waits == [0, 1]  # before the first request, and before the retry (after the first was answered)

@@ -324,3 +324,43 @@ async def test_a_read_only_home_still_lists_and_counts_its_consultations(
                 assert "consultations      1 (complete 1)" in out.decode()
     finally:
         tree_mode(home, writable=True)
+
+
+def test_a_recorder_shared_by_consultations_stops_only_the_one_whose_journal_fails(tmp_path: Path) -> None:
+    """The web server, the eval runner and the API share one Recorder: a full disk under one consultation's journal
+    stops that consultation, not the others; the failed journal is let go when it ends; what it made durable
+    before is indexed."""
+    import os
+    import sqlite3
+
+    from conclave.store.journal import JournalError
+    from conclave.store.recorder import Recorder
+    from conclave.store.synthetic import synthetic_events
+
+    a, b, c = synthetic_events(1), synthetic_events(2), synthetic_events(3)
+    start = next(i for i, e in enumerate(b) if e.type == ev.ROUND_STARTED) + 1
+    recorder = Recorder(tmp_path)
+    for event in a[:start] + b[:start]:
+        recorder(event)
+    recorder.flush(consultation_id=a[0].consultation_id)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, recorder._writers[b[0].consultation_id]._fd)  # B's disk is full from here on
+    os.close(full)
+    for event in b[start:start + 3]:
+        recorder(event)
+    recorder.write_out()
+    with pytest.raises(JournalError):
+        recorder.flush(consultation_id=b[0].consultation_id)
+    recorder.flush(consultation_id=a[0].consultation_id)  # A is not stopped by B's disk
+    asyncio.run(recorder.until_durable(a[0].consultation_id))
+    with pytest.raises(JournalError):
+        recorder(b[-1])  # B ends: its record is refused, and its journal let go
+    assert b[0].consultation_id not in recorder._writers
+    for event in c:  # a consultation after it runs as usual
+        recorder(event)
+    recorder.close()
+    db = sqlite3.connect(tmp_path / "index.db")
+    indexed = {cid for (cid,) in db.execute("select distinct consultation_id from rounds")}
+    db.close()
+    # B's first round start was durable before its disk filled: it is indexed like A's and C's rounds
+    assert indexed == {a[0].consultation_id, b[0].consultation_id, c[0].consultation_id}

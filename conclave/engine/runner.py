@@ -619,6 +619,8 @@ class Consultation:
         write_out = None if durable else getattr(self.recorder, "write_out", None)
         if write_out is not None:
             write_out()
+        elif getattr(self.recorder, "until_durable", None) is not None:  # conclave's recorder, maybe shared
+            self.recorder.flush(consultation_id=self.id)  # type: ignore[call-arg]
         else:
             self.recorder.flush()
 

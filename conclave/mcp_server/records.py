@@ -46,11 +46,15 @@ def sessions(layout: StoreLayout, limit: int = 10, status: str | None = None,
         where.append("mode = ?")
         args.append(mode)
     clause = f" where {' and '.join(where)}" if where else ""
+    limit = max(1, min(int(limit), 500))
+    # running and interrupted share the index's status: the journal tells them apart, after the query (the
+    # running rows are few, so they are all read)
+    cap = "" if status in ("running", "interrupted") else " limit ?"
     db = connect(layout.index_path)
     try:
         rows = db.conn.execute(
-            f"select {', '.join(SESSION_COLUMNS)} from consultations{clause} order by started_at desc limit ?",
-            [*args, max(1, min(int(limit), 500))],
+            f"select {', '.join(SESSION_COLUMNS)} from consultations{clause} order by started_at desc{cap}",
+            [*args, *([limit] if cap else [])],
         ).fetchall()
     finally:
         db.close()
@@ -64,7 +68,7 @@ def sessions(layout: StoreLayout, limit: int = 10, status: str | None = None,
                 session["status"] = "interrupted"
         if status in (None, session["status"]):
             out.append(session)
-    return out
+    return out[:limit]
 
 
 def sessions_text(rows: list[dict[str, Any]]) -> str:

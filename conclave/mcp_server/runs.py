@@ -41,8 +41,8 @@ class OriginRecorder:
         else:
             self._recorder(event)
 
-    def flush(self) -> None:
-        self._recorder.flush()
+    def flush(self, **kw: Any) -> None:
+        self._recorder.flush(**kw)
 
     def __getattr__(self, name: str) -> Any:
         # the rest of the recorder's contract (until_durable, which every request awaits; write_out) as it is

@@ -434,6 +434,8 @@ class ProviderPool:
                 call.sent.set()
 
             async def attempt(number: int, remaining: float) -> Completion:
+                if number > 1 and self.before_spending is not None:
+                    await self.before_spending()  # a retry spends again: the journal must still hold
                 return await self._attempt(call, instance, request, number, remaining, hedge)
 
             return await call_with_retries(

@@ -68,9 +68,10 @@ class Recorder:
         self._pending: list[bytes | dict[str, Any]] = []
         self._index_error: str | None = None
         self._io: ThreadPoolExecutor | None = None  # the I/O thread, started by the first write
-        self._last: Future[None] | None = None  # the last write submitted to it
+        self._let_go_failed = False  # a journal the disk refused was closed (its consultation ended)
+        self._last: Future[Any] | None = None  # the last write submitted to it
         #: durable writes submitted, with the lines they make durable (indexed once the write is done)
-        self._syncing: list[tuple[Future[None], list[bytes]]] = []
+        self._syncing: list[tuple[Future[Any], list[bytes]]] = []
         self._deferred = index and defer_index
         self._warmup: threading.Thread | None = None
         self._timer: asyncio.TimerHandle | None = None  # the deferred index write, while it is due
@@ -86,7 +87,12 @@ class Recorder:
                 self.layout.journal_path(consultation_id), consultation_id, self._heads, self._redactor
             )
             self._writers[consultation_id] = writer
-        self._appended.append(writer.append_line(type_, time.time() if ts is None else ts, data))
+        try:
+            self._appended.append(writer.append_line(type_, time.time() if ts is None else ts, data))
+        except JournalError:
+            if type_ == ev.CONSULTATION_COMPLETED:  # its journal failed: a long-lived recorder lets it go
+                self._let_go(consultation_id, writer)
+            raise
         if type_ == ev.CONSULTATION_STARTED:
             # Durable before the first provider call (which waits for it): a run killed from here on can be
             # resumed.
@@ -108,16 +114,24 @@ class Recorder:
             # round's end.
             self._submit(writer.flush_if_possible)
         elif type_ == ev.CONSULTATION_COMPLETED:
-            self.flush(wait=True)
-            del self._writers[consultation_id]  # a long-lived recorder must not keep every journal open
-            writer.close()
+            try:
+                self.flush(wait=True, consultation_id=consultation_id)
+            finally:  # a long-lived recorder must not keep every journal open
+                self._let_go(consultation_id, writer)
 
-    def flush(self, *, wait: bool = False) -> None:
+    def _let_go(self, consultation_id: str, writer: JournalWriter) -> None:
+        self._writers.pop(consultation_id, None)
+        self.wait_for_writes()
+        self._let_go_failed = self._let_go_failed or writer.failed is not None
+        writer.close()
+
+    def flush(self, *, wait: bool = False, consultation_id: str | None = None) -> None:
         """Make every appended record durable (fsync + head), then index them (with ``defer_index``, later unless
-        ``wait``: see the class doc). A journal the disk refuses raises :class:`JournalError`, and its records are
+        ``wait``: see the class doc). A journal the disk refuses raises :class:`JournalError` — only
+        ``consultation_id``'s when one is given (a recorder several consultations share) — and its records are
         not indexed (the index never runs ahead of it)."""
         self._flush_soon()
-        self._settle()
+        self._settle(consultation_id)
         if wait:
             self._cancel_timer()
             if self._warmup is not None:
@@ -133,7 +147,7 @@ class Recorder:
         :meth:`JournalWriter.write_out`): they survive this process being killed; the next :meth:`flush` (at the
         latest when the next round starts, before it spends anything) makes them durable and indexes them."""
         for writer in self._writers.values():
-            self._submit(writer.write_out)
+            self._submit(_quietly(writer.write_out))  # a refusal fails the writer, which says why
 
     def wait_for_writes(self) -> None:
         """Block until the I/O thread has done every write submitted so far (whatever their outcome)."""
@@ -151,10 +165,10 @@ class Recorder:
                 await asyncio.shield(asyncio.wrap_future(last))
         self._raise_failure(consultation_id)
 
-    def _submit(self, job: Callable[[], Any], lines: list[bytes] | None = None) -> Future[None]:
+    def _submit(self, job: Callable[[], Any], lines: list[bytes] | None = None) -> Future[Any]:
         if self._io is None:
             self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conclave-journal")
-        future: Future[None] = self._io.submit(job)
+        future: Future[Any] = self._io.submit(job)
         self._last = future
         if lines is not None:
             self._syncing.append((future, lines))
@@ -168,39 +182,41 @@ class Recorder:
         lines, self._appended = self._appended, []
         writers = list(self._writers.values())
 
-        def job() -> None:
+        def job() -> set[str]:
+            refused = set()
             for writer in writers:  # each on its own: one journal the disk refuses holds no other back
-                with contextlib.suppress(JournalError):  # the writer is failed now and says why
+                try:
                     writer.flush()
+                except JournalError:  # the writer is failed now and says why
+                    refused.add(writer.consultation_id)
             if then is not None:
                 then()
+            return refused
 
         self._submit(job, lines)
 
-    def _settle(self) -> None:
-        """Wait until the I/O thread is idle; index what it made durable; raise the disk's refusal if any."""
-        last = self._last
-        if last is not None:
-            with contextlib.suppress(JournalError):  # raised below with the writer's own message
-                last.result()
+    def _settle(self, consultation_id: str | None = None) -> None:
+        """Wait until the I/O thread is idle; index what it made durable; raise the disk's refusal if any (of
+        ``consultation_id``'s journal when one is given)."""
+        self.wait_for_writes()
         self._collect()
-        self._raise_failure()
+        self._raise_failure(consultation_id)
 
     def _collect(self) -> None:
         """Move the lines of every finished durable write to the records to index; a refused write's lines
         were never durable and are never indexed."""
-        failed = {writer.consultation_id for writer in self._writers.values() if writer.failed is not None}
         while self._syncing and self._syncing[0][0].done():
             future, lines = self._syncing.pop(0)
-            if not future.cancelled() and future.exception() is None:
-                # a failed journal's lines were never durable
-                self._pending.extend(line for line in lines if not failed or _consultation_of(line) not in failed)
+            if future.cancelled() or future.exception() is not None:
+                continue
+            refused = future.result() or set()  # the journals this write could not make durable
+            self._pending.extend(line for line in lines if not refused or _consultation_of(line) not in refused)
 
     def _raise_failure(self, consultation_id: str | None = None) -> None:
         for writer in self._writers.values():
             if writer.failed is not None and consultation_id in (None, writer.consultation_id):
                 raise JournalError(writer.failed)
-        last = self._last
+        last = self._last  # a bug in a write job (a refusal is the writer's, above)
         if last is not None and last.done() and not last.cancelled() and last.exception() is not None:
             raise last.exception()  # type: ignore[misc]
 
@@ -261,7 +277,7 @@ class Recorder:
             if self._io is not None:  # before the writers close: no write of theirs may still be running
                 self._io.shutdown(wait=True)
                 self._io = None
-            failed = False
+            failed = self._let_go_failed  # its records were never all durable: no index warning for them
             for writer in self._writers.values():
                 failed = failed or writer.failed is not None
                 writer.close()
@@ -298,6 +314,13 @@ INDEX_AFTER_S = 0.05
 
 #: how long after the first round starts the index warm-up begins (its requests leave first)
 INDEX_WARMUP_AFTER_S = 0.05
+
+
+def _quietly(write: Callable[[], None]) -> Callable[[], None]:
+    def job() -> None:
+        with contextlib.suppress(JournalError):
+            write()
+    return job
 
 
 def _consultation_of(line: bytes) -> str | None:
