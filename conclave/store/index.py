@@ -117,7 +117,7 @@ def _connect_read_only(path: Path, failure: sqlite3.Error, timeout: float) -> An
     Raises :class:`IndexOpenError` when neither works, or when the index needs migrating (which writes)."""
     from sqlite_utils import Database
 
-    from conclave.store.migrations import migrations
+    from conclave.store.migrations import READ_OPTIONAL, migrations
 
     wal = path.with_name(path.name + "-wal")
     modes = ["mode=ro"] + ([] if wal.exists() and wal.stat().st_size else ["immutable=1"])
@@ -128,7 +128,7 @@ def _connect_read_only(path: Path, failure: sqlite3.Error, timeout: float) -> An
                                    isolation_level=None)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             db = Database(conn)
-            pending = migrations.pending(db)
+            pending = [m for m in migrations.pending(db) if m.name not in READ_OPTIONAL]
         except sqlite3.Error:
             if conn is not None:
                 conn.close()

@@ -18,6 +18,10 @@ migrations = Migrations("conclave.index")
 #: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds")
 
+#: migrations that only add an index for speed: a reader of an index it may not write (a read-only home) reads
+#: the same rows without them
+READ_OPTIONAL = ("m017_running_rounds",)
+
 
 def apply_all_but_deferred(db: Any) -> None:
     """Apply every pending migration except :data:`REBUILD_DEFERRED`, in order (``index rebuild``, before
