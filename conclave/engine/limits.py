@@ -58,16 +58,13 @@ def check_context_windows(session: Session) -> None:
     counted: dict[tuple[str, str], int] = {}
     schemas: dict[str, str] = {}
 
-    def exact(part: str, model: str) -> int:
+    def exact(part: str, model: str, *, remember: bool = False) -> int:
+        """``part``'s tokens, counted once per encoding; ``remember``: kept between runs too (a schema or tool
+        list, the same text in every consultation)."""
         key = (encoding_name_for(model), part)
         if key not in counted:
-            counted[key] = count_tokens(part, model)
-        return counted[key]
-
-    def remembered(part: str, model: str) -> int:
-        key = (encoding_name_for(model), part)
-        if key not in counted:
-            counted[key] = token_count(part, key[0], lambda text: count_tokens(text, model))
+            counted[key] = token_count(part, key[0], lambda text: count_tokens(text, model)) if remember \
+                else count_tokens(part, model)
         return counted[key]
 
     failures: list[_TooLong] = []
@@ -86,7 +83,7 @@ def check_context_windows(session: Session) -> None:
         if bound + utf8_upper_bound(parts[-1]) <= room:
             continue
         # the schema or tool list counted exactly (remembered between runs: no tokenizer once a run counted it)
-        if bound + remembered(parts[-1], spec.model) <= room:
+        if bound + exact(parts[-1], spec.model, remember=True) <= room:
             continue
         needed = sum(exact(part, spec.model) for part in parts if part) + MESSAGE_OVERHEAD_TOKENS
         if needed > room:
