@@ -63,11 +63,13 @@ def journal_records(home: Path) -> list[dict[str, Any]]:
 
 @contextlib.asynccontextmanager
 async def mcp_session(home: Path, fake: FakeProviderServer, *, cwd: Path | None = None,
+                      server_overrides: tuple[str, ...] = (),
                       **session_options: Any) -> AsyncIterator[ClientSession]:
-    """A client session with ``conclave mcp`` over stdio; the fake's endpoints are the server's own overrides."""
+    """A client session with ``conclave mcp`` over stdio; the fake's endpoints (and ``server_overrides``) are the
+    server's own overrides."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "conclave", "mcp", "--heartbeat", str(HEARTBEAT_S), *fake.overrides()],
+        args=["-m", "conclave", "mcp", "--heartbeat", str(HEARTBEAT_S), *fake.overrides(), *server_overrides],
         env=clean_env(home, FAKE_KEYS), cwd=str(cwd or home),
     )
     with (home / "mcp-server.stderr").open("w") as errlog:
@@ -123,7 +125,7 @@ async def test_a_consultation_reports_progress_and_returns_the_verdict(
 
     async with mcp_session(home, fake) as session:
         result = await session.call_tool("conclave_consult", {"question": "Should we shard the database?",
-                                                              "overrides": ["cost.auto_approve=true"], "rounds": 4},
+                                                              "max_cost": 100, "rounds": 4},
                                          progress_callback=on_progress)
         listed = {str(r.uri) for r in (await session.list_resources()).resources}
         cid = result.structuredContent["consultation_id"]
@@ -158,7 +160,7 @@ async def test_progress_is_sent_only_when_the_client_asks_for_it(
 
     async with mcp_session(home, fake_provider_server, message_handler=on_message) as session:
         result = await session.call_tool("conclave_consult", {"question": "Quick check?", "rounds": 1,
-                                                              "overrides": ["cost.auto_approve=true"]})
+                                                              "max_cost": 100})
     assert not result.isError and result.structuredContent["completed_rounds"] == 1
     assert notifications == []
 
@@ -168,7 +170,7 @@ async def test_mcp_runs_are_journaled_and_indexed_with_their_origin(
 ) -> None:
     async with mcp_session(home, fake_provider_server) as session:
         result = await session.call_tool("conclave_consult", {"question": "Where from?", "rounds": 1,
-                                                              "overrides": ["cost.auto_approve=true"]})
+                                                              "max_cost": 100})
         listed = await session.call_tool("conclave_sessions", {"limit": 5})
     cid = result.structuredContent["consultation_id"]
     started = next(r for r in journal_records(home) if r["type"] == ev.CONSULTATION_STARTED)
@@ -197,7 +199,7 @@ async def test_a_cancelled_consultation_keeps_its_rounds_and_resumes_without_pay
         request_id = session._request_id
         call = asyncio.create_task(session.call_tool(
             "conclave_consult", {"question": "Should we shard the database?",
-                                 "overrides": ["cost.auto_approve=true"]}, progress_callback=on_progress))
+                                 "max_cost": 100}, progress_callback=on_progress))
         await asyncio.wait_for(round_3.wait(), 60)
         await asyncio.sleep(0.3)  # the round-3 calls are in flight
         await session.send_notification(ClientNotification(CancelledNotification(
@@ -237,10 +239,44 @@ async def test_a_bad_override_is_a_tool_error_naming_the_key_and_the_allowed_val
     assert bad_mode.isError and "mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore" in text_of(bad_mode)
     assert bad_rounds.isError and "rounds:" in text_of(bad_rounds)
     assert "Traceback" not in text_of(bad_mode) + text_of(bad_rounds)
-    assert endpoint.isError and "providers.openai.base_url: cannot be overridden by an MCP client" in text_of(endpoint)
-    assert env_read.isError and "judge.model: interpolations" in text_of(env_read)
+    assert endpoint.isError and "providers.openai.base_url: cannot be set from an MCP client" in text_of(endpoint)
+    assert env_read.isError and "override 1: interpolations" in text_of(env_read)
     assert FAKE_KEYS["OPENAI_API_KEY"] not in text_of(env_read)
     assert fake_provider_server.requests == []
+
+
+async def test_named_arguments_cannot_load_a_file_by_path_or_read_the_environment(
+    tmp_path: Path, home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    """The review's exploits over the official client: a ``# @package _global_`` file in the client's workspace loaded
+    as a panel, mode or persona by path; ``${oc.env:…}`` in panel, mode and the judge's provider. None composes, no
+    provider is asked, and no error carries the key."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "evil.yaml").write_text(
+        "# @package _global_\nproviders:\n  evil:\n    api: openai\n    base_url: http://127.0.0.1:9/v1\n"
+        "    send_key: always\n    api_key_env: [OPENAI_API_KEY]\n")
+    evil = "../" * 12 + str(workspace / "evil")[1:]
+    key = FAKE_KEYS["OPENAI_API_KEY"]
+    calls: list[dict[str, Any]] = [
+        {"panel": evil}, {"mode": evil}, {"overrides": [f"agents={evil}"]},
+        {"overrides": [f"persona@personas.security={evil}"]},
+        {"panel": "${oc.env:OPENAI_API_KEY}"}, {"mode": "${oc.env:OPENAI_API_KEY}"},
+        {"judge": "${oc.env:OPENAI_API_KEY}/gpt-4o"}, {"judge": "openai/${oc.env:OPENAI_API_KEY}"},
+        {"overrides": ["cost.auto_approve=true"]},
+    ]
+    async with mcp_session(home, fake_provider_server, cwd=workspace) as session:
+        results = [await session.call_tool("conclave_consult", {"question": "Q?", "max_cost": 100, **call})
+                   for call in calls]
+    for call, result in zip(calls, results, strict=True):
+        text = text_of(result)
+        assert result.isError, call
+        assert key not in text and "Traceback" not in text and "\n" not in text.strip(), (call, text)
+    assert "agents: '" in text_of(results[0]) and "is not one of: " in text_of(results[0])
+    assert "interpolations" in text_of(results[4])
+    assert "cost.auto_approve: cannot be set from an MCP client" in text_of(results[-1])
+    assert fake_provider_server.requests == []
+    assert not list(StoreLayout(home).journal_dir.glob("*.jsonl"))
 
 
 async def test_file_context_must_stay_under_the_allowed_roots(
@@ -253,11 +289,11 @@ async def test_file_context_must_stay_under_the_allowed_roots(
     (project / "escape.txt").symlink_to(outside / "secret.txt")
     async with mcp_session(home, fake_provider_server, cwd=project) as session:
         direct = await session.call_tool("conclave_consult", {
-            "question": "Q?", "context": [str(outside / "secret.txt")], "overrides": ["cost.auto_approve=true"]})
+            "question": "Q?", "context": [str(outside / "secret.txt")], "max_cost": 100})
         via_link = await session.call_tool("conclave_consult", {
-            "question": "Q?", "context": ["escape.txt"], "overrides": ["cost.auto_approve=true"]})
+            "question": "Q?", "context": ["escape.txt"], "max_cost": 100})
         as_override = await session.call_tool("conclave_consult", {
-            "question": "Q?", "overrides": [f"project={outside}", "cost.auto_approve=true"]})
+            "question": "Q?", "overrides": [f"project={outside}"], "max_cost": 100})
     assert direct.isError and f"{outside / 'secret.txt'} is outside the allowed roots" in text_of(direct)
     assert via_link.isError and "escape.txt is a symlink that resolves to" in text_of(via_link)
     assert str(outside / "secret.txt") in text_of(via_link)
@@ -274,7 +310,7 @@ async def test_a_context_too_long_for_a_seat_is_a_tool_error_and_nothing_is_sent
     async with mcp_session(home, fake_provider_server, cwd=project) as session:
         result = await session.call_tool("conclave_consult", {
             "question": "Q?", "context": ["dump.txt"],
-            "overrides": ["cost.auto_approve=true", "agents.security.provider=gemini",
+            "max_cost": 100, "overrides": ["agents.security.provider=gemini",
                           "agents.security.model=gemini-2.5-flash", "judge.model=gpt-4.1"]})
     text = text_of(result)
     assert result.isError and "prompt too long for agents.architect (openai/gpt-4o): " in text
@@ -296,7 +332,7 @@ async def test_everything_a_client_sends_is_scrubbed(
         result = await session.call_tool("conclave_consult", {
             "question": f"Is key {question_secret} safe to log?", "rounds": 1,
             "context": ["notes.txt", f"deploy log:\ntoken {inline_secret}\n"],
-            "overrides": ["cost.auto_approve=true"]})
+            "max_cost": 100})
     assert not result.isError, text_of(result)
     sent = json.dumps([r.json for r in fake_provider_server.requests])
     assert "billing service notes" in sent and "deploy log:" in sent
@@ -308,13 +344,12 @@ async def test_everything_a_client_sends_is_scrubbed(
 async def test_an_estimate_over_the_threshold_is_a_tool_error_saying_how_to_approve(
     home: Path, fake_provider_server: FakeProviderServer
 ) -> None:
-    async with mcp_session(home, fake_provider_server) as session:
-        result = await session.call_tool("conclave_consult", {
-            "question": "Costly?", "overrides": ["cost.always_allow_under=0"]})
+    async with mcp_session(home, fake_provider_server, server_overrides=("cost.always_allow_under=0",)) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Costly?"})
     text = text_of(result)
     assert result.isError and "nothing was spent" in text
     assert re.search(r"estimated cost \$\d+\.\d{4}", text)
-    assert 'overrides: ["cost.auto_approve=true"]' in text and re.search(r"max_cost: \d+\.\d\d", text)
+    assert re.search(r"call again with max_cost: \d+\.\d\d", text)
     assert fake_provider_server.requests == []
 
 
@@ -327,9 +362,9 @@ async def test_a_client_with_elicitation_is_asked_to_approve_the_estimate(
         asked.append(params.message)
         return ElicitResult(action="accept", content={"approve": True})
 
-    async with mcp_session(home, fake_provider_server, elicitation_callback=approve) as session:
-        result = await session.call_tool("conclave_consult", {
-            "question": "Costly?", "rounds": 1, "overrides": ["cost.always_allow_under=0"]})
+    async with mcp_session(home, fake_provider_server, server_overrides=("cost.always_allow_under=0",),
+                           elicitation_callback=approve) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Costly?", "rounds": 1})
     assert len(asked) == 1 and re.search(r"estimated cost \$\d+\.\d{4}", asked[0])
     assert not result.isError and result.structuredContent["status"] == "complete"
 
@@ -339,7 +374,7 @@ async def test_show_verify_stats_and_export_read_the_store(
 ) -> None:
     async with mcp_session(home, fake_provider_server) as session:
         done = await session.call_tool("conclave_consult", {"question": "Audit me?", "rounds": 2,
-                                                            "overrides": ["cost.auto_approve=true"]})
+                                                            "max_cost": 100})
         cid = done.structuredContent["consultation_id"]
         shown = await session.call_tool("conclave_show", {"id": cid[:10], "round": 2})
         verified = await session.call_tool("conclave_verify", {"id": cid})
@@ -416,7 +451,7 @@ async def test_streamable_http_needs_the_bearer_token_and_serves_consultations(
             await session.initialize()
             names = {t.name for t in (await session.list_tools()).tools}
             result = await session.call_tool("conclave_consult", {
-                "question": "Over HTTP?", "rounds": 2, "overrides": ["cost.auto_approve=true"]},
+                "question": "Over HTTP?", "rounds": 2, "max_cost": 100},
                 progress_callback=on_progress)
     assert names == TOOLS
     assert not result.isError and result.structuredContent["status"] == "complete"

@@ -41,8 +41,8 @@ def run(argv: list[str]) -> int:
     except ImportError:
         raise UsageError("the MCP server needs the mcp extra: pip install 'conclave[mcp]'") from None
     from conclave.cli import _is_override
+    from conclave.guard import Roots
     from conclave.home import default_home
-    from conclave.mcp_server.policy import Roots
     from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S
     from conclave.mcp_server.server import ServerConfig, build_server, print_to_stderr
 
@@ -82,7 +82,7 @@ def _check_base_overrides(config: ServerConfig) -> None:
     from conclave.mcp_server.server import compose
 
     try:
-        compose("check", config.base_overrides)
+        compose(config.door, "check", [], [])
     except ToolError as exc:
         raise UsageError(str(exc)) from None
 

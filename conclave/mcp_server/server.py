@@ -21,8 +21,8 @@ from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAn
 from pydantic import Field
 
 from conclave.errors import ConclaveError, ConfigError
+from conclave.guard import Door, Roots, check_paths, split_context
 from conclave.mcp_server import records
-from conclave.mcp_server.policy import Roots, check_overrides, check_settings_paths, split_context
 from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
 from conclave.mcp_server.schemas import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
 from conclave.store.paths import StoreLayout
@@ -53,6 +53,10 @@ class ServerConfig:
     @property
     def layout(self) -> StoreLayout:
         return StoreLayout(self.home)
+
+    @property
+    def door(self) -> Door:
+        return Door("an MCP client", self.roots, tuple(self.base_overrides))
 
 
 class ConclaveMCP(FastMCP):
@@ -96,27 +100,20 @@ def tool_error(exc: BaseException) -> ToolError:
     return ToolError(str(exc).strip() or type(exc).__name__)
 
 
-def compose(question: str, overrides: list[str]) -> Any:
-    """Compose and validate like the CLI; Hydra's errors become the CLI's one-line messages."""
-    from conclave.api import compose_settings
-    from conclave.cli import _hydra_error_message
-
+def compose(door: Door, question: str, outside: list[str], trusted: list[str]) -> Any:
+    """Compose and validate like the CLI, through the door's guard; errors become one-line tool errors."""
     if not question.strip():
         raise ToolError("question: the question is empty")
     try:
-        return compose_settings(question, overrides)
+        return door.compose(question, outside, trusted)
     except ConclaveError as exc:
         raise tool_error(exc) from None
-    except Exception as exc:
-        message = _hydra_error_message(exc)
-        if message is None:
-            raise
-        raise ToolError(message) from None
 
 
 def param_overrides(*, mode: str | None, rounds: int | None, quick: bool | None, panel: str | None,
-                    judge: str | None, high_stakes: bool, max_cost: float | None) -> list[str]:
-    """The overrides the named tool arguments stand for (they win over ``overrides``)."""
+                    judge: str | None, high_stakes: bool) -> list[str]:
+    """The overrides the named tool arguments stand for (they win over ``overrides``); they pass the guard like
+    ``overrides`` do."""
     from conclave.cli import hydra_quote
 
     out: list[str] = []
@@ -137,8 +134,6 @@ def param_overrides(*, mode: str | None, rounds: int | None, quick: bool | None,
     if high_stakes:
         # every round runs (no early termination) and no agent is silently replaced by another model
         out += ["early_termination.non_interactive=decline", "strict_models=true"]
-    if max_cost is not None:
-        out.append(f"cost.always_allow_under={max_cost}")
     return out
 
 
@@ -196,10 +191,8 @@ def refusal_error(consultation: Any, bridge: ProgressBridge) -> ToolError:
     from conclave.engine.consent import round_up_to_cent
 
     estimate = bridge.estimated_cost
-    how = 'call again with overrides: ["cost.auto_approve=true"]'
-    if estimate is not None:
-        how += f" or max_cost: {round_up_to_cent(estimate):.2f}"
-    return ToolError(f"{refusal_reason(consultation)} Over MCP, {how}.")
+    budget = "the dollars you approve" if estimate is None else f"{round_up_to_cent(estimate):.2f}"
+    return ToolError(f"{refusal_reason(consultation)} Over MCP, call again with max_cost: {budget}.")
 
 
 # ----------------------------------------------------------------------------------------------- the server
@@ -305,26 +298,24 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "Approve spending up to this many dollars (estimate) without asking; sets "
             "cost.always_allow_under."))] = None,
     ) -> Annotated[CallToolResult, ConsultOutput]:
-        try:
-            given = list(overrides or [])
-            check_overrides(given)
-            files, inline = split_context(context or [], config.roots)
-            extra = param_overrides(mode=mode, rounds=rounds, quick=quick, panel=panel, judge=judge,
-                                    high_stakes=high_stakes, max_cost=max_cost)
-            if files:
-                from conclave.cli import hydra_quote
+        from conclave.cli import hydra_quote
 
-                extra.append("context=[" + ",".join(hydra_quote(f) for f in files) + "]")
-            everything = [*config.base_overrides, *given, *extra]
-            settings = compose(question, everything)
-            check_settings_paths(settings, config.roots)
+        try:
+            files, inline = split_context(context or [], config.roots)
+            outside = [*(overrides or []), *param_overrides(mode=mode, rounds=rounds, quick=quick, panel=panel,
+                                                            judge=judge, high_stakes=high_stakes)]
+            if files:
+                outside.append("context=[" + ",".join(hydra_quote(f) for f in files) + "]")
+            # max_cost is the client's explicit approval of a budget; the guard refuses approval as an override
+            trusted = [] if max_cost is None else [f"cost.always_allow_under={max_cost}"]
         except ConclaveError as exc:
             raise tool_error(exc) from None
+        settings = compose(config.door, question, outside, trusted)
         consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         if consultation.refusal is not None:
             if not await approved_by_elicitation(ctx, refusal_reason(consultation)):
                 raise refusal_error(consultation, bridge)
-            settings = compose(question, [*everything, "cost.auto_approve=true"])
+            settings = compose(config.door, question, outside, [*trusted, "cost.auto_approve=true"])
             consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
@@ -363,7 +354,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 await asyncio.wait_for(saving.wait(), 60)
             point = load_resume_point(layout, cid)
             check_against_plugins(point.settings, get_plugins())
-            check_settings_paths(point.settings, config.roots)
+            check_paths(point.settings, config.roots)
         except ConclaveError as exc:
             raise tool_error(exc) from None
         marker = Recorder(layout.home)
