@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,11 @@ from test_engine_support import AGENT_MODELS, BASE_OVERRIDES, JUDGE_MODEL, QUEST
 
 from conclave.api import compose_settings
 from conclave.engine.runner import Consultation
+from conclave.guard import Door, Roots
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
+from conclave.store.synthetic import consultation_id as synthetic_consultation_id
+from conclave.store.synthetic import synthetic_events
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
@@ -60,7 +64,7 @@ async def test_every_route_needs_the_token(tmp_path: Path) -> None:
             assert (await client.get(path)).status == 401
             assert (await client.get(path + "?token=wrong")).status == 401
         first = await client.get(f"/?token={TOKEN}")
-        assert first.status == 200 and "conclave_token" in first.cookies
+        assert first.status == 200 and f"conclave_token_{client.server.port}" in first.cookies
         assert (await client.get("/")).status == 200  # the cookie carries it from now on
         bearer = TestClient(TestServer(make_app(tmp_path, TOKEN)))
         await bearer.start_server()
@@ -125,7 +129,7 @@ async def test_a_consultation_of_another_process_is_read_from_its_journal(
 ) -> None:
     fake = fake_provider_server
     script_panel(fake)
-    recorder = Recorder(conclave_env, index=False)
+    recorder = Recorder(conclave_env)  # journal and index, as a consultation of the command line writes them
     settings = compose_settings(QUESTION, [*fake.overrides(), *BASE_OVERRIDES, "rounds=2"])
     consultation = Consultation(settings, recorder=recorder)
     await consultation.run()
@@ -145,34 +149,162 @@ async def test_a_consultation_of_another_process_is_read_from_its_journal(
         await client.close()
 
 
+def _hidden(page: str, name: str) -> str:
+    match = re.search(rf"name={name} value='([^']*)'", page)
+    assert match, f"no hidden {name} field in the page"
+    return match.group(1)
+
+
+def _form_starter(fake: FakeProviderServer, home: Path, recorder: Recorder, *operator: str) -> LocalStarter:
+    """The form's starter, with the fake's endpoints as the server's own overrides (as ``conclave serve`` gets
+    them on its command line)."""
+    door = Door("the web form", Roots.of(cwd=home), (*fake.overrides(), f"judge.model={JUDGE_MODEL}", *operator))
+    return LocalStarter(Feeds(StoreLayout(home)), recorder, door)
+
+
 async def test_the_form_starts_a_consultation_and_the_cost_gate_asks_in_the_page(
     fake_provider_server: FakeProviderServer, conclave_env: Path
 ) -> None:
     fake = fake_provider_server
     script_panel(fake)
-    feeds = Feeds(StoreLayout(conclave_env))
     recorder = Recorder(conclave_env, index=False)
-    starter = LocalStarter(feeds, recorder)
-    client = await _client(conclave_env, feeds=feeds, starter=starter)
-    overrides = "\n".join([*fake.overrides(), f"judge.model={JUDGE_MODEL}", "rounds=1", "cost.always_allow_under=0"])
+    starter = _form_starter(fake, conclave_env, recorder, "cost.always_allow_under=0")
+    client = await _client(conclave_env, feeds=starter.feeds, starter=starter.starter())
     try:
-        refused = await client.post(f"/consult?token={TOKEN}", data={"question": QUESTION, "overrides": overrides},
+        page = await (await client.get(f"/?token={TOKEN}")).text()  # sets this port's cookie
+        csrf = _hidden(page, "csrf")
+        assert "<select name=panel>" in page and "<option value='openai_only'>" in page
+        assert "<option value='explore'>" in page and "name=overrides" not in page
+        refused = await client.post("/consult", data={"question": QUESTION, "rounds": "1", "csrf": csrf},
                                     allow_redirects=False)
         text = await refused.text()
         assert refused.status == 200 and "Cost gate:" in text and "Approve the estimate and start" in text
         assert re.search(r"the estimated cost \$\d+\.\d{4} is over cost\.always_allow_under", text)
         assert not fake.requests  # nothing was spent
-        approved = await client.post(f"/consult?token={TOKEN}", allow_redirects=False,
-                                     data={"question": QUESTION, "overrides": overrides, "approve": "yes"})
+        approval = _hidden(text, "approval")
+        approved = await client.post("/approve", allow_redirects=False, data={"approval": approval, "csrf": csrf})
         assert approved.status == 303
         cid = approved.headers["Location"].removeprefix("/c/")
         await asyncio.gather(*starter.tasks)
         assert any(e["type"] == "consultation:completed" and e["data"]["status"] == "complete"
                    for e in await _events(client, cid))
-        bad = await client.post(f"/consult?token={TOKEN}", data={"question": QUESTION, "overrides": "mode=banana"})
+        again = await client.post("/approve", allow_redirects=False, data={"approval": approval, "csrf": csrf})
+        assert again.status == 400 and "expired or was used" in await again.text()
+        bad = await client.post("/consult", data={"question": QUESTION, "mode": "banana", "csrf": csrf})
         assert bad.status == 400 and "mode: &#x27;banana&#x27; is not one of" in await bad.text()
     finally:
         recorder.close()
+        await client.close()
+
+
+async def test_the_form_takes_only_what_a_person_picks_and_refuses_other_origins(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    """The review's CSRF exploit, by hand: the start form from another origin, or without the page's CSRF token,
+    or with endpoint, key, context and approval fields, starts nothing and sends nothing."""
+    fake = fake_provider_server
+    script_panel(fake)
+    outside = conclave_env.parent / "outside.txt"
+    outside.write_text("a local file that is not the panel's business")
+    recorder = Recorder(conclave_env, index=False)
+    starter = _form_starter(fake, conclave_env, recorder)
+    client = await _client(conclave_env, feeds=starter.feeds, starter=starter.starter())
+    try:
+        csrf = _hidden(await (await client.get(f"/?token={TOKEN}")).text(), "csrf")
+        form = {"question": QUESTION, "rounds": "1", "csrf": csrf}
+        port = client.server.port
+        refused = {
+            "another port's page": await client.post("/consult", data=form, headers={
+                "Origin": f"http://127.0.0.1:{port + 1}", "Sec-Fetch-Site": "same-site"}),
+            "a cross-site page": await client.post("/consult", data=form, headers={"Sec-Fetch-Site": "cross-site"}),
+            "an opaque origin": await client.post("/consult", data=form, headers={"Origin": "null"}),
+            "no CSRF token": await client.post("/consult", data={**form, "csrf": ""}),
+            "a rebound host name": await client.post("/consult", data=form, headers={"Host": f"evil.test:{port}"}),
+            "a cross-site stream": await client.get("/c/x/events", headers={"Sec-Fetch-Site": "same-site",
+                                                                            "Sec-Fetch-Mode": "cors"}),
+        }
+        for what, response in refused.items():
+            assert response.status == 403, what
+        # same origin and a good token, but fields no person picks on the page: they are not read
+        sneaky = await client.post("/consult", allow_redirects=False, data={
+            **form, "overrides": "providers.openai.base_url=http://127.0.0.1:9/v1\nproviders.openai.send_key=always",
+            "approve": "yes", "home": "/tmp"})
+        assert sneaky.status == 303
+        # and a picked value outside what the page offers is refused by the guard
+        traversal = await client.post("/consult", data={**form, "panel": "../../../../tmp/evil"})
+        assert traversal.status == 400 and "is not one of" in await traversal.text()
+        context = await client.post("/consult", data={**form, "context": str(outside)})
+        assert context.status == 400 and "outside the allowed roots" in await context.text()
+        await asyncio.gather(*starter.tasks)
+        journals = list(StoreLayout(conclave_env).journal_dir.glob("*.jsonl"))
+        assert len(journals) == 1  # the one same-origin start
+        assert "127.0.0.1:9/" not in journals[0].read_text() and fake.requests
+    finally:
+        recorder.close()
+        await client.close()
+
+
+async def test_an_idle_stream_stays_open_until_the_consultation_ends(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    """Events 0.6 s apart on a stream whose heartbeat is every 0.05 s: the stream stays open (pinging) and ends
+    only with the consultation — not with a premature ``end`` while it goes on."""
+    fake = fake_provider_server
+    for model in (*AGENT_MODELS.values(), JUDGE_MODEL):
+        fake.script(model, lambda request: Reply(json=instance_for(request.schema), latency=0.6))
+    recorder = Recorder(conclave_env, index=False)
+    starter = _form_starter(fake, conclave_env, recorder, "cost.auto_approve=true")
+    client = await _client(conclave_env, feeds=starter.feeds, starter=starter.starter(), heartbeat_s=0.05)
+    try:
+        csrf = _hidden(await (await client.get(f"/?token={TOKEN}")).text(), "csrf")
+        started = await client.post("/consult", allow_redirects=False,
+                                    data={"question": QUESTION, "rounds": "2", "csrf": csrf})
+        cid = started.headers["Location"].removeprefix("/c/")
+        pings, events = 0, []
+        async with client.get(f"/c/{cid}/events") as response:
+            async for raw in response.content:
+                line = raw.decode().rstrip("\n")
+                pings += line == ": ping"
+                if line.startswith("data: ") and line != "data: {}":
+                    events.append(json.loads(line[6:])["type"])
+        assert pings >= 5
+        assert events[-1] == "consultation:completed"
+    finally:
+        await asyncio.gather(*starter.tasks)
+        recorder.close()
+        await client.close()
+
+
+async def test_the_list_comes_from_the_index_and_a_finished_consultation_links_its_report(
+    conclave_env: Path
+) -> None:
+    """1,000 recorded consultations: the list page answers from the index within 0.2 s; a bad id is a 404 (no
+    traceback); the report page is the formatted HTML report."""
+    recorder = Recorder(conclave_env)
+    for n in range(1000):
+        for event in synthetic_events(n):
+            recorder(event)
+    recorder.close()
+    client = await _client(conclave_env)
+    try:
+        await client.get(f"/?token={TOKEN}")
+        timings = []
+        for _ in range(5):
+            began = time.perf_counter()
+            listing = await client.get("/")
+            timings.append(time.perf_counter() - began)
+            text = await listing.text()
+        assert listing.status == 200 and text.count("<tr>") == 101  # the header row and the newest 100
+        assert min(timings) <= 0.2, timings
+        cid = synthetic_consultation_id(999)
+        assert f"/c/{cid}" in text
+        page = await (await client.get(f"/c/{cid}")).text()
+        assert f"/c/{cid}/report" in page
+        report = await client.get(f"/c/{cid}/report")
+        assert report.status == 200 and "<h2" in await report.text()
+        for bad in ("..%2F..%2Fetc", "not-an-id", "c" * 300):
+            assert (await client.get(f"/c/{bad}")).status == 404
+    finally:
         await client.close()
 
 

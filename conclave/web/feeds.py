@@ -9,6 +9,7 @@ journal, which is followed until it records its end.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -46,6 +47,15 @@ class Feed:
             self.finished = True
             for queue in self.viewers:
                 queue.put_nowait(None)
+
+    def summary(self) -> dict[str, Any]:
+        """This consultation as a row of the list page (the index's columns)."""
+        started = next((r for r in self.history if r["type"] == ev.CONSULTATION_STARTED), {})
+        final = next((r for r in reversed(self.history) if r["type"] == ev.CONSULTATION_COMPLETED), None)
+        data = started.get("data", {})
+        return {"id": self.consultation_id, "question": data.get("question", ""), "mode": data.get("mode", ""),
+                "started_at": _iso(started.get("ts")),
+                "status": final["data"].get("status") if final else "running"}
 
     async def follow(self, after: int) -> AsyncIterator[dict[str, Any]]:
         """Every kept event with a sequence number above ``after``, then live events until the end."""
@@ -129,23 +139,6 @@ def _read_from(path: Path, offset: int) -> bytes:
         return f.read()
 
 
-def read_journal_records(path: Path) -> list[dict[str, Any]]:
-    """The complete records of a journal as stored (a torn last line is skipped)."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
 def _is_being_written(path: Path) -> bool:
     from conclave.store.journal import is_being_written
 
@@ -155,12 +148,7 @@ def _is_being_written(path: Path) -> bool:
         return False
 
 
-def summary(path: Path) -> dict[str, Any]:
-    """One line of the consultation list: id, question, mode, started, status (from the journal)."""
-    records = read_journal_records(path)
-    started = next((r for r in records if r.get("type") == ev.CONSULTATION_STARTED), {})
-    final = next((r for r in reversed(records) if r.get("type") == ev.CONSULTATION_COMPLETED), None)
-    data = started.get("data", {})
-    status = final["data"].get("status") if final else ("running" if _is_being_written(path) else "interrupted")
-    return {"id": path.stem, "question": data.get("question", ""), "mode": data.get("mode", ""),
-            "started": started.get("ts"), "status": status}
+def _iso(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return ""
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="seconds")

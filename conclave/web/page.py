@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any
 
 _STYLE = """
@@ -20,6 +21,8 @@ a { color:var(--accent); text-decoration:none; } a:hover { text-decoration:under
 form { background:var(--card); border:1px solid var(--line); padding:16px; border-radius:8px; margin-bottom:20px; }
 textarea,input[type=text] { width:100%; font:inherit; padding:8px; border:1px solid var(--line); border-radius:6px; }
 button { font:inherit; padding:8px 16px; border:0; border-radius:6px; background:var(--accent); color:#fff; cursor:pointer; }
+.row { display:flex; gap:16px; flex-wrap:wrap; margin:8px 0; } select { font:inherit; padding:6px; }
+form.approve { border:0; padding:8px 0 0; margin:0; background:none; }
 .note { padding:10px 14px; border-radius:6px; margin-bottom:14px; background:#fff7e6; border:1px solid #f0d49a; }
 .error { background:#fdecea; border-color:#f3b4ae; }
 .status { font-weight:600; } .status.complete,.status.completed_degraded { color:var(--ok); }
@@ -34,9 +37,14 @@ button { font:inherit; padding:8px 16px; border:0; border-radius:6px; background
 .agent.done .who::after { content:" ✓"; color:var(--ok); } .agent.failed .who::after { content:" ✗"; color:var(--bad); }
 .stream { white-space:pre-wrap; font:12px/1.4 ui-monospace,Menlo,monospace; max-height:160px; overflow:auto;
           background:var(--bg); padding:6px; margin-top:6px; border-radius:4px; }
-.stream:empty { display:none; }
+.raw summary { color:var(--muted); font-size:12px; cursor:pointer; }
+.raw:has(.stream:empty) { display:none; }
 .artifact dl { margin:6px 0 0; } .artifact dt { font-weight:600; font-size:13px; margin-top:6px; }
 .artifact dd { margin:0 0 0 12px; } .artifact ul { margin:2px 0; padding-left:18px; }
+.artifact .lead { font-weight:600; margin:6px 0 2px; } .artifact .conf { color:var(--muted); font-size:13px; margin:0; }
+.artifact h4 { margin:8px 0 2px; font-size:12px; text-transform:uppercase; color:var(--muted); }
+.tag { font-size:11px; color:var(--muted); border:1px solid var(--line); border-radius:4px; padding:0 4px; }
+.fields summary { color:var(--muted); font-size:12px; cursor:pointer; margin-top:6px; }
 .agent[data-agent=judge] { grid-column:1 / -1; }
 #verdict { background:var(--card); border:2px solid var(--accent); border-radius:8px; padding:14px; margin:14px 0; }
 #verdict:empty { display:none; }
@@ -56,6 +64,31 @@ function render(v) {
       "<dt>" + esc(k.replaceAll("_", " ")) + "</dt><dd>" + render(x) + "</dd>").join("") + "</dl>";
   return esc(v);
 }
+// an artifact as a person reads it: its answer first, its confidence, its main lists; every field in a fold
+const LEAD = ["position", "recommendation", "answer", "verdict", "summary"];
+const LISTS = [["key_points", "Key points"], ["consensus_points", "Consensus"], ["tensions", "Tensions"],
+               ["evidence", "Evidence"], ["dissent", "Dissent"], ["challenges", "Challenges"],
+               ["rebuttals", "Rebuttals"], ["uncertainties", "Uncertainties"], ["claims", "Claims"]];
+const TEXT = ["point", "text", "concern", "topic", "challenge", "claim", "insight", "position", "option", "failure"];
+function line(x) {
+  if (!x || typeof x !== "object") return esc(x);
+  const main = TEXT.map(k => x[k]).find(v => typeof v === "string") ?? JSON.stringify(x);
+  const tags = [x.id, x.label, x.agent, x.severity].filter(v => typeof v === "string" && v);
+  return (tags.length ? "<span class=tag>" + tags.map(esc).join(" · ") + "</span> " : "") + esc(main);
+}
+function artifact(a) {
+  if (!a || typeof a !== "object") return esc(a);
+  let out = "";
+  const lead = LEAD.find(k => typeof a[k] === "string");
+  if (lead) out += "<p class=lead>" + esc(a[lead]) + "</p>";
+  if (typeof a.confidence === "number") out += "<p class=conf>confidence " + Math.round(a.confidence * 100) + "%</p>";
+  if (typeof a.rationale === "string") out += "<p>" + esc(a.rationale) + "</p>";
+  for (const [k, label] of LISTS) {
+    if (Array.isArray(a[k]) && a[k].length)
+      out += "<h4>" + label + "</h4><ul>" + a[k].map(x => "<li>" + line(x) + "</li>").join("") + "</ul>";
+  }
+  return out + "<details class=fields><summary>all fields</summary>" + render(a) + "</details>";
+}
 function round(n, type) {
   let el = document.getElementById("round-" + n);
   if (!el) {
@@ -72,7 +105,8 @@ function agent(n, who) {
   if (!el) {
     el = document.createElement("div"); el.className = "agent thinking"; el.dataset.agent = who;
     el.dataset.start = Date.now();
-    el.innerHTML = "<div class=who>" + esc(who) + "</div><div class=meta></div><div class=stream></div><div class=artifact></div>";
+    el.innerHTML = "<div class=who>" + esc(who) + "</div><div class=meta></div>"
+      + "<details class=raw><summary>raw output as it arrives</summary><div class=stream></div></details><div class=artifact></div>";
     box.appendChild(el);
   }
   return el;
@@ -109,13 +143,13 @@ const handlers = {
   },
   "consultation:round_artifact": d => {
     const el = agent(d.round_number, d.agent || "judge");
-    el.querySelector(".stream").style.display = "none";
-    el.querySelector(".artifact").innerHTML = render(d.artifact);
+    el.querySelector(".raw").style.display = "none";
+    el.querySelector(".artifact").innerHTML = artifact(d.artifact);
   },
   "safety:checked": d => {  // a blocked answer is hidden from everyone watching (the journal keeps it)
     for (const w of d.withheld || []) {
       const el = agent(w.round_number, w.agent || "judge");
-      el.querySelector(".stream").style.display = "none";
+      el.querySelector(".raw").style.display = "none";
       el.querySelector(".artifact").innerHTML = "<p class='note error'>Withheld by the safety evaluator: "
         + esc((d.block || {}).reason || "") + "</p>";
     }
@@ -127,8 +161,9 @@ const handlers = {
     const r = d.result || {}, v = r.verdict || {};
     const st = document.getElementById("status"); st.textContent = d.status; st.className = "status " + d.status;
     document.getElementById("verdict").innerHTML = "<h2>Verdict" + (r.confidence != null ? " · confidence "
-      + Math.round(r.confidence * 100) + "%" : "") + "</h2>" + render(v)
-      + (r.abort_reason ? "<p class='note error'>" + esc(r.abort_reason) + "</p>" : "");
+      + Math.round(r.confidence * 100) + "%" : "") + "</h2><div class=artifact>" + artifact(v) + "</div>"
+      + (r.abort_reason ? "<p class='note error'>" + esc(r.abort_reason) + "</p>" : "")
+      + "<p><a class=report href='/c/" + encodeURIComponent(cid) + "/report'>Read the formatted report →</a></p>";
   },
 };
 function connect() {
@@ -148,31 +183,69 @@ def _page(title: str, body: str, data: str = "") -> str:
             f"<style>{_STYLE}</style></head><body{data}>{body}</body></html>")
 
 
-def index_page(rows: list[dict[str, Any]], *, can_start: bool, error: str | None = None,
-               refused: str | None = None, question: str = "", overrides: list[str] | None = None) -> str:
+@dataclass(frozen=True)
+class FormChoices:
+    """What the start form offers: the registered panels and modes (the server's own configuration decides the
+    rest), and the directories context files may come from."""
+
+    panels: tuple[str, ...]
+    modes: tuple[str, ...]
+    roots: tuple[str, ...] = ()
+
+
+ROUND_CHOICES = (("", "the full debate"), ("1", "1 · independent answers"), ("2", "2 · + synthesis"),
+                 ("3", "3 · + cross-examination"), ("4", "4 · + verdict"))
+
+
+def _select(name: str, label: str, options: list[tuple[str, str]], picked: str) -> str:
+    items = "".join(f"<option value='{html.escape(value)}'{' selected' if value == picked else ''}>"
+                    f"{html.escape(text)}</option>" for value, text in options)
+    return f"<label>{label}<br><select name={name}>{items}</select></label>"
+
+
+def _form(form: FormChoices, csrf: str, question: str, picked: dict[str, str]) -> str:
+    roots = ", ".join(form.roots) or "the server's working directory"
+    return (
+        "<form method=post action=/consult class=start>"
+        f"<input type=hidden name=csrf value='{html.escape(csrf)}'>"
+        "<label>Question<br><textarea name=question rows=3 required>"
+        f"{html.escape(question)}</textarea></label><div class=row>"
+        + _select("panel", "Panel", [("", "default (by your keys)"), *((p, p) for p in form.panels)],
+                  picked.get("panel", ""))
+        + _select("mode", "Mode", [("", "default"), *((m, m) for m in form.modes)], picked.get("mode", ""))
+        + _select("rounds", "Rounds", list(ROUND_CHOICES), picked.get("rounds", ""))
+        + "</div><label>Context files, one per line (under "
+        f"{html.escape(roots)})<br><textarea name=context rows=2>{html.escape(picked.get('context', ''))}"
+        "</textarea></label><br><button type=submit>Start</button></form>"
+    )
+
+
+def index_page(rows: list[dict[str, Any]], *, form: FormChoices | None, csrf: str = "", error: str | None = None,
+               refused: str | None = None, approval: str | None = None, question: str = "",
+               picked: dict[str, str] | None = None) -> str:
     parts = ["<header><h1>conclave</h1><div class=sub>consultations on this machine</div></header><main>"]
     if error:
         parts.append(f"<div class='note error'>{html.escape(error)}</div>")
     if refused:
-        parts.append(f"<div class=note>Cost gate: {html.escape(refused)}</div>")
-    if can_start:
-        approve = "<input type=hidden name=approve value=yes>" if refused else ""
-        label = "Approve the estimate and start" if refused else "Start"
-        parts.append(
-            "<form method=post action=/consult><label>Question<br><textarea name=question rows=3 required>"
-            f"{html.escape(question)}</textarea></label><br><label>Overrides, one per line (as on the command "
-            f"line, e.g. <code>mode=explore</code>)<br><textarea name=overrides rows=2>"
-            f"{html.escape(chr(10).join(overrides or []))}</textarea></label><br>{approve}"
-            f"<button type=submit>{label}</button></form>")
+        parts.append(f"<div class=note>Cost gate: {html.escape(refused)}")
+        if approval and form is not None:
+            parts.append("<form method=post action=/approve class=approve>"
+                         f"<input type=hidden name=csrf value='{html.escape(csrf)}'>"
+                         f"<input type=hidden name=approval value='{html.escape(approval)}'>"
+                         "<button type=submit>Approve the estimate and start</button></form>")
+        parts.append("</div>")
+    if form is not None:
+        parts.append(_form(form, csrf, question, picked or {}))
     if rows:
         parts.append("<table><thead><tr><th>Question</th><th>Mode</th><th>Status</th><th>Started</th></tr></thead>"
                      "<tbody>")
         for row in rows:
-            started = _when(row.get("started"))
+            status = html.escape(str(row.get("status") or ""))
             parts.append(
-                f"<tr><td><a href='/c/{html.escape(row['id'])}'>{html.escape(row['question'][:160] or row['id'])}"
-                f"</a></td><td>{html.escape(str(row['mode']))}</td><td class='status {html.escape(str(row['status']))}'>"
-                f"{html.escape(str(row['status']))}</td><td>{started}</td></tr>")
+                f"<tr><td><a href='/c/{html.escape(row['id'])}'>"
+                f"{html.escape((row.get('question') or '')[:160] or row['id'])}</a></td>"
+                f"<td>{html.escape(str(row.get('mode') or ''))}</td><td class='status {status}'>{status}</td>"
+                f"<td>{html.escape(_when(row.get('started_at')))}</td></tr>")
         parts.append("</tbody></table>")
     elif not error and not refused:
         parts.append("<p>No consultation yet.</p>")
@@ -180,19 +253,23 @@ def index_page(rows: list[dict[str, Any]], *, can_start: bool, error: str | None
     return _page("conclave", "".join(parts))
 
 
+def report_unavailable_page(consultation_id: str) -> str:
+    return _page(f"conclave · {consultation_id}", "<main><p>This consultation has no report yet.</p>"
+                 "<p><a href='/'>all consultations</a></p></main>")
+
+
 def consultation_page(consultation_id: str) -> str:
     body = (
         "<header><h1 id=question>…</h1><div class=sub><span id=panel></span> · <span id=status class=status>"
-        "running</span> · <span id=conn>connecting…</span> · <a href='/'>all consultations</a></div></header>"
+        f"running</span> · <span id=conn>connecting…</span> · <a href='/c/{html.escape(consultation_id)}/report'>"
+        "report</a> · <a href='/'>all consultations</a></div></header>"
         "<main><div id=rounds></div><div id=verdict></div></main>"
         f"<script>{_SCRIPT}</script>"
     )
     return _page(f"conclave · {consultation_id}", body, f" data-id='{html.escape(consultation_id)}'")
 
 
-def _when(ts: Any) -> str:
-    if not isinstance(ts, int | float):
-        return ""
-    import datetime
-
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+def _when(started_at: Any) -> str:
+    """``2026-11-28T01:02:03+00:00`` → ``2026-11-28 01:02 UTC``."""
+    text = str(started_at or "")
+    return f"{text[:10]} {text[11:16]} UTC" if len(text) >= 16 else text

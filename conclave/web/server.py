@@ -5,40 +5,66 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from conclave import events as ev
+from conclave.api import config_groups
+from conclave.engine.ids import new_consultation_id
+from conclave.engine.interaction import Interaction
+from conclave.engine.runner import Consultation
+from conclave.errors import ConclaveError
+from conclave.guard import Door
 from conclave.store.paths import StoreLayout
-from conclave.web.app import make_app, new_token
+from conclave.store.recorder import Recorder
+from conclave.web.app import Starter, make_app, new_token
 from conclave.web.feeds import Feeds
+from conclave.web.page import FormChoices
 
 #: how long the consultation gate may take before the form gives up waiting (the consultation goes on)
 DECISION_TIMEOUT_S = 120.0
+#: how long a refused estimate may be approved from its page
+APPROVAL_TTL_S = 600.0
 
 
 class LocalStarter:
-    """Starts consultations in this process from the form, composed and validated exactly as on the command
-    line; the cost gate runs non-interactively, and a refusal is shown in the page with the figure so the user
-    can approve it there (which re-submits with ``cost.auto_approve=true``)."""
+    """Starts consultations in this process from the form. The form's choices pass the door's guard
+    (:class:`conclave.guard.Door`) and are composed and validated exactly as on the command line; the cost gate
+    runs non-interactively, and a refusal is shown in the page with the figure and a one-time approval, which
+    starts the same request with ``cost.auto_approve=true``."""
 
-    def __init__(self, feeds: Feeds, recorder: Any) -> None:
+    def __init__(self, feeds: Feeds, recorder: Any, door: Door) -> None:
         self.feeds = feeds
         self.recorder = recorder
+        self.door = door
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.pending: dict[str, tuple[float, str, list[str]]] = {}
 
-    async def __call__(self, question: str, overrides: list[str], approved: bool) -> dict[str, Any]:
-        from conclave.api import compose_settings
-        from conclave.engine.ids import new_consultation_id
-        from conclave.engine.interaction import Interaction
-        from conclave.engine.runner import Consultation
-        from conclave.errors import ConclaveError
+    def starter(self) -> Starter:
+        groups = config_groups()
+        choices = FormChoices(tuple(groups.get("agents", ())), tuple(groups.get("mode", ())),
+                              tuple(str(d) for d in self.door.roots.dirs))
+        return Starter(start=self.start, approve=self.approve, choices=choices)
 
+    async def start(self, question: str, outside: list[str]) -> dict[str, Any]:
+        return await self._run(question, outside, approved=False)
+
+    async def approve(self, nonce: str) -> dict[str, Any]:
+        now = time.monotonic()
+        self.pending = {k: v for k, v in self.pending.items() if v[0] > now}
+        request = self.pending.pop(nonce, None)
+        if request is None:
+            return {"error": "this approval has expired or was used; start the consultation again"}
+        return await self._run(request[1], request[2], approved=True)
+
+    async def _run(self, question: str, outside: list[str], approved: bool) -> dict[str, Any]:
         try:
-            settings = compose_settings(question, [*overrides, *(["cost.auto_approve=true"] if approved else [])])
+            settings = self.door.compose(question, outside, ["cost.auto_approve=true"] if approved else [])
         except ConclaveError as exc:
             return {"error": str(exc)}
         cid = new_consultation_id()
@@ -57,7 +83,9 @@ class LocalStarter:
         await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         if consultation.refusal is not None:
-            return {"refused": consultation.refusal}
+            nonce = secrets.token_urlsafe(18)
+            self.pending[nonce] = (time.monotonic() + APPROVAL_TTL_S, question, outside)
+            return {"refused": consultation.refusal, "approval": nonce}
         if task.done() and task.exception() is not None:
             return {"error": f"{type(task.exception()).__name__}: {task.exception()}"}
         return {"id": cid}
@@ -76,15 +104,13 @@ def token_from_env() -> str:
     return os.environ.get("CONCLAVE_WEB_TOKEN") or new_token()
 
 
-async def serve(home: Path, host: str, port: int) -> None:
-    """Serve until cancelled (Ctrl-C)."""
-    from conclave.store.recorder import Recorder
-
+async def serve(home: Path, host: str, port: int, door: Door) -> None:
+    """Serve until cancelled (Ctrl-C); the form's requests pass ``door``."""
     recorder = Recorder(home)
     feeds = Feeds(StoreLayout(home))
     token = token_from_env()
-    starter = LocalStarter(feeds, recorder)
-    runner, bound = await start_site(make_app(home, token, feeds, starter), host, port)
+    starter = LocalStarter(feeds, recorder, door)
+    runner, bound = await start_site(make_app(home, token, feeds, starter.starter(), host=host), host, port)
     print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
           flush=True)
     try:
