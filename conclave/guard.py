@@ -7,10 +7,12 @@ roots. Concretely, for every override from outside:
 
 - no ``${…}`` anywhere (an interpolation can read the server's environment) and no sweeps;
 - a config group (``agents``, ``mode``, ``persona@…``) takes only the names of its registered options, never a path;
-- no key under ``home``, ``hydra``, ``scrub``, ``question``, ``providers``, ``user``, the approval keys, ``live``;
-  no key or dict field named like an endpoint or key setting (``base_url``, ``send_key``, ``api_key_env``, …);
-- after composition, the providers, home, scrubbing and approval equal those of the door's own configuration, and
-  every file or directory named lies under the allowed roots (real path, after symlinks).
+- a package (``@…``) only as ``persona@personas.NAME``;
+- no key under ``home``, ``hydra``, ``scrub``, ``question``, ``providers``, ``user``, ``cost``, ``hedging``,
+  ``live``; no key or dict field named like an endpoint or key setting (``base_url``, ``send_key``, …);
+- after composition, the providers, home, scrubbing, spending limits, approval and hedging equal those of the
+  door's own configuration, and every file or directory named lies under the allowed roots (real path, after
+  symlinks).
 
 Refusals are :class:`~conclave.errors.ConfigError` lines that name the key and never echo a value.
 """
@@ -18,6 +20,7 @@ Refusals are :class:`~conclave.errors.ConfigError` lines that name the key and n
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +32,7 @@ from hydra.errors import HydraException
 
 from conclave.api import compose_settings, config_groups
 from conclave.config import Settings
+from conclave.engine.consent import round_up_to_cent
 from conclave.errors import ConfigError
 
 #: keys (and their sub-keys) a caller at a door may not set, with the reason given to the caller
@@ -39,8 +43,8 @@ FORBIDDEN_KEYS: tuple[tuple[str, str], ...] = (
     ("question", "pass the question as the question itself"),
     ("providers", "provider endpoints and keys are set on the command line that starts the server"),
     ("user", "the user's settings file belongs to the server"),
-    ("cost.auto_approve", "approval is asked the door's own way, never set by an override"),
-    ("cost.always_allow_under", "approval is asked the door's own way, never set by an override"),
+    ("cost", "spending limits and approval are the server's; approval is asked the door's own way"),
+    ("hedging", "extra calls are the server's to allow"),
     ("live", "the live view is started from the terminal"),
     ("live_port", "the live view is started from the terminal"),
 )
@@ -49,6 +53,8 @@ FORBIDDEN_FIELDS = frozenset({"base_url", "send_key", "api_key_env", "api_key", 
 
 #: the config groups a caller may choose options of; any other group is the server's
 CHOOSABLE_GROUPS = frozenset({"agents", "mode", "persona"})
+#: the one package a caller may place an option at: a persona of the panel
+PERSONA_PACKAGE = re.compile(r"personas\.[A-Za-z_][\w-]*")
 
 GroupOptions = Mapping[str, Sequence[str]]
 
@@ -84,8 +90,7 @@ class Roots:
             return path
         lexical = Path(os.path.normpath(path))
         if any(lexical.is_relative_to(root) for root in self.dirs):
-            raise ConfigError([f"{key}: {name} is a symlink that resolves to {real}, outside the allowed roots "
-                               f"({self.describe()})"])
+            raise ConfigError([f"{key}: {name} is a symlink that leads outside the allowed roots ({self.describe()})"])
         raise ConfigError([f"{key}: {name} is outside the allowed roots ({self.describe()}); "
                            "start the server with --allow-dir to add one"])
 
@@ -109,11 +114,13 @@ def split_context(items: Sequence[str], roots: Roots) -> tuple[list[str], str | 
             texts.append(item)
             continue
         candidate = item.strip()
-        path = roots.absolute(candidate)
-        if os.path.lexists(path):
-            files.append(str(roots.check("context", candidate)))
-        elif "/" in candidate or candidate.startswith((".", "~")):
-            raise ConfigError([f"context: file not found: {candidate}"])
+        looks_like_path = "/" in candidate or candidate.startswith((".", "~"))
+        if looks_like_path or os.path.lexists(roots.absolute(candidate)):
+            # the roots first: whether a file outside them exists is none of the caller's business
+            path = roots.check("context", candidate)
+            if not os.path.lexists(path):
+                raise ConfigError([f"context: file not found: {candidate}"])
+            files.append(str(path))
         else:
             texts.append(item)
     return files, ("\n\n".join(texts) if texts else None)
@@ -145,8 +152,10 @@ def _override_problems(parser: OverridesParser, number: int, text: str, groups: 
         return [f"{name}: sweeps are not accepted from {door}"]
     if override.type in (OverrideType.DEL, OverrideType.FORCE_ADD):
         return [f"{name}: only key=value and +key=value are accepted from {door}"]
+    if override.package is not None and not (key == "persona" and PERSONA_PACKAGE.fullmatch(override.package)):
+        return [f"{name}: a package (@…) is accepted from {door} only as persona@personas.NAME"]
     value = override.value()
-    for path in (*_paths(key, value), *_paths(override.package or "", None)):
+    for path in _paths(key, value):
         why = _forbidden(path)
         if why:
             return [f"{name}: cannot be set from {door}: {why}"]
@@ -237,13 +246,22 @@ def _path_problems(settings: Settings, roots: Roots) -> list[str]:
     return problems
 
 
-def _protected(settings: Settings, baseline: Settings) -> Iterable[tuple[str, Any, Any]]:
+def _protected(settings: Settings, baseline: Settings, *, cost: bool = True) -> Iterable[tuple[str, Any, Any]]:
     yield "providers", settings.providers, baseline.providers
     yield "home", settings.home, baseline.home
     yield "scrub", settings.scrub, baseline.scrub
-    yield "cost.auto_approve", settings.cost.auto_approve, baseline.cost.auto_approve
-    yield "cost.always_allow_under", settings.cost.always_allow_under, baseline.cost.always_allow_under
+    yield "hedging", settings.hedging, baseline.hedging
     yield "live", settings.live, baseline.live
+    if cost:
+        yield "cost", settings.cost, baseline.cost
+
+
+def approval_for(estimate: float | None) -> list[str]:
+    """The trusted override a door adds once the user approved the estimate it showed: spending up to that figure
+    (rounded up to the cent), not an open cheque."""
+    if estimate is None:
+        return ["cost.auto_approve=true"]
+    return [f"cost.always_allow_under={round_up_to_cent(estimate):.2f}"]
 
 
 @dataclass(frozen=True)
@@ -269,3 +287,14 @@ class Door:
         baseline = compose_settings(question, [*self.operator, *trusted])
         check_composed(settings, baseline, self.roots, self.name)
         return settings
+
+    def check_recorded(self, settings: Settings) -> None:
+        """A recorded consultation a caller asks to resume: its files under the roots, and the providers, home,
+        scrubbing and hedging it would run with the door's own (its spending was approved when it started)."""
+        baseline = compose_settings(settings.question, list(self.operator))
+        problems = [f"{key}: the recorded consultation's differs from this server's; resume it from the terminal "
+                    "(conclave resume ID)" for key, mine, theirs in _protected(settings, baseline, cost=False)
+                    if mine != theirs]
+        problems.extend(_path_problems(settings, self.roots))
+        if problems:
+            raise ConfigError(problems)

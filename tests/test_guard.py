@@ -9,7 +9,7 @@ import pytest
 
 from conclave.api import compose_settings, config_groups
 from conclave.errors import ConfigError
-from conclave.guard import Door, Roots, check_outside_overrides
+from conclave.guard import Door, Roots, approval_for, check_outside_overrides, split_context
 
 SECRET = "sk-proj-guard-test-" + "Q" * 32
 GROUPS = {"agents": ["default", "local", "openai_only"], "mode": ["converge", "explore"],
@@ -49,6 +49,15 @@ ATTACKS = [
     "cost.auto_approve=true",
     "cost.always_allow_under=1000",
     "cost={auto_approve: true}",
+    # spending: the cap on what a run may spend past its estimate, and extra calls
+    "cost.abort_ratio=inf",
+    "hedging.budget=1.0",
+    "hedging.hedge_after_s=0.001",
+    # packages place an option's content anywhere: only a persona of the panel
+    "+persona@_global_.hydra.job.env_set=security",
+    "+persona@_global_.cost=security",
+    "agents@_global_=default",
+    "mode@cost=converge",
     # interpolation: the server's environment
     "judge.model=${oc.env:OPENAI_API_KEY}",
     "judge.provider=${oc.env:OPENAI_API_KEY}",
@@ -82,6 +91,7 @@ def test_every_attack_is_refused_with_one_line_that_echoes_no_secret(override: s
     "judge.model=gpt-4.1", "judge.provider=anthropic", "agents.security.model=gpt-4o-mini",
     "filtering.round3.tensions=1", "early_termination.threshold=0.8", "strict_models=true",
     "context=[notes.txt]", "+persona@personas.extra=security", "agents=[default]",
+    "persona@personas.security=skeptic",
 ])
 def test_what_a_person_would_pick_on_a_page_passes(override: str) -> None:
     check_outside_overrides([override], GROUPS, "an MCP client")
@@ -136,6 +146,32 @@ def test_composition_keeps_the_server_providers_even_through_a_registered_option
     assert refused.value.problems == ["providers: cannot be changed from the web form"]
     settings = door.compose("Q?", ["agents=openai_only", "rounds=2"])
     assert settings.rounds == 2 and settings.providers == compose_settings("Q?", ["agents=openai_only"]).providers
+
+
+def test_whether_a_file_outside_the_roots_exists_is_not_told(tmp_path: Path) -> None:
+    roots = Roots.of(cwd=tmp_path)
+    (tmp_path.parent / "exists.txt").write_text("x")
+    answers = []
+    for name in (str(tmp_path.parent / "exists.txt"), str(tmp_path.parent / "missing.txt")):
+        with pytest.raises(ConfigError) as refused:
+            split_context([name], roots)
+        answers.append(str(refused.value).replace(name, "NAME"))
+    assert answers[0] == answers[1] and "outside the allowed roots" in answers[0]
+
+
+def test_an_approval_is_for_the_estimate_shown_not_an_open_cheque() -> None:
+    assert approval_for(0.1234) == ["cost.always_allow_under=0.13"]
+    assert approval_for(None) == ["cost.auto_approve=true"]  # no figure was shown: the user approved not knowing
+
+
+def test_resuming_over_a_door_runs_with_the_door_providers(tmp_path: Path) -> None:
+    door = Door("an MCP client", Roots.of(cwd=tmp_path))
+    mine = compose_settings("Q?", [])
+    door.check_recorded(mine)
+    elsewhere = compose_settings("Q?", ["providers.openai.base_url=http://127.0.0.1:9/v1", "scrub=false"])
+    with pytest.raises(ConfigError) as refused:
+        door.check_recorded(elsewhere)
+    assert [p.split(":")[0] for p in refused.value.problems] == ["providers", "scrub"]
 
 
 def test_context_and_project_must_lie_under_the_roots(tmp_path: Path) -> None:

@@ -295,8 +295,8 @@ async def test_file_context_must_stay_under_the_allowed_roots(
         as_override = await session.call_tool("conclave_consult", {
             "question": "Q?", "overrides": [f"project={outside}"], "max_cost": 100})
     assert direct.isError and f"{outside / 'secret.txt'} is outside the allowed roots" in text_of(direct)
-    assert via_link.isError and "escape.txt is a symlink that resolves to" in text_of(via_link)
-    assert str(outside / "secret.txt") in text_of(via_link)
+    assert via_link.isError and "escape.txt is a symlink that leads outside the allowed roots" in text_of(via_link)
+    assert str(outside) not in text_of(via_link)  # where the link leads is not the client's business
     assert as_override.isError and "project:" in text_of(as_override)
     assert fake_provider_server.requests == []
 

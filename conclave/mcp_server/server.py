@@ -21,7 +21,7 @@ from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAn
 from pydantic import Field
 
 from conclave.errors import ConclaveError, ConfigError
-from conclave.guard import Door, Roots, check_paths, split_context
+from conclave.guard import Door, Roots, approval_for, split_context
 from conclave.mcp_server import records
 from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
 from conclave.mcp_server.schemas import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
@@ -315,7 +315,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         if consultation.refusal is not None:
             if not await approved_by_elicitation(ctx, refusal_reason(consultation)):
                 raise refusal_error(consultation, bridge)
-            settings = compose(config.door, question, outside, [*trusted, "cost.auto_approve=true"])
+            settings = compose(config.door, question, outside, approval_for(bridge.estimated_cost))
             consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
@@ -354,7 +354,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 await asyncio.wait_for(saving.wait(), 60)
             point = load_resume_point(layout, cid)
             check_against_plugins(point.settings, get_plugins())
-            check_paths(point.settings, config.roots)
+            config.door.check_recorded(point.settings)
         except ConclaveError as exc:
             raise tool_error(exc) from None
         marker = Recorder(layout.home)

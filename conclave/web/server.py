@@ -19,7 +19,7 @@ from conclave.engine.ids import new_consultation_id
 from conclave.engine.interaction import Interaction
 from conclave.engine.runner import Consultation
 from conclave.errors import ConclaveError
-from conclave.guard import Door
+from conclave.guard import Door, approval_for
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.web.app import Starter, make_app, new_token
@@ -43,7 +43,8 @@ class LocalStarter:
         self.recorder = recorder
         self.door = door
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.pending: dict[str, tuple[float, str, list[str]]] = {}
+        #: refused requests that may be approved: nonce -> (expiry, question, overrides, the estimate shown)
+        self.pending: dict[str, tuple[float, str, list[str], float | None]] = {}
 
     def starter(self) -> Starter:
         groups = config_groups()
@@ -52,7 +53,7 @@ class LocalStarter:
         return Starter(start=self.start, approve=self.approve, choices=choices)
 
     async def start(self, question: str, outside: list[str]) -> dict[str, Any]:
-        return await self._run(question, outside, approved=False)
+        return await self._run(question, outside)
 
     async def approve(self, nonce: str) -> dict[str, Any]:
         now = time.monotonic()
@@ -60,17 +61,21 @@ class LocalStarter:
         request = self.pending.pop(nonce, None)
         if request is None:
             return {"error": "this approval has expired or was used; start the consultation again"}
-        return await self._run(request[1], request[2], approved=True)
+        _, question, outside, estimate = request
+        return await self._run(question, outside, approval_for(estimate))
 
-    async def _run(self, question: str, outside: list[str], approved: bool) -> dict[str, Any]:
+    async def _run(self, question: str, outside: list[str], approval: list[str] | None = None) -> dict[str, Any]:
         try:
-            settings = self.door.compose(question, outside, ["cost.auto_approve=true"] if approved else [])
+            settings = self.door.compose(question, outside, approval or [])
         except ConclaveError as exc:
             return {"error": str(exc)}
         cid = new_consultation_id()
         decided = asyncio.Event()
+        estimate: list[float | None] = [None]
 
         def watch(event: ev.Event) -> None:
+            if event.type == ev.COST_ESTIMATED:
+                estimate[0] = event.data.get("estimated_cost")
             if event.type in (ev.USER_CONSENT, ev.CONSULTATION_COMPLETED):
                 decided.set()
 
@@ -84,7 +89,7 @@ class LocalStarter:
         waiter.cancel()
         if consultation.refusal is not None:
             nonce = secrets.token_urlsafe(18)
-            self.pending[nonce] = (time.monotonic() + APPROVAL_TTL_S, question, outside)
+            self.pending[nonce] = (time.monotonic() + APPROVAL_TTL_S, question, outside, estimate[0])
             return {"refused": consultation.refusal, "approval": nonce}
         if task.done() and task.exception() is not None:
             return {"error": f"{type(task.exception()).__name__}: {task.exception()}"}
