@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import re
+import socket
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from test_engine_support import (
 from conclave.api import compose_settings
 from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError
+from conclave.render.markdown import render_markdown
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
 from conclave.testing.schema_instances import instance_for
 
@@ -290,3 +292,66 @@ async def test_explore_ending_before_its_verdict_round_on_an_empty_synthesis_sti
     result = run.result
     assert result.status == "complete", result.abort_reason
     assert result.verdict is not None and result.verdict["recommendations"][0]["option"]
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on: connections to it are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# (the seat, the fault its model gives on every call, overrides): dead (5xx through the retries, a refused
+# connection), hanging (to its deadline), out of quota
+DEAD_PRIMARIES = {
+    "5xx": ("security", Fault.server_error(500), ["providers.anthropic.max_attempts=2"]),
+    "refused": ("security", None, ["providers.anthropic.max_attempts=2"]),
+    "hang": ("security", Fault.hang(), ["providers.anthropic.timeout_s=0.4", "providers.anthropic.max_attempts=1",
+                                        "hedging.enabled=false"]),
+    "quota": ("architect", Fault.insufficient_quota(), []),
+    "402": ("security", Fault.http(402, "Your credit balance is too low"), []),
+}
+
+
+@pytest.mark.parametrize("case", list(DEAD_PRIMARIES))
+async def test_a_dead_primary_is_not_asked_again_after_its_first_failed_round(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, case: str
+) -> None:
+    """The model failed for good in round 1: in round 3 its seat goes straight to the substitute, and the journal
+    says why (reason ``unavailable``, with the round and the failure)."""
+    fake = fake_provider_server
+    agent, fault, overrides = DEAD_PRIMARIES[case]
+    model = AGENT_MODELS[agent]
+    provider = {"security": "anthropic", "architect": "openai"}[agent]
+    script_panel(fake)
+    if fault is not None:
+        fake.script(model, fault)
+    else:
+        overrides = [*overrides, f"providers.anthropic.base_url=http://127.0.0.1:{_closed_port()}/anthropic"]
+    run = await run_consultation(fake, *overrides)
+    result = run.result
+    assert result.status == "completed_degraded" and result.completed_rounds == 4, result.abort_reason
+    dead = [a for a in run.of("provider:attempt") if (a["provider"], a["model"]) == (provider, model)]
+    assert dead and {a["round_number"] for a in dead} == {1}  # never asked after round 1
+    if fault is not None:
+        assert len(fake.requests_for(model)) == len(dead)  # what the dead endpoint received
+    subs = [s for s in run.of("consultation:provider_substituted") if s["agent"] == agent]
+    assert [(s["round_number"], s["reason"]) for s in subs] == [(1, "failure"), (3, "unavailable")]
+    assert f"{provider}/" in subs[1]["detail"] and "failed in round 1" in subs[1]["detail"]
+    assert result.substitutions[-1]["detail"] == subs[1]["detail"]  # the result keeps it
+    assert f"substituted for {provider}/{model} (failure, not asked again from round 3)" in \
+        render_markdown(result.as_dict())
+
+
+async def test_a_rate_limited_primary_is_asked_again_in_later_rounds(fake_provider_server: FakeProviderServer,
+                                                                     conclave_env: Any) -> None:
+    """A 429 is transient: the seat's own model is tried again in round 3, and round 1's substitution is
+    recorded as ``rate_limited``."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["security"], Fault.rate_limited(retry_after=0.01))
+    run = await run_consultation(fake, "providers.anthropic.max_attempts=2")
+    asked = {a["round_number"] for a in run.of("provider:attempt") if a["model"] == AGENT_MODELS["security"]}
+    assert asked == {1, 3}
+    subs = [s for s in run.of("consultation:provider_substituted") if s["agent"] == "security"]
+    assert [(s["round_number"], s["reason"]) for s in subs] == [(1, "rate_limited"), (3, "rate_limited")]
