@@ -8,9 +8,12 @@ import itertools
 import json
 import re
 import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import clean_env
 from test_engine_support import (
     AGENT_MODELS,
     JUDGE_MODEL,
@@ -26,6 +29,7 @@ from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError
 from conclave.render.markdown import render_markdown
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
 
 ONE_ATTEMPT = [f"providers.{p}.max_attempts=1" for p in ("openai", "anthropic", "gemini")]
@@ -355,3 +359,58 @@ async def test_a_rate_limited_primary_is_asked_again_in_later_rounds(fake_provid
     assert asked == {1, 3}
     subs = [s for s in run.of("consultation:provider_substituted") if s["agent"] == "security"]
     assert [(s["round_number"], s["reason"]) for s in subs] == [(1, "rate_limited"), (3, "rate_limited")]
+
+
+async def test_strict_models_stops_the_run_when_an_agents_model_cannot_answer(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """strict_models=true: an agent its configured model cannot answer is neither substituted nor left absent; the
+    consultation stops (partial), naming the seat, its model and the cause in one line."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["security"], Fault.server_error(500))
+    run = await run_consultation(fake, *ONE_ATTEMPT, "strict_models=true")
+    result = run.result
+    assert result.status == "partial" and not result.ok
+    reason = result.abort_reason or ""
+    assert reason.startswith("strict_models=true: agent 'security' got no answer from its configured model "
+                             "anthropic/claude-sonnet-4-5 in round 1: ") and "HTTP 500" in reason
+    assert "\n" not in reason
+    assert not run.of("consultation:provider_substituted")
+    assert not fake.requests_for(JUDGE_MODEL)  # nothing was debated without the seat
+    assert {r.model for r in fake.requests} == set(AGENT_MODELS.values())  # no other model was asked
+
+
+async def _conclave(home: Path, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", *args, env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_strict_models_failure_exits_1_in_one_line_and_resumes(tmp_path: Path) -> None:
+    """The CLI: exit 1 with one line naming the seat and the cause, the journal intact; once the provider is back,
+    ``conclave resume`` asks only the seat that had no answer and completes the consultation."""
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        fake.script("claude-sonnet-4-5", Fault.server_error(500))
+        code, _, err = await _conclave(home, "Should we shard the database?", *fake.overrides(),
+                                       "cost.auto_approve=true", "rounds=2", "strict_models=true",
+                                       "providers.anthropic.max_attempts=1")
+        assert code == 1, err
+        assert "Traceback" not in err
+        (line,) = [line for line in err.splitlines() if line.startswith("conclave:")]
+        assert line.startswith("conclave: consultation partial: strict_models=true: agent ") and "HTTP 500" in line
+        assert "anthropic/claude-sonnet-4-5" in line
+        asked_before = len(fake.requests)
+        code, out, err = await _conclave(home, "logs", "verify")
+        assert code == 0 and out.startswith("OK: 1 journal(s)"), out + err
+
+        fake.reset()  # the provider answers again
+        code, _, err = await _conclave(home, "resume")
+        assert code == 0, err
+        round_1 = [r.model for r in fake.requests if "Round 1" in str((r.schema or {}).get("title", ""))]
+    assert asked_before > 0 and round_1 == ["claude-sonnet-4-5"]  # the answers already paid for are reused
