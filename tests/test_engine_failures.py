@@ -25,6 +25,7 @@ from test_engine_support import (
 )
 
 from conclave.api import compose_settings
+from conclave.engine.extraction import extract, header_for
 from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError
 from conclave.render.markdown import render_markdown
@@ -414,3 +415,50 @@ async def test_strict_models_failure_exits_1_in_one_line_and_resumes(tmp_path: P
         assert code == 0, err
         round_1 = [r.model for r in fake.requests if "Round 1" in str((r.schema or {}).get("title", ""))]
     assert asked_before > 0 and round_1 == ["claude-sonnet-4-5"]  # the answers already paid for are reused
+
+
+def _cites_zero(request: RecordedRequest) -> Reply:
+    """What llama-cpp-python's server grammar lets a small model write: ``minimum`` on an integer inside an array
+    is not enforced, so every claim cites reference 0 (there is none)."""
+    body = instance_for(request.schema)
+    if "claims" in (request.schema or {}).get("properties", {}):
+        body["claims"] = [{"id": "1", "text": "SQLite needs no server.", "label": "FACT", "citations": [0]},
+                          {"id": "2", "text": "Postgres scales further.", "label": "INFER", "citations": [0, 0]}]
+        body["references"] = []
+    return Reply(json=body)
+
+
+async def test_the_readme_llama_cpp_server_line_completes_when_the_grammar_writes_citation_0(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """The README's llama.cpp-server line (a keyless OpenAI-compatible server on 127.0.0.1, grammar_lengths=fit),
+    three runs, against the fake scripted to answer the way that server's grammar does: a citation number 0 is
+    dropped as a repair, not re-asked (the same grammar would write it again), and every run completes."""
+    fake = fake_provider_server
+    readme_line = ["agents=openai_only", f"providers.openai.base_url={fake.base_url('openai')}",
+                   "providers.openai.grammar_lengths=fit", "providers.openai.timeout_s=900", "cost.auto_approve=true"]
+    for _ in range(3):
+        fake.reset()
+        fake.script("gpt-4o", _cites_zero)
+        run = await run_consultation(fake, *readme_line, base=())
+        result = run.result
+        assert result.status == "complete", result.abort_reason
+        assert not [r for r in fake.requests if any(m["role"] == "assistant" for m in r.json["messages"])]  # no re-ask
+        agents = [a for a in run.of("consultation:round_artifact") if a["agent"] is not None]
+        assert agents and {a["status"] for a in agents} == {"repaired"}
+        assert all(c["citations"] == [] for a in agents for c in a["artifact"]["claims"])
+        assert all(json.loads(a["raw_text"])["claims"][0]["citations"] == [0] for a in agents)  # as written
+
+
+def test_only_citation_numbers_below_1_are_dropped_every_other_error_still_fails() -> None:
+    header = header_for("independent", 1, "security")
+    body = {**independent("SQLite"), "references": [{"id": 1, "title": "SQLite docs"}],
+            "claims": [{"id": "1", "text": "SQLite needs no server.", "label": "FACT", "citations": [0, 1, -2]}]}
+    repaired = extract(json.dumps(body), None, "independent", header)
+    assert repaired.status == "repaired" and repaired.artifact is not None
+    assert repaired.artifact["claims"][0]["citations"] == [1]
+    for broken, error in ((dict(body, references=[{"id": 0, "title": "x"}]), "$.references[0].id"),
+                          (dict(body, claims=[{**body["claims"][0], "citations": ["1"]}]), "$.claims[0].citations[0]"),
+                          (dict(body, confidence=3.5), "$.confidence")):
+        failed = extract(json.dumps(broken), None, "independent", header)
+        assert failed.artifact is None and any(e.startswith(error) for e in failed.errors), failed.errors
