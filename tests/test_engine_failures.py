@@ -462,3 +462,21 @@ def test_only_citation_numbers_below_1_are_dropped_every_other_error_still_fails
                           (dict(body, confidence=3.5), "$.confidence")):
         failed = extract(json.dumps(broken), None, "independent", header)
         assert failed.artifact is None and any(e.startswith(error) for e in failed.errors), failed.errors
+
+
+async def test_a_judge_on_a_model_that_died_in_round_1_is_replaced_without_asking_it(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """The judge shares the architect's model, which failed for good in round 1: round 2 seats a replacement judge
+    at once, without sending the dead model a single request."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["architect"], Fault.server_error(500))
+    run = await run_consultation(fake, f"judge.model={AGENT_MODELS['architect']}", "providers.openai.max_attempts=2")
+    result = run.result
+    assert result.status == "completed_degraded" and result.completed_rounds == 4, result.abort_reason
+    asked = [a for a in run.of("provider:attempt") if a["model"] == AGENT_MODELS["architect"]]
+    assert {a["round_number"] for a in asked} == {1} and len(fake.requests_for(AGENT_MODELS["architect"])) == 2
+    assert result.judge.fallback_used
+    (fallback,) = [s for s in result.substitutions if s.get("judge_fallback")]
+    assert fallback["round_number"] == 2 and "not asked again" in fallback["error"]
