@@ -310,6 +310,8 @@ def _closed_port() -> int:
 # connection), hanging (to its deadline), out of quota
 DEAD_PRIMARIES = {
     "5xx": ("security", Fault.server_error(500), ["providers.anthropic.max_attempts=2"]),
+    # the defaults: 3 attempts with backoff, hedging on (the backup may win while the primary is between retries)
+    "5xx-defaults": ("security", Fault.server_error(500), []),
     "refused": ("security", None, ["providers.anthropic.max_attempts=2"]),
     "hang": ("security", Fault.hang(), ["providers.anthropic.timeout_s=0.4", "providers.anthropic.max_attempts=1",
                                         "hedging.enabled=false"]),

@@ -345,3 +345,28 @@ async def test_a_hedge_fired_while_the_primary_waits_out_a_429_is_labelled_rate_
     assert completion.provider == "anthropic"
     (hedged,) = [e.data for e in received if e.type == "provider:hedged"]
     assert (hedged["winner"], hedged["reason"]) == ("backup", "rate_limited")
+
+
+@pytest.mark.parametrize(("primary", "asked_again"), [
+    ([Fault.server_error(500), Fault.server_error(500), Fault.hang()], False),  # failed, retried, failed again
+    ([Fault.server_error(500), Fault.hang()], True),  # failed once: may be a blip
+    ([Fault.hang()], True),  # only slow
+], ids=["failed-twice", "failed-once", "slow"])
+async def test_a_primary_beaten_by_its_hedge_while_failing_is_not_asked_again(fake_provider_server, conclave_env,
+                                                                               plugins, primary, asked_again):
+    fake = fake_provider_server
+    fake.script("gpt-4o", primary)
+    fake.script("claude-sonnet-4-6", Reply(json=ANSWER, latency=0.3))  # wins while the primary hangs
+    hedging = {"enabled": True, "hedge_after_s": 0.05, "floor_s": 0.01, "budget": 1.0, "burst": 8}
+    async with ProviderPool(fake.settings(hedging=hedging), plugins, retry_policy=FAST_RETRIES) as pool:
+        first = await _ask(pool, "openai", substitute=True)
+        sent = len(fake.requests_for("gpt-4o"))
+        later = await pool.complete(agent="architect", provider="openai", round_number=3,
+                                    request=_request("gpt-4o", json_schema={"type": "object"}),
+                                    allow_substitution=True)
+        reasons = [s["reason"] for s in pool.substitutions]
+    assert first.provider == later.provider == "anthropic"
+    assert (len(fake.requests_for("gpt-4o")) > sent) is asked_again
+    # round 1: it was failing (or only slow) when the backup won; round 3: it hangs, or is not asked at all
+    assert reasons == ["failure" if primary[0].kind == "http" else "timeout",
+                       "timeout" if asked_again else "unavailable"]

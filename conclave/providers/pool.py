@@ -278,14 +278,29 @@ class ProviderPool:
         return self._unavailable.get((provider, model)) or self._unavailable.get((provider, ANY_MODEL))
 
     def _note_failure(self, call: _Call, provider: str, model: str, error: ProviderError) -> None:
-        """Remember a model that failed for good (:data:`_UNAVAILABLE`) in a round's call, so later calls of the
-        consultation skip it. A warm-up or a pre-flight check says nothing final about it."""
-        if error.outcome not in _UNAVAILABLE or call.agent == WARMUP_AGENT or call.round_number < 1:
+        """Remember a model whose call failed for good (:data:`_UNAVAILABLE`, after its retries), so later calls of
+        the consultation skip it."""
+        self._note_unavailable(call, provider, model, error.outcome, str(error))
+
+    def _note_beaten(self, call: _Call, provider: str, model: str) -> None:
+        """A primary whose hedge's backup answered first while it was failing: remembered like a failed call when
+        it had failed, been retried and failed again (or once, when it may not be retried), with nothing but
+        :data:`_UNAVAILABLE` failures. A primary that was only slow, or failed once, is asked again later."""
+        made = [a for a in call.attempts
+                if not a.hedge and (a.provider, a.model) == (provider, model) and a.outcome != "cancelled"]
+        if not made or any(a.outcome not in _UNAVAILABLE for a in made):
             return
-        key = (provider, ANY_MODEL if error.outcome == "connection" else model)
+        if len(made) >= min(2, self.provider(provider).settings.max_attempts) or made[-1].outcome == "quota":
+            self._note_unavailable(call, provider, model, made[-1].outcome, made[-1].error or "")
+
+    def _note_unavailable(self, call: _Call, provider: str, model: str, outcome: str, error: str) -> None:
+        # a warm-up or a pre-flight check says nothing final about a model
+        if outcome not in _UNAVAILABLE or call.agent == WARMUP_AGENT or call.round_number < 1:
+            return
+        key = (provider, ANY_MODEL if outcome == "connection" else model)
         if key not in self._unavailable:
             self._unavailable[key] = (f"{provider}/{model if key[1] != ANY_MODEL else '*'} failed in round "
-                                      f"{call.round_number} ({error.outcome}: {_first_line(error)})")
+                                      f"{call.round_number} ({outcome}: {_first_line(error)})")
 
     # ------------------------------------------------------------------------------------- calls
 
@@ -425,6 +440,8 @@ class ProviderPool:
             reason = _hedge_reason(call, failed)
             self._hedged_event(call, provider, request.model, target, delay, "backup" if backup_won else "primary",
                                reason)
+            if backup_won:
+                self._note_beaten(call, provider, request.model)
             if backup_won and target != (provider, request.model):
                 self._substituted(call, provider, request.model, target, reason)
             return completion
@@ -716,16 +733,17 @@ def _outcome(exc: BaseException) -> str:
 
 
 def _hedge_reason(call: _Call, primary_failed: bool) -> str:
-    """Why a hedge's backup was needed: the primary was rate limited (a 429 it was waiting out), it failed outright,
-    or it was only slow."""
-    if any(a.outcome == "rate_limited" for a in call.attempts if not a.hedge):
+    """Why a hedge's backup was needed: the primary was rate limited (a 429 it was waiting out), it failed (outright,
+    or was between retries of failed attempts), or it was only slow."""
+    failed = [a.outcome for a in call.attempts if not a.hedge and a.outcome not in ("ok", "cancelled")]
+    if "rate_limited" in failed:
         return "rate_limited"
-    return "failure" if primary_failed else "timeout"
+    return "failure" if primary_failed or failed else "timeout"
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
+def _first_line(error: str) -> str:
+    text = error.strip()
+    line = text.splitlines()[0] if text else "no message"
     return line if len(line) <= 160 else line[:157] + "…"
 
 
