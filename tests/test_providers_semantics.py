@@ -370,3 +370,15 @@ async def test_a_primary_beaten_by_its_hedge_while_failing_is_not_asked_again(fa
     # round 1: it was failing (or only slow) when the backup won; round 3: it hangs, or is not asked at all
     assert reasons == ["failure" if primary[0].kind == "http" else "timeout",
                        "timeout" if asked_again else "unavailable"]
+
+
+async def test_anthropic_credit_exhausted_is_a_quota_error_that_fails_over(fake_provider_server, conclave_env,
+                                                                           plugins):
+    fake = fake_provider_server
+    fake.script("claude-sonnet-4-5", Fault.http(400, "Your credit balance is too low to access the Anthropic API. "
+                                                     "Please go to Plans & Billing to upgrade or purchase credits."))
+    async with _pool(fake, plugins) as pool:
+        with pytest.raises(QuotaExhaustedError, match="credit exhausted for this key"):
+            await _ask(pool, "anthropic")
+        substituted = await _ask(pool, "anthropic", substitute=True)  # not a bad request: another model may answer
+    assert substituted.provider != "anthropic" and len(fake.requests_for("claude-sonnet-4-5")) == 1
