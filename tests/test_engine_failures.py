@@ -450,6 +450,10 @@ async def test_the_readme_llama_cpp_server_line_completes_when_the_grammar_write
         assert agents and {a["status"] for a in agents} == {"repaired"}
         assert all(c["citations"] == [] for a in agents for c in a["artifact"]["claims"])
         assert all(json.loads(a["raw_text"])["claims"][0]["citations"] == [0] for a in agents)  # as written
+    # and the grammar the server compiles lists the reference numbers it may write, from 1
+    (first,) = [r for r in fake.requests if "claims" in (r.schema or {}).get("properties", {})][:1]
+    claim = first.schema["properties"]["claims"]["items"]["properties"]
+    assert claim["citations"]["items"]["enum"] == list(range(1, 13))
 
 
 def test_only_citation_numbers_below_1_are_dropped_every_other_error_still_fails() -> None:
