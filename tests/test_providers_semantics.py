@@ -382,3 +382,20 @@ async def test_anthropic_credit_exhausted_is_a_quota_error_that_fails_over(fake_
             await _ask(pool, "anthropic")
         substituted = await _ask(pool, "anthropic", substitute=True)  # not a bad request: another model may answer
     assert substituted.provider != "anthropic" and len(fake.requests_for("claude-sonnet-4-5")) == 1
+
+
+async def test_a_primary_whose_same_model_hedge_answers_is_asked_again(fake_provider_server, conclave_env, plugins):
+    """strict_models: the hedge is the same model; when it answers while the first request was failing, the model
+    is alive and later calls ask it again."""
+    fake = fake_provider_server
+    # two quick 500s, then a hanging retry; the hedge, sent after them, is the fourth request and answers
+    fake.script("gpt-4o", Fault.server_error(500), Fault.server_error(500), Fault.hang(), Reply(json=ANSWER))
+    hedging = {"enabled": True, "hedge_after_s": 0.3, "floor_s": 0.01, "budget": 1.0, "burst": 8}
+    async with ProviderPool(fake.settings(hedging=hedging, strict_models=True), plugins,
+                            retry_policy=FAST_RETRIES) as pool:
+        await _ask(pool, "openai", substitute=True)
+        sent = len(fake.requests_for("gpt-4o"))
+        later = await pool.complete(agent="architect", provider="openai", round_number=3,
+                                    request=_request("gpt-4o", json_schema={"type": "object"}))
+        assert pool.unavailable == {} and pool.substitutions == []
+    assert later.provider == "openai" and len(fake.requests_for("gpt-4o")) == sent + 1

@@ -440,9 +440,8 @@ class ProviderPool:
             reason = _hedge_reason(call, failed)
             self._hedged_event(call, provider, request.model, target, delay, "backup" if backup_won else "primary",
                                reason)
-            if backup_won:
+            if backup_won and target != (provider, request.model):  # (the same model answering is alive)
                 self._note_beaten(call, provider, request.model)
-            if backup_won and target != (provider, request.model):
                 self._substituted(call, provider, request.model, target, reason)
             return completion
         finally:
