@@ -31,9 +31,13 @@ provider:hedged                        round_number, agent, provider, model (the
                                        backup_model, after_s (how long the primary had been silent), winner
                                        (primary|backup|none: both failed), same_model (the backup was the same
                                        model on the same provider: a win is no substitution and does not degrade
-                                       the consultation)
+                                       the consultation), reason (why the backup was needed: timeout,
+                                       rate_limited or failure)
 consultation:provider_substituted      round_number, agent, original_provider, original_model,
-                                       substitute_provider, substitute_model, reason (timeout|failure)
+                                       substitute_provider, substitute_model, reason (timeout: the primary was
+                                       slow; rate_limited: it was waiting out a 429; failure: it failed;
+                                       unavailable: it failed for good earlier in the consultation and is not
+                                       asked again), detail (with unavailable: which round, what failure)
 agent:completed                        round_number, agent, ok, duration_s, input_tokens, output_tokens, cost,
                                        error (null when ok)
 consultation:round_artifact            round_number, round_type (the round type that produced it), artifact_type,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from conclave.hookspecs import hookimpl
@@ -29,6 +29,7 @@ from conclave.providers.base import (
     OverloadedError,
     PromptCache,
     ProviderError,
+    QuotaExhaustedError,
     RateLimitedError,
     ServerError,
     Usage,
@@ -74,6 +75,15 @@ class AnthropicProvider(HTTPProvider):
         headers = super().headers(model)
         headers.setdefault("anthropic-version", API_VERSION)  # also when a keyless proxy is configured
         return headers
+
+    def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],
+                      kw: dict[str, Any]) -> ProviderError | None:
+        # An account out of credit is answered with a 400 ("Your credit balance is too low to access the Anthropic
+        # API"): a quota, not a bad request, so another provider may still answer and the model is not asked again.
+        if status == 400 and "credit balance" in message.lower():
+            return QuotaExhaustedError(f"{self.name} credit exhausted for this key — check billing (HTTP 400): "
+                                       f"{message}", **kw)
+        return None
 
     def body(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
         """The request body for ``request`` (what the API receives, key excluded)."""

@@ -51,6 +51,7 @@ from conclave.providers.base import (
 )
 from conclave.providers.http import HTTPProvider, api_name, approx_tokens, parse_object, schema_name
 from conclave.providers.schema_hints import (
+    CAPPED_MAX_ITEMS,
     anchored_patterns_only,
     bounded_lengths,
     bounded_numbers_as_choices,
@@ -424,7 +425,9 @@ def _grammar_schema(canonical: str, lengths: str = "off", fitted_to: int | None 
     descriptions, bounded numbers also listed as the values the grammar may write and, by ``lengths``, arrays
     capped (``cap``) or array and string lengths fitted to ``fitted_to``, a ``max_tokens`` (``fit``) (callers must
     not mutate it)."""
-    schema = bounded_numbers_as_choices(anchored_patterns_only(json.loads(canonical)))
+    # with capped lists, no reference number beyond the cap is needed: those are listed too
+    schema = bounded_numbers_as_choices(anchored_patterns_only(json.loads(canonical)),
+                                        open_above=None if lengths == "off" else CAPPED_MAX_ITEMS)
     if lengths == "fit" and fitted_to is not None:
         return dict(bounded_lengths(schema, max_tokens=fitted_to))
     return dict(capped_items(schema) if lengths == "cap" else schema)

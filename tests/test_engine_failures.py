@@ -7,9 +7,13 @@ import asyncio
 import itertools
 import json
 import re
+import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import clean_env
 from test_engine_support import (
     AGENT_MODELS,
     JUDGE_MODEL,
@@ -21,9 +25,12 @@ from test_engine_support import (
 )
 
 from conclave.api import compose_settings
+from conclave.engine.extraction import extract, header_for
 from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError
+from conclave.render.markdown import render_markdown
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
 
 ONE_ATTEMPT = [f"providers.{p}.max_attempts=1" for p in ("openai", "anthropic", "gemini")]
@@ -290,3 +297,192 @@ async def test_explore_ending_before_its_verdict_round_on_an_empty_synthesis_sti
     result = run.result
     assert result.status == "complete", result.abort_reason
     assert result.verdict is not None and result.verdict["recommendations"][0]["option"]
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on: connections to it are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# (the seat, the fault its model gives on every call, overrides): dead (5xx through the retries, a refused
+# connection), hanging (to its deadline), out of quota
+DEAD_PRIMARIES = {
+    "5xx": ("security", Fault.server_error(500), ["providers.anthropic.max_attempts=2"]),
+    # the defaults: 3 attempts with backoff, hedging on (the backup may win while the primary is between retries)
+    "5xx-defaults": ("security", Fault.server_error(500), []),
+    "refused": ("security", None, ["providers.anthropic.max_attempts=2"]),
+    "hang": ("security", Fault.hang(), ["providers.anthropic.timeout_s=0.4", "providers.anthropic.max_attempts=1",
+                                        "hedging.enabled=false"]),
+    "quota": ("architect", Fault.insufficient_quota(), []),
+    "402": ("security", Fault.http(402, "Your credit balance is too low"), []),
+}
+
+
+@pytest.mark.parametrize("case", list(DEAD_PRIMARIES))
+async def test_a_dead_primary_is_not_asked_again_after_its_first_failed_round(
+    fake_provider_server: FakeProviderServer, conclave_env: Any, case: str
+) -> None:
+    """The model failed for good in round 1: in round 3 its seat goes straight to the substitute, and the journal
+    says why (reason ``unavailable``, with the round and the failure)."""
+    fake = fake_provider_server
+    agent, fault, overrides = DEAD_PRIMARIES[case]
+    model = AGENT_MODELS[agent]
+    provider = {"security": "anthropic", "architect": "openai"}[agent]
+    script_panel(fake)
+    if fault is not None:
+        fake.script(model, fault)
+    else:
+        overrides = [*overrides, f"providers.anthropic.base_url=http://127.0.0.1:{_closed_port()}/anthropic"]
+    run = await run_consultation(fake, *overrides)
+    result = run.result
+    assert result.status == "completed_degraded" and result.completed_rounds == 4, result.abort_reason
+    dead = [a for a in run.of("provider:attempt") if (a["provider"], a["model"]) == (provider, model)]
+    assert dead and {a["round_number"] for a in dead} == {1}  # never asked after round 1
+    if fault is not None:
+        assert len(fake.requests_for(model)) == len(dead)  # what the dead endpoint received
+    subs = [s for s in run.of("consultation:provider_substituted") if s["agent"] == agent]
+    assert [(s["round_number"], s["reason"]) for s in subs] == [(1, "failure"), (3, "unavailable")]
+    assert f"{provider}/" in subs[1]["detail"] and "failed in round 1" in subs[1]["detail"]
+    assert result.substitutions[-1]["detail"] == subs[1]["detail"]  # the result keeps it
+    assert f"substituted for {provider}/{model} (failure, not asked again from round 3)" in \
+        render_markdown(result.as_dict())
+
+
+async def test_a_rate_limited_primary_is_asked_again_in_later_rounds(fake_provider_server: FakeProviderServer,
+                                                                     conclave_env: Any) -> None:
+    """A 429 is transient: the seat's own model is tried again in round 3, and round 1's substitution is
+    recorded as ``rate_limited``."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["security"], Fault.rate_limited(retry_after=0.01))
+    run = await run_consultation(fake, "providers.anthropic.max_attempts=2")
+    asked = {a["round_number"] for a in run.of("provider:attempt") if a["model"] == AGENT_MODELS["security"]}
+    assert asked == {1, 3}
+    subs = [s for s in run.of("consultation:provider_substituted") if s["agent"] == "security"]
+    assert [(s["round_number"], s["reason"]) for s in subs] == [(1, "rate_limited"), (3, "rate_limited")]
+
+
+async def test_strict_models_stops_the_run_when_an_agents_model_cannot_answer(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """strict_models=true: an agent its configured model cannot answer is neither substituted nor left absent; the
+    consultation stops (partial), naming the seat, its model and the cause in one line."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["security"], Fault.server_error(500))
+    run = await run_consultation(fake, *ONE_ATTEMPT, "strict_models=true")
+    result = run.result
+    assert result.status == "partial" and not result.ok
+    reason = result.abort_reason or ""
+    assert reason.startswith("strict_models=true: agent 'security' got no answer from its configured model "
+                             "anthropic/claude-sonnet-4-5 in round 1: ") and "HTTP 500" in reason
+    assert "\n" not in reason
+    assert not run.of("consultation:provider_substituted")
+    assert not fake.requests_for(JUDGE_MODEL)  # nothing was debated without the seat
+    assert {r.model for r in fake.requests} == set(AGENT_MODELS.values())  # no other model was asked
+
+
+async def _conclave(home: Path, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", *args, env=clean_env(home, FAKE_KEYS), cwd=home,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_strict_models_failure_exits_1_in_one_line_and_resumes(tmp_path: Path) -> None:
+    """The CLI: exit 1 with one line naming the seat and the cause, the journal intact; once the provider is back,
+    ``conclave resume`` asks only the seat that had no answer and completes the consultation."""
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeProviderServer() as fake:
+        fake.script("claude-sonnet-4-5", Fault.server_error(500))
+        code, _, err = await _conclave(home, "Should we shard the database?", *fake.overrides(),
+                                       "cost.auto_approve=true", "rounds=2", "strict_models=true",
+                                       "providers.anthropic.max_attempts=1")
+        assert code == 1, err
+        assert "Traceback" not in err
+        (line,) = [line for line in err.splitlines() if line.startswith("conclave:")]
+        assert line.startswith("conclave: consultation partial: strict_models=true: agent ") and "HTTP 500" in line
+        assert "anthropic/claude-sonnet-4-5" in line
+        asked_before = len(fake.requests)
+        code, out, err = await _conclave(home, "logs", "verify")
+        assert code == 0 and out.startswith("OK: 1 journal(s)"), out + err
+
+        fake.reset()  # the provider answers again
+        code, _, err = await _conclave(home, "resume")
+        assert code == 0, err
+        round_1 = [r.model for r in fake.requests if "Round 1" in str((r.schema or {}).get("title", ""))]
+    assert asked_before > 0 and round_1 == ["claude-sonnet-4-5"]  # the answers already paid for are reused
+
+
+def _cites_zero(request: RecordedRequest) -> Reply:
+    """What llama-cpp-python's server grammar lets a small model write: ``minimum`` on an integer inside an array
+    is not enforced, so every claim cites reference 0 (there is none)."""
+    body = instance_for(request.schema)
+    if "claims" in (request.schema or {}).get("properties", {}):
+        body["claims"] = [{"id": "1", "text": "SQLite needs no server.", "label": "FACT", "citations": [0]},
+                          {"id": "2", "text": "Postgres scales further.", "label": "INFER", "citations": [0, 0]}]
+        body["references"] = []
+    return Reply(json=body)
+
+
+async def test_the_readme_llama_cpp_server_line_completes_when_the_grammar_writes_citation_0(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """The README's llama.cpp-server line (a keyless OpenAI-compatible server on 127.0.0.1, grammar_lengths=fit),
+    three runs, against the fake scripted to answer the way that server's grammar does: a citation number 0 is
+    dropped as a repair, not re-asked (the same grammar would write it again), and every run completes."""
+    fake = fake_provider_server
+    readme_line = ["agents=openai_only", f"providers.openai.base_url={fake.base_url('openai')}",
+                   "providers.openai.grammar_lengths=fit", "providers.openai.timeout_s=900", "cost.auto_approve=true"]
+    for _ in range(3):
+        fake.reset()
+        fake.script("gpt-4o", _cites_zero)
+        run = await run_consultation(fake, *readme_line, base=())
+        result = run.result
+        assert result.status == "complete", result.abort_reason
+        assert not [r for r in fake.requests if any(m["role"] == "assistant" for m in r.json["messages"])]  # no re-ask
+        agents = [a for a in run.of("consultation:round_artifact") if a["agent"] is not None]
+        assert agents and {a["status"] for a in agents} == {"repaired"}
+        assert all(c["citations"] == [] for a in agents for c in a["artifact"]["claims"])
+        assert all(json.loads(a["raw_text"])["claims"][0]["citations"] == [0] for a in agents)  # as written
+    # and the grammar the server compiles lists the reference numbers it may write, from 1
+    (first,) = [r for r in fake.requests if "claims" in (r.schema or {}).get("properties", {})][:1]
+    claim = first.schema["properties"]["claims"]["items"]["properties"]
+    assert claim["citations"]["items"]["enum"] == list(range(1, 13))
+
+
+def test_only_citation_numbers_below_1_are_dropped_every_other_error_still_fails() -> None:
+    header = header_for("independent", 1, "security")
+    body = {**independent("SQLite"), "references": [{"id": 1, "title": "SQLite docs"}],
+            "claims": [{"id": "1", "text": "SQLite needs no server.", "label": "FACT", "citations": [0, 1, -2]}]}
+    repaired = extract(json.dumps(body), None, "independent", header)
+    assert repaired.status == "repaired" and repaired.artifact is not None
+    assert repaired.artifact["claims"][0]["citations"] == [1]
+    for broken, error in ((dict(body, references=[{"id": 0, "title": "x"}]), "$.references[0].id"),
+                          (dict(body, claims=[{**body["claims"][0], "citations": ["1"]}]), "$.claims[0].citations[0]"),
+                          (dict(body, confidence=3.5), "$.confidence")):
+        failed = extract(json.dumps(broken), None, "independent", header)
+        assert failed.artifact is None and any(e.startswith(error) for e in failed.errors), failed.errors
+
+
+async def test_a_judge_on_a_model_that_died_in_round_1_is_replaced_without_asking_it(
+    fake_provider_server: FakeProviderServer, conclave_env: Any
+) -> None:
+    """The judge shares the architect's model, which failed for good in round 1: round 2 seats a replacement judge
+    at once, without sending the dead model a single request."""
+    fake = fake_provider_server
+    script_panel(fake)
+    fake.script(AGENT_MODELS["architect"], Fault.server_error(500))
+    run = await run_consultation(fake, f"judge.model={AGENT_MODELS['architect']}", "providers.openai.max_attempts=2")
+    result = run.result
+    assert result.status == "completed_degraded" and result.completed_rounds == 4, result.abort_reason
+    asked = [a for a in run.of("provider:attempt") if a["model"] == AGENT_MODELS["architect"]]
+    assert {a["round_number"] for a in asked} == {1} and len(fake.requests_for(AGENT_MODELS["architect"])) == 2
+    assert result.judge.fallback_used
+    (fallback,) = [s for s in result.substitutions if s.get("judge_fallback")]
+    assert fallback["round_number"] == 2 and "not asked again" in fallback["error"]

@@ -362,7 +362,13 @@ def test_grammar_servers_get_bounded_numbers_as_values_the_grammar_can_enforce(c
     # llama.cpp's converters ignore minimum/maximum on numbers: a judge wrote "confidence": 50 and was re-asked in vain
     assert variant["confidence"]["enum"][:3] == [0, 0.05, 0.1] and variant["confidence"]["enum"][-1] == 1
     assert len(variant["confidence"]["enum"]) == 21 and 50 not in variant["confidence"]["enum"]
-    assert "enum" not in variant["citation"]  # bounded on one side only: no finite list
+    assert "enum" not in variant["citation"]  # bounded on one side only: no finite list…
+    # …unless the grammar caps every list: then a reference number (from 1) is one of the first CAPPED_MAX_ITEMS,
+    # which keeps llama-cpp-python's grammar (it ignores minimum on integers) from writing "citations": [0]
+    capped = bounded_numbers_as_choices(schema, open_above=12)["properties"]
+    assert capped["citation"]["enum"] == list(range(1, 13)) and capped["level"]["enum"] == [1, 2, 3, 4, 5]
+    for value in capped["citation"]["enum"]:
+        jsonschema.validate(value, schema["properties"]["citation"])
     assert variant["share"]["enum"][0] == 0.025 and variant["share"]["enum"][-1] == 0.5
     assert variant["level"]["enum"] == [1, 2, 3, 4, 5]
     assert "enum" not in variant["weight"]  # unbounded: nothing to list

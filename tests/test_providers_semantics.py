@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from conclave.config import ProviderSettings
+from conclave.events import EventBus
 from conclave.plugins import load_plugins
 from conclave.providers.base import (
     CompletionRequest,
@@ -282,8 +283,10 @@ async def test_a_re_ask_after_a_substitution_goes_to_the_stand_in(fake_provider_
                                           request=_request("gpt-4o"), allow_substitution=True)
     assert (first.provider, follow_up.provider, follow_up.parsed) == ("anthropic", "anthropic", ANSWER)
     assert (failed_calls, after_follow_up) == (3, 3)  # the follow-up never went back to the failed provider
-    assert len(fake.requests_for("gpt-4o")) == 6 and other_round.provider == "anthropic"  # round 3 tries it again
-    assert [(s["round_number"], s["reason"]) for s in pool.substitutions] == [(1, "failure"), (3, "failure")]
+    # it failed for good in round 1: round 3 goes straight to the substitute, saying why
+    assert len(fake.requests_for("gpt-4o")) == 3 and other_round.provider == "anthropic"
+    assert [(s["round_number"], s["reason"]) for s in pool.substitutions] == [(1, "failure"), (3, "unavailable")]
+    assert pool.unavailable_reason("openai", "gpt-4o").startswith("openai/gpt-4o failed in round 1 (server_error")
 
 
 async def test_closing_the_pool_closes_the_session_even_when_a_provider_close_raises(fake_provider_server,
@@ -324,3 +327,75 @@ async def test_queued_calls_do_not_start_the_hedge_clock(fake_provider_server, c
     # the third call waited ~0.6 s in the queue, longer than the hedge delay, yet none was hedged
     assert all(r.provider == "openai" for r in results) and not any(a.hedge for r in results for a in r.attempts)
     assert json.loads(results[2].text) == ANSWER
+
+
+async def test_a_hedge_fired_while_the_primary_waits_out_a_429_is_labelled_rate_limited(
+        fake_provider_server, conclave_env, plugins):
+    fake = fake_provider_server
+    # the primary is rate limited and waits 0.5 s before its retry; the hedge starts meanwhile and wins
+    fake.script("gpt-4o", Fault.rate_limited(retry_after=0.5), Reply(json=ANSWER))
+    fake.script("claude-sonnet-4-6", Reply(json=ANSWER))
+    hedging = {"enabled": True, "hedge_after_s": 0.05, "floor_s": 0.01, "budget": 1.0}
+    received: list[Any] = []
+    bus = EventBus("c-test")
+    bus.subscribe(received.append)
+    async with ProviderPool(fake.settings(hedging=hedging), plugins, bus, retry_policy=FAST_RETRIES) as pool:
+        completion = await _ask(pool, "openai", substitute=True)
+        assert [s["reason"] for s in pool.substitutions] == ["rate_limited"]
+    assert completion.provider == "anthropic"
+    (hedged,) = [e.data for e in received if e.type == "provider:hedged"]
+    assert (hedged["winner"], hedged["reason"]) == ("backup", "rate_limited")
+
+
+@pytest.mark.parametrize(("primary", "asked_again"), [
+    ([Fault.server_error(500), Fault.server_error(500), Fault.hang()], False),  # failed, retried, failed again
+    ([Fault.server_error(500), Fault.hang()], True),  # failed once: may be a blip
+    ([Fault.hang()], True),  # only slow
+], ids=["failed-twice", "failed-once", "slow"])
+async def test_a_primary_beaten_by_its_hedge_while_failing_is_not_asked_again(fake_provider_server, conclave_env,
+                                                                               plugins, primary, asked_again):
+    fake = fake_provider_server
+    fake.script("gpt-4o", primary)
+    fake.script("claude-sonnet-4-6", Reply(json=ANSWER, latency=0.3))  # wins while the primary hangs
+    hedging = {"enabled": True, "hedge_after_s": 0.05, "floor_s": 0.01, "budget": 1.0, "burst": 8}
+    async with ProviderPool(fake.settings(hedging=hedging), plugins, retry_policy=FAST_RETRIES) as pool:
+        first = await _ask(pool, "openai", substitute=True)
+        sent = len(fake.requests_for("gpt-4o"))
+        later = await pool.complete(agent="architect", provider="openai", round_number=3,
+                                    request=_request("gpt-4o", json_schema={"type": "object"}),
+                                    allow_substitution=True)
+        reasons = [s["reason"] for s in pool.substitutions]
+    assert first.provider == later.provider == "anthropic"
+    assert (len(fake.requests_for("gpt-4o")) > sent) is asked_again
+    # round 1: it was failing (or only slow) when the backup won; round 3: it hangs, or is not asked at all
+    assert reasons == ["failure" if primary[0].kind == "http" else "timeout",
+                       "timeout" if asked_again else "unavailable"]
+
+
+async def test_anthropic_credit_exhausted_is_a_quota_error_that_fails_over(fake_provider_server, conclave_env,
+                                                                           plugins):
+    fake = fake_provider_server
+    fake.script("claude-sonnet-4-5", Fault.http(400, "Your credit balance is too low to access the Anthropic API. "
+                                                     "Please go to Plans & Billing to upgrade or purchase credits."))
+    async with _pool(fake, plugins) as pool:
+        with pytest.raises(QuotaExhaustedError, match="credit exhausted for this key"):
+            await _ask(pool, "anthropic")
+        substituted = await _ask(pool, "anthropic", substitute=True)  # not a bad request: another model may answer
+    assert substituted.provider != "anthropic" and len(fake.requests_for("claude-sonnet-4-5")) == 1
+
+
+async def test_a_primary_whose_same_model_hedge_answers_is_asked_again(fake_provider_server, conclave_env, plugins):
+    """strict_models: the hedge is the same model; when it answers while the first request was failing, the model
+    is alive and later calls ask it again."""
+    fake = fake_provider_server
+    # two quick 500s, then a hanging retry; the hedge, sent after them, is the fourth request and answers
+    fake.script("gpt-4o", Fault.server_error(500), Fault.server_error(500), Fault.hang(), Reply(json=ANSWER))
+    hedging = {"enabled": True, "hedge_after_s": 0.3, "floor_s": 0.01, "budget": 1.0, "burst": 8}
+    async with ProviderPool(fake.settings(hedging=hedging, strict_models=True), plugins,
+                            retry_policy=FAST_RETRIES) as pool:
+        await _ask(pool, "openai", substitute=True)
+        sent = len(fake.requests_for("gpt-4o"))
+        later = await pool.complete(agent="architect", provider="openai", round_number=3,
+                                    request=_request("gpt-4o", json_schema={"type": "object"}))
+        assert pool.unavailable == {} and pool.substitutions == []
+    assert later.provider == "openai" and len(fake.requests_for("gpt-4o")) == sent + 1

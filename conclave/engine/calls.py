@@ -63,6 +63,9 @@ class CallOutcome:
     cost: float | None = 0.0
     duration_s: float = 0.0
     reasked: bool = False
+    #: the provider failed (after the pool's retries, hedging and substitution): no model answered, as opposed to
+    #: an answer that stayed invalid after the re-ask
+    provider_failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -129,6 +132,7 @@ async def ask_for_artifact(
             outcome.error = "invalid answer after one re-ask: " + "; ".join(result.errors[:5])
     except ProviderError as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.provider_failed = True
     outcome.duration_s = round(time.monotonic() - started, 3)
     if bus is not None:
         bus.emit(

@@ -3,22 +3,30 @@
 Order: the provider's native structured output → the text as JSON → ``artifacts.extract_json`` (fenced block,
 outermost object, json-repair) → nulls for absent optionals dropped → absent lists added in format 1.1 read as
 empty → header fields filled by us → validation
-against the full schema file. What fails validation is
-described (path + message per error) so that one re-ask can quote it back to the model.
+against the full schema file → citation numbers below 1 dropped (:func:`_drop_impossible_citations`) and the rest
+validated again. What fails validation is described (path + message per error) so that one re-ask can quote it back
+to the model.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+import logging
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from conclave import artifacts
 
+log = logging.getLogger(__name__)
+
 #: fields the engine owns; the model's values for them are never trusted
 HEADER_KEYS = ("artifact_type", "schema_version", "round_number", "created_at", "agent_id")
+#: where a citation number sits: ``$.claims[2].citations[0]``, at any depth
+_CITATION_PATH = re.compile(r"^(?P<claim>\$.*\.claims\[\d+\])\.citations\[(?P<index>\d+)\]$")
+_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 
 Status = Literal["valid", "repaired", "reasked", "fallback"]
 
@@ -91,9 +99,50 @@ def extract(
     obj = artifacts.fill_added_lists(schema_name, obj)
     candidate = {**obj, **header}
     errors = artifacts.validate(schema_name, candidate)
+    if errors and _drop_impossible_citations(candidate, errors):
+        status = "repaired"
+        errors = artifacts.validate(schema_name, candidate)
     if errors:
         return Extraction(None, None, tuple(describe_error(e) for e in errors))
     return Extraction(candidate, status)
+
+
+def _drop_impossible_citations(candidate: dict[str, Any], errors: Sequence[artifacts.ArtifactError]) -> bool:
+    """Drop, in place, the citation numbers below the schema's ``minimum`` (1): they name no reference. Whether any
+    was dropped.
+
+    A grammar server's schema converter ignores ``minimum`` on an integer inside an array (llama-cpp-python's
+    writes ``citations: [0]``), and the re-ask runs under the same grammar, so it would only repeat the number. Such
+    a citation points at nothing: removing it changes no claim and invents nothing (the answer counts as
+    ``repaired``, its raw text keeps what was written, and a FACT left without citations is flagged by the
+    citation rules). Every other error, a citation of the wrong type included, still fails validation."""
+    drops: dict[str, set[int]] = {}
+    for error in errors:
+        match = _CITATION_PATH.match(error.path)
+        if match is not None and error.validator == "minimum":
+            drops.setdefault(match["claim"], set()).add(int(match["index"]))
+    dropped = False
+    for path, indexes in drops.items():
+        claim = _at(candidate, path)
+        citations = claim.get("citations") if isinstance(claim, dict) else None
+        if not isinstance(citations, list):
+            continue
+        log.debug("dropping citation numbers below 1 at %s.citations: %s", path,
+                  [citations[i] for i in sorted(indexes) if i < len(citations)])
+        claim["citations"] = [n for i, n in enumerate(citations) if i not in indexes]
+        dropped = True
+    return dropped
+
+
+def _at(document: Any, path: str) -> Any:
+    """The node at a JSON path of the form ``$.a[0].b``, or None."""
+    node = document
+    for key, index in _PATH_STEP.findall(path[1:]):
+        try:
+            node = node[key] if key else node[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
 
 
 def describe_error(error: Any) -> str:

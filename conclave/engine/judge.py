@@ -88,6 +88,7 @@ class JudgeSeat:
         candidates += [(a.provider, a.model) for a in self._settings.agents.values()]
         for provider, model in candidates:
             if provider != self.provider and pool.has_key(provider) \
+                    and pool.unavailable_reason(provider, model) is None \
                     and (request is None or pool.fits(provider, model, request)):
                 return provider, model
         return None

@@ -151,6 +151,8 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
     if to_ask and session.plan.types[0].name == round_type.name:
         await warm_prompt_caches(session, to_ask)
 
+    unanswered: dict[str, CallOutcome] = {}  # agents whose provider failed them
+
     async def one(name: str) -> None:
         # an agent's DEBATE STATE names the claims its prompt shows, so each rendering gets its own
         spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name, shared)},
@@ -161,10 +163,14 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
         outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus,
                                          stream=session.stream)
         _record_agent(session, step, name, outcome)
+        if outcome.provider_failed:
+            unanswered[name] = outcome
 
     async with asyncio.TaskGroup() as group:
         for name in to_ask:
             group.create_task(one(name))
+    if session.settings.strict_models and unanswered:
+        return _strict_failure(session, number, [(name, unanswered[name]) for name in to_ask if name in unanswered])
     output.missing = [name for name in players if name not in output.by_agent]
     if session.plan.types[0].name != round_type.name:
         session.note_missing(number, output.missing)
@@ -172,6 +178,18 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
     if got >= needed:
         return None
     return round_type.too_few.format(got=got, of=len(players), needed=needed, number=number, title=round_type.title)
+
+
+def _strict_failure(session: Session, number: int, unanswered: list[tuple[str, CallOutcome]]) -> str:
+    """Why the consultation stops under ``strict_models=true``: a seat its configured model could not answer is
+    neither substituted nor left absent (the panel would not be the one configured). One line naming the seats,
+    their models and the first cause."""
+    name, outcome = unanswered[0]
+    spec = session.settings.agents[name]
+    others = f" (and {', '.join(n for n, _ in unanswered[1:])})" if len(unanswered) > 1 else ""
+    cause = " ".join((outcome.error or "no answer").split())
+    return (f"strict_models=true: agent {name!r}{others} got no answer from its configured model "
+            f"{spec.provider}/{spec.model} in round {number}: {cause}")
 
 
 def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome) -> None:

@@ -260,6 +260,13 @@ class SubstitutionRefusedError(ProviderError):
     outcome = "cancelled"
 
 
+class ProviderUnavailableError(ProviderError):
+    """The model (or its whole endpoint) failed for good earlier in this consultation — dead, hung to its deadline
+    or out of quota — and is not asked again; no substitute was allowed or found. No request was sent."""
+
+    outcome = "cancelled"
+
+
 # ---------------------------------------------------------------------------------------------- provider
 
 

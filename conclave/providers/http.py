@@ -29,6 +29,7 @@ from conclave.providers.base import (
     Provider,
     ProviderError,
     ProviderTimeoutError,
+    QuotaExhaustedError,
     RateLimitedError,
     ServerError,
 )
@@ -286,6 +287,9 @@ class HTTPProvider(Provider):
                 f"providers.{self.name}.base_url): {message}",
                 **kw,
             )
+        if status == 402:  # Payment Required: the account is out of credit, waiting does not help
+            return QuotaExhaustedError(
+                f"{self.name} refused {what} for want of credit (HTTP 402) — check billing: {message}", **kw)
         if status == 408:
             return ProviderTimeoutError(f"{self.name} timed out serving {what} (HTTP 408)", **kw)
         if status == 409:  # a lock timeout on the provider's side; the official SDKs retry it

@@ -4,6 +4,10 @@
 delay (and the hedge budget allows) a backup races it, and if it fails outright the backup takes over. Every
 HTTP attempt is recorded and emitted as ``provider:attempt``; every answer from another model emits
 ``consultation:provider_substituted``. ``strict_models=true`` turns a would-be substitution into an error.
+
+A model that fails for good (:data:`_UNAVAILABLE`: refused connections, server errors that outlast the retries, a
+call that hangs to its deadline, a used-up quota) is not asked again for the rest of the consultation: its later
+calls go straight to a substitute (reason ``unavailable``), or fail at once without one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from conclave.providers.base import (
     Provider,
     ProviderError,
     ProviderTimeoutError,
+    ProviderUnavailableError,
     SubstitutionRefusedError,
     Usage,
 )
@@ -56,6 +61,13 @@ _HEALTH_OUTCOMES = frozenset({"ok", "auth", "rate_limited", "quota", "overloaded
                               "connection", "malformed"})
 #: failures that another model would not cure: the user must fix the key or the request
 _NO_FAILOVER = frozenset({"auth", "bad_request", "cancelled"})
+#: failures after which a model is not asked again in the same consultation: it is down (connection refused or
+#: dropped, server errors or overload through every retry), it hangs (its deadline passed), or its quota is used
+#: up. A rate limit is transient and a malformed answer says nothing about the next one: those are asked again.
+_UNAVAILABLE = frozenset({"connection", "server_error", "overloaded", "timeout", "quota"})
+#: the model part of an :attr:`ProviderPool.unavailable` key that stands for every model of the endpoint (a refused
+#: connection is the endpoint's, whatever model is asked)
+ANY_MODEL = "*"
 _BACKUP_PREFERENCE = {HealthStatus.HEALTHY: 0, HealthStatus.UNKNOWN: 1, HealthStatus.DEGRADED: 2}
 
 
@@ -132,6 +144,8 @@ class ProviderPool:
         #: (agent, round, provider, model) -> the (provider, model) that stood in for it: a follow-up call of the
         #: same agent in the same round (the re-ask quoting the substitute's answer) goes to the substitute
         self._stand_ins: dict[tuple[str, int, str, str], tuple[str, str]] = {}
+        #: (provider, model or :data:`ANY_MODEL`) -> why it is not asked again in this consultation
+        self._unavailable: dict[tuple[str, str], str] = {}
         #: latencies of the successful attempts of this consultation, by round: the peers a model without latency
         #: history is compared with; ``_answered`` is set (and replaced) each time one is added
         self._peer_latencies: dict[int, list[float]] = {}
@@ -209,6 +223,8 @@ class ProviderPool:
         for position, (tier, (name, candidate)) in enumerate(self.tiers.candidates(model)):
             if name == provider or (best is not None and tier > best[0][0]):
                 continue
+            if self.unavailable_reason(name, candidate) is not None:
+                continue
             if name not in self.settings.providers and name not in self.plugins.providers:
                 continue
             rank = _BACKUP_PREFERENCE.get(self.health.status(name))
@@ -251,6 +267,41 @@ class ProviderPool:
     def substitutions(self) -> list[dict[str, Any]]:
         return [dict(s) for s in self._substitutions]
 
+    @property
+    def unavailable(self) -> dict[tuple[str, str], str]:
+        """(provider, model) pairs not asked again in this consultation, and why; a model of :data:`ANY_MODEL`
+        stands for the whole endpoint."""
+        return dict(self._unavailable)
+
+    def unavailable_reason(self, provider: str, model: str) -> str | None:
+        """Why ``model`` on ``provider`` is not asked again in this consultation; None when it may be asked."""
+        return self._unavailable.get((provider, model)) or self._unavailable.get((provider, ANY_MODEL))
+
+    def _note_failure(self, call: _Call, provider: str, model: str, error: ProviderError) -> None:
+        """Remember a model whose call failed for good (:data:`_UNAVAILABLE`, after its retries), so later calls of
+        the consultation skip it."""
+        self._note_unavailable(call, provider, model, error.outcome, str(error))
+
+    def _note_beaten(self, call: _Call, provider: str, model: str) -> None:
+        """A primary whose hedge's backup answered first while it was failing: remembered like a failed call when
+        it had failed, been retried and failed again (or once, when it may not be retried), with nothing but
+        :data:`_UNAVAILABLE` failures. A primary that was only slow, or failed once, is asked again later."""
+        made = [a for a in call.attempts
+                if not a.hedge and (a.provider, a.model) == (provider, model) and a.outcome != "cancelled"]
+        if not made or any(a.outcome not in _UNAVAILABLE for a in made):
+            return
+        if len(made) >= min(2, self.provider(provider).settings.max_attempts) or made[-1].outcome == "quota":
+            self._note_unavailable(call, provider, model, made[-1].outcome, made[-1].error or "")
+
+    def _note_unavailable(self, call: _Call, provider: str, model: str, outcome: str, error: str) -> None:
+        # a warm-up or a pre-flight check says nothing final about a model
+        if outcome not in _UNAVAILABLE or call.agent == WARMUP_AGENT or call.round_number < 1:
+            return
+        key = (provider, ANY_MODEL if outcome == "connection" else model)
+        if key not in self._unavailable:
+            self._unavailable[key] = (f"{provider}/{model if key[1] != ANY_MODEL else '*'} failed in round "
+                                      f"{call.round_number} ({outcome}: {_first_line(error)})")
+
     # ------------------------------------------------------------------------------------- calls
 
     async def complete(
@@ -279,13 +330,38 @@ class ProviderPool:
             # quoting that answer) goes to the model that wrote it, not back to the one that failed.
             provider, request = stand_in[0], replace(request, model=stand_in[1])
         substitute = allow_substitution and not self.settings.strict_models
-        try:
-            completion = await self._hedged(call, provider, request, substitute)
-        except ProviderError as exc:
-            if call.hedged or exc.outcome in _NO_FAILOVER:
-                raise
-            completion = await self._failover(call, provider, request, exc, allow_substitution)
+        down = self.unavailable_reason(provider, request.model)
+        if down is not None:
+            completion = await self._instead(call, provider, request, down, substitute)
+        else:
+            try:
+                completion = await self._hedged(call, provider, request, substitute)
+            except ProviderError as exc:
+                self._note_failure(call, provider, request.model, exc)
+                if call.hedged or exc.outcome in _NO_FAILOVER:
+                    raise
+                completion = await self._failover(call, provider, request, exc, allow_substitution)
         return replace(completion, latency_s=time.perf_counter() - started, attempts=tuple(call.attempts))
+
+    async def _instead(self, call: _Call, provider: str, request: CompletionRequest, down: str,
+                       substitute: bool) -> Completion:
+        """Answer a call whose model failed for good earlier in this consultation without asking it again: its
+        substitute answers (reason ``unavailable``, the journal saying why), or, with none allowed or found, a
+        :class:`ProviderUnavailableError` at once."""
+        target = self.backup_for(provider, request.model, request) if substitute else None
+        if target is None:
+            why = ("strict_models=true: no other model may answer" if self.settings.strict_models
+                   else "no substitute allowed" if not substitute else "no substitute available")
+            raise ProviderUnavailableError(f"{down}; not asked again in this consultation ({why})",
+                                           provider=provider, model=request.model)
+        try:
+            completion = await self._hedged(call, target[0], replace(request, model=target[1]), False)
+        except ProviderError as exc:
+            self._note_failure(call, target[0], target[1], exc)
+            exc.add_note(f"it stood in for {provider}/{request.model}: {down}")
+            raise
+        self._substituted(call, provider, request.model, target, "unavailable", detail=down)
+        return completion
 
     def _hedge_delay(self, call: _Call, provider: str, model: str) -> tuple[float | None, bool]:
         """The hedge delay for ``model`` now, and whether it can still change (no history: it follows the peers
@@ -358,14 +434,15 @@ class ProviderPool:
             try:
                 completion, backup_won = await race(primary, backup, fatal=lambda e: _outcome(e) in _NO_FAILOVER)
             except ProviderError:
-                self._hedged_event(call, provider, request.model, target, delay, "none")
+                self._hedged_event(call, provider, request.model, target, delay, "none", _hedge_reason(call, True))
                 raise
-            self._hedged_event(call, provider, request.model, target, delay, "backup" if backup_won else "primary")
-            if backup_won and target != (provider, request.model):
-                # the backup was started because the primary was slow; if the primary then failed outright,
-                # the substitution is for that failure, not for slowness
-                failed = primary.done() and not primary.cancelled() and primary.exception() is not None
-                self._substituted(call, provider, request.model, target, "failure" if failed else "timeout")
+            failed = primary.done() and not primary.cancelled() and primary.exception() is not None
+            reason = _hedge_reason(call, failed)
+            self._hedged_event(call, provider, request.model, target, delay, "backup" if backup_won else "primary",
+                               reason)
+            if backup_won and target != (provider, request.model):  # (the same model answering is alive)
+                self._note_beaten(call, provider, request.model)
+                self._substituted(call, provider, request.model, target, reason)
             return completion
         finally:
             if not primary.done():  # our caller was cancelled: take the primary down with us
@@ -387,9 +464,11 @@ class ProviderPool:
         try:
             completion = await self._run(call, target[0], replace(request, model=target[1]), hedge=False)
         except ProviderError as backup_error:
+            self._note_failure(call, target[0], target[1], backup_error)
             error.add_note(f"the backup {target[0]}/{target[1]} failed too: {backup_error}")
             raise error from backup_error
-        self._substituted(call, provider, request.model, target, "failure")
+        self._substituted(call, provider, request.model, target,
+                          "rate_limited" if error.outcome == "rate_limited" else "failure")
         return completion
 
     def _one_slot_for_both(self, primary: str, backup: str) -> bool:
@@ -561,14 +640,16 @@ class ProviderPool:
             )
 
     def _hedged_event(self, call: _Call, provider: str, model: str, target: tuple[str, str], after_s: float,
-                      winner: str) -> None:
+                      winner: str, reason: str) -> None:
         if self.bus is not None:
             self.bus.emit(events.PROVIDER_HEDGED, round_number=call.round_number, agent=call.agent,
                           provider=provider, model=model, backup_provider=target[0], backup_model=target[1],
-                          after_s=round(after_s, 3), winner=winner, same_model=target == (provider, model))
+                          after_s=round(after_s, 3), winner=winner, same_model=target == (provider, model),
+                          reason=reason)
 
-    def _substituted(self, call: _Call, provider: str, model: str, target: tuple[str, str], reason: str) -> None:
-        payload = {
+    def _substituted(self, call: _Call, provider: str, model: str, target: tuple[str, str], reason: str,
+                     detail: str | None = None) -> None:
+        payload: dict[str, Any] = {
             "round_number": call.round_number,
             "agent": call.agent,
             "original_provider": provider,
@@ -577,6 +658,8 @@ class ProviderPool:
             "substitute_model": target[1],
             "reason": reason,
         }
+        if detail is not None:
+            payload["detail"] = detail
         self._substitutions.append(payload)
         self._stand_ins[(call.agent, call.round_number, provider, model)] = target
         # with a bus, the event is what the user sees (the progress line "↻ agent: original → substitute"): the log
@@ -646,6 +729,21 @@ def _valid_test_answer(completion: Completion) -> str | None:
 
 def _outcome(exc: BaseException) -> str:
     return exc.outcome if isinstance(exc, ProviderError) else "bug"
+
+
+def _hedge_reason(call: _Call, primary_failed: bool) -> str:
+    """Why a hedge's backup was needed: the primary was rate limited (a 429 it was waiting out), it failed (outright,
+    or was between retries of failed attempts), or it was only slow."""
+    failed = [a.outcome for a in call.attempts if not a.hedge and a.outcome not in ("ok", "cancelled")]
+    if "rate_limited" in failed:
+        return "rate_limited"
+    return "failure" if primary_failed or failed else "timeout"
+
+
+def _first_line(error: str) -> str:
+    text = error.strip()
+    line = text.splitlines()[0] if text else "no message"
+    return line if len(line) <= 160 else line[:157] + "…"
 
 
 def _abandoned_usage(instance: Provider, request: CompletionRequest, streamed: list[str]) -> Usage | None:

@@ -8,6 +8,7 @@ answer is still validated against the full schema. Copying the constraints into 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,24 +120,28 @@ GRID_STEPS = 20
 MAX_INTEGER_CHOICES = 101
 
 
-def bounded_numbers_as_choices(schema: Any) -> Any:
+def bounded_numbers_as_choices(schema: Any, *, open_above: int | None = None) -> Any:
     """A copy of ``schema`` where every number or integer bounded on both sides is also an ``enum`` a grammar can
-    enforce.
+    enforce; with ``open_above``, every integer bounded below only too, as its first ``open_above`` values.
 
     The grammar converters of llama.cpp and llama-cpp-python ignore ``minimum``/``maximum`` on numbers (and
     llama-cpp-python on integers too), so a model under such a grammar may write ``"confidence": 50`` for a 0..1
-    field — valid JSON, rejected by validation, re-asked, rejected again. Listing the allowed values turns the bound
-    into grammar: a number in [lo, hi] takes one of ``GRID_STEPS + 1`` evenly spaced values; an integer in [lo, hi]
-    any of them (up to ``MAX_INTEGER_CHOICES``). Every listed value satisfies the original node, which keeps its
-    bounds and which the answer is still validated against.
+    field, or ``"citations": [0]`` for reference numbers from 1 — valid JSON, rejected by validation, re-asked,
+    rejected again. Listing the allowed values turns the bound into grammar: a number in [lo, hi] takes one of
+    ``GRID_STEPS + 1`` evenly spaced values; an integer in [lo, hi] any of them (up to ``MAX_INTEGER_CHOICES``).
+    The integers bounded below only are the artifacts' reference numbers and citations: where the grammar caps
+    every list (at most :data:`CAPPED_MAX_ITEMS` references) the first ``open_above`` numbers are all an answer can
+    use. Every listed value satisfies the original node, which keeps its bounds and which the answer is still
+    validated against.
     """
     if isinstance(schema, list):
-        return [bounded_numbers_as_choices(item) for item in schema]
+        return [bounded_numbers_as_choices(item, open_above=open_above) for item in schema]
     if not isinstance(schema, Mapping):
         return schema
-    out = {key: (value if key in ("enum", "const", "required") else bounded_numbers_as_choices(value))
+    out = {key: (value if key in ("enum", "const", "required")
+                 else bounded_numbers_as_choices(value, open_above=open_above))
            for key, value in schema.items()}
-    choices = _grid(schema)
+    choices = _grid(schema, open_above)
     if choices is not None:
         out["enum"] = choices
     return out
@@ -150,12 +155,15 @@ def _bound(node: Mapping[str, Any], closed: str, open_: str) -> tuple[float | No
     return None, False
 
 
-def _grid(node: Mapping[str, Any]) -> list[int | float] | None:
+def _grid(node: Mapping[str, Any], open_above: int | None = None) -> list[int | float] | None:
     kind = node.get("type")
     if kind not in ("number", "integer") or "enum" in node or "const" in node:
         return None
     lo, lo_open = _bound(node, "minimum", "exclusiveMinimum")
     hi, hi_open = _bound(node, "maximum", "exclusiveMaximum")
+    if kind == "integer" and lo is not None and hi is None and open_above:
+        first = math.floor(lo) + 1 if lo_open else math.ceil(lo)
+        return list(range(first, first + open_above))
     if lo is None or hi is None or hi <= lo:
         return None
     if kind == "integer":

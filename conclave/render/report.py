@@ -239,11 +239,19 @@ def _panel(result: Mapping[str, Any]) -> Section | None:
 
 
 def _substitution_reason(result: Mapping[str, Any], name: Any) -> str:
+    """Why ``name`` was substituted, each reason once in the order it arose (``unavailable``: the model failed for
+    good earlier and was not asked again from that round on)."""
+    reasons: list[str] = []
     for sub in _list(result.get("substitutions")):
         sub = _map(sub)
-        if sub.get("agent") == name and sub.get("reason"):
-            return str(sub["reason"])
-    return ""
+        if sub.get("agent") != name or not sub.get("reason"):
+            continue
+        reason = str(sub["reason"])
+        if reason == "unavailable":
+            reason = f"not asked again from round {sub.get('round_number')}"
+        if reason not in reasons:
+            reasons.append(reason)
+    return ", ".join(reasons)
 
 
 # ------------------------------------------------------------------------------------------------ rounds
