@@ -150,8 +150,8 @@ def _split_question(args: list[str], stdin_text: str | None = None, *,
 
     The question is the first argument that is neither a flag nor an override, or ``-`` (stdin), or the argument
     after ``--``. With ``refuse_commands``, a positional question that is one word naming a command (see
-    :func:`_mistaken_command`) is a usage error. Flags come back first because Hydra's argparse rejects a flag placed after an override, so
-    ``conclave "Q" mode=explore --cfg job`` works as the user meant.
+    :func:`_mistaken_command`) is a usage error. Flags come back first because Hydra's argparse rejects a flag
+    placed after an override, so ``conclave "Q" mode=explore --cfg job`` works as the user meant.
     """
     flags: list[str] = []
     overrides: list[str] = []
