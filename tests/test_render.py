@@ -359,3 +359,16 @@ def test_markdown_report_makes_model_html_and_script_links_inert(converge: dict[
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown as text, readable
     assert '<a href="https://example.org/a_b">ok</a>' in page  # legitimate Markdown still works
     assert md.count("#unsafe-link-removed") == 5
+
+
+def test_a_blocked_question_does_not_claim_the_models_answered(converge: dict[str, Any]) -> None:
+    for agent in converge["agents"]:
+        agent["substituted"] = False  # the fixture's panel as configured
+    converge["judge"]["fallback_used"] = False
+    result = partial(converge, "blocked", "blocked by the safety evaluator (tier 1, weapons) in the question")
+    result.update(completed_rounds=0)
+    result["artifacts"].update(round_1={}, round_2=None)
+    md = render_markdown(result)
+    assert "Blocked by the safety evaluator." in md
+    assert "All models answered as configured" not in md
+    assert "All models answered as configured" in render_markdown(converge)  # a run whose models did answer
