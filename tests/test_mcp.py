@@ -514,3 +514,26 @@ async def test_a_cancelled_consultation_is_listed_as_interrupted_and_resumable_a
     assert not resumed.isError, text_of(resumed)
     assert resumed.structuredContent["consultation_id"] == row["id"]
     assert resumed.structuredContent["status"] == "complete"
+
+
+async def test_the_report_text_makes_model_html_and_script_links_inert(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    hostile = "Ship it <script>alert(1)</script> <img src=x onerror=alert(2)> [docs](javascript:alert(3))"
+
+    def reply(request: Any) -> Reply:
+        answer = instance_for(request.schema)
+        if "recommendation" in answer:
+            answer["recommendation"] = hostile
+        return Reply(json=answer)
+
+    for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-2.5-pro"):
+        fake_provider_server.script(model, reply)
+    async with mcp_session(home, fake_provider_server) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Q?", "rounds": 4,
+                                                              "overrides": ["cost.auto_approve=true"]})
+    assert not result.isError, text_of(result)
+    assert result.structuredContent["recommendation"] == hostile  # the data stays as the model wrote it
+    text = text_of(result)
+    assert "<script" not in text and "<img" not in text and "](javascript:" not in text
+    assert "&lt;script>alert(1)&lt;/script> &lt;img src=x onerror=alert(2)> [docs](#unsafe-link-removed)" in text
