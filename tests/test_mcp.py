@@ -458,10 +458,13 @@ async def test_argument_errors_are_one_line_naming_the_argument_and_unknown_argu
         typo = await session.call_tool("conclave_consult", {"question": "Q?", "max_cots": 0.5})
         status = await session.call_tool("conclave_sessions", {"status": "bogus", "limit": 0})
         extra = await session.call_tool("conclave_stats", {"period": "week", "verbose": True})
-    answers = {"rounds": rounds, "fmt": fmt, "missing": missing, "typo": typo, "status": status, "extra": extra}
+        override = await session.call_tool("conclave_consult", {"question": "Q?", "overrides": ["mode=nope"]})
+    answers = {"rounds": rounds, "fmt": fmt, "missing": missing, "typo": typo, "status": status, "extra": extra,
+               "override": override}
     for name, answer in answers.items():
         text = text_of(answer)
         assert answer.isError and len(text.splitlines()) == 1, (name, text)
+        assert not text.startswith("Error executing tool"), (name, text)
         assert "pydantic" not in text and "http" not in text and "validation error" not in text, (name, text)
     assert text_of(rounds) == "rounds: 7 is not allowed; it should be less than or equal to 4"
     assert text_of(fmt) == "format: 'xml' is not allowed; it should be 'markdown', 'json' or 'both'"
@@ -499,7 +502,7 @@ async def test_a_cancelled_consultation_is_listed_as_interrupted_and_resumable_a
         request_id = session._request_id
         call = asyncio.create_task(session.call_tool(
             "conclave_consult", {"question": "Should we shard the database?",
-                                 "overrides": ["cost.auto_approve=true"]}, progress_callback=on_progress))
+                                 "max_cost": 100}, progress_callback=on_progress))
         await asyncio.wait_for(round_2.wait(), 60)
         await session.send_notification(ClientNotification(CancelledNotification(
             params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
@@ -531,7 +534,7 @@ async def test_the_report_text_makes_model_html_and_script_links_inert(
         fake_provider_server.script(model, reply)
     async with mcp_session(home, fake_provider_server) as session:
         result = await session.call_tool("conclave_consult", {"question": "Q?", "rounds": 4,
-                                                              "overrides": ["cost.auto_approve=true"]})
+                                                              "max_cost": 100})
     assert not result.isError, text_of(result)
     assert result.structuredContent["recommendation"] == hostile  # the data stays as the model wrote it
     text = text_of(result)

@@ -88,8 +88,12 @@ class ConclaveMCP(FastMCP):
         try:
             return await super().call_tool(name, arguments)
         except ToolError as exc:
-            if isinstance(exc.__cause__, ValidationError):
-                raise ToolError(argument_errors(exc.__cause__)) from None
+            # FastMCP prefixes every failure with "Error executing tool NAME:"; ours already say what went wrong
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(argument_errors(cause)) from None
+            if isinstance(cause, ToolError | ConclaveError):
+                raise tool_error(cause) from None
             raise
 
     async def list_resources(self) -> list[Resource]:
