@@ -304,3 +304,12 @@ def test_readme_show_prompt_examples_run_on_the_offline_panel(tmp_path: Path) ->
         proc = run_conclave(*shlex.split(command)[1:], home=tmp_path)
         assert proc.returncode == 0, (command, proc.stderr)
         assert proc.stdout.startswith("# "), command
+
+
+def test_no_install_hint_names_the_unrelated_package_of_the_same_name() -> None:
+    # `pip install 'conclave[mcp]'` fetches someone else's project from the package index
+    root = README.parent
+    files = [README, *root.glob("conclave/**/*.py"), *root.glob("plugins/**/*.py"), *root.glob("conf/**/*.yaml")]
+    found = [str(f.relative_to(root)) for f in files if f.name != "extras.py"
+             and re.search(r"pip install '?conclave\[", f.read_text(encoding="utf-8"))]
+    assert found == []
