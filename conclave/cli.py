@@ -112,16 +112,46 @@ def _unknown_flag(arg: str, following: str | None) -> str:
             "question that starts with - goes after --")
 
 
+#: command names of the predecessor (llm-conclave) and the conclave command that does what each did
+_PREDECESSOR_COMMANDS = {
+    "consult": 'conclave "QUESTION"', "discuss": 'conclave "QUESTION"', "review": 'conclave "QUESTION"',
+    "iterate": 'conclave "QUESTION"', "consult-stats": "conclave stats", "sessions": "conclave logs list",
+    "continue": "conclave resume", "server": "conclave serve", "template": "conclave --help",
+    "templates": "conclave --help", "personas": "conclave --help", "init": "conclave doctor",
+    "config": "conclave --cfg job",
+}
+_BARE_WORD = re.compile(r"[A-Za-z][\w-]*")
+
+
+def _mistaken_command(word: str) -> str | None:
+    """Why a one-word question is refused: it is a predecessor's command name or close to one of ours, so the user
+    meant a command, not a paid consultation about that word (``conclave -- WORD`` still asks it)."""
+    if not _BARE_WORD.fullmatch(word):
+        return None
+    import difflib
+
+    name = word.lower()
+    meant = _PREDECESSOR_COMMANDS.get(name)
+    if meant is None:
+        close = difflib.get_close_matches(name.replace("_", "-"), SUBCOMMANDS, n=1, cutoff=0.8)
+        meant = f"conclave {close[0]}" if close else None
+    if meant is None:
+        return None
+    return f"{word!r} is not a conclave command (did you mean {meant}?); to ask it as a question: conclave -- {word}"
+
+
 def _read_stdin(given: str | None) -> str:
     return (given if given is not None else sys.stdin.read()).strip()
 
 
-def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[list[str], list[str], str | None]:
+def _split_question(args: list[str], stdin_text: str | None = None, *,
+                    refuse_commands: bool = False) -> tuple[list[str], list[str], str | None]:
     """Split ``args`` into Hydra flags (with their values), overrides, and the positional question.
 
     The question is the first argument that is neither a flag nor an override, or ``-`` (stdin), or the argument
-    after ``--``. Flags come back first because Hydra's argparse rejects a flag placed after an override, so
-    ``conclave "Q" mode=explore --cfg job`` works as the user meant.
+    after ``--``. With ``refuse_commands``, a positional question that is one word naming a command (see
+    :func:`_mistaken_command`) is a usage error. Flags come back first because Hydra's argparse rejects a flag
+    placed after an override, so ``conclave "Q" mode=explore --cfg job`` works as the user meant.
     """
     flags: list[str] = []
     overrides: list[str] = []
@@ -134,6 +164,9 @@ def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[lis
             i += 2
             continue
         if question is None and (arg == "-" or not (arg.startswith("-") or _is_override(arg))):
+            mistaken = _mistaken_command(arg) if refuse_commands else None
+            if mistaken is not None:
+                raise UsageError(mistaken)
             question = _read_stdin(stdin_text) if arg == "-" else arg
             i += 1
             continue
@@ -248,7 +281,7 @@ def _main(args: list[str]) -> int:
         gc_policy.resume(freeze=False)  # a long-lived command (browse, mcp) must collect as usual
         return _run_subcommand(args[0], args[1:])
     try:
-        flags, overrides, question = _split_question(args)
+        flags, overrides, question = _split_question(args, refuse_commands=True)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except UsageError as exc:

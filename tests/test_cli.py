@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -247,3 +249,67 @@ def test_backslash_before_a_final_newline_round_trips(text: str) -> None:
 
     value = OverridesParser.create().parse_override("question=" + hydra_quote(text)).value()
     assert OmegaConf.to_container(OmegaConf.create({"question": value}), resolve=True)["question"] == text
+
+
+@pytest.mark.parametrize(("word", "meant"), [("consult-stats", "conclave stats"), ("sessions", "conclave logs list"),
+                                             ("continue", "conclave resume"), ("stat", "conclave stats"),
+                                             ("show_prompt", "conclave show-prompt")])
+def test_a_command_name_is_not_taken_for_a_question(tmp_path: Path, word: str, meant: str) -> None:
+    # a predecessor's command, or a near miss of ours, must not start a (possibly auto-approved) consultation
+    proc = run_conclave(word, "--cfg", "job", home=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"conclave: {word!r} is not a conclave command (did you mean {meant}?); to ask it as a question: "
+        f"conclave -- {word}"]
+
+
+def test_a_one_word_question_is_asked_after_double_dash_or_as_an_override(tmp_path: Path) -> None:
+    for args in (["--", "sessions"], ["question=sessions"]):
+        proc = run_conclave(*args, "--cfg", "job", "--resolve", home=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert yaml.safe_load(proc.stdout)["question"] == "sessions"
+    proc = run_conclave("Why", "--cfg", "job", "--resolve", home=tmp_path)  # an ordinary word is still a question
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["question"] == "Why"
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_commands() -> list[str]:
+    """Every `conclave …` command in the README's code blocks, continuation lines joined."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.M | re.S)
+    commands = []
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip().removeprefix("$ ")
+            if line.startswith("conclave "):
+                commands.append(line.split("  #")[0].strip())
+    return commands
+
+
+def test_readme_examples_name_only_seats_of_the_offline_default_panel() -> None:
+    # with no key the default panel is the offline one: an example that names a seat must work there too
+    seats = set(yaml.safe_load((README.parent / "conf" / "agents" / "local.yaml").read_text())["agents"])
+    commands = readme_commands()
+    assert len(commands) > 10
+    named = {(c, m) for c in commands if "agents=" not in c
+             for m in re.findall(r"(?:agents\.|--agent )([A-Za-z_]+)", c)}
+    assert [(c, m) for c, m in named if m not in seats] == []
+
+
+def test_readme_show_prompt_examples_run_on_the_offline_panel(tmp_path: Path) -> None:
+    examples = [c for c in readme_commands() if c.startswith("conclave show-prompt") and "<" not in c]
+    assert examples
+    for command in examples:
+        proc = run_conclave(*shlex.split(command)[1:], home=tmp_path)
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert proc.stdout.startswith("# "), command
+
+
+def test_no_install_hint_names_the_unrelated_package_of_the_same_name() -> None:
+    # `pip install 'conclave[mcp]'` fetches someone else's project from the package index
+    root = README.parent
+    files = [README, *root.glob("conclave/**/*.py"), *root.glob("plugins/**/*.py"), *root.glob("conf/**/*.yaml")]
+    found = [str(f.relative_to(root)) for f in files if f.name != "extras.py"
+             and re.search(r"pip install '?conclave\[", f.read_text(encoding="utf-8"))]
+    assert found == []

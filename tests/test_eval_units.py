@@ -191,3 +191,18 @@ def test_a_sweep_report_groups_runs_by_the_swept_values() -> None:
     table = render_sweep("sw-1", runs, "markdown")
     lines = [line for line in table.splitlines() if line.startswith("| 0.")]
     assert [line.split("|")[1].strip() for line in lines] == ["0.7", "0.8", "0.9"]
+
+
+def test_the_html_report_renders_the_full_report_and_states_the_real_wall_time() -> None:
+    # four items at 1 s each ran at once: the protocol column sums 4 s, the run took 1.3 s
+    rows = [_row(i, vote=True, debate=True) for i in range(4)]
+    run = {"run_id": "ev-1", "set_spec": "<b>x</b>", "status": "complete", "wall_s": 1.3,
+           "summary": summarise(rows)}
+    markdown = render(run, rows, "markdown")
+    assert "| item time s (summed) |" in markdown and "| wall s |" not in markdown
+    assert "Wall time of the run: 1.3 s." in markdown
+    page = render(run, rows, "html")
+    full = page.split("<h2>Full report</h2>", 1)[1]
+    assert "<pre>" not in full and "| protocol |" not in full and "**" not in full  # HTML, not Markdown text
+    assert "<th>protocol</th>" in full and "<h2>Calibration</h2>" in full and "<strong>debate vs vote" in full
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in full  # still escaped

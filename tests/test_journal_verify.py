@@ -355,3 +355,41 @@ def test_a_resume_indexes_only_the_records_a_head_covers(tmp_path: Path) -> None
     reasons = [row[0] for row in db.conn.execute("select reason from transitions where consultation_id = ?", [CID])]
     db.close()
     assert "forged" not in reasons and len(reasons) == 1
+
+
+def test_an_ending_and_its_head_forged_onto_a_run_killed_before_the_anchor_fail_verify_against_it(
+        tmp_path: Path) -> None:
+    """A run killed before the digest, given afterwards a correctly chained ending and a head line for it: the
+    heads recorded before the digest are untouched, so only what the digest says about that journal shows it."""
+    env = {"CONCLAVE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def logs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "conclave", "logs", *args], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    layout = StoreLayout(tmp_path)
+    path = build(tmp_path)  # no final record, nobody writes it: a run killed mid-way
+    digest = logs("head").stdout.strip()
+    assert logs("verify", "--against", digest).returncode == 0
+    original = path.read_bytes()
+    rewrite(path, appended_without_heads(("consultation:completed", {"status": "complete", "result": {}})),
+            fmt=as_written)
+    forged = json.loads(path.read_text().splitlines()[-1])
+    HeadsLog(layout.heads_path, None).append(CID, forged["seq"], forged["hash"])  # the head line, appended too
+    assert logs("verify").returncode == 0  # plain mode cannot tell (README, "Tamper evidence")
+    anchored = logs("verify", "--against", digest)
+    assert anchored.returncode == 1, anchored.stdout
+    assert f"FAIL {CID}: appended (seq 10" in anchored.stdout and "conclave resume" in anchored.stdout
+
+    # a real resume after the digest continues the same journal and still verifies against it
+    path.write_bytes(original)
+    heads = [line for line in layout.heads_path.read_text().splitlines(keepends=True)
+             if not line.startswith(f"{CID} 10 ")]
+    layout.heads_path.write_text("".join(heads))
+    assert logs("verify", "--against", digest).returncode == 0
+    w = JournalWriter(path, CID, HeadsLog(layout.heads_path, None), Redactor([]))
+    w.append("consultation:resumed", 1010.0, {"restored_rounds": []})
+    w.append("consultation:completed", 1011.0, {"status": "complete", "result": {}})
+    w.close()
+    resumed = logs("verify", "--against", digest)
+    assert resumed.returncode == 0, resumed.stdout

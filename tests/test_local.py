@@ -204,7 +204,7 @@ def text_request(max_tokens: int) -> CompletionRequest:
 async def test_without_llama_cpp_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
                                                                tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
-    with pytest.raises(local.LocalRuntimeMissingError, match=r"pip install 'conclave\[local\]'") as caught:
+    with pytest.raises(local.LocalRuntimeMissingError, match=r"pip install -e '/\S+\[local\]'") as caught:
         await provider(None, tmp_path).attempt(text_request(4))
     assert caught.value.outcome == "bad_request"
     assert not caught.value.retryable

@@ -468,7 +468,10 @@ def test_without_the_sdk_installed_the_command_says_which_extra_to_install(home:
     env = clean_env(home, {"PYTHONPATH": str(blocker) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     done = subprocess.run([sys.executable, "-m", "conclave", "mcp"], capture_output=True, text=True, env=env,
                           cwd=home, timeout=60, input="")
-    assert done.returncode == 2 and "pip install 'conclave[mcp]'" in done.stderr and done.stdout == ""
+    # the hint names this source tree: `pip install 'conclave[mcp]'` would fetch an unrelated project from the index
+    checkout = Path(__file__).resolve().parent.parent
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"conclave mcp: the MCP server needs the mcp extra: pip install -e '{checkout}[mcp]'"
 
 
 def test_a_bad_server_override_stops_the_server_at_start_with_one_line(home: Path) -> None:
@@ -478,3 +481,97 @@ def test_a_bad_server_override_stops_the_server_at_start_with_one_line(home: Pat
                           env=clean_env(home, FAKE_KEYS), cwd=home, timeout=120, input="")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == ["conclave mcp: mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore"]
+
+
+async def test_argument_errors_are_one_line_naming_the_argument_and_unknown_arguments_are_refused(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    async with mcp_session(home, fake_provider_server) as session:
+        rounds = await session.call_tool("conclave_consult", {"question": "Q?", "rounds": 7})
+        fmt = await session.call_tool("conclave_consult", {"question": "Q?", "format": "xml"})
+        missing = await session.call_tool("conclave_consult", {})
+        typo = await session.call_tool("conclave_consult", {"question": "Q?", "max_cots": 0.5})
+        status = await session.call_tool("conclave_sessions", {"status": "bogus", "limit": 0})
+        extra = await session.call_tool("conclave_stats", {"period": "week", "verbose": True})
+        override = await session.call_tool("conclave_consult", {"question": "Q?", "overrides": ["mode=nope"]})
+    answers = {"rounds": rounds, "fmt": fmt, "missing": missing, "typo": typo, "status": status, "extra": extra,
+               "override": override}
+    for name, answer in answers.items():
+        text = text_of(answer)
+        assert answer.isError and len(text.splitlines()) == 1, (name, text)
+        assert not text.startswith("Error executing tool"), (name, text)
+        assert "pydantic" not in text and "http" not in text and "validation error" not in text, (name, text)
+    assert text_of(rounds) == "rounds: 7 is not allowed; it should be less than or equal to 4"
+    assert text_of(fmt) == "format: 'xml' is not allowed; it should be 'markdown', 'json' or 'both'"
+    assert text_of(missing) == "question: required"
+    assert text_of(typo).startswith("conclave_consult: unknown argument 'max_cots'; allowed: question, context,")
+    assert "max_cost" in text_of(typo)
+    assert text_of(status).count("is not allowed") == 2 and text_of(status).startswith("limit: 0")
+    assert text_of(extra) == "conclave_stats: unknown argument 'verbose'; allowed: period"
+    assert fake_provider_server.requests == []
+
+
+async def test_the_server_reports_conclaves_version(home: Path, fake_provider_server: FakeProviderServer) -> None:
+    from conclave import __version__
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "conclave", "mcp"],
+                                   env=clean_env(home, FAKE_KEYS), cwd=str(home))
+    with (home / "mcp-server.stderr").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            info = (await session.initialize()).serverInfo
+    assert (info.name, info.version) == ("conclave", __version__)
+
+
+async def test_a_cancelled_consultation_is_listed_as_interrupted_and_resumable_at_once(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    fake = fake_provider_server
+    slow_replies(fake, 0.6)
+    round_2 = asyncio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if message == "round 2 · synthesis started":
+            round_2.set()
+
+    async with mcp_session(home, fake) as session:
+        request_id = session._request_id
+        call = asyncio.create_task(session.call_tool(
+            "conclave_consult", {"question": "Should we shard the database?",
+                                 "max_cost": 100}, progress_callback=on_progress))
+        await asyncio.wait_for(round_2.wait(), 60)
+        await session.send_notification(ClientNotification(CancelledNotification(
+            params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
+        with pytest.raises(McpError, match="cancelled"):
+            await call
+        # asked at once, while the server may still be saving the partial result
+        listed = await session.call_tool("conclave_sessions", {"status": "interrupted"})
+        resumed = await session.call_tool("conclave_resume", {"format": "json"})
+    assert not listed.isError, text_of(listed)
+    [row] = listed.structuredContent["sessions"]
+    assert row["status"] == "partial" and row["question"] == "Should we shard the database?"
+    assert not resumed.isError, text_of(resumed)
+    assert resumed.structuredContent["consultation_id"] == row["id"]
+    assert resumed.structuredContent["status"] == "complete"
+
+
+async def test_the_report_text_makes_model_html_and_script_links_inert(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    hostile = "Ship it <script>alert(1)</script> <img src=x onerror=alert(2)> [docs](javascript:alert(3))"
+
+    def reply(request: Any) -> Reply:
+        answer = instance_for(request.schema)
+        if "recommendation" in answer:
+            answer["recommendation"] = hostile
+        return Reply(json=answer)
+
+    for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-2.5-pro"):
+        fake_provider_server.script(model, reply)
+    async with mcp_session(home, fake_provider_server) as session:
+        result = await session.call_tool("conclave_consult", {"question": "Q?", "rounds": 4,
+                                                              "max_cost": 100})
+    assert not result.isError, text_of(result)
+    assert result.structuredContent["recommendation"] == hostile  # the data stays as the model wrote it
+    text = text_of(result)
+    assert "<script" not in text and "<img" not in text and "](javascript:" not in text
+    assert "&lt;script>alert(1)&lt;/script> &lt;img src=x onerror=alert(2)> [docs](#unsafe-link-removed)" in text

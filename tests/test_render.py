@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -322,3 +323,52 @@ def test_html_report_escapes_model_text(converge: dict[str, Any]) -> None:
     converge["verdict"]["recommendation"] = "<script>alert(1)</script> & more"
     page = render_html(converge)
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
+
+
+HOSTILE = ("See <script>alert(1)</script> and <img src=x onerror=alert(2)> then [docs](javascript:alert(3)), "
+           "[b](JaVa&#115;cript:alert(4)), [c](java\\script:alert(5)), [d](javascript\\:alert(6)), "
+           "![e](data:text/html;base64,PHNjcmlwdD4=), <javascript:alert(7)> and [ok](https://example.org/a_b).\n\n"
+           "[x]: javascript:alert(8)\n\n[x] <b onmouseover=alert(9)>hover</b>")
+
+
+class _Elements(HTMLParser):
+    """Every element and attribute of an HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+
+
+def test_markdown_report_makes_model_html_and_script_links_inert(converge: dict[str, Any]) -> None:
+    # Markdown viewers render raw HTML and follow any link: what a model wrote must reach the reader as text
+    from markdown_it import MarkdownIt
+
+    converge["verdict"]["recommendation"] = HOSTILE
+    md = render_markdown(converge)
+    page = MarkdownIt("commonmark", {"html": True}).render(md)  # a viewer that renders raw HTML
+    elements = _Elements()
+    elements.feed(page)
+    assert {tag for tag, _ in elements.tags} <= {"h1", "h2", "h3", "p", "ul", "ol", "li", "strong", "em", "table",
+                                                  "thead", "tbody", "tr", "th", "td", "blockquote", "a", "img", "code"}
+    attrs = [(name, value.lower()) for _, a in elements.tags for name, value in a.items()]
+    assert not [name for name, _ in attrs if name.startswith("on")]
+    assert not [v for name, v in attrs if name in ("href", "src") and v.startswith(("javascript", "data", "vbscript"))]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown as text, readable
+    assert '<a href="https://example.org/a_b">ok</a>' in page  # legitimate Markdown still works
+    assert md.count("#unsafe-link-removed") == 5
+
+
+def test_a_blocked_question_does_not_claim_the_models_answered(converge: dict[str, Any]) -> None:
+    for agent in converge["agents"]:
+        agent["substituted"] = False  # the fixture's panel as configured
+    converge["judge"]["fallback_used"] = False
+    result = partial(converge, "blocked", "blocked by the safety evaluator (tier 1, weapons) in the question")
+    result.update(completed_rounds=0)
+    result["artifacts"].update(round_1={}, round_2=None)
+    md = render_markdown(result)
+    assert "Blocked by the safety evaluator." in md
+    assert "All models answered as configured" not in md
+    assert "All models answered as configured" in render_markdown(converge)  # a run whose models did answer

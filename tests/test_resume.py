@@ -490,6 +490,8 @@ async def test_a_consultation_interrupted_by_ctrl_c_mid_round_1_resumes_asking_o
         code, out, err = await conclave(home, "resume")
         assert code == 0, err
         again = fake.requests[asked_before:]
+    # the notice says the paid answer is reused, not that nothing was restored
+    assert "(restored rounds: none; answers reused from round 1: architect)" in err.splitlines()[0], err
 
     # round 1 ran again for the agents that had not answered (the architect's answer was paid for and is reused),
     # and the debate went on to the end

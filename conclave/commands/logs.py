@@ -42,7 +42,13 @@ def run(argv: list[str]) -> int:
         return _show(layout, resolve_id(layout, args.id), args.json)
     if args.command == "head":
         from conclave.store.heads import HeadsLog
+        from conclave.store.verify import mark_closed_journals
 
+        try:
+            mark_closed_journals(layout)
+        except OSError as exc:  # a read-only home: nothing can continue its journals either
+            print(f"conclave logs head: journals not marked closed ({exc.strerror or exc}); the digest covers the "
+                  "heads log as it is", file=sys.stderr)
         print(HeadsLog(layout.heads_path).anchor())
         return 0
     return _verify(layout, [resolve_id(layout, i) for i in args.ids] or None, args.against)

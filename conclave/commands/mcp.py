@@ -39,7 +39,9 @@ def run(argv: list[str]) -> int:
     try:
         import mcp  # noqa: F401
     except ImportError:
-        raise UsageError("the MCP server needs the mcp extra: pip install 'conclave[mcp]'") from None
+        from conclave.extras import install_hint
+
+        raise UsageError(f"the MCP server needs the mcp extra: {install_hint('mcp')}") from None
     from conclave.cli import _is_override
     from conclave.guard import Roots
     from conclave.home import default_home

@@ -30,9 +30,18 @@ def run(argv: list[str]) -> int:
     if cid is None:
         raise UsageError(f"no interrupted consultation to resume in {layout.journal_dir}")
     point = load_resume_point(layout, cid)
-    rounds = ", ".join(map(str, point.restored_rounds)) or "none"
-    print(f"conclave: resuming {cid} (restored rounds: {rounds})", file=sys.stderr)
+    print(f"conclave: resuming {cid} ({restored_summary(point)})", file=sys.stderr)
     return _continue(layout, point)
+
+
+def restored_summary(point: ResumePoint) -> str:
+    """What the resumed run does not ask again: whole rounds, and the answers an interrupted round already got."""
+    summary = f"restored rounds: {', '.join(map(str, point.restored_rounds)) or 'none'}"
+    interrupted = point.resume_from.get("interrupted") or {}
+    agents = [a["agent"] for a in interrupted.get("artifacts") or [] if a.get("agent")]
+    if agents:
+        summary += f"; answers reused from round {interrupted.get('round_number')}: {', '.join(agents)}"
+    return summary
 
 
 def _continue(layout: StoreLayout, point: ResumePoint) -> int:

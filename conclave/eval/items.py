@@ -1,7 +1,7 @@
 """Evaluation items: a JSONL set ``{id, question, answer, choices?, kind}`` or a built-in generator.
 
 Generators are seeded and offline: ``arithmetic`` (Du et al. 2023: ``a+b*c+d-e*f`` with integers below 30) and
-``gym:<task>`` (a procedural task of the ``reasoning-gym`` package, installed with ``conclave[eval]``).
+``gym:<task>`` (a procedural task of the ``reasoning-gym`` package, installed with the ``eval`` extra).
 """
 
 from __future__ import annotations
@@ -137,7 +137,9 @@ def reasoning_gym(task: str, n: int, seed: int) -> list[Item]:
     try:
         import reasoning_gym as gym
     except ImportError:
-        raise UsageError("eval set 'gym:…' needs reasoning-gym: pip install 'conclave[eval]'") from None
+        from conclave.extras import install_hint
+
+        raise UsageError(f"eval set 'gym:…' needs reasoning-gym: {install_hint('eval')}") from None
     try:
         dataset = gym.create_dataset(task, size=n, seed=seed)
     except Exception as exc:

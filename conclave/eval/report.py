@@ -7,6 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from markdown_it import MarkdownIt
+
 from conclave.eval.protocols import PROTOCOLS
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
@@ -49,6 +51,7 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
         if summary.get(key):
             lines += [f"**{summary[key]}**", ""]
     lines += _protocol_table(summary)
+    lines += _wall_note(run)
     lines += _quality_section(run, summary)
     flips, oracle, agreement = summary.get("flips", {}), summary.get("oracle", {}), summary.get("agreement", {})
     lines += ["", "## Paired comparisons (McNemar exact test)", "",
@@ -93,7 +96,7 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
 
 
 def _protocol_table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| protocol | accuracy | 95% CI (Wilson) | exact CI | cost | tokens | wall s |",
+    lines = ["| protocol | accuracy | 95% CI (Wilson) | exact CI | cost | tokens | item time s (summed) |",
              "|---|---:|---|---|---:|---:|---:|"]
     for name in PROTOCOLS:
         p = (summary.get("protocols") or {}).get(name)
@@ -103,6 +106,15 @@ def _protocol_table(summary: dict[str, Any]) -> list[str]:
                      f"{_pct(p['ci_low'])}–{_pct(p['ci_high'])} | {_pct(p['exact_ci_low'])}–{_pct(p['exact_ci_high'])}"
                      f" | {_money(p['cost'])} | {p['tokens']:,} | {p['wall_s']:.1f} |")
     return lines
+
+
+def _wall_note(run: dict[str, Any]) -> list[str]:
+    """The run's real elapsed time, beside the summed item times (items run several at a time, so those overlap)."""
+    wall = run.get("wall_s")
+    if not isinstance(wall, int | float):
+        return []
+    return ["", f"Wall time of the run: {wall:.1f} s. The item-time column adds up each item's rounds; items run "
+                "`eval.concurrency` at a time, so those times overlap and their sum exceeds the wall time."]
 
 
 #: the quality layer's figures shown per protocol (others it reports are in the JSON report)
@@ -213,7 +225,9 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
         body.append(f"<tr><td>{html.escape(str(r['item_id']))}</td><td>{html.escape(str(r.get('expected')))}</td>"
                     f"{cells}<td>{_pct(r.get('agreement'))}</td><td>{r.get('right_to_wrong', 0)}</td></tr>")
     body.append("</table>")
-    body.append("<h2>Full report</h2><pre>" + html.escape(_markdown(run, summary)) + "</pre>")
+    # the Markdown report rendered as HTML; raw HTML in it stays text (html off), unsafe link targets are dropped
+    full = MarkdownIt("commonmark", {"html": False}).enable("table").render(_markdown(run, summary))
+    body.append('<h2>Full report</h2><div class="full-report">' + full + "</div>")
     return _page(f"Evaluation {run['run_id']}", "\n".join(body))
 
 

@@ -20,6 +20,9 @@ SESSION_COLUMNS = ("id", "started_at", "status", "mode", "question", "rounds_com
 #: ``interrupted``: the index says running but no process writes its journal any more (killed; see
 #: :func:`~conclave.store.journal_file.live_status`): ``conclave_resume`` continues it
 STATUSES = ("running", "interrupted", "complete", "completed_degraded", "partial", "aborted", "blocked")
+#: what the ``interrupted`` filter lists besides killed runs: the ended statuses ``conclave_resume`` continues
+#: (cancelled, Ctrl-C, failed), the same set its default picks from
+RESUMABLE = ("partial", "aborted")
 
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:
@@ -32,16 +35,20 @@ def resolve_id(layout: StoreLayout, prefix: str) -> str:
 def sessions(layout: StoreLayout, limit: int = 10, status: str | None = None,
              mode: str | None = None) -> list[dict[str, Any]]:
     """Recent consultations from the index, newest first; one the index calls running that no process writes any
-    more reads ``interrupted``."""
+    more reads ``interrupted``. The ``interrupted`` filter lists every consultation ``conclave_resume`` can
+    continue: those killed, and those cancelled or failed (``partial``, ``aborted``)."""
     from conclave.store.index import connect
     from conclave.store.journal_file import live_status
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"status: {status!r} is not one of: {', '.join(STATUSES)}")
     where, args = [], []
-    if status is not None:
+    if status == "interrupted":
+        where.append(f"status in ({', '.join('?' * (1 + len(RESUMABLE)))})")
+        args += ["running", *RESUMABLE]
+    elif status is not None:
         where.append("status = ?")
-        args.append("running" if status == "interrupted" else status)
+        args.append(status)
     if mode is not None:
         where.append("mode = ?")
         args.append(mode)
@@ -66,7 +73,9 @@ def sessions(layout: StoreLayout, limit: int = 10, status: str | None = None,
                 session["status"] = live_status("running", layout.journal_path(session["id"]))
             except UsageError:  # an id no journal can be named after: nobody writes it
                 session["status"] = "interrupted"
-        if status in (None, session["status"]):
+        wanted = (status is None or session["status"] == status
+                  or (status == "interrupted" and session["status"] in RESUMABLE))
+        if wanted:
             out.append(session)
     return out[:limit]
 

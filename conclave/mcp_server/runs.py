@@ -141,9 +141,11 @@ class ProgressBridge:
                 await self.report(value, self.total, message)
 
 
-async def run_with_progress(consultation: Any, bridge: ProgressBridge) -> Any:
+async def run_with_progress(consultation: Any, bridge: ProgressBridge,
+                            on_cancel: Callable[[], None] | None = None) -> Any:
     """Run ``consultation`` while ``bridge`` reports progress; a cancellation of the caller cancels the engine once
-    and waits for it to save what it has (its partial result is in ``consultation.result``)."""
+    (calling ``on_cancel`` first) and waits for it to save what it has (its partial result is in
+    ``consultation.result``)."""
     import anyio
 
     pump = asyncio.create_task(bridge.pump()) if bridge.report is not None else None
@@ -151,6 +153,8 @@ async def run_with_progress(consultation: Any, bridge: ProgressBridge) -> Any:
     try:
         result = await asyncio.shield(task)
     except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
         task.cancel()
         with anyio.CancelScope(shield=True):
             await asyncio.wait({task})

@@ -18,8 +18,9 @@ from typing import Annotated, Any, Literal
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from conclave import __version__
 from conclave.errors import ConclaveError, ConfigError
 from conclave.guard import Door, Roots, approval_for, split_context
 from conclave.mcp_server import records
@@ -49,6 +50,16 @@ class ServerConfig:
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     #: consultations this process is running or still saving, by id (set when their journal is closed)
     active: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: the ids of those whose tool call was cancelled: the client already has its answer, the journal is being closed
+    stopping: set[str] = field(default_factory=set)
+
+    async def settled(self) -> None:
+        """Wait until every cancelled consultation has saved its partial result (a few seconds at most)."""
+        for cid in sorted(self.stopping):
+            saving = self.active.get(cid)
+            if saving is not None:
+                await asyncio.wait_for(saving.wait(), 60)
+            self.stopping.discard(cid)
 
     @property
     def layout(self) -> StoreLayout:
@@ -60,11 +71,34 @@ class ServerConfig:
 
 
 class ConclaveMCP(FastMCP):
-    """FastMCP whose resource list also names the most recent consultations."""
+    """FastMCP whose resource list also names the most recent consultations, whose ``serverInfo`` carries conclave's
+    version, and whose tools refuse unknown arguments and answer a bad one in one line."""
 
     def __init__(self, config: ServerConfig, **kwargs: Any) -> None:
         super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", **kwargs)
         self.config = config
+        # FastMCP 1.x takes no version; its protocol server reports this one in serverInfo (the SDK's otherwise)
+        self._mcp_server.version = __version__
+        self._arguments: dict[str, list[str]] = {}
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        if not self._arguments:
+            self._arguments = {t.name: list(t.inputSchema.get("properties", {})) for t in await self.list_tools()}
+        allowed = self._arguments.get(name)
+        unknown = sorted(set(arguments) - set(allowed)) if allowed is not None else []
+        if unknown:
+            raise ToolError(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed or [])}")
+        try:
+            return await super().call_tool(name, arguments)
+        except ToolError as exc:
+            # FastMCP prefixes every failure with "Error executing tool NAME:"; ours already say what went wrong
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(argument_errors(cause)) from None
+            if isinstance(cause, ToolError | ConclaveError):
+                raise tool_error(cause) from None
+            raise
 
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
@@ -91,6 +125,21 @@ class ConclaveMCP(FastMCP):
 def text_result(text: str, data: dict[str, Any]) -> CallToolResult:
     """A read-only tool's answer: ``text`` for the model to read, ``data`` as its structured content."""
     return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+
+
+def argument_errors(exc: ValidationError) -> str:
+    """A tool's argument errors in one line: each names the argument, what is allowed and what was given."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"]) or "arguments"
+        if error["type"] == "missing":
+            problems.append(f"{name}: required")
+            continue
+        allowed = error["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
+        given = repr(error.get("input"))
+        given = given if len(given) <= 40 else given[:39] + "…"
+        problems.append(f"{name}: {given} is not allowed; it should be {allowed}")
+    return "; ".join(problems)
 
 
 def tool_error(exc: BaseException) -> ToolError:
@@ -227,7 +276,8 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             )
             config.active[consultation.id] = done
             try:
-                await run_with_progress(consultation, bridge)
+                await run_with_progress(consultation, bridge,
+                                        on_cancel=lambda: config.stopping.add(consultation.id))
             except ConclaveError as exc:
                 raise tool_error(exc) from None
         finally:
@@ -346,6 +396,8 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         from conclave.store.resume import latest_interrupted, load_resume_point
 
         try:
+            if not id:  # a consultation cancelled a moment ago is the one to continue: wait until it is saved
+                await config.settled()
             cid = records.resolve_id(layout, id) if id else latest_interrupted(layout)
             if cid is None:
                 raise ToolError(f"no interrupted consultation to resume in {layout.journal_dir}")
@@ -383,11 +435,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         limit: Annotated[int, Field(ge=1, le=500, description="How many (default 10).")] = 10,
         status: Annotated[Literal["running", "interrupted", "complete", "completed_degraded", "partial", "aborted",
                                   "blocked"] | None,
-                          Field(description="Only consultations with this status (interrupted: killed before it "
-                                            "ended; conclave_resume continues it).")] = None,
+                          Field(description="Only consultations with this status (interrupted: every one "
+                                            "conclave_resume can continue: killed, cancelled or failed).")] = None,
         mode: Annotated[str | None, Field(description="Only this mode (converge, explore, …).")] = None,
     ) -> Annotated[CallToolResult, SessionsOutput]:
         try:
+            await config.settled()  # a consultation cancelled a moment ago is listed as it ended, not as running
             rows = records.sessions(layout, limit, status, mode)
         except ConclaveError as exc:
             raise tool_error(exc) from None

@@ -1,12 +1,15 @@
 """A tiny document model shared by every view: renderers build nodes once; Markdown, HTML, the terminal and the
 Datasette pages serialise the same nodes. A view never formats an artifact itself.
 
-Nodes are plain dataclasses; text is never pre-escaped (each serialiser escapes for its own format).
+Nodes are plain dataclasses; text is never pre-escaped (each serialiser escapes for its own format): the Markdown
+serialiser turns ``<`` and ``&`` into character references, because Markdown viewers render raw HTML, and points
+``javascript:``/``vbscript:``/``data:`` link targets nowhere; other Markdown (emphasis, lists, https links) stays.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Union
@@ -100,28 +103,28 @@ def to_markdown(nodes: Iterable[Node]) -> str:
 
 def _md(node: Node) -> str:
     if isinstance(node, Section | Card):
-        title = node.title + (f" ({node.subtitle})" if isinstance(node, Card) and node.subtitle else "")
+        title = _m(node.title + (f" ({node.subtitle})" if isinstance(node, Card) and node.subtitle else ""))
         inner = [b for b in (_md(c) for c in node.children) if b]
         return "\n\n".join([f"{'#' * node.level} {title}", *inner])
     if isinstance(node, Para):
-        text = node.text.strip()
+        text = _m(node.text.strip())
         if node.muted and text:
             text = f"_{text}_"
         if node.label:
-            return f"**{node.label}** {text}" if text else f"**{node.label}**"
+            return f"**{_m(node.label)}** {text}" if text else f"**{_m(node.label)}**"
         return text
     if isinstance(node, Bullets):
-        body = "\n".join(f"{f'{n}.' if node.ordered else '-'} {one_line(i)}" for n, i in enumerate(node.items, 1))
-        return f"**{node.label}**\n\n{body}" if node.label else body
+        body = "\n".join(f"{f'{n}.' if node.ordered else '-'} {_m(one_line(i))}" for n, i in enumerate(node.items, 1))
+        return f"**{_m(node.label)}**\n\n{body}" if node.label else body
     if isinstance(node, Facts):
-        return "\n".join(f"- **{k}:** {one_line(v)}" for k, v in node.pairs)
+        return "\n".join(f"- **{_m(k)}:** {_m(one_line(v))}" for k, v in node.pairs)
     if isinstance(node, Table):
-        head = "| " + " | ".join(node.headers) + " |"
+        head = "| " + " | ".join(_md_cell(h) for h in node.headers) + " |"
         rule = "| " + " | ".join("---:" if i in node.numeric else "---" for i in range(len(node.headers))) + " |"
         rows = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in node.rows]
         return "\n".join([head, rule, *rows])
     if isinstance(node, Note):
-        text = (f"{node.icon} " if node.icon else "") + (f"**{node.label}** " if node.label else "") + node.text
+        text = (f"{node.icon} " if node.icon else "") + (f"**{_m(node.label)}** " if node.label else "") + _m(node.text)
         return "\n".join(f"> {line}" if line else ">" for line in text.splitlines() or [""])
     if isinstance(node, Raw):
         return node.markdown
@@ -129,7 +132,24 @@ def _md(node: Node) -> str:
 
 
 def _md_cell(text: str) -> str:
-    return one_line(text).replace("|", "\\|")
+    return _m(one_line(text)).replace("|", "\\|")
+
+
+# a link or image target (``](target``) or a link reference definition (``[label]: target``)
+_LINK_TARGET = re.compile(r"(\]\(\s*|\]:[ \t]*\n?[ \t]*)([^\s)]+)")
+_UNSAFE_SCHEMES = ("javascript:", "vbscript:", "data:")
+_IGNORED_IN_SCHEME = re.compile(r"[\x00-\x20\\]")  # browsers drop controls and blanks; ``\:`` is an escaped colon
+
+
+def _m(text: str) -> str:
+    """Model text made inert for Markdown viewers: no raw HTML, no autolink, no script or data link target."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    return _LINK_TARGET.sub(_safe_target, text)
+
+
+def _safe_target(match: re.Match[str]) -> str:
+    target = _IGNORED_IN_SCHEME.sub("", html.unescape(match.group(2))).lower()
+    return match.group(1) + ("#unsafe-link-removed" if target.startswith(_UNSAFE_SCHEMES) else match.group(2))
 
 
 # ------------------------------------------------------------------------------------------------ HTML

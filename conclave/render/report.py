@@ -230,7 +230,10 @@ def _panel(result: Mapping[str, Any]) -> Section | None:
         if judge.get("fallback_used"):
             line += f" (fallback for {_model(judge.get('provider'), judge.get('model'))})"
         nodes.append(Para(line))
-    if not any(a.get("substituted") or a.get("absent") for a in agents) and not judge.get("fallback_used"):
+    # said only when someone answered: a question the safety evaluator refused was put to nobody
+    answered = (result.get("completed_rounds") or 0) > 0 or bool(_map(_map(result.get("artifacts")).get("round_1")))
+    substituted = any(a.get("substituted") or a.get("absent") for a in agents) or judge.get("fallback_used")
+    if answered and not substituted:
         nodes.append(Para("All models answered as configured.", muted=True))
     versions = _map(result.get("prompt_versions"))
     if versions:

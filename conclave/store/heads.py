@@ -9,6 +9,10 @@ Two ways to make the heads themselves hard to forge (``logs verify`` checks both
   hash`` under that key. Whoever rewrites a journal and its heads without the key cannot make valid MACs.
 - anchored: :meth:`HeadsLog.anchor` is a digest of the log as it is now (``heads-v1:<length>:<sha256>``). The
   log only ever grows, so the same first ``length`` bytes must hash to it later, whatever was appended since.
+  Before the digest, ``conclave logs head`` appends a *closed* line (``consultation_id seq hash closed``) for each
+  journal no process was writing that may still be continued (killed, partial, aborted): only ``conclave resume``
+  continues such a journal, so under the digest its next record after ``seq`` must be ``consultation:resumed``.
+  Readers of heads skip these lines.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from conclave.errors import StorageError
 
 KEY_VARIABLE = "CONCLAVE_JOURNAL_KEY"
 _ANCHOR_PREFIX = "heads-v1"
+CLOSED = "closed"
 
 
 def key_from_env() -> bytes | None:
@@ -66,6 +71,28 @@ class HeadsLog:
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+    def mark_closed(self, consultation_id: str, seq: int, hash_: str) -> None:
+        """Record that no process was writing ``consultation_id``, whose last head is ``seq``, when this was said."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{consultation_id} {seq} {hash_} {CLOSED}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def closed(self, anchor: str | None = None) -> dict[str, int]:
+        """Consultation id → the head seq of its last *closed* line (only those in the part ``anchor`` covers)."""
+        data = self._read()
+        if anchor is not None:
+            data = data[: self._anchor_parts(anchor)[0]]
+        marks: dict[str, int] = {}
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            parts = line.split(" ")
+            if len(parts) == 4 and parts[3] == CLOSED and parts[1].isdigit() and len(parts[2]) == 64:
+                marks[parts[0]] = int(parts[1])
+        return marks
 
     def sync(self) -> None:
         """Make every head appended so far durable (heads appended with ``sync=False``)."""
@@ -121,14 +148,18 @@ class HeadsLog:
 
     def check_anchor(self, anchor: str) -> str | None:
         """None when the log still starts with what ``anchor`` was taken of; else what differs."""
+        length, digest = self._anchor_parts(anchor)
+        data = self._read()
+        if len(data) < length:
+            return f"the heads log is {len(data)} bytes, shorter than the {length} the digest was taken of"
+        if hashlib.sha256(data[:length]).hexdigest() != digest:
+            return f"the first {length} bytes of the heads log changed since the digest was taken"
+        return None
+
+    @staticmethod
+    def _anchor_parts(anchor: str) -> tuple[int, str]:
         parts = anchor.strip().split(":")
         if len(parts) != 3 or parts[0] != _ANCHOR_PREFIX or not parts[1].isdigit() or len(parts[2]) != 64:
             raise ValueError(f"not a heads digest: {anchor!r} (expected {_ANCHOR_PREFIX}:<length>:<sha256>, "
                              "as `conclave logs head` prints)")
-        length = int(parts[1])
-        data = self._read()
-        if len(data) < length:
-            return f"the heads log is {len(data)} bytes, shorter than the {length} the digest was taken of"
-        if hashlib.sha256(data[:length]).hexdigest() != parts[2]:
-            return f"the first {length} bytes of the heads log changed since the digest was taken"
-        return None
+        return int(parts[1]), parts[2]

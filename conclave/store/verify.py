@@ -11,7 +11,8 @@ appended  a record follows the journal's seal: a ``consultation:completed`` that
 missing   the heads log knows a consultation whose journal file is gone, or journals exist without a heads log;
 unkeyed   (``CONCLAVE_JOURNAL_KEY`` set) a head without a valid MAC under that key, or a journal with no such
           head at all;
-anchor    (``verify --against DIGEST``) the heads log no longer starts with what ``conclave logs head`` printed.
+anchor    (``verify --against DIGEST``) the heads log no longer starts with what ``conclave logs head`` printed;
+          and a journal that no process was writing at the digest continues with anything but a resume (appended).
 A torn last line (a crash mid-write) is not a problem: it was never durable and ``resume`` cuts it off.
 
 What each check proves is in the README ("Tamper evidence").
@@ -27,7 +28,7 @@ from typing import Any
 
 from conclave.store.chain import GENESIS, record_hash
 from conclave.store.heads import KEY_VARIABLE, HeadsLog
-from conclave.store.journal_file import JournalFile, JournalLine, is_being_written, read_journal
+from conclave.store.journal_file import JournalFile, JournalLine, is_being_written, last_record, read_journal
 from conclave.store.paths import StoreLayout
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -196,10 +197,13 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None,
         all_heads.setdefault(head.consultation_id, []).append((head.seq, head.hash))
     ids = consultation_ids if consultation_ids is not None else sorted(set(layout.journal_ids()) | set(all_heads))
     report = VerifyReport()
+    closed: dict[str, int] = {}  # journals no process wrote when the digest was taken: their last head then
     if against is not None:
         changed = heads_log.check_anchor(against)
         if changed is not None:
             report.problems.append(Problem(STORE, "anchor", None, None, changed))
+        else:
+            closed = heads_log.closed(against)
     heads_log_exists = layout.heads_path.exists()
     if not heads_log_exists and any(_has_records(layout, cid) for cid in layout.journal_ids()):
         report.problems.append(Problem(
@@ -223,6 +227,8 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None,
         problem = check_journal(cid, journal, heads)
         if problem is None and heads_log_exists:  # (without the log, "missing" above already says it all)
             problem = check_headed(cid, path, journal, heads)
+        if problem is None and cid in closed:
+            problem = _check_continued(cid, journal, closed[cid])
         if problem is None and key is not None:
             problem = _check_keyed(heads_log, [h for h in entries if h.consultation_id == cid], cid, journal)
         if problem is not None:
@@ -249,6 +255,36 @@ def check_headed(cid: str, path: Path, journal: JournalFile, heads: list[tuple[i
                    f"{extra} record(s) after the last recorded head" + (f" (seq {last})" if last >= 0 else "")
                    + ": added after the journal was last written, or left by a run killed between a write and its "
                    "head (`conclave resume` drops them)")
+
+
+def mark_closed_journals(layout: StoreLayout) -> None:
+    """Before a digest is taken: a *closed* line in the heads log for every journal that no process is writing and
+    that may still be continued (killed, partial, aborted), at its last head. Under the digest, such a journal may
+    only go on with ``consultation:resumed``, as ``conclave resume`` writes it."""
+    heads_log = HeadsLog(layout.heads_path)
+    marked = heads_log.closed()
+    for cid, recorded in heads_log.load().items():
+        seq, hash_ = max(recorded)
+        path = layout.journal_path(cid)
+        if marked.get(cid) == seq or not path.exists() or is_being_written(path):
+            continue
+        last = last_record(path) or {}
+        if last.get("type") == "consultation:completed" and (last.get("data") or {}).get("status") not in _RESUMABLE:
+            continue  # sealed for good: the seal check already refuses anything after it
+        heads_log.mark_closed(cid, seq, hash_)
+
+
+def _check_continued(cid: str, journal: JournalFile, seq: int) -> Problem | None:
+    """Anchored mode: a journal closed at ``seq`` when the digest was taken continues only with a resume."""
+    if len(journal.lines) <= seq + 1:
+        return None
+    line = journal.lines[seq + 1]
+    found = (line.record or {}).get("type")
+    if found == _RESUMED:
+        return None
+    return Problem(cid, "appended", seq + 1, line.number,
+                   f"a {found} record follows seq {seq}, where the journal stood, written by no process, when the "
+                   f"digest was taken: only `conclave resume` continues it, and it starts with {_RESUMED}")
 
 
 def _has_records(layout: StoreLayout, cid: str) -> bool:

@@ -1,4 +1,4 @@
-"""Built-in ``local`` provider: a GGUF model run in-process with llama-cpp-python (``pip install 'conclave[local]'``).
+"""Built-in ``local`` provider: a GGUF model run in-process with llama-cpp-python (the ``local`` extra).
 
 No key, no network. The model (``providers.local.model_path``, else the packaged Gemma 3 270M) is loaded once per
 process and shared by every agent; generation runs on one worker thread, one call at a time, so the event loop
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conclave.extras import install_hint
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
     BadRequestError,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
     from .sampling import SamplerStats
 
-INSTALL_HINT = "pip install 'conclave[local]'"
 #: threads for llama.cpp; default half the cores: its spinning thread barrier collapses (10x slower) as soon as
 #: another process wants the same cores, and one thread already decodes 40-60 tokens/s with the 270M model
 ENV_THREADS = "CONCLAVE_LOCAL_THREADS"
@@ -390,7 +390,7 @@ class LocalProvider(Provider):
             import llama_cpp  # noqa: F401
         except ImportError:
             raise LocalRuntimeMissingError(
-                f"the local provider needs llama-cpp-python, which is not installed: {INSTALL_HINT}",
+                f"the local provider needs llama-cpp-python, which is not installed: {install_hint('local')}",
                 provider=self.name, model=model,
             ) from None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urljoin
 
-import numpy as np  # installed with llama-cpp-python: this module is part of conclave[local]
+import numpy as np  # installed with llama-cpp-python: this module is part of the `local` extra
 
 from conclave.errors import ConclaveError
 from conclave.providers.schema_hints import DEFAULT_MAX_ITEMS, MAX_STRING_CHARS, MIN_STRING_CHARS
