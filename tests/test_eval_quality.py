@@ -109,18 +109,6 @@ async def test_quality_layer_figures_are_reported_per_protocol_and_indexed(
     assert db.execute("select count(*) from eval_items where quality_correct = 1").fetchone()[0] == 2
 
 
-async def test_auto_without_a_quality_switch_runs_no_arm_and_says_why(fake_provider_server: FakeProviderServer,
-                                                                      conclave_env: Path) -> None:
-    if any(quality_arm.has_key(panel_settings(fake_provider_server, conclave_env), k) for k in quality_arm.SWITCHES):
-        pytest.skip("this configuration has a quality-layer switch: auto runs the arm")
-    ev, code, out, _ = await evaluate(fake_provider_server, conclave_env,
-                                      AnswerPanel({n: 1.0 for n in PERSONAS.values()}), n=1)
-    assert code == 0
-    assert len(fake_provider_server.requests) == 9  # the base consultation only
-    assert "quality" not in store.read_run(conclave_env, ev.run_id)["summary"]["protocols"]
-    assert "Quality protocol not run: this configuration has no quality-layer switch" in out
-
-
 def test_auto_switches_the_layer_on_in_the_arm_and_to_its_off_value_in_the_base(
         monkeypatch: pytest.MonkeyPatch, fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     monkeypatch.setattr(quality_arm, "SWITCHES", {"quality.state_tokens": (500, 1500), "no.such": (1, 0)})

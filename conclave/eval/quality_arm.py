@@ -6,7 +6,7 @@ protocol picks up whatever those keys switch on:
 
 - ``auto`` (the default): every switch in :data:`SWITCHES` this install's configuration has (``quality.stage``:
   the base debate runs with the layer in ``shadow``, recording what it would have done, and the arm with it
-  ``on``). When the configuration has none of them, the protocol is not run and the report says why.
+  ``on``).
 - ``off``: no quality protocol.
 - ``{quality.stage: on, exit.max_rounds: 6}``: exactly these keys.
 
@@ -48,9 +48,6 @@ def resolve(spec: Any, base: Settings, user_overrides: Iterable[str]) -> tuple[d
         return {}, {}, "eval.quality=off"
     if spec == "auto":
         present = {k: v for k, v in SWITCHES.items() if has_key(base, k)}
-        if not present:
-            return {}, {}, ("this configuration has no quality-layer switch that changes the debate "
-                            f"({', '.join(SWITCHES)}); name the arm's keys with eval.quality={{key: value, …}}")
         given = {o.lstrip("+~").partition("=")[0] for o in user_overrides}
         return ({k: arm for k, (arm, _) in present.items()},
                 {k: off for k, (_, off) in present.items() if k not in given}, "")
