@@ -1041,30 +1041,53 @@ def _apply_public(rule: PublicRule, view: _View, counts: dict[str, int]) -> None
     """Record the public rule's accepted secrets on the lines holding its keywords as edits. Its regex runs with
     RE2 over the ASCII bytes of each stretch of such lines (one pass each, linear whatever the regex)."""
     public = public_rules()
-    shared = public.allowlists if public is not None else ()
+    pattern = rule.compiled
+    if public is None or pattern is None:
+        return
     text, subject = view.text, view.raw_ascii
     spans = _keyword_lines(view, rule.keywords) if rule.keywords else [(0, len(text))]
     placeholder = _placeholder(rule.kind)
     for lo, hi in spans:
-        for match in rule.pattern.finditer(subject[lo:hi]):
+        bounds = _LineBounds(text, lo, hi)
+        for match in pattern.finditer(subject[lo:hi]):
             found = rule.secret_span(match)
             if found is None:
                 continue
             start, end = lo + found[0], lo + found[1]
-            secret = text[start:end]
-            if PLACEHOLDER_PREFIX in secret or PLACEHOLDER_PREFIX in text[max(lo, start - 1):start + 1]:
-                continue
-
-            def line(at: int = start) -> str:
-                end_of_line = text.find("\n", at)
-                return text[text.rfind("\n", 0, at) + 1:len(text) if end_of_line == -1 else end_of_line]
-
             # a span an earlier rule redacted is not a new secret: looked at first, it costs no checks
-            if view.claimed(start, end) or not rule.accepts(secret, text[lo + match.start():lo + match.end()],
-                                                             line, shared):
+            if view.claimed(start, end) or _in_placeholder(text, start, end):
+                continue
+            if not rule.accepts(text[start:end], text[lo + match.start():lo + match.end()],
+                                functools.partial(bounds.line, start), public.allowlists):
                 continue
             view.claim(start, end, placeholder)
             counts[rule.kind] = counts.get(rule.kind, 0) + 1
+
+
+def _in_placeholder(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` overlaps a ``[REDACTED_…]`` placeholder already in the text."""
+    at = text.rfind(PLACEHOLDER_PREFIX, max(0, start - _LONGEST_PLACEHOLDER), end)
+    return at != -1 and text.find("]", at) >= start
+
+
+#: longer than any placeholder (a rule id of the public set is at most ~50 characters)
+_LONGEST_PLACEHOLDER = 96
+
+
+class _LineBounds:
+    """The line around a position of ``text[lo:hi]`` (a stretch of whole lines), the last one remembered: the
+    matches on one long line look it up once."""
+
+    def __init__(self, text: str, lo: int, hi: int) -> None:
+        self.text, self.lo, self.hi = text, lo, hi
+        self.start, self.end = -1, -1
+
+    def line(self, at: int) -> str:
+        if not self.start <= at <= self.end:
+            self.start = self.text.rfind("\n", self.lo, at) + 1 or self.lo
+            end = self.text.find("\n", at, self.hi)
+            self.end = self.hi if end == -1 else end
+        return self.text[self.start:self.end]
 
 
 #: a window with more matches than this is rewritten in one pass (:func:`_rewrite`) rather than edited match by match

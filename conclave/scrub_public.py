@@ -95,9 +95,13 @@ class PublicRule:
         return self.id.startswith("generic")
 
     @functools.cached_property
-    def pattern(self) -> Any:
-        """The regex over the text's ASCII bytes (every other character is one "?", so positions line up)."""
-        return re2.compile(self.source.encode())
+    def compiled(self) -> Any:
+        """The regex over the text's ASCII bytes (every other character is one "?", so positions line up), or
+        None for one RE2 refuses (a later rule set may use syntax this google-re2 does not know): left out."""
+        try:
+            return re2.compile(self.source.encode())
+        except re2.error:
+            return None
 
     def secret_span(self, match: Any) -> tuple[int, int] | None:
         if self.secret_group:
@@ -181,20 +185,20 @@ def public_rules() -> PublicRuleSet | None:
     carries no configuration, or google-re2 is missing)."""
     if re2 is None:  # pragma: no cover - google-re2 is a dependency
         return None
-    try:
-        binary = _binary()
-        text = embedded_config(binary) if binary is not None else None
-    except (OSError, ValueError):
-        return None
-    if text is None:
-        return None
     from importlib import metadata
 
     try:
-        version = metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:  # pragma: no cover - found above
-        version = "unknown"
-    return parse_rule_set(text, version)
+        binary = _binary()
+        text = embedded_config(binary) if binary is not None else None
+        if text is None:
+            return None
+        try:
+            version = metadata.version(PACKAGE)
+        except metadata.PackageNotFoundError:  # pragma: no cover - found above
+            version = "unknown"
+        return parse_rule_set(text, version)
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable, or not a configuration this code knows
+        return None
 
 
 __all__ = ["Allowlist", "PublicRule", "PublicRuleSet", "embedded_config", "parse_rule_set", "public_rules",
