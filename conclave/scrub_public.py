@@ -185,20 +185,22 @@ def public_rules() -> PublicRuleSet | None:
     carries no configuration, or google-re2 is missing)."""
     if re2 is None:  # pragma: no cover - google-re2 is a dependency
         return None
-    from importlib import metadata
-
     try:
         binary = _binary()
         text = embedded_config(binary) if binary is not None else None
-        if text is None:
+        if binary is None or text is None:
             return None
-        try:
-            version = metadata.version(PACKAGE)
-        except metadata.PackageNotFoundError:  # pragma: no cover - found above
-            version = "unknown"
-        return parse_rule_set(text, version)
+        return parse_rule_set(text, _version(binary.parent.parent))
     except (OSError, ValueError, KeyError, TypeError):  # unreadable, or not a configuration this code knows
         return None
+
+
+def _version(package_dir: Path) -> str:
+    """The installed package's version, from its ``.dist-info`` directory's name (importlib.metadata would scan
+    every installed distribution: tens of milliseconds before the first scrub)."""
+    for info in package_dir.parent.glob(f"{_MODULE}-*.dist-info"):
+        return info.name[len(_MODULE) + 1:-len(".dist-info")]
+    return "unknown"
 
 
 __all__ = ["Allowlist", "PublicRule", "PublicRuleSet", "embedded_config", "parse_rule_set", "public_rules",
