@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from conclave.scrub_public import PublicRule, public_rules
+
 try:  # RE2 finds which of the rules' keywords occur in one linear pass; without it, one search per keyword
     import re2
 except ImportError:  # pragma: no cover - google-re2 is a dependency; this keeps scrubbing working without it
@@ -181,8 +183,10 @@ def _colon_value(value: str) -> bool:
     return _plain_value(value) and (_SECRET_CHAR.search(value) is not None or len(value) >= 16)
 
 
-# A quoted literal is a secret unless it is a template slot or a mask ("${DB_PASSWORD}", "<token>", "****").
-_QUOTED_REFERENCE = re.compile(r"^(?:\$\{.*\}|\{\{.*\}\}|<[^>]*>|\*+|x{4,})$", re.IGNORECASE)
+# A quoted literal is a secret unless it is a template slot or a mask ("${DB_PASSWORD}", "<token>", "****",
+# "sk-xxxx": a vendor's prefix and a mask, as documentation writes a key).
+_QUOTED_REFERENCE = re.compile(r"^(?:\$\{.*\}|\{\{.*\}\}|<[^>]*>|\*+|x{4,}|(?:[a-z0-9]{1,10}[_-]){1,3}x{4,})$",
+                               re.IGNORECASE)
 
 
 def _quoted_value(value: str) -> bool:
@@ -357,10 +361,13 @@ def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
         unknown = set(spec.get("require", ())) - set(_REQUIRE)
         if unknown:
             raise ValueError(f"scrub rule {spec['id']}: unknown require {sorted(unknown)}")
-        # a token never spans lines (no rule pattern matches a line break): each runs on its keywords' lines
+        # a token never spans lines (no rule pattern matches a line break): each runs on its keywords' lines,
+        # or on the lines its guard finds
+        guard = spec.get("guard")
         rules.append(_rule(spec["kind"], spec["regex"], _requiring(list(spec.get("require", ()))),
                            keywords=spec.get("keywords", ()), lowered=bool(spec.get("lowered", False)),
-                           where="lines"))
+                           where="lines" if guard is None else "guard",
+                           finder=None if guard is None else guard.encode()))
     return tuple(rules)
 
 
@@ -394,7 +401,7 @@ _REFERENCE_PARTS: tuple[_Part, ...] = (  # _is_reference
 )
 _QUOTED_REFERENCE_PARTS: tuple[_Part, ...] = (  # _QUOTED_REFERENCE
     ("$", r"\$\{[^\n]*\}$"), ("{", r"\{\{[^\n]*\}\}$"), ("<", r"<[^>\n]*+>$"), ("*", r"\*++$"),
-    (None, r"(?=[xX])(?i:x{4,}+)$"),
+    (None, r"(?=[xX])(?i:x{4,}+)$"), (None, r"(?:[A-Za-z0-9]{1,10}+[_-]){1,3}+(?i:x{4,}+)$"),
 )
 
 
@@ -504,6 +511,9 @@ _STRUCTURAL: tuple[_Rule, ...] = (
           keywords=("redis-cli",), where="command", finder=_command(("redis-cli", ""))),
     _rule("password", r"""--password(?<=\s--password)[ \t]++["']?+(?P<secret>[^\s"'`]{1,256}+)""",
           _flag_password, keywords=("--password",)),
+    # --token VALUE / --auth-token=VALUE after any command (kubeadm join, sentry-cli, CLI logins)
+    _rule("token", r"""--(?<=\s--)(?:auth-)?token(?:[ \t]++|=)["']?+(?P<secret>[^\s"'`]{1,256}+)""",
+          _flag_password, keywords=("--token", "--auth-token")),
 )
 
 # ------------------------------------------------------------------------------------- named assignments
@@ -536,7 +546,29 @@ _ASSIGNMENTS: tuple[_Rule, ...] = (
     ),
 )
 
-_RULES: tuple[_Rule, ...] = (*load_token_rules(), *_STRUCTURAL, *_ASSIGNMENTS)
+_TOKEN_RULES = load_token_rules()
+_RULES: tuple[_Rule, ...] = (*_TOKEN_RULES, *_STRUCTURAL, *_ASSIGNMENTS)
+
+
+#: public rules for what conclave finds itself: private key blocks (with or without their END line; a run of
+#: BEGIN lines quoted in documentation is not a key); JWTs, Vault and Twilio tokens, whose public keywords of two
+#: characters ("ey", "s.", "sk") are on most lines of prose; and credentials by their syntax (curl's -u and -H
+#: and the generic rule's names: conclave's own rules know the same, refuse more look-alikes and rewrite a dump
+#: of them in one pass)
+_OWN_PUBLIC = frozenset({"private-key", "jwt", "vault-service-token", "twilio-api-key", "curl-auth-user",
+                         "curl-auth-header", "generic-api-key"})
+
+
+@functools.cache
+def _pipeline() -> tuple[_Rule | PublicRule, ...]:
+    """Every rule in the order it runs, specific before generic: conclave's token formats, credentials by
+    syntax, the public set's formats (gitleaks' default rules, when installed: see :mod:`conclave.scrub_public`),
+    named assignments, and last the public set's generic rules. A secret is counted once, under the first
+    rule that finds it."""
+    public = public_rules()
+    rules = tuple(rule for rule in public.rules if rule.id not in _OWN_PUBLIC) if public is not None else ()
+    return (*_TOKEN_RULES, *_STRUCTURAL, *(rule for rule in rules if not rule.generic), *_ASSIGNMENTS,
+            *(rule for rule in rules if rule.generic))
 
 
 # ------------------------------------------------------------------------------------------ private keys
@@ -611,10 +643,13 @@ def scrub(text: str, known_secrets: Iterable[str] = ()) -> tuple[str, ScrubRepor
     # keyword); where it runs is decided on the current text (the chunks holding its keywords, and its lines).
     view = _View(text)
     present = set().union(*(keywords for _, keywords in view.chunks()))
-    for rule in _RULES:
+    for rule in _pipeline():
         if rule.keywords and present.isdisjoint(rule.keywords):
             continue
-        _apply(rule, view, counts)
+        if isinstance(rule, PublicRule):
+            _apply_public(rule, view, counts)
+        else:
+            _apply(rule, view, counts)
     return view.materialized(), ScrubReport(counts)
 
 
@@ -639,7 +674,7 @@ class _KeywordIndex:
 
 @functools.cache
 def _keywords() -> _KeywordIndex:
-    return _KeywordIndex(keyword for rule in _RULES for keyword in rule.keywords)
+    return _KeywordIndex(keyword for rule in _pipeline() for keyword in rule.keywords)
 
 
 class _View:
@@ -660,6 +695,7 @@ class _View:
         self._ascii: bytes | None = None
         self._raw_ascii: bytes | None = None
         self._chunks: list[tuple[int, set[str]]] | None = None
+        self._keyword_chunks: dict[str, list[int]] | None = None
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.placeholders: list[str] = []
@@ -667,6 +703,7 @@ class _View:
     def replace(self, text: str) -> None:
         if text is not self.text:
             self.text, self._lowered, self._ascii, self._raw_ascii, self._chunks = text, None, None, None, None
+            self._keyword_chunks = None
 
     def chunks(self) -> list[tuple[int, set[str]]]:
         """(start, the keywords found from there to the chunk's end, or running past it) for each
@@ -677,6 +714,16 @@ class _View:
             self._chunks = [(lo, index.present(lowered[lo:lo + _CHUNK + overlap]))
                             for lo in range(0, len(lowered), _CHUNK)]
         return self._chunks
+
+    def keyword_chunks(self) -> dict[str, list[int]]:
+        """Each keyword found, with the starts of the chunks that hold it (see :meth:`chunks`), in order."""
+        if self._keyword_chunks is None:
+            index: dict[str, list[int]] = {}
+            for lo, present in self.chunks():
+                for keyword in present:
+                    index.setdefault(keyword, []).append(lo)
+            self._keyword_chunks = index
+        return self._keyword_chunks
 
     def ranges(self, keywords: tuple[str, ...], reach: int) -> list[tuple[int, int]]:
         """The stretches of text where a match containing one of ``keywords`` can lie: the chunks holding one,
@@ -699,6 +746,11 @@ class _View:
                 newline = text.find("\n", after)
             spans.append((start, len(text) if newline == -1 else newline))
         return spans
+
+    def claimed(self, start: int, end: int) -> bool:
+        """``text[start:end]`` overlaps a redaction already recorded."""
+        i = bisect.bisect_right(self.starts, start)
+        return bool((i and self.ends[i - 1] > start) or (i < len(self.starts) and self.starts[i] < end))
 
     def claim(self, start: int, end: int, placeholder: str) -> bool:
         """Record a redaction of ``text[start:end]`` unless it overlaps one already recorded."""
@@ -957,6 +1009,91 @@ def _command_lines(commands: tuple[re.Pattern[str], ...], text: str, lowered: st
         else:
             merged.append((start, end))
     return merged
+
+
+def _keyword_lines(view: _View, keywords: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The (start, end) of the lines holding one of ``keywords``, lines closer than :data:`_NEAR` merged with
+    what lies between (the regex engine reads a few hundred characters faster than Python makes another call;
+    gitleaks itself runs a rule over the whole file its keywords are in). Each keyword is looked for only in
+    the chunks that hold it, and from the end of the last line found for it: one pass per keyword."""
+    text, lowered, n = view.text, view.lowered, len(view.text)
+    lines: list[tuple[int, int]] = []
+    chunks = view.keyword_chunks()
+    for keyword in keywords:
+        resume = 0
+        for lo in chunks.get(keyword, ()):
+            pos = max(lo, resume)
+            stop = min(lo + _CHUNK + len(keyword) - 1, n)
+            while pos < stop and (at := lowered.find(keyword, pos, stop)) != -1:
+                end = text.find("\n", at)
+                end = n if end == -1 else end
+                lines.append((text.rfind("\n", resume, at) + 1, end))
+                pos = resume = end + 1
+    lines.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in lines:
+        if merged and start <= merged[-1][1] + _NEAR:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+#: keyword lines this close (in characters) are searched as one stretch
+_NEAR = 1024
+
+
+def _apply_public(rule: PublicRule, view: _View, counts: dict[str, int]) -> None:
+    """Record the public rule's accepted secrets on the lines holding its keywords as edits. Its regex runs with
+    RE2 over the ASCII bytes of each stretch of such lines (one pass each, linear whatever the regex)."""
+    public = public_rules()
+    pattern = rule.compiled
+    if public is None or pattern is None:
+        return
+    text, subject = view.text, view.raw_ascii
+    spans = _keyword_lines(view, rule.keywords) if rule.keywords else [(0, len(text))]
+    placeholder = _placeholder(rule.kind)
+    for lo, hi in spans:
+        bounds = _LineBounds(text, lo, hi)
+        for match in pattern.finditer(subject[lo:hi]):
+            found = rule.secret_span(match)
+            if found is None:
+                continue
+            start, end = lo + found[0], lo + found[1]
+            # a span an earlier rule redacted is not a new secret: looked at first, it costs no checks
+            if view.claimed(start, end) or _in_placeholder(text, start, end):
+                continue
+            if not rule.accepts(text[start:end], text[lo + match.start():lo + match.end()],
+                                functools.partial(bounds.line, start), public.allowlists):
+                continue
+            view.claim(start, end, placeholder)
+            counts[rule.kind] = counts.get(rule.kind, 0) + 1
+
+
+def _in_placeholder(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` overlaps a ``[REDACTED_…]`` placeholder already in the text."""
+    at = text.rfind(PLACEHOLDER_PREFIX, max(0, start - _LONGEST_PLACEHOLDER), end)
+    return at != -1 and text.find("]", at) >= start
+
+
+#: longer than any placeholder (a rule id of the public set is at most ~50 characters)
+_LONGEST_PLACEHOLDER = 96
+
+
+class _LineBounds:
+    """The line around a position of ``text[lo:hi]`` (a stretch of whole lines), the last one remembered: the
+    matches on one long line look it up once."""
+
+    def __init__(self, text: str, lo: int, hi: int) -> None:
+        self.text, self.lo, self.hi = text, lo, hi
+        self.start, self.end = -1, -1
+
+    def line(self, at: int) -> str:
+        if not self.start <= at <= self.end:
+            self.start = self.text.rfind("\n", self.lo, at) + 1 or self.lo
+            end = self.text.find("\n", at, self.hi)
+            self.end = self.hi if end == -1 else end
+        return self.text[self.start:self.end]
 
 
 #: a window with more matches than this is rewritten in one pass (:func:`_rewrite`) rather than edited match by match
