@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from browser_support import needs_browser, screenshot, serving
 from cli_helpers import clean_env, run_conclave
 
 from conclave import __version__
@@ -458,3 +460,80 @@ def test_the_datasette_consultation_page_says_it(toy_run: tuple[Path, str, str])
     assert response.status_code == 200
     text = re.sub(r"<[^>]+>", "", response.text)
     assert TOY_BANNER in text and text.index(TOY_BANNER) < text.index("Consultation summary") + 200
+
+
+@needs_local
+@needs_browser
+@pytest.mark.slow
+def test_the_live_view_says_it(toy_run: tuple[Path, str, str], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    home, cid, _ = toy_run
+    token = "first-run-token"
+    env = keyless_env(home, CONCLAVE_WEB_TOKEN=token)
+    with serving([sys.executable, "-m", "conclave", "serve", "--port", "{port}"], f"/?token={token}", env=env,
+                 cwd=home) as url:
+        browser.get(f"{url}/c/{cid}?token={token}")
+        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "toy-panel"))
+        banner = browser.find_element(By.ID, "toy-panel")
+        assert banner.text.startswith(f"⚠ {TOY_BANNER}")
+        first = browser.execute_script("return document.querySelector('main').firstElementChild.id")
+        assert first == "toy-panel"  # above the rounds and the verdict's confidence
+        screenshot(browser, "first_run_live_toy_banner")
+
+
+# ============================================================================================ evaluations
+
+
+def record_toy_panel(home: Path, run_id: str) -> dict[str, Any]:
+    """Make ``run_id``'s record say what an offline-panel run records: every seat and the judge on the packaged
+    model (run.json and its index row, as `conclave eval` writes them)."""
+    from conclave.eval import store
+
+    run = store.read_run(home, run_id)
+    run["panel"] = {name: {**seat, "provider": "local", "model": "gemma-3-270m"}
+                    for name, seat in run["panel"].items()}
+    run["judge"] = "local/gemma-3-270m"
+    db = sqlite3.connect(StoreLayout(home).index_path)
+    with db:
+        db.execute("update eval_runs set panel = ?, judge = ? where run_id = ?",
+                   (json.dumps(run["panel"]), run["judge"], run_id))
+    db.close()
+    return run
+
+
+def test_the_eval_report_and_its_charts_say_it(eval_home: Any) -> None:
+    from conclave.eval import store
+    from conclave.eval.report import render
+
+    home, run_id = eval_home.home, eval_home.lone_run
+    rows = store.read_items(home, run_id)
+    real = store.read_run(home, run_id)
+    assert all(TOY_BANNER not in render(real, rows, fmt) for fmt in ("markdown", "html", "json"))
+    toy = record_toy_panel(home, run_id)
+    markdown = render(toy, rows, "markdown")
+    assert markdown.index(TOY_BANNER) < markdown.index("debate vs vote")  # above the first number
+    page = render(toy, rows, "html")
+    assert page.index(TOY_BANNER) < page.index("debate vs vote")
+    charts = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    assert len(charts) == 2 and all(TOY_BANNER in chart for chart in charts)  # a chart copied out keeps it
+    assert json.loads(render(toy, rows, "json"))["notice"].startswith(TOY_BANNER)
+
+
+def test_the_datasette_eval_page_says_it(eval_home: Any) -> None:
+    from datasette.app import Datasette
+
+    home = eval_home.home
+    record_toy_panel(home, eval_home.lone_run)
+
+    async def fetch(path: str) -> str:
+        response = await Datasette([str(StoreLayout(home).index_path)]).client.get(path)
+        assert response.status_code == 200
+        return str(response.text)
+
+    toy = asyncio.run(fetch(f"/-/conclave/eval?run={eval_home.lone_run}"))
+    assert TOY_BANNER in toy.split('class="cv-eval-chart"', 1)[0]  # above the charts
+    charts = re.findall(r'<svg[^>]*class="cv-eval-chart".*?</svg>', toy, flags=re.S)
+    assert len(charts) == 2 and all(TOY_BANNER in chart for chart in charts)
+    assert TOY_BANNER not in asyncio.run(fetch(f"/-/conclave/eval?sweep={eval_home.sweep_id}"))

@@ -185,7 +185,7 @@ def consultation_page(consultation_id: str) -> str:
         "<header><h1 id=question>…</h1><div class=sub><span id=panel></span> · <span id=status class=status>"
         "running</span> · <span id=conn>connecting…</span> · <a href='/'>all consultations</a></div></header>"
         "<main><div id=rounds></div><div id=verdict></div></main>"
-        f"<script>{_SCRIPT}</script>"
+        f"<script>{_SCRIPT}</script>{toy_banner_script()}"
     )
     return _page(f"conclave · {consultation_id}", body, f" data-id='{html.escape(consultation_id)}'")
 
@@ -196,3 +196,26 @@ def _when(ts: Any) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def toy_banner_script() -> str:
+    """A script that opens the page with the toy-panel banner once the started event shows a seat on the toy model
+    (:func:`conclave.panel.toy_seats`'s rule, on the event's recorded agents and judge), before any number."""
+    import json
+
+    from conclave.panel import TOY_BANNER, TOY_DETAIL, TOY_MODEL, TOY_PROVIDER
+
+    toy = json.dumps({"provider": TOY_PROVIDER, "model": TOY_MODEL, "banner": TOY_BANNER, "detail": TOY_DETAIL})
+    return ("<script>(() => { const toy = " + toy.replace("<", "\\u003c") + r""";
+  const started = handlers["consultation:started"];
+  handlers["consultation:started"] = d => {
+    started(d);
+    const seats = [...(d.agents || []), d.judge || {}];
+    if (!seats.some(s => s && s.provider === toy.provider && s.model === toy.model)) return;
+    if (document.getElementById("toy-panel")) return;
+    const note = document.createElement("div");
+    note.id = "toy-panel"; note.className = "note error";
+    note.innerHTML = "<strong>⚠ " + esc(toy.banner) + "</strong> " + esc(toy.detail);
+    document.querySelector("main").prepend(note);
+  };
+})();</script>""")
