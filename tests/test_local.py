@@ -387,3 +387,20 @@ async def test_a_two_round_consultation_runs_offline(model_cache: Path, model_ho
     assert artifacts.validate("synthesis", result.artifacts.round_2) == []
     assert result.tokens.output > 0
     assert not (model_home / "models").exists()  # the home holds records, not a copy of the model
+
+
+@needs_llama
+def test_a_long_prompt_shrinks_the_answer_to_the_room_left(model_file: Path) -> None:
+    from conclave.providers.base import BadRequestError
+
+    runtime = local.LocalRuntime(model_file, n_ctx=1024)
+    try:
+        long = [{"role": "user", "content": "the cat sat on the mat " * 130}]  # about 800 tokens of 1024
+        answer = runtime.generate(local.GenerationJob(long, artifacts.get_schema("cross_exam_reply"), 512, 0.7))
+        assert answer.finish_reason == "stop", answer.text
+        assert artifacts.validate("cross_exam_reply", json.loads(answer.text)) == []
+        assert answer.input_tokens > 700 and answer.input_tokens + answer.output_tokens <= 1024
+        with pytest.raises(BadRequestError, match="context holds 1,024"):
+            runtime.generate(local.GenerationJob(long * 3, None, 16, 0.7))
+    finally:
+        runtime.close()

@@ -125,14 +125,30 @@ class LocalRuntime:
 
         from .sampling import build_grammar
 
-        grammar = build_grammar(job.grammar_schema, max_tokens=job.max_tokens, now=artifacts.now_iso()) \
+        now = artifacts.now_iso()
+        grammar = build_grammar(job.grammar_schema, max_tokens=job.max_tokens, now=now) \
             if job.grammar_schema is not None else None
         prefix = grammar.prefix if grammar else ""
-        prompt = self.prompt_text(job.messages, prefix)
-        if self.bos and prompt.startswith(self.bos):  # the engine adds the BOS token itself
-            prompt = prompt[len(self.bos):]
+
+        def full_prompt(prefix: str) -> str:
+            text = self.prompt_text(job.messages, prefix)
+            return text[len(self.bos):] if self.bos and text.startswith(self.bos) else text  # the engine adds BOS
+
+        prompt = full_prompt(prefix)
+        budget = self._room(prompt, job.max_tokens)
+        if grammar is not None and budget < job.max_tokens:  # a long prompt leaves less room: tighten the caps
+            grammar = build_grammar(job.grammar_schema or {}, max_tokens=budget, now=now)
+            grown = len(grammar.prefix.encode()) - len(prefix.encode())
+            if grown > 0:  # tighter caps forced more fields into the prefix, which the prompt carries
+                budget -= grown
+                grammar = build_grammar(job.grammar_schema or {}, max_tokens=max(budget, 1), now=now)
+            prefix = grammar.prefix
+            prompt = full_prompt(prefix)
+        if budget < 1:
+            raise BadRequestError(f"the prompt leaves no room for an answer in the local model's {self.n_ctx:,} "
+                                  "tokens of context")
         request: dict[str, Any] = {
-            "prompt": prompt, "n_predict": job.max_tokens, "temperature": job.temperature, "stream": True,
+            "prompt": prompt, "n_predict": budget, "temperature": job.temperature, "stream": True,
             "cache_prompt": True, "top_k": 40, "min_p": 0.05,
             # DRY instead of a flat repetition penalty: it stops loops of words without penalising the quotes,
             # colons and newlines every JSON answer repeats by design
@@ -191,6 +207,22 @@ class LocalRuntime:
             prompt_s=prompt_s,
             decode_s=max(elapsed - prompt_s, 0.0),
         )
+
+    def _room(self, prompt: str, max_tokens: int) -> int:
+        """The answer's token budget: ``max_tokens``, or less when the prompt leaves less of the context.
+
+        A prompt has at most one token per byte (plus BOS), so only a prompt that might not leave ``max_tokens``
+        is counted, by evaluating it alone (the engine keeps it cached for the answer that follows).
+        """
+        if len(prompt.encode("utf-8")) + 1 + max_tokens <= self.n_ctx:
+            return max_tokens
+        counted = self.server.handle_completions({"prompt": prompt, "n_predict": 0, "cache_prompt": True})
+        error = counted.get("error") if isinstance(counted, dict) else "no answer"
+        tokens = int(((counted.get("usage") or {}).get("prompt_tokens", 0)) if not error else self.n_ctx)
+        if tokens >= self.n_ctx:
+            shown = f"{tokens:,} tokens" if not error else "more tokens than that"
+            raise BadRequestError(f"the prompt has {shown}; the local model's context holds {self.n_ctx:,}")
+        return min(max_tokens, self.n_ctx - tokens)
 
     def close(self) -> None:
         self.server = None
