@@ -213,9 +213,9 @@ def toy_banner_script() -> str:
     const seats = [...(d.agents || []), d.judge || {}];
     if (!seats.some(s => s && s.provider === toy.provider && s.model === toy.model)) return;
     if (document.getElementById("toy-panel")) return;
-    const note = document.createElement("div");
-    note.id = "toy-panel"; note.className = "note error";
-    note.innerHTML = "<strong>⚠ " + esc(toy.banner) + "</strong> " + esc(toy.detail);
+    const note = document.createElement("div"), strong = document.createElement("strong");
+    note.id = "toy-panel"; note.className = "note error"; strong.textContent = "⚠ " + toy.banner;
+    note.append(strong, " " + toy.detail);
     document.querySelector("main").prepend(note);
   };
 })();</script>""")
