@@ -1,12 +1,11 @@
-"""Local model decode speed: unconstrained vs grammar-constrained (survivors-first) vs llama-cpp-python's default.
+"""Local model decode speed: unconstrained vs grammar-constrained, on llama.cpp's engine (xllamacpp).
 
 Same model, same round-1 prompt, same token budget (``--max-tokens``). Decode tokens/s excludes prompt evaluation.
 A constrained answer ends when its JSON object closes, so each unconstrained run is held to the length of the
 constrained run before it: decoding slows as the context grows, and longer runs would flatter the constrained
-side. The default grammar path (grammar over the whole vocabulary before top-k) is capped at
-``--default-tokens``. Goal: constrained >= 0.5x unconstrained.
+side. Goal: constrained >= 0.5x unconstrained.
 
-    python bench/local.py [--runs 3] [--max-tokens 256] [--default-tokens 16] [--model-path FILE.gguf]
+    python bench/local.py [--runs 3] [--max-tokens 256] [--model-path FILE.gguf]
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import argparse
 import json
 import string
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -47,7 +45,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--default-tokens", type=int, default=16)
     parser.add_argument("--model-path", default=None)
     args = parser.parse_args()
 
@@ -61,7 +58,7 @@ def main() -> None:
     rows: dict[str, tuple[int, float, str]] = {}
 
     def measure(label: str, grammar_schema: dict | None, budgets: list[int]) -> list[int]:
-        tokens, seconds, tiers, lengths = 0, 0.0, [0, 0, 0], []
+        tokens, seconds, lengths = 0, 0.0, []
         for budget in budgets:
             out = runtime.generate(GenerationJob(messages, grammar_schema, budget, temperature=0.7))
             tokens += out.output_tokens
@@ -69,17 +66,12 @@ def main() -> None:
             lengths.append(max(out.output_tokens, 1))
             if grammar_schema is not None:
                 assert artifacts.validate(SCHEMA, json.loads(out.text)) == [], out.text
-                stats = out.sampler_stats
-                tiers = [tiers[0] + stats.survivors, tiers[1] + stats.wide, tiers[2] + stats.full]
-        note = f"survivors {tiers[0]} · wide {tiers[1]} · full {tiers[2]}" if grammar_schema is not None else ""
-        rows[label] = (tokens, seconds, note)
+        rows[label] = (tokens, seconds, "")
         return lengths
 
-    lengths = measure("constrained, survivors-first", schema, [args.max_tokens] * args.runs)
+    lengths = measure("constrained", schema, [args.max_tokens] * args.runs)
     measure("unconstrained", None, lengths)
-    rows["constrained, llama-cpp default"] = default_path(runtime, messages, schema, args.default_tokens)
-    rows = {label: rows[label] for label in ("unconstrained", "constrained, survivors-first",
-                                             "constrained, llama-cpp default")}
+    rows = {label: rows[label] for label in ("unconstrained", "constrained")}
 
     base = rows["unconstrained"][0] / rows["unconstrained"][1]
     print(f"model {runtime.path.name} · {runtime.threads} thread(s) · {args.runs} run(s) · schema {SCHEMA}")
@@ -87,32 +79,10 @@ def main() -> None:
     for label, (tokens, seconds, note) in rows.items():
         rate = tokens / seconds if seconds else 0.0
         print(f"{label:<32} {tokens:>7} {seconds:>9.2f} {rate:>7.1f} {rate / base:>16.2f}x  {note}")
-    ours = rows["constrained, survivors-first"]
+    ours = rows["constrained"]
     ratio = ours[0] / ours[1] / base
     print(f"constrained / unconstrained = {ratio:.2f} (goal >= {GOAL}): {'ok' if ratio >= GOAL else 'BELOW GOAL'}")
     sys.exit(0 if ratio >= GOAL else 1)
-
-
-def default_path(runtime: object, messages: list[dict[str, str]], schema: dict, cap: int) -> tuple[int, float, str]:
-    """llama-cpp-python's own sampler chain with the same grammar: penalties → grammar (full vocab) → top-k …"""
-    import llama_cpp
-    from conclave_plugins.local.sampling import build_grammar
-
-    from conclave import artifacts
-
-    grammar = build_grammar(schema, max_tokens=cap, now=artifacts.now_iso())
-    prompt = runtime.prompt_text(messages, grammar.prefix)  # type: ignore[attr-defined]
-    llm = runtime.llm  # type: ignore[attr-defined]
-    tokens = llm.tokenize(prompt.encode(), add_bos=True, special=True)
-    stream = llm.create_completion(tokens, max_tokens=cap, temperature=0.7, stream=True,
-                                   grammar=llama_cpp.LlamaGrammar.from_string(grammar.gbnf, verbose=False))
-    count, first = 0, None
-    for _chunk in stream:
-        count += 1
-        first = first if first is not None else time.perf_counter()  # prompt evaluated, first token out
-    seconds = time.perf_counter() - first if first is not None else 0.0
-    # the first token's time is inside prompt evaluation; rate the remaining ones
-    return max(count - 1, 0), seconds, f"capped at {cap} tokens"
 
 
 if __name__ == "__main__":

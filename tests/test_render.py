@@ -372,3 +372,49 @@ def test_a_blocked_question_does_not_claim_the_models_answered(converge: dict[st
     assert "Blocked by the safety evaluator." in md
     assert "All models answered as configured" not in md
     assert "All models answered as configured" in render_markdown(converge)  # a run whose models did answer
+
+
+# ------------------------------------------------------------------------------------------------ toy panel banner
+
+
+def on_toy_panel(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` as the offline panel records it: every seat on the packaged 270M model of the local provider."""
+    toy = copy.deepcopy(result)
+    for seat in [*toy["agents"], toy["judge"]]:
+        seat.update(provider="local", model="gemma-3-270m", actual_provider="local", actual_model="gemma-3-270m")
+    return toy
+
+
+TOY = "Toy offline panel — not for decisions."
+
+
+def test_a_toy_result_opens_every_report_with_the_banner(converge: dict[str, Any]) -> None:
+    from conclave.render.html import render_html
+
+    toy = on_toy_panel(converge)
+    markdown = render_markdown(toy)
+    assert TOY in markdown.split("## Verdict")[0]  # above the verdict and its confidence
+    assert markdown.index(TOY) < markdown.index("Should we move billing")
+    page = render_html(toy)
+    assert TOY in page and page.index(TOY) < page.index("confidence")
+    assert TOY in render_markdown(toy, only_round=1)  # `conclave show --round 1` too
+    for clean in (render_markdown(converge), render_html(converge)):
+        assert TOY not in clean
+
+
+def test_a_toy_result_says_so_in_json(converge: dict[str, Any]) -> None:
+    out = io.StringIO()
+    print_result(on_toy_panel(converge), "json", out)
+    document = json.loads(out.getvalue())
+    assert document["notice"].startswith(TOY)
+    assert "notice" not in to_jsonld(converge)
+
+
+def test_one_seat_substituted_onto_the_toy_model_is_enough(converge: dict[str, Any]) -> None:
+    mixed = copy.deepcopy(converge)
+    mixed["agents"][0].update(actual_provider="local", actual_model="gemma-3-270m", substituted=True)
+    assert TOY in render_markdown(mixed)
+    bigger = on_toy_panel(converge)
+    for seat in [*bigger["agents"], bigger["judge"]]:  # the local provider on a real GGUF, named as README says
+        seat.update(model="qwen2.5-7b", actual_model="qwen2.5-7b")
+    assert TOY not in render_markdown(bigger)

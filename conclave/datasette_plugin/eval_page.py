@@ -91,13 +91,17 @@ def points(chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any]],
                 runs: dict[str, dict[str, Any]], sweep_id: str | None) -> str:
     from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost
+    from conclave.eval.report import TOY_EVAL, toy_run
+    from conclave.panel import TOY_BANNER
 
     drawn = points(chosen)
     db = datasette.databases[name]
     ids = [r["run_id"] for r in chosen]
     marks = ",".join("?" * len(ids))
     details = {r["run_id"]: dict(r) for r in (await db.execute(
-        f"select run_id, status, set_spec, items_done, summary from eval_runs where run_id in ({marks})", ids)).rows}
+        f"select run_id, status, set_spec, items_done, summary, panel, judge from eval_runs where run_id in ({marks})",
+        ids)).rows}
+    toy = any(toy_run(run) for run in details.values())
     lines = []
     for run_id in ids:
         summary = _summary(details.get(run_id, {}).get("summary"))
@@ -109,8 +113,11 @@ async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any
     first = details.get(ids[0], {})
     heading = (f'<h1>Evaluations</h1><p class="cv-muted">{escape(scope)} · set {escape(first.get("set_spec") or "")}'
                f" · {sum(int(r['items'] or 0) for r in chosen)} item(s)</p>")
-    charts = (f'<section class="cv-section"><div class="cv-eval-charts">{accuracy_vs_cost(drawn)}'
-              f"{accuracy_intervals(drawn)}</div>"
+    if toy:
+        heading += (f'<div class="cv-note cv-danger"><strong>⚠ {escape(TOY_BANNER)}</strong> {escape(TOY_EVAL)}'
+                    "</div>")
+    charts = (f'<section class="cv-section"><div class="cv-eval-charts">{accuracy_vs_cost(drawn, toy=toy)}'
+              f"{accuracy_intervals(drawn, toy=toy)}</div>"
               f'<p class="cv-muted">Drawn from the canned query <a href="{base}/{QUERY}">{QUERY}</a>; '
               "points are per item, whiskers are 95% Wilson intervals. Protocols of one run share its round-1 "
               "answers, so their costs add up along the line.</p></section>")

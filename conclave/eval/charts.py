@@ -24,6 +24,16 @@ SHAPES = {"single": "circle", "vote": "square", "judge": "triangle", "debate": "
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,sans-serif" font-size="12"'
 
 
+def _title(title: str, x: float, toy: bool) -> str:
+    """The chart's heading; on a toy run's chart it says so first, in red, so a copied chart keeps the warning."""
+    if not toy:
+        return f'<text x="{x}" y="20" {FONT} font-size="14" font-weight="600">{html.escape(title)}</text>'
+    from conclave.panel import TOY_BANNER
+
+    return (f'<text x="{x}" y="20" {FONT} font-size="14" font-weight="600"><tspan fill="#b91c1c">⚠ '
+            f"{html.escape(TOY_BANNER)}</tspan> {html.escape(title)}</text>")
+
+
 def points_from_summary(summary: Mapping[str, Any], run: str = "") -> list[dict[str, Any]]:
     """The points of one run's summary (``run.json``'s)."""
     out = []
@@ -96,7 +106,7 @@ def _legend(protocols: Sequence[str], x: float, y: float) -> list[str]:
 
 
 def accuracy_vs_cost(points: Sequence[Mapping[str, Any]], *, width: int = 720, height: int = 380,
-                     title: str = "Accuracy against cost per protocol") -> str:
+                     title: str = "Accuracy against cost per protocol", toy: bool = False) -> str:
     """A scatter: accuracy (y, with its 95% interval) against cost per item (x; tokens per item when a price is
     unknown), one colour per protocol; the protocols of one run are joined by a thin line, labelled with the run."""
     if not points:
@@ -116,7 +126,7 @@ def accuracy_vs_cost(points: Sequence[Mapping[str, Any]], *, width: int = 720, h
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="cv-eval-chart" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}">',
              f'<rect width="{width}" height="{height}" fill="#fff"/>',
-             f'<text x="{left}" y="20" {FONT} font-size="14" font-weight="600">{html.escape(title)}</text>']
+             _title(title, left, toy)]
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(tick):.1f}" y2="{sy(tick):.1f}" '
                      f'stroke="#e5e7eb"/><text x="{left - 8}" y="{sy(tick) + 4:.1f}" text-anchor="end" {FONT}>'
@@ -166,7 +176,7 @@ def accuracy_vs_cost(points: Sequence[Mapping[str, Any]], *, width: int = 720, h
 
 
 def accuracy_intervals(points: Sequence[Mapping[str, Any]], *, width: int = 720,
-                       title: str = "Accuracy by protocol, with 95% intervals") -> str:
+                       title: str = "Accuracy by protocol, with 95% intervals", toy: bool = False) -> str:
     """Horizontal bars: one per protocol (per run when there are several), its accuracy and its 95% interval."""
     if not points:
         return ""
@@ -180,7 +190,7 @@ def accuracy_intervals(points: Sequence[Mapping[str, Any]], *, width: int = 720,
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="cv-eval-chart" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}">',
              f'<rect width="{width}" height="{height}" fill="#fff"/>',
-             f'<text x="8" y="20" {FONT} font-size="14" font-weight="600">{html.escape(title)}</text>']
+             _title(title, 8, toy)]
     bottom = top + row_h * len(points)
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         parts.append(f'<line x1="{sx(tick):.1f}" x2="{sx(tick):.1f}" y1="{top}" y2="{bottom}" stroke="#e5e7eb"/>'

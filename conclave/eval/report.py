@@ -4,23 +4,41 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from markdown_it import MarkdownIt
 
 from conclave.eval.protocols import PROTOCOLS
+from conclave.panel import TOY_BANNER, toy_seats
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
           "debate": "full debate (rounds=4)", "quality": "debate, quality layer on",
           "vote_matched": "vote at the debate's budget"}
 FORMATS = ("markdown", "json", "html")
+TOY_EVAL = ("Offline panel on the local model: a 270M model's accuracy is not evidence about debate; this run only "
+            "shows the harness working. Set a provider key for a real evaluation.")
+
+
+def toy_run(run: Mapping[str, Any]) -> bool:
+    """Whether an evaluation run (its ``run.json``, or its ``eval_runs`` row) ran on the toy offline panel: its
+    recorded panel and judge, or the ``local_panel`` flag the zero-config choice set."""
+    panel = run.get("panel")
+    if isinstance(panel, str):
+        try:
+            panel = json.loads(panel)
+        except ValueError:
+            panel = None
+    seats = [seat for seat in panel.values() if isinstance(seat, Mapping)] if isinstance(panel, Mapping) else []
+    provider, _, model = str(run.get("judge") or "").partition("/")
+    return bool(run.get("local_panel")) or toy_seats([*seats, {"provider": provider, "model": model}])
 
 
 def render(run: dict[str, Any], rows: Sequence[dict[str, Any]], fmt: str) -> str:
     summary = run.get("summary") or {}
     if fmt == "json":
-        return json.dumps({"run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary,
+        notice = {"notice": f"{TOY_BANNER} {TOY_EVAL}"} if toy_run(run) else {}
+        return json.dumps({**notice, "run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary,
                            "items": list(rows)}, ensure_ascii=False, indent=2) + "\n"
     if fmt == "html":
         return _html(run, summary, rows)
@@ -41,9 +59,8 @@ def _num(value: float | None, digits: int = 3) -> str:
 
 def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     lines = [f"# Evaluation {run['run_id']} · {run.get('set_spec')} · {summary.get('items', 0)} item(s)", ""]
-    if run.get("local_panel"):
-        lines += ["> Offline panel on the local model: a 270M model's accuracy is not evidence about debate; this "
-                  "run only shows the harness working.", ""]
+    if toy_run(run):
+        lines += [f"> **⚠ {TOY_BANNER}**", ">", f"> {TOY_EVAL}", ""]
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
     lines += [f"**{summary.get('verdict_line', '')}**", ""]
@@ -171,12 +188,15 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
     """One row per run of a sweep, grouped (sorted) by the swept values."""
     keys = swept_keys(runs)
     ordered = sorted(runs, key=lambda r: tuple(swept_values(r, keys).values()))
+    toy = any(toy_run(run) for run in runs)
     if fmt == "json":
-        return json.dumps({"sweep_id": sweep_id, "swept": keys, "runs": [
+        notice = {"notice": f"{TOY_BANNER} {TOY_EVAL}"} if toy else {}
+        return json.dumps({**notice, "sweep_id": sweep_id, "swept": keys, "runs": [
             {"run_id": r["run_id"], "swept": swept_values(r, keys), "status": r.get("status"),
              "summary": r.get("summary")} for r in ordered]}, ensure_ascii=False, indent=2) + "\n"
     head = " | ".join(keys) or "run"
     lines = [f"# Sweep {sweep_id} · {len(runs)} run(s) · swept: {', '.join(keys) or 'nothing'}", "",
+             *([f"> **⚠ {TOY_BANNER}** {TOY_EVAL}", ""] if toy else []),
              f"| {head} | items | {' | '.join(PROTOCOLS)} | debate cost | debate vs vote |",
              "|" + "---|" * (len(keys) or 1) + "---:|" * (len(PROTOCOLS) + 2) + "---|"]
     for run in ordered:
@@ -194,20 +214,21 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
             return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in swept_values(run, keys).items())
 
         points = [point for run in ordered for point in points_from_summary(run.get("summary") or {}, label(run))]
-        return _page(f"Sweep {sweep_id}", accuracy_vs_cost(points, title=f"Sweep {sweep_id}: accuracy against cost")
+        return _page(f"Sweep {sweep_id}", accuracy_vs_cost(points, title=f"Sweep {sweep_id}: accuracy against cost",
+                                                           toy=toy)
                      + "<pre>" + html.escape("\n".join(lines)) + "</pre>")
     return "\n".join(lines) + "\n"
 
 
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
-    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
-            f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
+    toy = toy_run(run)
+    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>"]
+    if toy:
+        body.append(f"<p class=danger><strong>⚠ {html.escape(TOY_BANNER)}</strong> {html.escape(TOY_EVAL)}</p>")
+    body.append(f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>")
     for key in ("matched_line", "quality_line"):
         if summary.get(key):
             body.append(f"<p><strong>{html.escape(summary[key])}</strong></p>")
-    if run.get("local_panel"):
-        body.append("<p class=warn>Offline panel on the local model: a 270M model's accuracy is not evidence about "
-                    "debate.</p>")
     body.append("<table><tr><th>protocol</th><th>accuracy</th><th>95% CI</th><th>cost</th><th>tokens</th></tr>")
     for name in PROTOCOLS:
         p = (summary.get("protocols") or {}).get(name)
@@ -215,7 +236,7 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
             body.append(f"<tr><td>{LABELS[name]}</td><td>{_pct(p['accuracy'])}</td><td>{_pct(p['ci_low'])}–"
                         f"{_pct(p['ci_high'])}</td><td>{_money(p['cost'])}</td><td>{p['tokens']:,}</td></tr>")
     body.append("</table>")
-    body.append(accuracy_cost_chart(summary))
+    body.append(accuracy_cost_chart(summary, toy=toy))
     scored = [p for p in PROTOCOLS if p in (summary.get("protocols") or {})]
     body.append("<h2>Items</h2><table><tr><th>item</th><th>expected</th>"
                 + "".join(f"<th>{p}</th>" for p in scored) + "<th>agreement</th><th>flips r→w</th></tr>")
@@ -231,17 +252,17 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
     return _page(f"Evaluation {run['run_id']}", "\n".join(body))
 
 
-def accuracy_cost_chart(summary: dict[str, Any]) -> str:
+def accuracy_cost_chart(summary: dict[str, Any], *, toy: bool = False) -> str:
     """Inline SVG: accuracy against cost per item, and accuracy with its 95% interval, per protocol."""
     from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary
 
     points = points_from_summary(summary)
-    return accuracy_vs_cost(points) + "\n" + accuracy_intervals(points)
+    return accuracy_vs_cost(points, toy=toy) + "\n" + accuracy_intervals(points, toy=toy)
 
 
 def _page(title: str, body: str) -> str:
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:.2em .5em}.ok{background:#e6f4ea}.bad{background:#fce8e6}"
-             ".warn{color:#a50}")
+             ".warn{color:#a50}.danger{color:#b91c1c;border:2px solid #b91c1c;padding:.5em}")
     return (f"<!doctype html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>\n{body}\n</body></html>\n")

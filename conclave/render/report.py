@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from conclave.panel import TOY_BANNER, TOY_DETAIL, is_toy_result
 from conclave.render import journal_view as jv
 from conclave.render.debate_value import CHANGE_LABELS, debate_value
 from conclave.render.nodes import Bullets, Card, Facts, Node, Note, Para, Section, Table, one_line
@@ -95,6 +96,8 @@ def _header(result: Mapping[str, Any], label: str) -> list[Node]:
     escalation = escalation_banner(result)
     if escalation is not None:
         nodes.insert(0, escalation)  # the first thing a reader sees
+    if is_toy_result(result):  # before anything else, the numbers below included
+        nodes.insert(0, Note(TOY_DETAIL, tone="danger", label=TOY_BANNER, icon="⚠"))
     if label:
         nodes.insert(0, Para(label, label="Sweep run:"))
     shown = [f for f in facts if f]

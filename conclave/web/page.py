@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from conclave.panel import TOY_BANNER, TOY_DETAIL, TOY_MODEL, TOY_PROVIDER
 
 _STYLE = """
 :root { --fg:#1d2430; --muted:#5b6472; --line:#dfe3ea; --bg:#f7f8fa; --card:#fff; --ok:#1f7a4d; --bad:#b3261e;
@@ -264,7 +267,7 @@ def consultation_page(consultation_id: str) -> str:
         f"running</span> · <span id=conn>connecting…</span> · <a href='/c/{html.escape(consultation_id)}/report'>"
         "report</a> · <a href='/'>all consultations</a></div></header>"
         "<main><div id=rounds></div><div id=verdict></div></main>"
-        f"<script>{_SCRIPT}</script>"
+        f"<script>{_SCRIPT}</script>{toy_banner_script()}"
     )
     return _page(f"conclave · {consultation_id}", body, f" data-id='{html.escape(consultation_id)}'")
 
@@ -273,3 +276,22 @@ def _when(started_at: Any) -> str:
     """``2026-11-28T01:02:03+00:00`` → ``2026-11-28 01:02 UTC``."""
     text = str(started_at or "")
     return f"{text[:10]} {text[11:16]} UTC" if len(text) >= 16 else text
+
+
+def toy_banner_script() -> str:
+    """A script that opens the page with the toy-panel banner once the started event shows a seat on the toy model
+    (:func:`conclave.panel.toy_seats`'s rule, on the event's recorded agents and judge), before any number."""
+    toy = json.dumps({"provider": TOY_PROVIDER, "model": TOY_MODEL, "banner": TOY_BANNER, "detail": TOY_DETAIL})
+    return ("<script>(() => { const toy = " + toy.replace("<", "\\u003c") + r""";
+  const started = handlers["consultation:started"];
+  handlers["consultation:started"] = d => {
+    started(d);
+    const seats = [...(d.agents || []), d.judge || {}];
+    if (!seats.some(s => s && s.provider === toy.provider && s.model === toy.model)) return;
+    if (document.getElementById("toy-panel")) return;
+    const note = document.createElement("div"), strong = document.createElement("strong");
+    note.id = "toy-panel"; note.className = "note error"; strong.textContent = "⚠ " + toy.banner;
+    note.append(strong, " " + toy.detail);
+    document.querySelector("main").prepend(note);
+  };
+})();</script>""")

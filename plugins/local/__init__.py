@@ -1,4 +1,5 @@
-"""Built-in ``local`` provider: a GGUF model run in-process with llama-cpp-python (the ``local`` extra).
+"""Built-in ``local`` provider: a GGUF model run in-process by llama.cpp's engine, from the prebuilt ``xllamacpp``
+wheel (``pip install '.[local]'``: nothing is compiled at install).
 
 No key, no network. The model (``providers.local.model_path``, else the packaged Gemma 3 270M) is loaded once per
 process and shared by every agent; generation runs on one worker thread, one call at a time, so the event loop
@@ -6,18 +7,16 @@ stays responsive and a cancelled call stops at its next token. Artifact requests
 from the artifact schema, so every answer parses and validates.
 
 The package: this module (runtime, worker thread, provider), :mod:`.model` (which GGUF file, and assembling the
-packaged one) and :mod:`.sampling` (the schema grammar and the sampler that enforces it).
+packaged one) and :mod:`.sampling` (the schema grammar).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import codecs
 import concurrent.futures
 import contextlib
 import json
-import logging
 import os
 import threading
 import time
@@ -42,8 +41,6 @@ from conclave.providers.base import (
 if TYPE_CHECKING:
     from conclave.providers.pricing import ContextLimits
 
-    from .sampling import SamplerStats
-
 #: threads for llama.cpp; default half the cores: its spinning thread barrier collapses (10x slower) as soon as
 #: another process wants the same cores, and one thread already decodes 40-60 tokens/s with the 270M model
 ENV_THREADS = "CONCLAVE_LOCAL_THREADS"
@@ -53,7 +50,7 @@ DEFAULT_TEMPERATURE = 0.7
 
 
 class LocalRuntimeMissingError(ProviderError):
-    """llama-cpp-python is not installed. Not retryable, and no other model would cure it."""
+    """The llama.cpp runtime (xllamacpp) is not installed. Not retryable, and no other model would cure it."""
 
     outcome = "bad_request"
 
@@ -82,7 +79,6 @@ class Generation:
     finish_reason: str
     prompt_s: float  # evaluating the prompt (what the KV cache did not already hold)
     decode_s: float  # sampling and decoding the answer
-    sampler_stats: SamplerStats | None = None
 
 
 class _Cancelled(Exception):
@@ -93,185 +89,232 @@ class _Cancelled(Exception):
 
 
 class LocalRuntime:
-    """One loaded GGUF and its KV cache. Not thread-safe: only the worker thread calls :meth:`generate`."""
+    """One loaded GGUF in llama.cpp's own server engine (xllamacpp: a prebuilt wheel, nothing compiled at install).
+
+    The engine applies the model's chat template, keeps the KV cache between calls (``cache_prompt``) and samples
+    the way llama.cpp's server does: top-k and min-p first, the grammar checked on the token drawn and, only when it
+    fails, on the whole vocabulary. Only the worker thread calls :meth:`generate`.
+    """
 
     def __init__(self, path: Path, *, threads: int | None = None, n_ctx: int | None = None) -> None:
-        import llama_cpp
-        import numpy as np
+        import xllamacpp
 
-        self._lib = llama_cpp
-        _route_llama_logs(llama_cpp)
         self.path = path
         self.threads = threads or _default_threads()
-        self.llm = llama_cpp.Llama(
-            str(path), n_ctx=n_ctx or MAX_CONTEXT, n_threads=self.threads, n_threads_batch=self.threads,
-            verbose=False,
-        )
-        self.n_vocab = self.llm.n_vocab()
-        import ctypes  # here, not at import: a consultation of hosted models loads this plugin without using it
-
-        self._buffer = ctypes.create_string_buffer(64)
-        self.vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
-        self.eos = self.piece(self.llm.token_eos(), special=True).decode("utf-8", "replace")
-        self.bos = self.piece(self.llm.token_bos(), special=True).decode("utf-8", "replace")
-        self.template = self.llm.metadata.get("tokenizer.chat_template") or None
-        # Word-like tokens get the repetition penalty; punctuation and JSON structure repeat by design.
-        pieces = (self.piece(i) for i in range(self.n_vocab))
-        self.penalised = np.fromiter((_wordlike(p) for p in pieces), dtype=bool, count=self.n_vocab)
-
-    def piece(self, token: int, *, special: bool = False) -> bytes:
-        """The bytes of one token (llama-cpp-python's own helper pads to 32 bytes and cuts longer pieces)."""
-        size = len(self._buffer)
-        n = self._lib.llama_token_to_piece(self.vocab, token, self._buffer, size, 0, special)
-        if n < 0:  # the buffer was too small: -n bytes are needed
-            import ctypes
-
-            self._buffer = ctypes.create_string_buffer(-n)
-            n = self._lib.llama_token_to_piece(self.vocab, token, self._buffer, -n, 0, special)
-        return self._buffer.raw[:n]
-
-    @property
-    def n_ctx(self) -> int:
-        return int(self.llm.n_ctx())
+        self.n_ctx = n_ctx or MAX_CONTEXT
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = self.n_ctx
+        params.n_parallel = 1  # one slot: the worker thread sends one call at a time
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = self.threads
+        params.verbosity = -1  # llama.cpp's log lines would land in the user's progress view
+        params.warmup = False
+        self.template, self.bos, self.eos = _chat_format(path)
+        try:
+            self.server = xllamacpp.Server(params)
+        except Exception as exc:  # the engine reports an unloadable file with a generic exception
+            raise ValueError(f"{path.name}: {exc}") from None
 
     def prompt_text(self, messages: Sequence[dict[str, str]], prefix: str) -> str:
-        """The prompt in the model's own chat template, or plain text for a base model without one."""
-        if self.template:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-            formatter = Jinja2ChatFormatter(template=self.template, eos_token=self.eos, bos_token=self.bos)
-            chat: Any = list(messages)  # llama-cpp-python types these as its own TypedDicts
-            try:
-                return formatter(messages=chat).prompt + prefix
-            except ValueError:  # the template refused a system turn (raise_exception): fold it into the user's
-                folded: Any = _fold_system(chat)
-                return formatter(messages=folded).prompt + prefix
-        lines = []
-        for message in messages:
-            label = {"system": "", "user": "User:\n", "assistant": "Assistant:\n"}[message["role"]]
-            lines.append(f"{label}{message['content'].strip()}\n\n")
-        opening = "```json\n" if prefix else ""  # a base model continues a fenced block as JSON
-        return "".join(lines) + "Assistant:\n" + opening + prefix
+        return prompt_text(messages, prefix, template=self.template, bos=self.bos, eos=self.eos)
 
     def generate(self, job: GenerationJob) -> Generation:
         """Run ``job`` to completion, the token budget or cancellation (raises :class:`_Cancelled`)."""
         from conclave import artifacts
 
-        from .sampling import SamplingParams, SurvivorsFirstSampler, build_grammar
+        from .sampling import build_grammar
 
         now = artifacts.now_iso()
         grammar = build_grammar(job.grammar_schema, max_tokens=job.max_tokens, now=now) \
             if job.grammar_schema is not None else None
         prefix = grammar.prefix if grammar else ""
-        prompt = self.prompt_text(job.messages, prefix)
-        bos_in_text = bool(self.bos) and prompt.startswith(self.bos)
-        tokens = self.llm.tokenize(prompt.encode("utf-8"), add_bos=not bos_in_text, special=True)
-        budget = min(job.max_tokens, self.n_ctx - len(tokens))
-        if budget < 1:
-            raise BadRequestError(f"the prompt has {len(tokens)} tokens; the local model's context holds {self.n_ctx}")
+
+        def full_prompt(prefix: str) -> str:
+            text = self.prompt_text(job.messages, prefix)
+            return text[len(self.bos):] if self.bos and text.startswith(self.bos) else text  # the engine adds BOS
+
+        prompt = full_prompt(prefix)
+        budget = self._room(prompt, job.max_tokens)
         if grammar is not None and budget < job.max_tokens:  # a long prompt leaves less room: tighten the caps
             grammar = build_grammar(job.grammar_schema or {}, max_tokens=budget, now=now)
+            grown = len(grammar.prefix.encode()) - len(prefix.encode())
+            if grown > 0:  # tighter caps forced more fields into the prefix, which the prompt carries
+                budget -= grown
+                grammar = build_grammar(job.grammar_schema or {}, max_tokens=max(budget, 1), now=now)
+            prefix = grammar.prefix
+            prompt = full_prompt(prefix)
+        if budget < 1:
+            raise BadRequestError(f"the prompt leaves no room for an answer in the local model's {self.n_ctx:,} "
+                                  "tokens of context")
+        request: dict[str, Any] = {
+            "prompt": prompt, "n_predict": budget, "temperature": job.temperature, "stream": True,
+            "cache_prompt": True, "top_k": 40, "min_p": 0.05,
+            # DRY instead of a flat repetition penalty: it stops loops of words without penalising the quotes,
+            # colons and newlines every JSON answer repeats by design
+            "repeat_penalty": 1.0, "dry_multiplier": 0.8,
+        }
+        if grammar is not None:
+            request["grammar"] = grammar.gbnf
+        pieces: list[str] = []
+        final: dict[str, Any] = {}
+        if job.on_text is not None and prefix:
+            job.on_text(prefix)
+
+        def receive(chunk: Any) -> bool:
+            if not isinstance(chunk, dict):
+                return job.cancel.is_set()
+            if "error" in chunk:
+                final["error"] = chunk["error"]
+                return True
+            for choice in chunk.get("choices") or ():
+                text = choice.get("text") or ""
+                if text:
+                    pieces.append(text)
+                    if job.on_text is not None:
+                        job.on_text(text)
+                if choice.get("finish_reason"):
+                    final["finish_reason"] = choice["finish_reason"]
+            if chunk.get("usage"):
+                final["usage"] = chunk["usage"]
+            if chunk.get("timings"):
+                final["timings"] = chunk["timings"]
+            return job.cancel.is_set()  # True stops the generation at this token
+
         started = time.perf_counter()
-        cached = self._evaluate_prompt(tokens, job.cancel)
-        prompt_s = time.perf_counter() - started
-        with SurvivorsFirstSampler(self._lib, self.vocab, self.n_vocab, grammar.gbnf if grammar else None,
-                                   SamplingParams(temperature=job.temperature), penalised=self.penalised) as sampler:
-            if job.on_text is not None and prefix:
-                job.on_text(prefix)
-            text, count, finish = self._decode(sampler, job, budget, prefix if grammar else None)
-            stats = sampler.stats
-        return Generation(prefix + text, len(tokens), cached, count, finish, prompt_s,
-                          time.perf_counter() - started - prompt_s, stats)
+        if job.cancel.is_set():
+            raise _Cancelled
+        answer = self.server.handle_completions(request, receive)
+        if job.cancel.is_set():
+            raise _Cancelled
+        error = final.get("error") or (answer.get("error") if isinstance(answer, dict) else None)
+        if error:
+            message = error.get("message", error) if isinstance(error, dict) else error
+            if "context" in str(message) or "exceeds" in str(message):
+                raise BadRequestError(f"the local model cannot take this prompt: {message}")
+            raise RuntimeError(str(message))
+        usage = final.get("usage") or {}
+        timings = final.get("timings") or {}
+        elapsed = time.perf_counter() - started
+        prompt_s = float(timings.get("prompt_ms", 0.0)) / 1000
+        return Generation(
+            text=prefix + "".join(pieces),
+            input_tokens=int(usage.get("prompt_tokens", 0)),
+            cached_tokens=int((usage.get("prompt_tokens_details") or {}).get("cached_tokens",
+                                                                              timings.get("cache_n", 0))),
+            output_tokens=int(usage.get("completion_tokens", 0)),
+            finish_reason=str(final.get("finish_reason") or "stop"),
+            prompt_s=prompt_s,
+            decode_s=max(elapsed - prompt_s, 0.0),
+        )
 
-    def _decode(self, sampler: Any, job: GenerationJob, budget: int, json_prefix: str | None) -> tuple[str, int, str]:
-        """Sample up to ``budget`` tokens; returns the text, the token count and the finish reason."""
-        import numpy as np
+    def _room(self, prompt: str, max_tokens: int) -> int:
+        """The answer's token budget: ``max_tokens``, or less when the prompt leaves less of the context.
 
-        text = b""
-        # pieces may split a UTF-8 character; the incremental decoder holds the partial bytes back
-        stream = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for count in range(budget):
-            if job.cancel.is_set():
-                raise _Cancelled
-            logits = np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.n_vocab,)).copy()
-            token = sampler.sample(logits)
-            if self._lib.llama_vocab_is_eog(self.vocab, token):
-                return text.decode("utf-8", "replace"), count, "stop"
-            sampler.accept(token)
-            piece = self.piece(token)
-            text += piece
-            if job.on_text is not None:
-                job.on_text(stream.decode(piece))
-            # A closed root object ends the answer: no decode step is spent on the end-of-turn marker.
-            if json_prefix is not None and b"}" in piece and _complete_json(json_prefix, text):
-                return text.decode("utf-8", "replace"), count + 1, "stop"
-            self.llm.eval([token])
-        return text.decode("utf-8", "replace"), budget, "length"
-
-    def _evaluate_prompt(self, tokens: list[int], cancel: threading.Event) -> int:
-        """Feed ``tokens``, reusing the longest prefix already in the KV cache; returns how many were reused.
-
-        Fed one batch at a time so that a cancelled call stops within a batch even on a long prompt.
+        A prompt has at most one token per byte (plus BOS), so only a prompt that might not leave ``max_tokens``
+        is counted, by evaluating it alone (the engine keeps it cached for the answer that follows).
         """
-        held = self.llm.input_ids[: self.llm.n_tokens].tolist()
-        common = 0
-        for a, b in zip(held, tokens, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(tokens) - 1)  # at least one token must run to produce fresh logits
-        if not self.llm._ctx.kv_cache_seq_rm(-1, common, -1):
-            common = 0
-            self.llm._ctx.kv_cache_clear()
-        self.llm.n_tokens = common
-        step = self.llm.n_batch
-        for start in range(common, len(tokens), step):
-            if cancel.is_set():
-                raise _Cancelled
-            self.llm.eval(tokens[start : start + step])
-        return common
+        if len(prompt.encode("utf-8")) + 1 + max_tokens <= self.n_ctx:
+            return max_tokens
+        counted = self.server.handle_completions({"prompt": prompt, "n_predict": 0, "cache_prompt": True})
+        error = counted.get("error") if isinstance(counted, dict) else "no answer"
+        tokens = int(((counted.get("usage") or {}).get("prompt_tokens", 0)) if not error else self.n_ctx)
+        if tokens >= self.n_ctx:
+            shown = f"{tokens:,} tokens" if not error else "more tokens than that"
+            raise BadRequestError(f"the prompt has {shown}; the local model's context holds {self.n_ctx:,}")
+        return min(max_tokens, self.n_ctx - tokens)
 
     def close(self) -> None:
-        self.llm.close()
+        self.server = None
 
 
-_log_callback: Any = None
-_GGML_LOG_ERROR = 4  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
+#: GGUF value types: fixed-size ones by struct format; 8 is a string, 9 an array
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
-def _route_llama_logs(llama_cpp: Any) -> None:
-    """Send llama.cpp's log lines to the ``conclave.local`` logger, errors as errors and the rest as debug.
+def _chat_format(path: Path) -> tuple[str | None, str, str]:
+    """The GGUF's chat template (None without one) and the text of its BOS and EOS tokens, read from the header's
+    key/value section (GGUF v2/v3, little-endian) without reading the tensors."""
+    import mmap
+    import struct
 
-    llama-cpp-python's own callback maps ggml's levels with an outdated table (WARN=3 read as ERROR), so it
-    prints warnings to stderr, the user's progress view, even with ``verbose=False``.
-    """
-    global _log_callback
-    if _log_callback is not None:
-        return
-    log = logging.getLogger("conclave.local")
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
+            raise ValueError(f"{path.name} is not a GGUF file (version 2 or 3)")
+        offset = 24  # magic, version, tensor count, key/value count
+        pending: dict[str, Any] = {}
+        tokens_at: int | None = None
 
-    @llama_cpp.llama_log_callback
-    def forward(level: int, text: bytes, user_data: Any) -> None:
-        severity = logging.ERROR if level == _GGML_LOG_ERROR else logging.DEBUG
-        log.log(severity, "%s", text.decode("utf-8", "replace").rstrip())
+        def read_string(at: int) -> tuple[str, int]:
+            size = struct.unpack_from("<Q", data, at)[0]
+            return bytes(data[at + 8 : at + 8 + size]).decode("utf-8", "replace"), at + 8 + size
 
-    _log_callback = forward  # ctypes callbacks must stay referenced for as long as C may call them
-    import ctypes
+        def skip(kind: int, at: int) -> int:
+            if kind == _GGUF_STRING:
+                return at + 8 + struct.unpack_from("<Q", data, at)[0]
+            if kind == _GGUF_ARRAY:
+                item, count = struct.unpack_from("<IQ", data, at)
+                at += 12
+                if item in _GGUF_SCALARS:
+                    return at + count * struct.calcsize(_GGUF_SCALARS[item])
+                for _ in range(count):
+                    at = skip(item, at)
+                return at
+            return at + struct.calcsize(_GGUF_SCALARS[kind])
 
-    llama_cpp.llama_log_set(forward, ctypes.c_void_p(0))
+        for _ in range(struct.unpack_from("<Q", data, 16)[0]):
+            key, offset = read_string(offset)
+            kind = struct.unpack_from("<I", data, offset)[0]
+            offset += 4
+            if key == "tokenizer.chat_template" and kind == _GGUF_STRING:
+                pending["template"] = read_string(offset)[0]
+            elif key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id") and kind in _GGUF_SCALARS:
+                pending[key] = struct.unpack_from("<" + _GGUF_SCALARS[kind], data, offset)[0]
+            elif key == "tokenizer.ggml.tokens" and kind == _GGUF_ARRAY:
+                tokens_at = offset
+            offset = skip(kind, offset)
+
+        def token_text(key: str) -> str:
+            index = pending.get(key)
+            if tokens_at is None or not isinstance(index, int) or index < 0:
+                return ""
+            at = tokens_at + 12
+            for _ in range(index):
+                at = skip(_GGUF_STRING, at)
+            return read_string(at)[0]
+
+        return (pending.get("template") or None, token_text("tokenizer.ggml.bos_token_id"),
+                token_text("tokenizer.ggml.eos_token_id"))
 
 
-def _default_threads() -> int:
-    raw = os.environ.get(ENV_THREADS, "")
-    if raw.strip().isdigit() and int(raw) > 0:
-        return int(raw)
-    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core counts
-    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-    return max(1, cores // 2)
+def prompt_text(messages: Sequence[dict[str, str]], prefix: str, *, template: str | None, bos: str, eos: str) -> str:
+    """The prompt in the model's own chat template, or plain text for a model without one (the packaged Gemma
+    has none); ``prefix`` is the forced start of the answer."""
+    if template:
+        try:
+            text = _render_template(template, messages, bos, eos)
+        except ValueError:  # the template refused a system turn (raise_exception): fold it into the user's
+            text = _render_template(template, _fold_system(list(messages)), bos, eos)
+        return text + prefix
+    lines = []
+    for message in messages:
+        label = {"system": "", "user": "User:\n", "assistant": "Assistant:\n"}[message["role"]]
+        lines.append(f"{label}{message['content'].strip()}\n\n")
+    opening = "```json\n" if prefix else ""  # a base model continues a fenced block as JSON
+    return "".join(lines) + "Assistant:\n" + opening + prefix
 
 
-def _wordlike(piece: bytes) -> bool:
-    return any(ch.isalnum() for ch in piece.decode("utf-8", "ignore"))
+def _render_template(template: str, messages: Sequence[dict[str, str]], bos: str, eos: str) -> str:
+    """The chat template rendered as Hugging Face renders it, in Jinja's sandbox."""
+    import jinja2.sandbox
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals.update(raise_exception=raise_exception, strftime_now=time.strftime)
+    return env.from_string(template).render(messages=list(messages), bos_token=bos, eos_token=eos,
+                                            add_generation_prompt=True)
 
 
 def _fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -283,12 +326,13 @@ def _fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return rest
 
 
-def _complete_json(prefix: str, text: bytes) -> bool:
-    try:
-        json.loads(prefix + text.decode("utf-8"))
-    except ValueError:
-        return False
-    return True
+def _default_threads() -> int:
+    raw = os.environ.get(ENV_THREADS, "")
+    if raw.strip().isdigit() and int(raw) > 0:
+        return int(raw)
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core counts
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, cores // 2)
 
 
 # ============================================================================================ scheduling
@@ -319,8 +363,7 @@ def runtime_for(path: Path) -> LocalRuntime:
 
 
 def _close_all() -> None:
-    # Free the models while the interpreter is intact: left to garbage collection at shutdown, llama-cpp-python's
-    # finalizers run after its own module globals are gone and print a TypeError traceback to stderr.
+    # Stop the engines while the interpreter is intact, not in whatever order garbage collection at shutdown picks.
     for runtime in _runtimes.values():
         runtime.close()
     _runtimes.clear()
@@ -381,16 +424,16 @@ class LocalProvider(Provider):
             return runtime_for(path)
         except LocalModelError as exc:
             raise ModelNotFoundError(str(exc), provider=self.name, model=model) from None
-        except ValueError as exc:  # llama.cpp could not load the file
+        except ValueError as exc:  # not a GGUF, or llama.cpp could not load it
             raise ModelNotFoundError(f"llama.cpp cannot load the local model: {exc}", provider=self.name,
                                      model=model) from None
 
     def _check_runtime(self, model: str) -> None:
         try:
-            import llama_cpp  # noqa: F401
+            import xllamacpp  # noqa: F401
         except ImportError:
             raise LocalRuntimeMissingError(
-                f"the local provider needs llama-cpp-python, which is not installed: {install_hint('local')}",
+                f"the local provider needs xllamacpp, which is not installed: {install_hint('local')}",
                 provider=self.name, model=model,
             ) from None
 

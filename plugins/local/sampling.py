@@ -1,29 +1,22 @@
-"""Constrained decoding for the ``local`` provider: a GBNF grammar built from an artifact schema, and the sampler
-that enforces it on the survivors of top-k / min-p instead of on the whole vocabulary.
-
-llama-cpp-python's default chain runs the grammar over all 262k Gemma tokens before top-k (about 1 token/s here).
-:class:`SurvivorsFirstSampler` does what llama.cpp's server does: cut the candidates first, check the grammar on
-the few that survive, and widen to the full vocabulary only when none of them fits.
+"""Constrained decoding for the ``local`` provider: a GBNF grammar built from an artifact schema, with caps that
+keep every grammatical answer within the token budget. llama.cpp's engine enforces it the way its server does:
+top-k and min-p first, the grammar checked on the token drawn, the whole vocabulary only when that token fails.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urljoin
 
-import numpy as np  # installed with llama-cpp-python: this module is part of the `local` extra
-
 from conclave.errors import ConclaveError
 from conclave.providers.schema_hints import DEFAULT_MAX_ITEMS, MAX_STRING_CHARS, MIN_STRING_CHARS
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
+    pass
 
 # The string and array caps (MAX_STRING_CHARS, MIN_STRING_CHARS, DEFAULT_MAX_ITEMS) are shared with the schema
 # variant sent to grammar servers, and documented there.
@@ -299,142 +292,3 @@ def _merge_literals(parts: list[_Piece]) -> list[_Piece]:
         else:
             merged.append(part)
     return merged
-
-
-# ============================================================================================ sampling
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How survivors are chosen. ``temperature`` 0 is greedy; penalties touch only word-like tokens."""
-
-    temperature: float = 0.7
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.15
-    penalty_last_n: int = 64
-    seed: int | None = None
-    #: candidates checked when none of the top-k fits, before the whole vocabulary is
-    wide_k: int = 2048
-
-
-@dataclass
-class SamplerStats:
-    """How often each tier answered: top-k survivors, the wider cut, the whole vocabulary."""
-
-    survivors: int = 0
-    wide: int = 0
-    full: int = 0
-
-
-class SurvivorsFirstSampler:
-    """Samples one token at a time under a llama.cpp grammar, checking the grammar on survivors only.
-
-    Order per token: repetition penalty → top-k → min-p → grammar on the survivors → temperature → draw. When
-    no survivor is grammatical, the grammar is checked on the ``wide_k`` best tokens, then on all of them.
-    ``grammar=None`` samples unconstrained with the same chain (the benchmark's baseline).
-    """
-
-    def __init__(self, llama_cpp: Any, vocab: Any, n_vocab: int, grammar: str | None, params: SamplingParams,
-                 *, penalised: npt.NDArray[np.bool_] | None = None) -> None:
-        self._lib = llama_cpp
-        self.n_vocab = n_vocab
-        self.params = params
-        self.stats = SamplerStats()
-        self._rng = np.random.default_rng(params.seed)
-        self._recent: deque[int] = deque(maxlen=max(params.penalty_last_n, 1))
-        self._penalised = penalised
-        self._grammar = None
-        if grammar is not None:
-            self._grammar = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-            if not self._grammar:
-                raise GrammarError("llama.cpp rejected the grammar")
-        self._data_type = llama_cpp.llama_token_data
-        self._array_type = llama_cpp.llama_token_data_array
-        # a reusable buffer for full-vocabulary checks, laid out like llama_token_data
-        self._full = np.zeros(n_vocab, dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)],
-                                                      align=True))
-
-    def close(self) -> None:
-        if self._grammar is not None:
-            self._lib.llama_sampler_free(self._grammar)
-            self._grammar = None
-
-    def __enter__(self) -> SurvivorsFirstSampler:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def sample(self, logits: npt.NDArray[np.float32]) -> int:
-        """One token from ``logits`` (the model's last row, length ``n_vocab``; it is modified in place)."""
-        self._penalise(logits)
-        k = min(self.params.top_k, self.n_vocab)
-        ids = np.argpartition(logits, -k)[-k:]
-        ids = ids[np.argsort(logits[ids])[::-1]]
-        top = logits[ids]
-        if self.params.min_p > 0:  # p / p_max >= min_p, on the untempered distribution as llama.cpp does
-            keep = top >= top[0] + math.log(self.params.min_p)
-            ids, top = ids[keep], top[keep]
-        if self._grammar is None:
-            self.stats.survivors += 1
-            return self._draw(ids, top)
-        allowed = self._check(ids, top)
-        if allowed.any():
-            self.stats.survivors += 1
-            return self._draw(ids[allowed], top[allowed])
-        wide = min(self.params.wide_k, self.n_vocab)
-        ids = np.argpartition(logits, -wide)[-wide:]
-        allowed = self._check(ids, logits[ids])
-        if allowed.any():
-            self.stats.wide += 1
-            ids = ids[allowed]
-        else:
-            self.stats.full += 1
-            ids = np.arange(self.n_vocab, dtype=np.intc)
-            ids = ids[self._check(ids, logits)]
-            if ids.size == 0:
-                raise GrammarError("no token satisfies the grammar (the grammar cannot be completed)")
-        best = ids[np.argsort(logits[ids])[::-1][: self.params.top_k]]
-        return self._draw(best, logits[best])
-
-    def accept(self, token: int) -> None:
-        """Advance the grammar and the penalty window past ``token`` (sampled or forced)."""
-        if self._grammar is not None:
-            self._lib.llama_sampler_accept(self._grammar, token)
-        self._recent.append(token)
-
-    # ------------------------------------------------------------------------------------- internals
-
-    def _penalise(self, logits: npt.NDArray[np.float32]) -> None:
-        if self.params.repeat_penalty == 1.0 or not self._recent:
-            return
-        recent = np.fromiter(set(self._recent), dtype=np.intc)
-        if self._penalised is not None:  # punctuation and JSON structure repeat by design
-            recent = recent[self._penalised[recent]]
-        values = logits[recent]
-        logits[recent] = np.where(values > 0, values / self.params.repeat_penalty, values * self.params.repeat_penalty)
-
-    def _check(self, ids: npt.NDArray[Any], logits: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
-        """Which of ``ids`` the grammar accepts next (llama.cpp sets the others' logits to -inf)."""
-        n = ids.size
-        buf = self._full[:n]
-        buf["id"] = ids
-        buf["logit"] = logits
-        buf["p"] = 0.0
-        array = self._array_type(
-            data=buf.ctypes.data_as(ctypes.POINTER(self._data_type)), size=n, selected=-1, sorted=False
-        )
-        self._lib.llama_sampler_apply(self._grammar, ctypes.byref(array))
-        # the sampler may shrink ``size`` but never reorders: read back the same slots
-        checked = buf["logit"][: array.size]
-        allowed = np.zeros(n, dtype=bool)
-        allowed[: array.size] = np.isfinite(checked)
-        return allowed
-
-    def _draw(self, ids: npt.NDArray[Any], logits: npt.NDArray[np.float32]) -> int:
-        if self.params.temperature <= 0 or ids.size == 1:
-            return int(ids[int(np.argmax(logits))])
-        scaled = (logits - logits.max()) / self.params.temperature
-        weights = np.exp(scaled.astype(np.float64))
-        return int(self._rng.choice(ids, p=weights / weights.sum()))
