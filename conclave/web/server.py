@@ -4,7 +4,9 @@ consultation this command runs). Both bind 127.0.0.1 unless told otherwise and p
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from conclave import events as ev
+from conclave.errors import UsageError
 from conclave.store.paths import StoreLayout
 from conclave.web.app import make_app, new_token
 from conclave.web.feeds import Feeds
@@ -63,13 +66,29 @@ class LocalStarter:
         return {"id": cid}
 
 
-async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def start_site(app: web.Application, host: str, port: int, option: str = "--port"
+                     ) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port``; an address that cannot be listened on is a :class:`UsageError` naming
+    ``option``, the setting that chose the port (``--host`` when the host is unknown or not this machine's)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            option = "--host"  # the address is at fault, not the port
+        raise UsageError(f"{option}: cannot listen on {host}:{port}: {_os_reason(exc)}") from None
     addresses = runner.addresses
     return runner, int(addresses[0][1]) if addresses else port
+
+
+def _os_reason(exc: OSError) -> str:
+    """The system's short reason ("Address already in use"), not asyncio's sentence around it."""
+    if isinstance(exc, socket.gaierror) or not exc.errno or exc.errno < 0:
+        return exc.strerror or str(exc)
+    return os.strerror(exc.errno)
 
 
 def token_from_env() -> str:
@@ -77,23 +96,26 @@ def token_from_env() -> str:
 
 
 async def serve(home: Path, host: str, port: int) -> None:
-    """Serve until cancelled (Ctrl-C)."""
+    """Serve until cancelled (Ctrl-C, or SIGTERM through :mod:`conclave.signals`). The consultations it started
+    are cancelled as Ctrl-C cancels one on the command line: each saves its partial result, resumable."""
     from conclave.store.recorder import Recorder
 
     recorder = Recorder(home)
     feeds = Feeds(StoreLayout(home))
     token = token_from_env()
     starter = LocalStarter(feeds, recorder)
-    runner, bound = await start_site(make_app(home, token, feeds, starter), host, port)
-    print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
-          flush=True)
+    runner = None
     try:
+        runner, bound = await start_site(make_app(home, token, feeds, starter), host, port)
+        print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
+              flush=True)
         await asyncio.Event().wait()
     finally:
         for task in list(starter.tasks):
             task.cancel()
         await asyncio.gather(*starter.tasks, return_exceptions=True)
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
         recorder.close()
 
 
@@ -102,7 +124,7 @@ async def run_watched(consultation: Any, home: Path, port: int) -> Any:
     feeds = Feeds(StoreLayout(home))
     consultation.bus.subscribe(feeds.feed_for(consultation.id))
     token = token_from_env()
-    runner, bound = await start_site(make_app(home, token, feeds), "127.0.0.1", port)
+    runner, bound = await start_site(make_app(home, token, feeds), "127.0.0.1", port, option="live_port")
     print(f"conclave: watch it live at http://127.0.0.1:{bound}/c/{consultation.id}?token={token}",
           file=sys.stderr, flush=True)
     try:
