@@ -201,6 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
         return _stdout_closed()
+    except OSError as exc:
+        if exc.filename is None:  # not a file the system refused: a bug, with its traceback
+            raise
+        # a file or directory the system refuses (an unreadable home, say) where no command expected it
+        print(f"conclave: cannot access {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 #: set once a consultation has run in this process: :func:`exit_now` may then skip the interpreter's teardown

@@ -426,3 +426,27 @@ async def test_browse_serves_the_index_of_a_read_only_home(tmp_path: Path) -> No
         process.terminate()
         await process.wait()
         tree_mode(home, writable=True)
+
+
+UNREADABLE_HOME_COMMANDS = [["logs", "list"], ["stats"], ["show", "c-x"], ["resume"], ["Should we shard?"],
+                            ["show-prompt", "1", "Should we shard?"], ["doctor"], ["eval", "report", "latest"],
+                            ["browse", "--no-open"], ["mcp", "rounds=1"]]
+
+
+@needs_mode_bits
+@pytest.mark.parametrize("command", UNREADABLE_HOME_COMMANDS, ids=" ".join)
+def test_a_home_the_user_may_not_read_is_one_line_naming_the_path(tmp_path: Path, command: list[str]) -> None:
+    import subprocess
+
+    assert WITHOUT_OVERRIDE is not None
+    home = tmp_path / "home"
+    (home / "journal").mkdir(parents=True)
+    home.chmod(0o000)
+    try:
+        done = subprocess.run([*WITHOUT_OVERRIDE, *CLI, *command], env=clean_env(home, FAKE_KEYS), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    finally:
+        home.chmod(0o755)
+    assert done.returncode == 1, done.stderr  # was: a PermissionError traceback
+    line = one_line(done.stderr)
+    assert line.startswith(f"conclave: cannot access {home}/") and line.endswith(": Permission denied"), line
