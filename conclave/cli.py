@@ -116,7 +116,16 @@ def _unknown_flag(arg: str, following: str | None) -> str:
 
 
 def _read_stdin(given: str | None) -> str:
-    return (given if given is not None else sys.stdin.read()).strip()
+    if given is not None:
+        return given.strip()
+    if sys.stdin is None:  # started with stdin closed
+        raise UsageError("the question is - (read it from stdin), but stdin is closed")
+    try:
+        text = sys.stdin.read()
+        text.encode("utf-8")  # undecodable bytes read as lone surrogates (surrogateescape) fail here
+    except (UnicodeDecodeError, UnicodeEncodeError) as exc:
+        raise UsageError(f"the question on stdin is not UTF-8 text (at offset {exc.start})") from None
+    return text.strip()
 
 
 def _split_question(args: list[str], stdin_text: str | None = None) -> tuple[list[str], list[str], str | None]:
@@ -404,7 +413,7 @@ def _hydra_error_message(exc: BaseException) -> str | None:
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
-    if isinstance(exc, UnicodeDecodeError):
+    if isinstance(exc, UnicodeDecodeError):  # Hydra reading a config file: it names no file
         return _undecodable_config_message(exc)
     if isinstance(exc, yaml.YAMLError):
         mark = getattr(exc, "problem_mark", None)
@@ -461,23 +470,21 @@ def _hydra_error_message(exc: BaseException) -> str | None:
     return None
 
 
-def _undecodable_config_message(exc: UnicodeDecodeError) -> str:
-    """One line for a config file that is not UTF-8 text, naming the user's file when one of theirs is it (Hydra's
-    error names no file)."""
+def _undecodable_config_message(exc: UnicodeDecodeError) -> str | None:
+    """One line naming the user's config file that is not UTF-8 text (Hydra's error names no file); None when none
+    of theirs is (the error came from elsewhere)."""
     from conclave.hydra_app import user_config_dir
 
-    where = "a config file"
     root = user_config_dir()
     for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
         try:
             path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
-            where = str(path)
-            break
+            byte = exc.object[exc.start:exc.start + 1].hex()
+            return f"{path}: not UTF-8 text (byte 0x{byte} at offset {exc.start}); save it as UTF-8"
         except OSError:
             continue
-    byte = exc.object[exc.start:exc.start + 1].hex()
-    return f"{where}: not UTF-8 text (byte 0x{byte} at offset {exc.start}); save it as UTF-8"
+    return None
 
 
 def _config_file_message(name: str, detail: str) -> str:

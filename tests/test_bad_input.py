@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import run_conclave
+from cli_helpers import clean_env, run_conclave
 
 from conclave.testing.pytest_plugin import FAKE_KEYS
 
@@ -224,3 +224,38 @@ def test_bad_input_about_a_recorded_consultation(debates: Any) -> None:
     ]
     for argv, expected in cases:
         assert_one_line(run_conclave(*argv, home=home, cwd=home.parent), USAGE, expected)
+
+
+# ------------------------------------------------------------------------------------- input that is not UTF-8
+
+def _run_bytes(home: Path, *args: str, stdin: bytes | None = None, shell_stdin: str = "") -> Any:
+    """The CLI with raw bytes on stdin, or (``shell_stdin``) a shell redirection of stdin such as ``<&-``."""
+    import shlex
+    import subprocess
+    import sys
+
+    command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "conclave", *args))
+    return subprocess.run(["sh", "-c", f"exec {command} {shell_stdin}"], input=stdin, capture_output=True,
+                          env=clean_env(home, FAKE_KEYS), cwd=home, timeout=120)
+
+
+def test_a_question_on_stdin_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    done = _run_bytes(tmp_path, "-", stdin="Caf\u00e9 or tea?".encode("latin-1"))
+    assert_one_line(_decoded(done), USAGE, "conclave: the question on stdin is not UTF-8 text (at offset 3)")
+
+
+def test_a_question_read_from_a_closed_stdin_is_one_line(tmp_path: Path) -> None:
+    done = _run_bytes(tmp_path, "-", shell_stdin="<&-")
+    assert_one_line(_decoded(done), USAGE, "conclave: the question is - (read it from stdin), but stdin is closed")
+
+
+def test_an_eval_set_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> None:
+    eval_set = tmp_path / "set.jsonl"
+    eval_set.write_bytes('{"question": "Caf\u00e9?", "answer": "1"}\n'.encode("latin-1"))
+    done = run_conclave("eval", str(eval_set), home=tmp_path, env=FAKE_KEYS)
+    assert_one_line(done, USAGE, f"conclave: eval set '{eval_set}': not UTF-8 text (byte 0xe9 at offset 17)")
+
+
+def _decoded(done: Any) -> Any:
+    done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode()
+    return done
