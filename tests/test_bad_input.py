@@ -261,3 +261,8 @@ def test_an_eval_set_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> N
 def _decoded(done: Any) -> Any:
     done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode()
     return done
+
+
+def test_the_stdio_mcp_server_with_stdin_closed_is_one_line(tmp_path: Path) -> None:
+    done = _decoded(_run_bytes(tmp_path, "mcp", shell_stdin="<&-"))
+    assert_one_line(done, USAGE, "conclave mcp: the stdio transport needs stdin and stdout open")

@@ -30,6 +30,9 @@ async def serve_stdio(server: Any) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
+    if sys.stdin is None or sys.stdout is None:  # started with fd 0 or 1 closed: no client can reach us
+        raise UsageError("the stdio transport needs stdin and stdout open (a client starts `conclave mcp` with "
+                         "pipes); use --http to serve over the network")
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
