@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-import re
-import signal
-import sqlite3
-import sys
-from collections.abc import AsyncIterator
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import clean_env, run_conclave
+from cli_helpers import run_conclave
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conclave.cli import _split_question, hydra_quote
-from conclave.store.journal import read_journal
-from conclave.store.paths import StoreLayout
-from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
-from conclave.testing.pytest_plugin import FAKE_KEYS
-from conclave.testing.schema_instances import instance_for
 
 AWKWARD_QUESTIONS = [
     "Should we use X, or Y?",
@@ -261,146 +247,3 @@ def test_backslash_before_a_final_newline_round_trips(text: str) -> None:
 
     value = OverridesParser.create().parse_override("question=" + hydra_quote(text)).value()
     assert OmegaConf.to_container(OmegaConf.create({"question": value}), resolve=True)["question"] == text
-
-
-# ----------------------------------------------------------------- long-running commands: how they stop, what they log
-
-CLI = [sys.executable, "-m", "conclave"]
-WEB_TOKEN = "web-token-for-tests-only"
-JUDGE = "gpt-4.1"  # distinct from the default panel's agent models, so the judge's replies can be scripted apart
-
-
-class _FormFields(HTMLParser):
-    """The hidden fields of the page's start form (whatever the page needs posted back with it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hidden: dict[str, str] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        fields = dict(attrs)
-        if tag == "input" and fields.get("type") == "hidden" and fields.get("name"):
-            self.hidden[str(fields["name"])] = fields.get("value") or ""
-
-
-@contextlib.asynccontextmanager
-async def serving(home: Path, env: dict[str, str]) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """``conclave serve --port 0``: yields the process and its base URL once it listens."""
-    process = await asyncio.create_subprocess_exec(
-        *CLI, "serve", "--port", "0", env=clean_env(home, {**env, "CONCLAVE_WEB_TOKEN": WEB_TOKEN}), cwd=home,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert process.stderr is not None
-    try:
-        base = None
-        while base is None:
-            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-            assert line, "conclave serve exited before listening"
-            found = re.search(r"live view at (http://127\.0\.0\.1:\d+)/", line)
-            base = found.group(1) if found else None
-        yield process, base
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-async def test_an_invalid_id_in_the_live_view_is_404_without_a_traceback(tmp_path: Path) -> None:
-    import aiohttp
-
-    async with serving(tmp_path, {}) as (process, base), aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        for cid in ("!bad", ".hidden", "-x", "a" * 200, "a%20b", "%00"):
-            for suffix in ("", "/events"):
-                async with session.get(f"{base}/c/{cid}{suffix}?token={WEB_TOKEN}") as response:
-                    assert response.status == 404, (cid, suffix, response.status)
-        process.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert "Traceback" not in err.decode(), err.decode()
-
-
-async def test_serve_stopped_by_sigterm_says_so_and_saves_its_consultation_as_partial(
-        tmp_path: Path, fake_provider_server: FakeProviderServer) -> None:
-    import aiohttp
-
-    fake = fake_provider_server
-    fake.script(JUDGE, lambda request: Reply(json=instance_for(request.schema), latency=60))  # round 2 hangs
-    settings = tmp_path / "conf" / "user" / "settings.yaml"
-    settings.parent.mkdir(parents=True)
-    settings.write_text(yaml.safe_dump({"providers": fake.providers_config(), "judge": {"model": JUDGE},
-                                        "cost": {"always_allow_under": 100.0}}))
-    async with serving(tmp_path, FAKE_KEYS) as (process, base), aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        async with session.get(f"{base}/?token={WEB_TOKEN}") as page:
-            form = _FormFields()
-            form.feed(await page.text())
-        async with session.post(f"{base}/consult?token={WEB_TOKEN}", data={**form.hidden, "question": "Should we shard?"},
-                                headers={"Origin": base}, allow_redirects=False) as started:
-            assert started.status == 303, await started.text()
-            cid = started.headers["Location"].rsplit("/", 1)[-1]
-        for _ in range(600):  # until round 2 is under way: round 1's answers are journaled
-            if fake.requests_for(JUDGE):
-                break
-            await asyncio.sleep(0.05)
-        assert fake.requests_for(JUDGE), "round 2 never started"
-        process.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(process.communicate(), 60)
-    stderr = err.decode()
-    assert "Traceback" not in stderr, stderr
-    assert process.returncode == 130, stderr
-    assert stderr.strip().splitlines()[-1] == "conclave serve: stopped"
-    records = read_journal(StoreLayout(tmp_path).journal_path(cid)).records
-    ended = [r["data"] for r in records if r["type"] == "consultation:completed"]
-    assert [e["status"] for e in ended] == ["partial"]  # saved and resumable; a killed run would read interrupted
-    assert ended[0]["result"]["completed_rounds"] == 1
-
-
-async def test_a_client_leaving_the_http_mcp_server_logs_no_traceback(tmp_path: Path) -> None:
-    import httpx
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    process = await asyncio.create_subprocess_exec(
-        *CLI, "mcp", "--http", "--port", "0", env=clean_env(tmp_path, {"CONCLAVE_MCP_TOKEN": WEB_TOKEN}),
-        cwd=tmp_path, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    assert process.stderr is not None
-    try:
-        url = None
-        while url is None:
-            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-            assert line, "the server exited before listening"
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1) if found else None
-        for _ in range(3):  # each client initializes, lists the tools and leaves (ending its session)
-            client = httpx.AsyncClient(headers={"Authorization": f"Bearer {WEB_TOKEN}"})
-            async with client, streamable_http_client(url, http_client=client) as (read, write, _), \
-                    ClientSession(read, write) as session:
-                await session.initialize()
-                assert (await session.list_tools()).tools
-        await asyncio.sleep(1.0)  # what the server logs about a client that left, it logs by now
-    finally:
-        process.terminate()
-        _, err = await asyncio.wait_for(process.communicate(), 60)
-    stderr = err.decode()
-    assert "Traceback" not in stderr and "ClosedResourceError" not in stderr, stderr
-
-
-async def test_a_failed_round_1_counts_no_completed_round_in_the_result_and_the_index(
-        tmp_path: Path, fake_provider_server: FakeProviderServer) -> None:
-    fake = fake_provider_server
-    for model in ("claude-sonnet-4-5", "gemini-2.5-pro"):  # one agent of three answers: too few to debate
-        fake.script(model, Fault.auth_rejected())
-    process = await asyncio.create_subprocess_exec(
-        *CLI, "Should we shard?", *fake.overrides(), "cost.auto_approve=true", "output.format=json",
-        env=clean_env(tmp_path, FAKE_KEYS), cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await process.communicate()
-    assert process.returncode == 1, err.decode()
-    result = json.loads(out)
-    assert result["status"] == "partial" and list(result["artifacts"]["round_1"]) == ["architect"]
-    assert result["completed_rounds"] == 0
-    index = sqlite3.connect(tmp_path / "index.db")
-    try:
-        (indexed,) = index.execute("select rounds_completed from consultations where id = ?",
-                                   (result["consultation_id"],)).fetchone()
-    finally:
-        index.close()
-    assert indexed == 0

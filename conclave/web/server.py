@@ -96,26 +96,23 @@ def token_from_env() -> str:
 
 
 async def serve(home: Path, host: str, port: int) -> None:
-    """Serve until cancelled (Ctrl-C, or SIGTERM through :mod:`conclave.signals`). The consultations it started
-    are cancelled as Ctrl-C cancels one on the command line: each saves its partial result, resumable."""
+    """Serve until cancelled (Ctrl-C)."""
     from conclave.store.recorder import Recorder
 
     recorder = Recorder(home)
     feeds = Feeds(StoreLayout(home))
     token = token_from_env()
     starter = LocalStarter(feeds, recorder)
-    runner = None
+    runner, bound = await start_site(make_app(home, token, feeds, starter), host, port)
+    print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
+          flush=True)
     try:
-        runner, bound = await start_site(make_app(home, token, feeds, starter), host, port)
-        print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
-              flush=True)
         await asyncio.Event().wait()
     finally:
         for task in list(starter.tasks):
             task.cancel()
         await asyncio.gather(*starter.tasks, return_exceptions=True)
-        if runner is not None:
-            await runner.cleanup()
+        await runner.cleanup()
         recorder.close()
 
 
