@@ -62,6 +62,9 @@ def _is_override(arg: str) -> bool:
 
 _VALUE_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
                 "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
+_CFG_CHOICES = ("job", "hydra", "all")
+_SHELL_COMPLETION_HINT = ("--shell-completion needs one of install=SHELL, uninstall=SHELL or query=SHELL "
+                          "(bash, zsh, fish)")
 _INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
@@ -141,7 +144,16 @@ def _mistaken_command(word: str) -> str | None:
 
 
 def _read_stdin(given: str | None) -> str:
-    return (given if given is not None else sys.stdin.read()).strip()
+    if given is not None:
+        return given.strip()
+    if sys.stdin is None:  # started with stdin closed
+        raise UsageError("the question is - (read it from stdin), but stdin is closed")
+    try:
+        text = sys.stdin.read()
+        text.encode("utf-8")  # undecodable bytes read as lone surrogates (surrogateescape) fail here
+    except (UnicodeDecodeError, UnicodeEncodeError) as exc:
+        raise UsageError(f"the question on stdin is not UTF-8 text (at offset {exc.start})") from None
+    return text.strip()
 
 
 def _split_question(args: list[str], stdin_text: str | None = None, *,
@@ -187,12 +199,23 @@ def _split_question(args: list[str], stdin_text: str | None = None, *,
             flags.append(args[i] if topic_given else "all")
             i += int(topic_given)
             continue
+        name, eq, value = arg.partition("=")
+        if name in ("-c", "--cfg"):
+            # its value is required and one of three (argparse's complaint is Hydra's eight-line usage)
+            value = value if eq else (args[i] if i < len(args) else "")
+            if value not in _CFG_CHOICES:
+                raise UsageError(f"--cfg: {value!r} is not one of: {', '.join(_CFG_CHOICES)}" if value else
+                                 f"--cfg needs one of: {', '.join(_CFG_CHOICES)} (e.g. conclave --cfg job)")
+            if not eq:
+                flags.append(value)
+                i += 1
+            continue
         # a flag's value stays with its flag, so it is not mistaken for the question or an override
-        if arg in _VALUE_FLAGS and i < len(args):
-            value = args[i]
-            if arg in ("-c", "--cfg") and (value.startswith("-") or _is_override(value)):
-                continue
-            flags.append(value)
+        if arg in _VALUE_FLAGS:
+            if i >= len(args):
+                raise UsageError(_SHELL_COMPLETION_HINT if arg in ("-sc", "--shell-completion") else
+                                 f"{arg} needs a value")
+            flags.append(args[i])
             i += 1
     return flags, overrides, question
 
@@ -220,6 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
         return _stdout_closed()
+    except OSError as exc:
+        if exc.filename is None:  # not a file the system refused: a bug, with its traceback
+            raise
+        # a file or directory the system refuses (an unreadable home, say) where no command expected it
+        print(f"conclave: cannot access {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 #: set once a consultation has run in this process: :func:`exit_now` may then skip the interpreter's teardown
@@ -423,6 +452,8 @@ def _hydra_error_message(exc: BaseException) -> str | None:
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
+    if isinstance(exc, UnicodeDecodeError):  # Hydra reading a config file: it names no file
+        return _undecodable_config_message(exc)
     if isinstance(exc, yaml.YAMLError):
         mark = getattr(exc, "problem_mark", None)
         where = f' in "{mark.name}", line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ""
@@ -469,12 +500,29 @@ def _hydra_error_message(exc: BaseException) -> str | None:
         if first.startswith("Only one of"):
             return f"{first}; drop -m to print the configuration of one job"
         if "Expecting one subcommand" in first:
-            return "--shell-completion needs one of install=SHELL, uninstall=SHELL or query=SHELL (bash, zsh, fish)"
+            return _SHELL_COMPLETION_HINT
         return first
     if isinstance(exc, OmegaConfBaseException):
         key = getattr(exc, "full_key", None)
         first = str(exc).splitlines()[0]
         return f"{key}: {first}" if key else first
+    return None
+
+
+def _undecodable_config_message(exc: UnicodeDecodeError) -> str | None:
+    """One line naming the user's config file that is not UTF-8 text (Hydra's error names no file); None when none
+    of theirs is (the error came from elsewhere)."""
+    from conclave.hydra_app import user_config_dir
+
+    root = user_config_dir()
+    for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            byte = exc.object[exc.start:exc.start + 1].hex()
+            return f"{path}: not UTF-8 text (byte 0x{byte} at offset {exc.start}); save it as UTF-8"
+        except OSError:
+            continue
     return None
 
 

@@ -139,7 +139,7 @@ def _user_settings_pick_panel(home: Path) -> bool:
 
     try:
         data = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, UnicodeDecodeError):
         return False  # Hydra reports the broken file with its own message
     return isinstance(data, dict) and bool({"agents", "judge"} & set(data))
 

@@ -369,3 +369,84 @@ def test_a_recorder_shared_by_consultations_stops_only_the_one_whose_journal_fai
     db.close()
     # B's first round start was durable before its disk filled: it is indexed like A's and C's rounds
     assert indexed == {a[0].consultation_id, b[0].consultation_id, c[0].consultation_id}
+
+
+@needs_mode_bits
+def test_rebuilding_the_index_of_a_read_only_home_is_one_line_naming_it(tmp_path: Path) -> None:
+    import subprocess
+
+    assert WITHOUT_OVERRIDE is not None
+    home = tmp_path / "home"
+    other = tmp_path / "other"
+    (other / "journal").mkdir(parents=True)
+    (other / "journal" / "c-mwzp0000abcd.jsonl").write_text("{}\n")  # something to copy: merge writes it first
+    made = subprocess.run([*CLI, "index", "rebuild"], env=clean_env(home), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    tree_mode(home, writable=False)
+    try:
+        runs = [subprocess.run([*WITHOUT_OVERRIDE, *CLI, "index", *command], env=clean_env(home), cwd=tmp_path,
+                               capture_output=True, text=True, timeout=120)
+                for command in (["rebuild"], ["merge", str(other)])]
+    finally:
+        tree_mode(home, writable=True)
+    rebuilt, merged = runs
+    assert rebuilt.returncode == 1, rebuilt.stderr  # was: a traceback ending "attempt to write a readonly database"
+    assert one_line(rebuilt.stderr) == (f"conclave index: cannot rebuild the index {home / 'index.db'}: "
+                                        f"its directory {home} is read-only")
+    assert merged.returncode == 1, merged.stderr  # was: a traceback from copying the journal
+    assert one_line(merged.stderr) == f"conclave index: cannot merge into {home}: the directory is read-only"
+
+
+@needs_mode_bits
+async def test_browse_serves_the_index_of_a_read_only_home(tmp_path: Path) -> None:
+    import re
+    import urllib.request
+
+    assert WITHOUT_OVERRIDE is not None
+    home = tmp_path / "home"
+    made = await asyncio.create_subprocess_exec(*CLI, "index", "rebuild", env=clean_env(home), cwd=tmp_path,
+                                                stderr=asyncio.subprocess.PIPE)
+    assert await made.wait() == 0
+    tree_mode(home, writable=False)
+    process = await asyncio.create_subprocess_exec(
+        *WITHOUT_OVERRIDE, *CLI, "browse", "--no-open", "--port", "0", env=clean_env(home), cwd=tmp_path,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    assert process.stderr is not None
+    try:
+        url = None
+        while url is None:  # was: Datasette's traceback, "attempt to write a readonly database", exit 1
+            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+            assert line, "conclave browse exited before serving"
+            found = re.search(r"at (http://127\.0\.0\.1:\d+/index) ", line)
+            url = found.group(1) if found else None
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{url}/consultations.json", timeout=30).read())
+        assert b"rows" in body
+    finally:
+        process.terminate()
+        await process.wait()
+        tree_mode(home, writable=True)
+
+
+UNREADABLE_HOME_COMMANDS = [["logs", "list"], ["stats"], ["show", "c-x"], ["resume"], ["Should we shard?"],
+                            ["show-prompt", "1", "Should we shard?"], ["doctor"], ["eval", "report", "latest"],
+                            ["browse", "--no-open"], ["mcp", "rounds=1"]]
+
+
+@needs_mode_bits
+@pytest.mark.parametrize("command", UNREADABLE_HOME_COMMANDS, ids=" ".join)
+def test_a_home_the_user_may_not_read_is_one_line_naming_the_path(tmp_path: Path, command: list[str]) -> None:
+    import subprocess
+
+    assert WITHOUT_OVERRIDE is not None
+    home = tmp_path / "home"
+    (home / "journal").mkdir(parents=True)
+    home.chmod(0o000)
+    try:
+        done = subprocess.run([*WITHOUT_OVERRIDE, *CLI, *command], env=clean_env(home, FAKE_KEYS), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    finally:
+        home.chmod(0o755)
+    assert done.returncode == 1, done.stderr  # was: a PermissionError traceback
+    line = one_line(done.stderr)
+    assert line.startswith(f"conclave: cannot access {home}/") and line.endswith(": Permission denied"), line

@@ -7,8 +7,8 @@ Runs ``datasette serve`` on the index; conclave's Datasette plugin (installed wi
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import os
 import signal
 import socket
 import sqlite3
@@ -19,7 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conclave.errors import ConclaveError
+from conclave.commands import arguments
+from conclave.errors import ConclaveError, UsageError
 from conclave.store.paths import StoreLayout, default_home
 
 HOST = "127.0.0.1"
@@ -27,8 +28,9 @@ STARTUP_TIMEOUT_S = 30.0
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave browse", description=__doc__)
-    parser.add_argument("--port", type=int, default=8001, help="port to listen on (default 8001; 0 = a free port)")
+    parser = arguments.CommandParser(prog="conclave browse", description=__doc__)
+    parser.add_argument("--port", type=arguments.port, default=8001,
+                        help="port to listen on (default 8001; 0 = a free port)")
     parser.add_argument("--no-open", action="store_true", help="do not open a web browser")
     args = parser.parse_args(argv)
 
@@ -42,6 +44,7 @@ def run(argv: list[str]) -> int:
     finally:
         db.close()
     port = args.port or free_port()
+    check_port(port)  # before Datasette, whose own complaint is four lines of its usage
     # Stopped with SIGTERM, still stop Datasette: exit through the ``finally`` below instead of dying at once.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = subprocess.Popen(serve_command(layout.index_path, port))
@@ -63,7 +66,10 @@ def run(argv: list[str]) -> int:
 
 
 def serve_command(index_path: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "datasette", "serve", str(index_path), "--host", HOST, "--port", str(port)]
+    """``datasette serve`` on the index; in a directory this process may not write, the index is opened as an
+    unchanging file (``-i``): SQLite cannot create there the files a write-ahead-log database is read through."""
+    database = [str(index_path)] if os.access(index_path.parent, os.W_OK) else ["-i", str(index_path)]
+    return [sys.executable, "-m", "datasette", "serve", *database, "--host", HOST, "--port", str(port)]
 
 
 def free_port() -> int:
@@ -71,6 +77,17 @@ def free_port() -> int:
         s.bind((HOST, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def check_port(port: int) -> None:
+    """:class:`UsageError` naming ``--port`` when ``port`` cannot be listened on here (in use, say). Bound as the
+    server will bind it (``SO_REUSEADDR``), so a port a closed connection still lingers on is not refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError as exc:
+            raise UsageError(f"--port: cannot listen on {HOST}:{port}: {exc.strerror or exc}") from None
 
 
 def wait_until_up(url: str, server: subprocess.Popen[bytes], timeout_s: float = STARTUP_TIMEOUT_S) -> None:

@@ -14,13 +14,13 @@ never as a failure.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import sys
 from typing import Any
 
+from conclave.commands.arguments import CommandParser, positive_seconds
 from conclave.config import Settings, check_against_plugins, settings_from_dictconfig
 from conclave.errors import ConfigError
 from conclave.plugins import Plugins, get_plugins
@@ -30,13 +30,13 @@ CONFIG_MODULE = "conclave.conf"
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave doctor", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="conclave doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds, default=10.0, metavar="S",
                         help="seconds to wait for each endpoint's models list (default 10)")
     parser.add_argument("--probe", action="store_true",
                         help="also make the structured-output test call on paid endpoints (it is billed)")
-    parser.add_argument("--call-timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--call-timeout", type=positive_seconds, default=None, metavar="S",
                         help="seconds for each test call (default: the provider's timeout_s)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for a consultation")
     args = parser.parse_args(argv)
@@ -85,7 +85,17 @@ def compose_settings(overrides: list[str]) -> Settings:
             cfg = compose("config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError([_hydra_error_message(exc) or str(exc).splitlines()[0]]) from None
-    return settings_from_dictconfig(cfg)
+    except Exception as exc:  # a user config file that does not load (not UTF-8, not YAML)
+        message = _hydra_error_message(exc)
+        if message is None:
+            raise
+        raise ConfigError([message]) from None
+    try:
+        return settings_from_dictconfig(cfg)
+    except ConfigError as exc:  # a bad value from the user's settings file says it comes from there
+        from conclave.task import name_user_settings
+
+        raise ConfigError(name_user_settings(exc.problems, lambda: overrides)) from None
 
 
 def panel_models(settings: Settings) -> dict[str, set[str]]:

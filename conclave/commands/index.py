@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from conclave.commands.arguments import CommandParser
 from conclave.store.paths import StoreLayout, default_home
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave index", description=__doc__)
+    parser = CommandParser(prog="conclave index", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("rebuild", help="empty the index and replay every journal into it")
     merge = sub.add_parser("merge", help="copy other homes' journals and eval runs here, rebuild, verify")

@@ -4,18 +4,18 @@ record; ``head`` prints a digest to keep elsewhere and check later with ``verify
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
 from typing import Any
 
+from conclave.commands.arguments import CommandParser
 from conclave.errors import UsageError
 from conclave.store.paths import StoreLayout, default_home
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave logs", description=__doc__)
+    parser = CommandParser(prog="conclave logs", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     path = sub.add_parser("path", help="print the index path (open it with Datasette or sqlite3)")
     path.add_argument("--journal", action="store_true", help="print the journal directory instead")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import logging
 import sys
 from typing import TYPE_CHECKING
 
+from conclave.commands.arguments import CommandParser, port
 from conclave.errors import UsageError
 
 if TYPE_CHECKING:
@@ -23,10 +23,10 @@ LOOPBACK = "127.0.0.1"
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave mcp", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="conclave mcp", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--http", action="store_true", help="serve Streamable HTTP instead of stdio")
-    parser.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765; 0 picks a free one)")
+    parser.add_argument("--port", type=port, default=8765, help="HTTP port (default 8765; 0 picks a free one)")
     parser.add_argument("--host", default=LOOPBACK,
                         help="HTTP interface (default 127.0.0.1; anything else is exposed beyond this machine)")
     parser.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
@@ -61,13 +61,8 @@ def run(argv: list[str]) -> int:
     if args.http:
         from conclave.mcp_server.transports import serve_http
 
-        if not _is_loopback(args.host):
-            print_to_stderr(f"warning: serving on {args.host}, reachable beyond this machine")
         server = build_server(config, host=args.host, port=args.port)
-        try:
-            asyncio.run(serve_http(server, args.host, args.port, print_to_stderr))
-        except OSError as exc:
-            raise UsageError(f"--port: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        asyncio.run(serve_http(server, args.host, args.port, print_to_stderr))
         return 0
     from conclave.mcp_server.transports import serve_stdio
 
@@ -87,12 +82,3 @@ def _check_base_overrides(config: ServerConfig) -> None:
         compose(config.door, "check", [], [])
     except ToolError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

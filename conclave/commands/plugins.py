@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
+from conclave.commands.arguments import CommandParser
 from conclave.plugins import get_plugins
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave plugins", description=__doc__)
+    parser = CommandParser(prog="conclave plugins", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     infos = [info.as_dict() for info in get_plugins().info()]

@@ -6,10 +6,10 @@ reused as is. Exit codes as for a consultation: 0 complete, 1 partial/aborted, 1
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from conclave.commands.arguments import CommandParser
 from conclave.errors import UsageError
 from conclave.store.paths import StoreLayout, default_home
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave resume", description=__doc__)
+    parser = CommandParser(prog="conclave resume", description=__doc__)
     parser.add_argument("id", nargs="?", help="consultation id or unique prefix (default: the latest interrupted)")
     args = parser.parse_args(argv)
 

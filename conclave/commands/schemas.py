@@ -6,12 +6,12 @@ unreadable or non-JSON file, or bad usage.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
 from conclave import artifacts
+from conclave.commands.arguments import CommandParser
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -31,8 +31,8 @@ def run(argv: list[str]) -> int:
     return _validate(args.name, args.file)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="conclave schemas", description="The artifact JSON Schemas.")
+def _parser() -> CommandParser:
+    parser = CommandParser(prog="conclave schemas", description="The artifact JSON Schemas.")
     actions = parser.add_subparsers(dest="action", required=True, metavar="{list,show,validate}")
     actions.add_parser("list", help="one schema per line: name and title")
     show = actions.add_parser("show", help="print a schema as JSON")

@@ -4,27 +4,20 @@ got to, with how to resume it. ``--format html`` writes one self-contained HTML 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from conclave.commands.arguments import CommandParser
 from conclave.errors import UsageError
 from conclave.store.paths import StoreLayout, default_home
 
 FORMATS = ("markdown", "json", "html")
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (the CLI prints ``conclave show: …`` and exits 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def run(argv: list[str]) -> int:
-    parser = _Parser(prog="conclave show", description=__doc__)
+    parser = CommandParser(prog="conclave show", description=__doc__)
     parser.add_argument("id", help="consultation id (a unique prefix is enough)")
     parser.add_argument("--round", type=int, metavar="N", help="only round N's artifacts")
     parser.add_argument("--format", default="markdown", help="markdown (default), json or html")
@@ -52,7 +45,10 @@ def run(argv: list[str]) -> int:
 
     text = _render(args.format, result, records, args.round, entries)
     if args.output is not None:
-        args.output.write_text(text, encoding="utf-8")
+        try:
+            args.output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--output: cannot write {args.output}: {exc.strerror or exc}") from None
         print(f"conclave show: wrote {args.output}", file=sys.stderr)
         return 0
     if args.format == "markdown":

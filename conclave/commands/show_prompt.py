@@ -14,12 +14,13 @@ import argparse
 import json
 from typing import Any
 
-from conclave.errors import UsageError
+from conclave.commands.arguments import CommandParser
+from conclave.errors import ConfigError, UsageError
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave show-prompt", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="conclave show-prompt", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("round", help="round type name or round number")
     parser.add_argument("rest", nargs="*", help='the question (first non-override) and Hydra overrides')
     parser.add_argument("--from", dest="source", metavar="ID", help="take config and inputs from this consultation")
@@ -70,12 +71,17 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
         question = settings.question or ""
     else:
         from conclave.api import compose_settings
+        from conclave.task import name_user_settings
 
         words = [a for a in rest if not _is_override(a)]
         if len(words) > 1:
             raise UsageError(f"takes one question; quote it (got {len(words)} words: {words[0]!r}, …)")
         question = words[0] if words else "<the question>"
-        settings = compose_settings(question, [a for a in rest if _is_override(a)], plugins)
+        overrides = [a for a in rest if _is_override(a)]
+        try:
+            settings = compose_settings(question, overrides, plugins)
+        except ConfigError as exc:  # a bad value from the user's settings file says it comes from there
+            raise ConfigError(name_user_settings(exc.problems, lambda: overrides)) from None
     question, context = _inputs(settings, question)
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     labels = JudgeLabels(settings.agents, int(resume_from.get("shuffle_seed") or 0), resume_from.get("labels"))

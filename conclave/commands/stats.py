@@ -3,15 +3,15 @@ confidence, early termination, filtering savings and substitutions, per provider
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
+from conclave.commands.arguments import CommandParser
 from conclave.store.paths import StoreLayout, default_home
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave stats", description=__doc__)
+    parser = CommandParser(prog="conclave stats", description=__doc__)
     period = parser.add_mutually_exclusive_group()
     period.add_argument("--week", action="store_true", help="the last 7 days")
     period.add_argument("--month", nargs="?", const="", metavar="YYYY-MM",

@@ -316,9 +316,7 @@ class Consultation:
             self._go(steps[0].type.state, reason)
             if number not in restored:
                 failure = await self._round(session, steps)
-                if failure is not None:
-                    if steps[-1].type.seat == "agents" and record.by_agent(steps[-1].type.name):
-                        record.completed_rounds = number  # answers were recorded, too few to debate
+                if failure is not None:  # a failed round is not a completed one, whatever answers it kept
                     self._stop(record, failure)
             record.completed_rounds = previous = number
             if number > 1:  # the controllers after round 1 need no estimate; early termination's needs the exact one

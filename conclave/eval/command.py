@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any
 
+from conclave.commands.arguments import CommandParser
 from conclave.errors import UsageError
 
 USAGE = __doc__ or ""
@@ -164,7 +164,7 @@ def run_task(flags: list[str], overrides: list[str]) -> int:
 
 
 def resume(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="conclave eval resume", description="Continue an interrupted run.")
+    parser = CommandParser(prog="conclave eval resume", description="Continue an interrupted run.")
     parser.add_argument("run_id")
     args = parser.parse_args(argv)
     from conclave.eval import store
@@ -183,7 +183,7 @@ def resume(argv: list[str]) -> int:
 def report(argv: list[str]) -> int:
     from conclave.eval.report import FORMATS, render, render_sweep
 
-    parser = argparse.ArgumentParser(prog="conclave eval report", description="Report an evaluation run or sweep.")
+    parser = CommandParser(prog="conclave eval report", description="Report an evaluation run or sweep.")
     parser.add_argument("run", help="a run id, a sweep id, or 'latest'")
     parser.add_argument("--format", default="markdown")
     args = parser.parse_args(argv)

@@ -59,6 +59,9 @@ def read_jsonl(path: Path) -> list[Item]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise UsageError(f"eval set {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"eval set {str(path)!r}: not UTF-8 text (byte 0x{exc.object[exc.start:exc.start + 1].hex()} "
+                         f"at offset {exc.start}); save it as UTF-8") from None
     items: list[Item] = []
     seen: set[str] = set()
     for number, line in enumerate(lines, 1):

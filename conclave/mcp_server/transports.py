@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import hmac
 import io
+import ipaddress
+import logging
 import os
 import secrets
 import socket
@@ -11,10 +14,14 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from conclave.errors import UsageError
+
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 TOKEN_ENV = "CONCLAVE_MCP_TOKEN"
+#: the logger of the SDK's Streamable HTTP transport
+SDK_HTTP_LOGGER = "mcp.server.streamable_http"
 
 
 async def serve_stdio(server: Any) -> None:
@@ -23,6 +30,9 @@ async def serve_stdio(server: Any) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
+    if sys.stdin is None or sys.stdout is None:  # started with fd 0 or 1 closed: no client can reach us
+        raise UsageError("the stdio transport needs stdin and stdout open (a client starts `conclave mcp` with "
+                         "pipes); use --http to serve over the network")
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -68,21 +78,50 @@ def http_token() -> tuple[str, bool]:
     return secrets.token_urlsafe(32), True
 
 
+class ClientLeftFilter(logging.Filter):
+    """Drops the SDK's error records whose exception is a stream closed because the client left: the SDK's
+    Streamable HTTP transport logs one, with a traceback, each time a client ends its session
+    (``anyio.ClosedResourceError`` in the SSE writer). Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import anyio
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
+
+
 async def serve_http(server: Any, host: str, port: int, announce: Callable[[str], None]) -> None:
     """Serve Streamable HTTP at ``http://host:port/mcp``; ``port`` 0 picks a free one (announced on stderr)."""
     import uvicorn
 
+    logging.getLogger(SDK_HTTP_LOGGER).addFilter(ClientLeftFilter())
     token, generated = http_token()
     app = BearerAuth(server.streamable_http_app(), token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        option = "--host" if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL else "--port"
+        raise UsageError(f"{option}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
+    if not is_loopback(host):
+        announce(f"warning: serving on {host}, reachable beyond this machine")
     if generated:
         announce(f"bearer token (set {TOKEN_ENV} to choose one): {token}")
     announce(f"listening on http://{shown}:{bound}/mcp")
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

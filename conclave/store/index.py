@@ -289,6 +289,7 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
     from conclave.store.migrations import migrations
 
     started = time.perf_counter()
+    _refuse_read_only(layout.index_path)
     db = _connect_or_recreate(layout.index_path)
     try:
         for pragma in _BULK_PRAGMAS:
@@ -313,6 +314,12 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
         db.close()
     _fsync(layout.index_path)  # the rebuild's connections never fsync: make the new index durable once
     return RebuildReport(len(ids), records, time.perf_counter() - started)
+
+
+def _refuse_read_only(path: Path) -> None:
+    """A :class:`StorageError` naming the index when its directory may not be written: a rebuild writes it all."""
+    if path.parent.is_dir() and not os.access(path.parent, os.W_OK):
+        raise StorageError(f"cannot rebuild the index {path}: its directory {path.parent} is read-only")
 
 
 def _fsync(index_path: Path) -> None:

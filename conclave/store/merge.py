@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conclave.errors import UsageError
+from conclave.errors import StorageError, UsageError
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import is_being_written
 from conclave.store.paths import StoreLayout
@@ -35,6 +35,8 @@ class MergeReport:
 def merge_homes(target: Path, sources: list[Path]) -> MergeReport:
     layout = StoreLayout(Path(target))
     report = MergeReport()
+    if layout.home.is_dir() and not os.access(layout.home, os.W_OK):
+        raise StorageError(f"cannot merge into {layout.home}: the directory is read-only")
     for source in sources:
         source_layout = StoreLayout(Path(source))
         if not source_layout.journal_dir.is_dir() and not (Path(source) / "eval").is_dir():
@@ -55,7 +57,10 @@ def merge_homes(target: Path, sources: list[Path]) -> MergeReport:
                 else:
                     report.conflicts.append(f"{cid}: differs between {source} and {target}; not merged")
                 continue
-            _write_atomically(dst, data)
+            try:
+                _write_atomically(dst, data)
+            except OSError as exc:
+                raise StorageError(f"cannot write {dst}: {exc.strerror or exc}") from None
             for seq, hash_ in heads.get(cid, []):
                 target_heads.append(cid, seq, hash_)
             report.copied += 1

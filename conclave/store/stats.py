@@ -44,8 +44,9 @@ def period_from_args(*, week: bool = False, month: str | None = None, all_time: 
         return Period("last 30 days", iso((now - timedelta(days=30)).timestamp()))
     if month is not None:
         match = re.fullmatch(r"(\d{4})-(\d{2})", month)
-        if not match or not 1 <= int(match.group(2)) <= 12:
-            raise UsageError(f"--month: expected YYYY-MM, got {month!r}")
+        # a datetime's years are 1 to 9999, and the end of the period is the month after
+        if not match or not 1 <= int(match.group(2)) <= 12 or not 1 <= int(match.group(1)) <= 9998:
+            raise UsageError(f"--month: expected YYYY-MM (years 0001 to 9998), got {month!r}")
         year, mon = int(match.group(1)), int(match.group(2))
         start = datetime(year, mon, 1, tzinfo=UTC)
         end = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=UTC)

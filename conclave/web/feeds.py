@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
+from conclave.errors import UsageError
 from conclave.store.paths import StoreLayout
 
 #: how often a journal written by another process is checked for appended records
@@ -93,7 +94,14 @@ class Feeds:
         return feed
 
     def exists(self, consultation_id: str) -> bool:
-        return consultation_id in self.running or self.layout.journal_path(consultation_id).is_file()
+        """Whether ``consultation_id`` runs here or has a journal; a string that is not an id shape (a path, say)
+        names no consultation."""
+        if consultation_id in self.running:
+            return True
+        try:
+            return self.layout.journal_path(consultation_id).is_file()
+        except UsageError:
+            return False
 
     async def follow(self, consultation_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
         feed = self.running.get(consultation_id)

@@ -4,8 +4,10 @@ consultation this command runs). Both bind 127.0.0.1 unless told otherwise and p
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
+import socket
 import sys
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from conclave.api import config_groups
 from conclave.engine.ids import new_consultation_id
 from conclave.engine.interaction import Interaction
 from conclave.engine.runner import Consultation
-from conclave.errors import ConclaveError
+from conclave.errors import ConclaveError, UsageError
 from conclave.guard import Door, approval_for
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
@@ -96,13 +98,29 @@ class LocalStarter:
         return {"id": cid}
 
 
-async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def start_site(app: web.Application, host: str, port: int, option: str = "--port"
+                     ) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port``; an address that cannot be listened on is a :class:`UsageError` naming
+    ``option``, the setting that chose the port (``--host`` when the host is unknown or not this machine's)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            option = "--host"  # the address is at fault, not the port
+        raise UsageError(f"{option}: cannot listen on {host}:{port}: {_os_reason(exc)}") from None
     addresses = runner.addresses
     return runner, int(addresses[0][1]) if addresses else port
+
+
+def _os_reason(exc: OSError) -> str:
+    """The system's short reason ("Address already in use"), not asyncio's sentence around it."""
+    if isinstance(exc, socket.gaierror) or not exc.errno or exc.errno < 0:
+        return exc.strerror or str(exc)
+    return os.strerror(exc.errno)
 
 
 def token_from_env() -> str:
@@ -133,7 +151,7 @@ async def run_watched(consultation: Any, home: Path, port: int) -> Any:
     feeds = Feeds(StoreLayout(home))
     consultation.bus.subscribe(feeds.feed_for(consultation.id))
     token = token_from_env()
-    runner, bound = await start_site(make_app(home, token, feeds), "127.0.0.1", port)
+    runner, bound = await start_site(make_app(home, token, feeds), "127.0.0.1", port, option="live_port")
     print(f"conclave: watch it live at http://127.0.0.1:{bound}/c/{consultation.id}?token={token}",
           file=sys.stderr, flush=True)
     try:
