@@ -463,9 +463,9 @@ class Consultation:
         )
 
     def _prepare_checks(self, session: Session) -> None:
-        """Once round 1's requests have left, prepare in a worker thread the schema checks every answer of the
-        plan goes through (validators, reference lookups): their one-time cost is paid while round 1 waits, not
-        between its last answer and round 2's request."""
+        """Once round 1's requests have left, prepare the schema checks every answer of the plan goes through
+        (validators, reference lookups): their one-time cost is paid while round 1 waits, not between its last
+        answer and round 2's request. On the event loop, so the modules they import are imported by one thread."""
         names = sorted({t.schema for t in session.plan} | {t.schema for t in session.strategy.plan})
         seats = {(agent.spec.provider, agent.spec.model) for agent in session.agents.values()} | {
             (session.judge.provider, session.judge.model)}
@@ -488,8 +488,8 @@ class Consultation:
 
         async def prepare() -> None:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)  # round 1's requests have left
-            await asyncio.to_thread(artifacts.prepare_checks, names)
-            await asyncio.to_thread(prepare_requests)
+            artifacts.prepare_checks(names)
+            prepare_requests()
 
         self._checks_ready = asyncio.ensure_future(prepare())
 
