@@ -6,8 +6,8 @@ For each L, separate `conclave "Q" …` processes run one after another (as user
 its own process, logs when each request arrives. Reported per L (medians over the runs): process start → first
 provider request; the pre-flight (journal: the ESTIMATING transition → the consent record); the consultation
 alone ÷ critical path (the result's own duration); the whole process ÷ critical path; the process's peak RSS;
-and its CPU time (user + system, which machine load inflates far less than wall times). The first run of each L
-composes with Hydra and remembers it; the later runs (same overrides) read the remembered composition.
+and its CPU time (user + system, which machine load inflates far less than wall times), for the first run of each L
+(a fresh home) and for the repeats.
 conclave's own modules are byte-compiled first, as installing a wheel does (an editable install under
 ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile ~90 modules from source in every run, ~0.15 s);
 ``--no-compile`` measures without that.
@@ -106,9 +106,9 @@ def main() -> int:
             log = Path(tmp) / "arrivals.log"
             with fake_server_process(latency, str(log)) as overrides:
                 runs = [_run_once(overrides, log, tmp) for _ in range(args.runs)]
-        print(_row("first", latency, runs[:1]))  # composed by Hydra (and remembered)
+        print(_row("first", latency, runs[:1]))  # a fresh home
         if len(runs) > 1:
-            print(_row(f"repeat ×{len(runs) - 1}", latency, runs[1:]))  # the remembered composition
+            print(_row(f"repeat ×{len(runs) - 1}", latency, runs[1:]))
     print(f"load (1 min) at the end: {os.getloadavg()[0]:.2f}")
     print("goals: start→1st request ≤ 0.5 s; pre-flight ≤ 50 ms; consultation÷CP ≤ 1.05 at L=0.3; process÷CP ≤ 1.10 "
           "at L=1.0; peak RSS ≤ 130 MiB")

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from conclave.engine.warmup import settled
 from conclave.errors import ConclaveError
 
 if TYPE_CHECKING:
@@ -113,7 +112,6 @@ def declared_properties(name: str) -> frozenset[str]:
 
 @functools.cache
 def _registry() -> Registry[Any]:
-    settled("jsonschema")  # the CLI's import warm-up may be importing it (jsonschema imports referencing)
     from referencing import Registry, Resource
 
     # Every file is registered under its $id, so relative $refs between files resolve without any retrieval.
@@ -122,7 +120,6 @@ def _registry() -> Registry[Any]:
 
 @functools.cache
 def _validator(name: str) -> Validator:
-    settled("jsonschema")
     from jsonschema import Draft202012Validator
 
     # Validated against the schema with every $ref inlined: the same keywords at the same instance paths (so the
@@ -389,7 +386,6 @@ def _inlined_resolver(name: str) -> Resolver[Any]:
 
 
 def _resolver_for(schema: dict[str, Any]) -> Resolver[Any]:
-    settled("jsonschema")
     from referencing import Resource
     from referencing.jsonschema import DRAFT202012
 

@@ -6,7 +6,6 @@ Exit codes: 0 complete (also "complete, degraded"), 1 consultation aborted or fa
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import re
@@ -221,24 +220,12 @@ def _split_question(args: list[str], stdin_text: str | None = None, *,
 
 
 def run() -> NoReturn:
-    """The ``conclave`` command and ``python -m conclave``: :func:`main`, then :func:`exit_now` with its code.
-    The garbage collector is paused while the process starts (:mod:`conclave.gc_policy`)."""
-    from conclave import gc_policy
-    from conclave.startup_cache import skip_pydantic_plugin_scan
-
-    gc_policy.pause()
-    # before the configuration builds the first pydantic model; a failure (no home directory, say) is for the
-    # command to meet and report, or not to need (--version)
-    with contextlib.suppress(Exception):
-        skip_pydantic_plugin_scan()
-    exit_now(main())
+    """The ``conclave`` command and ``python -m conclave``: :func:`main`, exiting with its code."""
+    sys.exit(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Everything the command does; returns the process exit code."""
-    from conclave.startup_trace import mark
-
-    mark("entry")
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
@@ -249,45 +236,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a file or directory the system refuses (an unreadable home, say) where no command expected it
         print(f"conclave: cannot access {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
-
-
-#: set once a consultation has run in this process: :func:`exit_now` may then skip the interpreter's teardown
-consulted = False
-
-
-def exit_now(code: int) -> NoReturn:
-    """End the process with ``code`` (the ``conclave`` command ends here).
-
-    After a consultation, everything durable is written before :func:`main` returns (the journal is fsynced at
-    every round, the recorder has closed it and caught the index up) and nothing in the process holds unwritten
-    data, so what is left of a normal exit is the interpreter tearing down the ~600 modules a consultation
-    imports: about 0.1 s with nothing to show for it. Here stdout and stderr are flushed, then what a normal exit
-    does before that teardown runs as it would — waiting for non-daemon threads (``threading._shutdown``) and the
-    ``atexit`` handlers (logging, the local model's cleanup) — and the process ends with ``os._exit``. Any other
-    command, a flush that fails (a closed pipe), or a Python without ``threading._shutdown``, exits the usual way.
-    """
-    if not consulted:
-        sys.exit(code)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # the interpreter reports it as it always does
-        sys.exit(code)
-    import atexit
-    import threading  # imported by every consultation
-
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is None:
-        sys.exit(code)
-    shutdown()
-
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        code = code or 120  # what the interpreter exits with when its final flush fails
-    os._exit(code)
 
 
 def _stdout_closed() -> int:
@@ -304,10 +252,7 @@ def _stdout_closed() -> int:
 
 
 def _main(args: list[str]) -> int:
-    from conclave import gc_policy
-
     if args and args[0] in SUBCOMMANDS:
-        gc_policy.resume(freeze=False)  # a long-lived command (browse, mcp) must collect as usual
         return _run_subcommand(args[0], args[1:])
     try:
         flags, overrides, question = _split_question(args, refuse_commands=True)
@@ -335,38 +280,7 @@ def _main(args: list[str]) -> int:
         if f"agents={LOCAL_PANEL}" in overrides and (missing := offline_panel_missing()):
             print(f"conclave: {missing}", file=sys.stderr)  # before the run starts: nothing to resume
             return EXIT_USAGE
-    global consulted
-    consulted = question is not None and not flags  # a plain run: no Hydra flag (-m, --cfg, --help, …)
-    if not consulted:
-        gc_policy.resume(freeze=False)  # a sweep runs many consultations in this process
-    elif os.environ.get("CONCLAVE_EARLY_HTTP", "1") != "0":
-        from conclave.engine.warmup import import_http_client_early
-
-        import_http_client_early()
-    if question is not None:
-        code = _run_remembered(flags, overrides[:-1], question)  # all but the question's own override
-        if code is not None:
-            return code
     return run_hydra([*flags, *overrides])
-
-
-def _run_remembered(flags: list[str], overrides: list[str], question: str) -> int | None:
-    """A plain run whose composition was remembered runs without Hydra (:mod:`conclave.compose_cache`); the exit
-    code, or None when Hydra must compose (and then remembers it for the next run)."""
-    from conclave import compose_cache
-
-    if not compose_cache.eligible(flags, overrides):
-        return None
-    from conclave import task
-    from conclave.home import default_home
-
-    key = compose_cache.cache_key(default_home(), overrides)
-    code = _reported(lambda: task.run_cached(key, overrides, question))
-    if code is None:
-        from conclave import hydra_app
-
-        hydra_app.compose_cache_key = key
-    return code
 
 
 def _with_zero_config_panel(overrides: list[str]) -> list[str]:

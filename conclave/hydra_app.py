@@ -49,58 +49,9 @@ def prepare_hydra() -> None:
     from conclave.home import default_home
 
     HydraPlugins.instance().register(ConclavePluginSearchPath)
-    _skip_the_mode_probe()
     if not OmegaConf.has_resolver("conclave_home"):
         # ${conclave_home:} in config.yaml: where a sweep's output goes unless hydra.sweep.dir says otherwise
         OmegaConf.register_new_resolver("conclave_home", lambda: str(default_home()))
-
-
-def _skip_the_mode_probe() -> None:
-    """Spare Hydra's first composition of the config, which it makes only to read ``hydra.mode``.
-
-    Before running, Hydra composes the whole configuration once to read ``hydra.mode`` and then again to run.
-    When nothing can set ``hydra.mode`` — no ``hydra.mode`` override, no other primary config (``-cn``/``-cp``/
-    ``-cd``), no user or plugin config file that mentions ``hydra`` (the packaged files never set it) — the probe
-    can only answer None, so it is answered without composing; otherwise Hydra's own probe runs.
-    """
-    from hydra._internal.hydra import Hydra
-
-    probe = Hydra.get_mode
-    if getattr(probe, "_conclave", False):
-        return
-
-    def get_mode(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
-        if _mode_may_be_set(overrides):
-            return probe(self, config_name, overrides)
-        return None
-
-    get_mode._conclave = True  # type: ignore[attr-defined]
-    Hydra.get_mode = get_mode  # type: ignore[method-assign]
-
-
-_OTHER_CONFIG_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir")
-
-
-def _mode_may_be_set(overrides: list[str]) -> bool:
-    import sys
-
-    from conclave.plugins import get_plugins
-
-    if any(o.lstrip("+~").startswith("hydra.mode") or o.lstrip("+~").startswith("hydra=") for o in overrides):
-        return True
-    if any(a in _OTHER_CONFIG_FLAGS or a.startswith(tuple(f + "=" for f in _OTHER_CONFIG_FLAGS))
-           for a in sys.argv[1:]):
-        return True
-    if get_plugins().config_paths:
-        return True
-    from conclave.compose_cache import user_config_mentions_hydra
-    from conclave.home import default_home
-
-    return user_config_mentions_hydra(default_home())
-
-
-#: set by the CLI to the composition-cache key of a plain run: the task then remembers what Hydra composed
-compose_cache_key: str | None = None
 
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
@@ -109,7 +60,6 @@ def hydra_entry(cfg: DictConfig) -> Any:
     from conclave.config import settings_from_dictconfig
     from conclave.task import run_task
 
-    _remember_composition(cfg)
     return run_task(lambda: settings_from_dictconfig(cfg), _task_overrides, sweep_overrides)
 
 
@@ -117,21 +67,6 @@ def _task_overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
     return [str(o) for o in HydraConfig.get().overrides.task]
-
-
-def _remember_composition(cfg: DictConfig) -> None:
-    """Store this run's composition for the next run with the same overrides (see :mod:`conclave.compose_cache`)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from conclave.plugins import get_plugins
-
-    if compose_cache_key is None or HydraConfig.get().mode != RunMode.RUN or get_plugins().config_paths:
-        return
-    from conclave import compose_cache
-    from conclave.home import default_home
-
-    compose_cache.store(default_home(), compose_cache_key, cfg, HydraConfig.get())
 
 
 def name_user_settings(problems: list[str]) -> list[str]:

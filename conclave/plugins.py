@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -182,36 +183,23 @@ class DistInfo:
 def build_plugin_manager(
     extra_plugins: Iterable[tuple[str, object]] = (),
 ) -> tuple[pluggy.PluginManager, dict[str, DistInfo]]:
-    """A fresh manager with conclave's hookspecs, entry-point plugins (filtered by ``CONCLAVE_PLUGINS``) and
-    any ``extra_plugins`` given as ``(name, module_or_object)`` pairs (tests use these).
-
-    The entry points are listed by :func:`conclave.startup_cache.entry_points` (remembered between runs while
-    nothing on ``sys.path`` changes: scanning every distribution's metadata is slow)."""
-    from conclave.engine.warmup import settle_early_imports
-    from conclave.startup_cache import entry_points, skip_pydantic_plugin_scan
-
-    skip_pydantic_plugin_scan()  # before a plugin's import builds the first pydantic model
+    """A fresh manager with conclave's hookspecs, entry-point plugins (``CONCLAVE_PLUGINS`` blocks every other
+    entry-point name) and any ``extra_plugins`` given as ``(name, module_or_object)`` pairs (tests use these)."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     allowed = _allowed_names()
-    dists: dict[str, DistInfo] = {}
-    for ep in entry_points(ENTRY_POINT_GROUP):
-        if allowed is not None and ep.name not in allowed:
-            continue
-        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
-            continue
-        if ep.distribution != "conclave":  # its imports may reach into aiohttp, being imported early
-            settle_early_imports()
-        try:
-            plugin = ep.load()
-        except Exception as exc:  # a broken third-party plugin must say who it is
-            raise PluginError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
-        try:
-            pm.register(plugin, name=ep.name)
-        except ValueError as exc:
-            raise PluginError(f"plugin {ep.name!r}: {exc}") from exc
-        if ep.distribution is not None:
-            dists[ep.name] = DistInfo(ep.distribution, ep.version)
+    if allowed is not None:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name not in allowed:
+                pm.set_blocked(ep.name)
+    try:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    except Exception as exc:  # a broken third-party plugin must say who it is
+        failed = _first_unloaded(pm)
+        who = f"plugin {failed.name!r} ({failed.value})" if failed is not None else "a plugin"
+        raise PluginError(f"{who} failed to load: {exc}") from exc
+    dists = {name: DistInfo(dist.project_name, dist.version)
+             for plugin, dist in pm.list_plugin_distinfo() if (name := pm.get_name(plugin)) is not None}
     for name, plugin in extra_plugins:
         pm.register(plugin, name=name)
     try:
@@ -220,6 +208,16 @@ def build_plugin_manager(
         name = pm.get_name(exc.plugin) or repr(exc.plugin)
         raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
     return pm, dists
+
+
+def _first_unloaded(pm: pluggy.PluginManager) -> importlib.metadata.EntryPoint | None:
+    """The entry point ``load_setuptools_entrypoints`` stopped at: the first of the group, in the order it reads
+    them, that is neither registered nor blocked."""
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == ENTRY_POINT_GROUP and pm.get_plugin(ep.name) is None and not pm.is_blocked(ep.name):
+                return ep
+    return None
 
 
 @functools.cache

@@ -1,7 +1,6 @@
 """One consultation from a composed configuration: what the Hydra task does, without importing Hydra.
 
-Both ways a ``conclave "question"`` process gets its configuration end here: Hydra's composition
-(:func:`conclave.hydra_app.hydra_entry`) and a remembered one (:mod:`conclave.compose_cache`, via :func:`run_cached`).
+Called by Hydra's task (:func:`conclave.hydra_app.hydra_entry`) with the composed configuration.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
     ``given_overrides`` (the command line). A :class:`~conclave.errors.ConclaveError` is reported here in one
     line and ends the process with its exit code (``SystemExit``: it passes through Hydra, so a bad value stops a
     sweep at once)."""
-    from conclave import startup_trace
     from conclave.config import check_against_plugins
     from conclave.errors import ConclaveError, ConfigError
     from conclave.plugins import get_plugins
@@ -33,7 +31,6 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
         try:
             settings = make_settings()
             check_against_plugins(settings, get_plugins())
-            startup_trace.mark("settings validated")
         except ConfigError as exc:
             raise ConfigError(name_user_settings(exc.problems, given_overrides)) from None
         from conclave.engine.entry import run_from_cli
@@ -48,30 +45,6 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
         raise SystemExit(exc.exit_code) from None
     record_exit(code)
     return int(code or 0)
-
-
-def run_cached(key: str, overrides: list[str], question: str) -> int | None:
-    """Run the consultation from the composition of ``overrides`` remembered under ``key`` (see
-    :mod:`conclave.compose_cache`), or None when there is none to use (then Hydra composes, and remembers)."""
-    from conclave import compose_cache
-    from conclave.home import default_home
-    from conclave.plugins import get_plugins
-
-    home = default_home()
-    if get_plugins().config_paths:
-        return None
-    found = compose_cache.load(home, key, question)
-    if found is None:
-        return None
-    config, logging = found
-    compose_cache.configure_logging(logging)
-
-    def settings() -> Any:
-        from conclave.config import settings_from_container
-
-        return settings_from_container(config)
-
-    return run_task(settings, lambda: overrides)
 
 
 def name_user_settings(problems: list[str], given_overrides: Callable[[], Sequence[str]]) -> list[str]:

@@ -7,8 +7,7 @@ from typing import Any
 
 def packaged_yaml_loader() -> Any:
     """libyaml's safe loader when PyYAML was built with it — the same constructors as ``yaml.safe_load``, so the
-    same documents, parsed ~5× faster (the price sheets are read before every consultation's first request) —
-    else the pure-Python safe loader."""
+    same documents, parsed ~5× faster — else the pure-Python safe loader."""
     import yaml
 
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -16,17 +15,10 @@ def packaged_yaml_loader() -> Any:
 
 def load_packaged(entry: Any) -> Any:
     """The YAML document in ``entry`` (a packaged data file: a path, or an ``importlib.resources`` Traversable),
-    parsed with :func:`packaged_yaml_loader` once per version of the file: the result is remembered by
-    :func:`conclave.startup_cache.parsed_file`, so a run whose files are unchanged imports no YAML parser."""
+    parsed with :func:`packaged_yaml_loader`."""
+    import yaml
 
-    def parse(text: str) -> Any:
-        import yaml
-
-        return yaml.load(text, Loader=packaged_yaml_loader())
-
-    from conclave.startup_cache import parsed_file
-
-    return parsed_file(entry, parse)
+    return yaml.load(entry.read_text(encoding="utf-8"), Loader=packaged_yaml_loader())
 
 
 def parse_toml(text: str) -> dict[str, Any]:
@@ -37,9 +29,5 @@ def parse_toml(text: str) -> dict[str, Any]:
 
 
 def load_packaged_toml(entry: Any) -> dict[str, Any]:
-    """The TOML document in ``entry`` (a packaged data file), parsed once per version of the file like
-    :func:`load_packaged`."""
-    from conclave.startup_cache import parsed_file
-
-    result: dict[str, Any] = parsed_file(entry, parse_toml)
-    return result
+    """The TOML document in ``entry`` (a packaged data file)."""
+    return parse_toml(entry.read_text(encoding="utf-8"))

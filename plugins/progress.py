@@ -288,9 +288,6 @@ class ProgressView:
             self._notice("✖ Cost limit exceeded: stopping")
 
     def _completed(self, data: Mapping[str, Any]) -> None:
-        from conclave.engine.warmup import settled
-
-        settled("conclave.render.markdown")  # the CLI's import warm-up may be importing it right now
         from conclave.render.markdown import summary_line
 
         if self._round is not None:

@@ -131,25 +131,17 @@ def test_plugins_command_with_none_loaded(tmp_path: Path) -> None:
     assert "no plugins loaded" in proc.stdout
 
 
-def test_a_third_party_plugin_loads_only_once_the_early_http_import_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A plain consultation imports aiohttp on a worker thread while it starts; a plugin importing one of aiohttp's
-    # submodules on the main thread meanwhile could meet the package half initialized. conclave's own plugins
-    # import only whole packages, so only another distribution's plugin waits.
-    import sys
-
-    from conclave import startup_cache
-    from conclave.engine import warmup
-
-    order: list[str] = []
-    third = types.ModuleType("conclave_test_third_party")
-    monkeypatch.setitem(sys.modules, "conclave_test_third_party", third)
-    builtins = startup_cache.entry_points("conclave")
-    monkeypatch.setattr(startup_cache, "entry_points", lambda group: [
-        *builtins, startup_cache.EntryPoint("third", "conclave_test_third_party", "someone-else", "1.0")]
-        if group == "conclave" else [])
-    monkeypatch.setattr(warmup, "settle_early_imports", lambda: order.append("settled"))
+def test_a_plugin_that_fails_to_import_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an installed distribution whose conclave entry point raises on import: the error says which plugin it is
+    site = tmp_path / "site"
+    info = site / "conclave_broken-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: conclave-broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[conclave]\nbroken = conclave_broken_plugin\n")
+    (site / "conclave_broken_plugin.py").write_text("raise RuntimeError('no config here')\n")
+    monkeypatch.syspath_prepend(str(site))
     monkeypatch.delenv("CONCLAVE_PLUGINS", raising=False)
-    real_load = startup_cache.EntryPoint.load
-    monkeypatch.setattr(startup_cache.EntryPoint, "load", lambda ep: (order.append(ep.name), real_load(ep))[1])
-    load_plugins()
-    assert order[-2:] == ["settled", "third"] and order.count("settled") == 1
+    with pytest.raises(PluginError, match=r"plugin 'broken' \(conclave_broken_plugin\) failed to load: no config"):
+        load_plugins()
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "openai")  # blocked by CONCLAVE_PLUGINS: never imported
+    assert [info.name for info in load_plugins().info()] == ["openai"]

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from conclave import startup_trace
 from conclave.config import Settings
 from conclave.events import Subscriber
 
@@ -36,10 +35,8 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     ``subscribers`` receive the events before the plugins' subscribers do; ``resume`` carries ``resume_from``,
     ``consultation_id`` and ``first_seq`` for ``conclave resume``.
     """
-    from conclave import gc_policy
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
-    from conclave.engine.warmup import settled, warm_up_subscriber
     from conclave.plugins import get_plugins
     from conclave.render.console import print_result
     from conclave.signals import termination_as_interrupt
@@ -53,12 +50,11 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
         settings,
         plugins=plugins,
         interaction=Interaction.from_terminal(),
-        subscribers=[*subscribers, *subscribers_for(settings, plugins), warm_up_subscriber()],
+        subscribers=[*subscribers, *subscribers_for(settings, plugins)],
         recorder=recorder,
         stream=settings.live,
         **resume,
     )
-    gc_policy.resume(freeze=True)  # the process has started: what is alive now stays (see conclave.gc_policy)
     try:
         with termination_as_interrupt():  # SIGTERM and SIGHUP end it as Ctrl-C does
             if settings.live:
@@ -70,7 +66,6 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     except KeyboardInterrupt:
         print("conclave: interrupted", file=sys.stderr)
         if consultation.result is not None:
-            settled()  # the renderers may still be being imported by the warm-up thread
             print_result(consultation.result.as_dict(), settings.output.format, sys.stdout)
         return EXIT_INTERRUPTED
     finally:
@@ -79,9 +74,7 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     if consultation.refusal is not None:
         print(f"conclave: consultation not {verb}: {consultation.refusal}", file=sys.stderr)
         return EXIT_FAILED
-    settled()
     print_result(result.as_dict(), settings.output.format, sys.stdout)
-    startup_trace.mark("result printed")
     if not result.ok:
         print(f"conclave: consultation {result.status}: {result.abort_reason}", file=sys.stderr)
         return EXIT_FAILED

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from conclave.config import Settings
-from conclave.engine.background import Background
 from conclave.events import FILTER_APPLIED, EventBus
 
 if TYPE_CHECKING:
@@ -31,9 +30,8 @@ log = logging.getLogger(__name__)
 
 
 class ArtifactFiltering:
-    def __init__(self, settings: Settings, plugins: Plugins, bus: EventBus, later: Background | None = None) -> None:
+    def __init__(self, settings: Settings, plugins: Plugins, bus: EventBus) -> None:
         self.enabled = not settings.verbose
-        self._background = later or Background()  # the savings are counted there, off the path to the next requests
         self._settings = settings
         self._plugins = plugins
         self._bus = bus
@@ -195,13 +193,7 @@ class ArtifactFiltering:
 
     def count_call(self, sent: str, unfiltered: str, model: str | None = None) -> None:
         """Count one call: ``sent`` is its prompt as sent, ``unfiltered`` the same call rendered with filtering
-        off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer.
-
-        The counting is deferred (:mod:`conclave.engine.background`): it needs only these two strings, and
-        nothing waits for it before :meth:`stats`."""
-        self._background.defer(lambda: self._count_call(sent, unfiltered, model))
-
-    def _count_call(self, sent: str, unfiltered: str, model: str | None) -> None:
+        off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer."""
         from conclave.tokens import count_tokens
 
         used = count_tokens(sent, model)
@@ -211,7 +203,6 @@ class ArtifactFiltering:
 
     def stats(self) -> dict[str, Any] | None:
         """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no later round ran)."""
-        self._background.settle()
         if not self.filtered_rounds:
             return None
         from conclave.artifact_filter import token_efficiency_stats

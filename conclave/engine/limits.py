@@ -11,9 +11,8 @@ error). A model without a known limit is not checked.
 
 The check stays cheap: the UTF-8 size of each part bounds its tokens from above (every BPE token covers at least one
 byte), so a prompt whose bound fits is never counted; the round's schema or tool list (the same few texts in every
-consultation) is counted exactly once and remembered between runs (:func:`conclave.startup_cache.token_count`),
-so a large context with them still fits without a tokenizer; only a prompt that might still not fit is counted
-exactly, each part once per encoding (the context is the same in every seat's prompt).
+consultation) is counted exactly; only a prompt that might still not fit is counted exactly, each part once per
+encoding (the context is the same in every seat's prompt).
 """
 
 from __future__ import annotations
@@ -52,19 +51,16 @@ def check_context_windows(session: Session) -> None:
     """Raise :class:`ConfigError` (one line) naming the seat, its provider/model, its largest prompt's tokens and
     the model's limit, and what to do, when a seat's fixed prompt cannot fit its model."""
     from conclave.engine.extraction import json_instruction, request_schema
-    from conclave.startup_cache import token_count
     from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
 
     counted: dict[tuple[str, str], int] = {}
     schemas: dict[str, str] = {}
 
-    def exact(part: str, model: str, *, remember: bool = False) -> int:
-        """``part``'s tokens, counted once per encoding; ``remember``: kept between runs too (a schema or tool
-        list, the same text in every consultation)."""
+    def exact(part: str, model: str) -> int:
+        """``part``'s tokens, counted once per encoding."""
         key = (encoding_name_for(model), part)
         if key not in counted:
-            counted[key] = token_count(part, key[0], lambda text: count_tokens(text, model)) if remember \
-                else count_tokens(part, model)
+            counted[key] = count_tokens(part, model)
         return counted[key]
 
     failures: list[_TooLong] = []
@@ -82,8 +78,7 @@ def check_context_windows(session: Session) -> None:
         parts.append(_definitions(session, spec) or schemas[spec.schema_name])
         if bound + utf8_upper_bound(parts[-1]) <= room:
             continue
-        # the schema or tool list counted exactly (remembered between runs: no tokenizer once a run counted it)
-        if bound + exact(parts[-1], spec.model, remember=True) <= room:
+        if bound + exact(parts[-1], spec.model) <= room:  # the schema or tool list counted exactly
             continue
         needed = sum(exact(part, spec.model) for part in parts if part) + MESSAGE_OVERHEAD_TOKENS
         if needed > room:

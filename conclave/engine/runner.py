@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from conclave import __version__, artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
-from conclave.engine.background import idle
 from conclave.engine.consent import decide_consent, store_always_allow
 from conclave.engine.cost import (
     CostEstimate,
@@ -260,10 +259,6 @@ class Consultation:
     def _finish(self, session: Session, provenance: Provenance) -> ConsultationResult:
         if self._checks_ready is not None:
             self._checks_ready.cancel()  # only a warm-up: whatever it had not prepared is built when needed
-        try:
-            session.later.settle()  # the counts deferred while requests were in flight: the result reports them
-        except Exception:
-            log.exception("consultation %s: a deferred count failed", self.id)
         result = assemble_result(session, self.machine, provenance, self._budget, self._prior)
         completed = self.machine.state is S.COMPLETE
         result = result.model_copy(update={
@@ -305,7 +300,6 @@ class Consultation:
             number = steps[0].number
             if previous is not None:
                 await self._gate(session, f"round {previous}")  # before spending on the next round
-                session.later.start()  # the counts for the record: while this round's requests are in flight
             else:
                 self._count_go.set()  # the exact estimate: while round 1's requests are in flight
                 self._prepare_checks(session)
@@ -324,7 +318,6 @@ class Consultation:
             for controller in self.controllers:
                 controller(session, steps, restored)
         await self._exact_estimate()
-        session.later.settle()  # a count that failed stops the consultation here, as it did where it was queued
         self._go(S.COMPLETE, self._complete(session))
 
     def _complete(self, session: Session) -> str:
@@ -468,9 +461,9 @@ class Consultation:
         )
 
     def _prepare_checks(self, session: Session) -> None:
-        """Once round 1's requests have left, prepare in a worker thread the schema checks every answer of the
-        plan goes through (validators, reference lookups): their one-time cost is paid while round 1 waits, not
-        between its last answer and round 2's request."""
+        """Once round 1's requests have left, prepare the schema checks every answer of the plan goes through
+        (validators, reference lookups): their one-time cost is paid while round 1 waits, not between its last
+        answer and round 2's request. On the event loop, so the modules they import are imported by one thread."""
         names = sorted({t.schema for t in session.plan} | {t.schema for t in session.strategy.plan})
         seats = {(agent.spec.provider, agent.spec.model) for agent in session.agents.values()} | {
             (session.judge.provider, session.judge.model)}
@@ -492,10 +485,9 @@ class Consultation:
                 log.debug("preparing the request schemas failed", exc_info=True)
 
         async def prepare() -> None:
-            await asyncio.sleep(EXACT_COUNT_AFTER_S)
-            await idle()  # round 1's requests have left
-            await asyncio.to_thread(artifacts.prepare_checks, names)
-            await asyncio.to_thread(prepare_requests)
+            await asyncio.sleep(EXACT_COUNT_AFTER_S)  # round 1's requests have left
+            artifacts.prepare_checks(names)
+            prepare_requests()
 
         self._checks_ready = asyncio.ensure_future(prepare())
 
@@ -508,8 +500,7 @@ class Consultation:
         them. Nothing waits for it before the cost gate needs it (:meth:`_gate`) or early termination does."""
         await self._count_go.wait()
         if not self._count_now:
-            await asyncio.sleep(EXACT_COUNT_AFTER_S)
-            await idle()  # the round's requests have left
+            await asyncio.sleep(EXACT_COUNT_AFTER_S)  # the round's requests have left
         self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
 
     async def _gate(self, session: Session, phase: str) -> None:

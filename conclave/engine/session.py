@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conclave.config import AgentSpec, Settings, resolve_provider
-from conclave.engine.background import Background
 from conclave.engine.calls import CallOutcome
 from conclave.engine.filtering import ArtifactFiltering
 from conclave.engine.judge import JudgeSeat
@@ -135,9 +134,7 @@ class Session:
         self.planned_rounds = len(self.plan.rounds())  # before any controller changes the plan
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}
         self.judge = JudgeSeat(settings, self.native)
-        #: exact counts for the record, run while the next requests wait on the network (settled before read)
-        self.later = Background(paused=True)  # the engine starts it with its second round
-        self.filtering = ArtifactFiltering(settings, plugins, bus, self.later)
+        self.filtering = ArtifactFiltering(settings, plugins, bus)
         self.stream = False  # publish answers as they stream in (``agent:chunk``): the live view, the terminal
         from conclave.engine.quality import QualityLayer
 

@@ -16,7 +16,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from conclave import startup_trace
 from conclave.providers.base import (
     AuthError,
     BadRequestError,
@@ -171,7 +170,6 @@ class HTTPProvider(Provider):
         import aiohttp
 
         headers = self.headers(model)
-        startup_trace.mark(startup_trace.FIRST_REQUEST, once=True)
         try:
             async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
                 raw = await resp.read()
@@ -209,7 +207,6 @@ class HTTPProvider(Provider):
 
         headers = self.headers(model)
         headers["Accept"] = "text/event-stream"
-        startup_trace.mark(startup_trace.FIRST_REQUEST, once=True)
         try:
             async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
                 if resp.status >= 400:

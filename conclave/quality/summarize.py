@@ -59,7 +59,7 @@ class ContextWindow:
         self.played: dict[int, PlayedRound] = {}
         #: (round number, user message sent, the same message without summarization)
         self._sent: list[tuple[int, str, str]] = []
-        self._counts: dict[str, int] = {}  # the messages of ``_sent`` counted, while the next requests wait
+        self._counts: dict[str, int] = {}  # the messages of ``_sent`` counted so far
         self.over_budget: list[int] = []  # rounds with a call that stayed over the budget after every cut
         self._summaries: dict[tuple[int, int, bool], str] = {}  # (round, debate-state round, filtered) -> text
 
@@ -355,25 +355,15 @@ class ContextWindow:
         return total
 
     def _note_sent(self, number: int, sent: str, without: str) -> None:
-        """Remember a real call's user message (and its unsummarized counterpart) for :meth:`summary`; both are
-        counted later, off the path to the requests (:mod:`conclave.engine.background`)."""
+        """Remember a real call's user message (and its unsummarized counterpart) for :meth:`summary`, which
+        counts them."""
         self._sent.append((number, sent, without))
-
-        def count() -> None:
-            from conclave.tokens import count_tokens
-
-            for text in (sent, without):
-                if text not in self._counts:
-                    self._counts[text] = count_tokens(text)
-
-        self.session.later.defer(count)
 
     def summary(self) -> dict[str, Any]:
         """Context tokens per round (every real call's user message, real tokenizer), with and without
         summarization; ``saved``: the share summarization removed over the rounds it applied to."""
         from conclave.tokens import count_tokens
 
-        self.session.later.settle()
         per: dict[int, dict[str, Any]] = {}
         cache = self._counts
 

@@ -7,13 +7,11 @@ timeout instead of failing when a deferred transaction tries to upgrade its lock
 from __future__ import annotations
 
 import contextlib
-import gc
 import multiprocessing
 import multiprocessing.util
 import os
 import shutil
 import sqlite3
-import sys
 import threading
 import time
 from collections import deque
@@ -35,37 +33,12 @@ BUSY_TIMEOUT_S = 30.0
 LIVE_BUSY_TIMEOUT_S = 2.0
 
 
-def import_sqlite_utils() -> None:
-    """Import sqlite-utils without numpy.
-
-    sqlite-utils imports numpy (and tries pandas) only to map numpy scalar types to column types; the index never
-    stores numpy values, and numpy costs ~10 MiB and ~0.1 s of every consultation. While the global import lock
-    is held (other threads' imports wait), ``numpy`` is marked unimportable, so sqlite-utils' ``import numpy``
-    raises ImportError and it goes on without. A process that imported numpy already keeps it.
-    """
-    import _imp
-
-    if "sqlite_utils.db" in sys.modules or "numpy" in sys.modules:
-        return  # imported already, or numpy is there anyway
-    _imp.acquire_lock()
-    try:
-        sys.modules["numpy"] = None  # type: ignore[assignment]
-        try:
-            import sqlite_utils  # noqa: F401
-        finally:
-            if sys.modules.get("numpy", 0) is None:
-                del sys.modules["numpy"]
-    finally:
-        _imp.release_lock()
-
-
 def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = None) -> Any:
     """A sqlite-utils Database on ``path``: WAL, busy timeout, migrations applied (under the write lock).
 
     Raises :class:`IndexOpenError` (one line naming the path and the cause) when the index cannot be opened: a
     full disk, a read-only or missing home, something else where the file should be, a file that is not an index.
     """
-    import_sqlite_utils()
     from sqlite_utils import Database
 
     from conclave.store.migrations import migrations
@@ -466,9 +439,6 @@ _worker: _ChunkWriter | None = None  # in a worker process
 
 def _start_worker(layout: StoreLayout, lock: Any) -> None:
     global _worker
-    # Folding makes no reference cycles, and what the worker inherited is never garbage: without the collector,
-    # parsing runs ~10% faster (it would otherwise walk every live record and row again and again).
-    gc.disable()
     _worker = _ChunkWriter(layout, lock)
     multiprocessing.util.Finalize(_worker, _worker.close, exitpriority=10)
 

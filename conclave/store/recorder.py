@@ -24,7 +24,6 @@ import concurrent.futures
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
-from conclave import startup_trace
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalError, JournalWriter
 from conclave.store.paths import StoreLayout
@@ -47,13 +45,11 @@ class Recorder:
     ``index=False`` journals only (the index can be rebuilt from the journal at any time).
 
     ``defer_index=True`` (a CLI consultation) keeps SQLite off the path to every provider request: the flushes
-    before the first round starts make the journal durable and leave the index writes pending; when the first
-    round starts, a worker thread imports the index modules and migrates the index (after
-    :data:`INDEX_WARMUP_AFTER_S`, so round 1's requests have left). From then on a flush makes the journal durable
-    at once and indexes its records :data:`INDEX_AFTER_S` after the last flush, on the event loop (the flush at
-    a round's start is followed by that round's requests, so the index is written while they wait on the
-    network), or at once outside an event loop. The end of a consultation and ``close()`` write what is left.
-    Only durable records are ever indexed.
+    before the first round starts make the journal durable and leave the index writes pending; once the first
+    round has started, a flush makes the journal durable at once and indexes its records :data:`INDEX_AFTER_S`
+    after the last flush, on the event loop (the flush at a round's start is followed by that round's requests, so
+    the index is written while they wait on the network), or at once outside an event loop. The end of a
+    consultation and ``close()`` write what is left. Only durable records are ever indexed.
     """
 
     def __init__(self, home: Path, *, index: bool = True, defer_index: bool = False) -> None:
@@ -73,7 +69,7 @@ class Recorder:
         #: durable writes submitted, with the lines they make durable (indexed once the write is done)
         self._syncing: list[tuple[Future[Any], list[bytes]]] = []
         self._deferred = index and defer_index
-        self._warmup: threading.Thread | None = None
+        self._round_started = False  # with defer_index: nothing is indexed before the first round starts
         self._timer: asyncio.TimerHandle | None = None  # the deferred index write, while it is due
 
     def __call__(self, event: ev.Event) -> None:
@@ -96,7 +92,7 @@ class Recorder:
         if type_ == ev.CONSULTATION_STARTED:
             # Durable before the first provider call (which waits for it): a run killed from here on can be
             # resumed.
-            self._flush_soon(lambda: startup_trace.mark("journal started"))
+            self._flush_soon()
         elif type_ == ev.ROUND_STARTED:
             # Before the round spends anything (its requests wait for this), the rounds before it are durable
             # (even if the runner did not flush), and so is its start, which shows where a crash interrupted the
@@ -104,10 +100,7 @@ class Recorder:
             self._flush_soon()
             if self._deferred:
                 self._index_later()
-            if self._deferred and self._warmup is None:
-                self._warmup = threading.Thread(target=_warm_index, args=(self.layout.index_path,), daemon=True,
-                                                name="conclave-index-warmup")
-                self._warmup.start()
+                self._round_started = True
         elif type_ == ev.ROUND_ARTIFACT and data.get("agent"):
             # An agent's answer is paid for once it arrives: written out at once (on the I/O thread), so a run
             # killed later in the round resumes without asking (and paying) for it again. The index waits for the
@@ -134,8 +127,6 @@ class Recorder:
         self._settle(consultation_id)
         if wait:
             self._cancel_timer()
-            if self._warmup is not None:
-                self._warmup.join()
             self._deferred = False
         elif self._deferred:
             self._index_later()
@@ -222,15 +213,14 @@ class Recorder:
 
     def _index_later(self) -> None:
         """With ``defer_index``: index the durable records :data:`INDEX_AFTER_S` after the last flush (each flush
-        moves the write later), once the warm-up is done; nothing before the first round starts."""
+        moves the write later); nothing before the first round starts."""
         self._collect()
-        if self._warmup is None or not (self._pending or self._syncing):
+        if not self._round_started or not (self._pending or self._syncing):
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            if not self._warmup.is_alive():
-                self._write_index()
+            self._write_index()
             return
         self._cancel_timer()
         self._timer = loop.call_later(INDEX_AFTER_S, self._index_due)
@@ -238,8 +228,8 @@ class Recorder:
     def _index_due(self) -> None:
         self._timer = None
         self._collect()
-        if self._syncing or (self._warmup is not None and self._warmup.is_alive()):
-            self._index_later()  # the index is still being migrated: try again later
+        if self._syncing:
+            self._index_later()  # a durable write is still running: its records are indexed once it is done
             return
         self._write_index()
 
@@ -312,9 +302,6 @@ class Recorder:
 #: first)
 INDEX_AFTER_S = 0.05
 
-#: how long after the first round starts the index warm-up begins (its requests leave first)
-INDEX_WARMUP_AFTER_S = 0.05
-
 
 def _quietly(write: Callable[[], None]) -> Callable[[], None]:
     def job() -> None:
@@ -326,16 +313,3 @@ def _quietly(write: Callable[[], None]) -> Callable[[], None]:
 def _consultation_of(line: bytes) -> str | None:
     record = json.loads(line)
     return record.get("consultation_id") if isinstance(record, dict) else None
-
-
-def _warm_index(path: Path) -> None:
-    """Import the index modules and migrate the index on a connection of this thread (SQLite connections stay in
-    their thread); any failure is left for the real write to meet and report."""
-    time.sleep(INDEX_WARMUP_AFTER_S)
-    startup_trace.mark(startup_trace.WARM_UP, once=True)
-    try:
-        from conclave.store.index import connect
-
-        connect(path).close()
-    except Exception:
-        pass
