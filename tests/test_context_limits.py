@@ -268,12 +268,12 @@ async def test_a_failed_judge_is_not_replaced_by_a_model_too_small_for_its_promp
 
 
 async def test_a_large_context_whose_bytes_do_not_fit_but_whose_tokens_do_passes(
-        fake_provider_server: FakeProviderServer, conclave_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     # ~116 KB of context: its bytes plus the schema's bytes exceed gpt-4o's room, its bytes plus the schema's
     # tokens do not: the schema is counted exactly and the consultation is not refused.
     import conclave.tokens as tokens
 
-    monkeypatch.setattr(tokens, "_counters", {})  # no tokenizer loaded yet
+    tokens.reset_cache()  # no tokenizer loaded and nothing counted yet (another test may have counted this schema)
     context = letters(58_000)  # 116,000 bytes
     async with session_for(fake_provider_server, context) as session:
         check_context_windows(session)
