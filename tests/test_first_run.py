@@ -363,7 +363,7 @@ def assert_stopped_before_the_start(done: subprocess.CompletedProcess[str], home
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # one line, no traceback, no "0 of 2 agents"
     line = lines[0]
-    assert line.startswith("conclave: the offline panel cannot run")
+    assert re.match(r"conclave( eval)?: the offline panel cannot run", line)
     assert "OPENAI_API_KEY" in line and "ANTHROPIC_API_KEY" in line and "GEMINI_API_KEY" in line
     assert re.search(r"install it with pip install -e '/\S+\[local\]'", line)
     assert done.stdout == ""
@@ -380,6 +380,21 @@ def test_without_a_key_or_the_local_runtime_the_run_stops_before_it_starts(witho
 def test_agents_local_without_the_runtime_stops_the_same_way(without_local: str, tmp_path: Path) -> None:
     done = run_with(without_local, [QUESTION, "agents=local"], keyless_env(tmp_path), tmp_path)
     assert_stopped_before_the_start(done, tmp_path)
+
+
+def test_conclave_eval_without_the_runtime_stops_the_same_way(without_local: str, tmp_path: Path) -> None:
+    done = run_with(without_local, ["eval", "arithmetic", "eval.n=2"], keyless_env(tmp_path), tmp_path)
+    assert_stopped_before_the_start(done, tmp_path)
+
+
+def test_every_door_stops_before_the_run_without_a_key_or_the_runtime(without_local: str, tmp_path: Path) -> None:
+    """The library, MCP and the web form compose through conclave.api: the same one line, before anything runs."""
+    code = ("from conclave.api import compose_settings\nfrom conclave.errors import ConfigError\n"
+            "try:\n    compose_settings('Q?')\nexcept ConfigError as exc:\n    print(exc.exit_code, exc)\n")
+    out = subprocess.run([without_local, "-c", code], capture_output=True, text=True, check=True,
+                         env=keyless_env(tmp_path), cwd=tmp_path).stdout
+    assert out.startswith("2 the offline panel cannot run (xllamacpp is not installed")
+    assert len(out.strip().splitlines()) == 1
 
 
 def test_the_local_providers_own_error_names_the_install_command(without_local: str, tmp_path: Path) -> None:
