@@ -371,7 +371,8 @@ async def test_serve_stopped_by_sigterm_says_so_and_saves_its_consultation_as_pa
     assert ended[0]["result"]["completed_rounds"] == 1
 
 
-async def test_a_client_leaving_the_http_mcp_server_logs_no_traceback(tmp_path: Path) -> None:
+async def test_a_client_leaving_the_http_mcp_server_logs_no_traceback_and_sigterm_stops_it_saying_so(
+        tmp_path: Path) -> None:
     import httpx
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -396,10 +397,11 @@ async def test_a_client_leaving_the_http_mcp_server_logs_no_traceback(tmp_path: 
                 assert (await session.list_tools()).tools
         await asyncio.sleep(1.0)  # what the server logs about a client that left, it logs by now
     finally:
-        process.terminate()
+        process.terminate()  # SIGTERM
         _, err = await asyncio.wait_for(process.communicate(), 60)
     stderr = err.decode()
     assert "Traceback" not in stderr and "ClosedResourceError" not in stderr, stderr
+    assert process.returncode == 130 and stderr.strip().splitlines()[-1] == "conclave mcp: stopped", stderr
 
 
 async def test_a_failed_round_1_counts_no_completed_round_in_the_result_and_the_index(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from conclave.commands.arguments import CommandParser, port
 from conclave.errors import UsageError
+from conclave.signals import termination_as_interrupt
 
 if TYPE_CHECKING:
     from conclave.mcp_server.server import ServerConfig
@@ -62,7 +63,12 @@ def run(argv: list[str]) -> int:
         from conclave.mcp_server.transports import serve_http
 
         server = build_server(config, host=args.host, port=args.port)
-        asyncio.run(serve_http(server, args.host, args.port, print_to_stderr))
+        try:
+            with termination_as_interrupt():  # SIGTERM and SIGHUP stop it as Ctrl-C does, saying so
+                asyncio.run(serve_http(server, args.host, args.port, print_to_stderr))
+        except KeyboardInterrupt:
+            print_to_stderr("stopped")
+            return 130
         return 0
     from conclave.mcp_server.transports import serve_stdio
 
