@@ -67,13 +67,13 @@ def compose_settings(question: str, overrides: Sequence[str] = (), plugins: Any 
     from conclave.config import check_against_plugins, settings_from_dictconfig
     from conclave.errors import ConfigError
     from conclave.home import default_home
-    from conclave.panel import LOCAL_PANEL, offline_panel_missing, zero_config_overrides
+    from conclave.panel import offline_panel_blocked, zero_config_overrides
     from conclave.plugins import get_plugins
 
     plugins = plugins if plugins is not None else get_plugins()
     panel = zero_config_overrides(list(overrides), os.environ, default_home())
     everything = [*panel, *overrides, "question=" + hydra_quote(question)]
-    if f"agents={LOCAL_PANEL}" in everything and (missing := offline_panel_missing()):
+    if missing := offline_panel_blocked(everything):
         raise ConfigError([missing])  # before anything runs: every door stops as the command line does
     try:
         with _conclave_hydra():

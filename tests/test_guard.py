@@ -58,6 +58,10 @@ ATTACKS = [
     "+persona@_global_.cost=security",
     "agents@_global_=default",
     "mode@cost=converge",
+    # the safety evaluator is the server's
+    "quality.safety.enabled=false",
+    "quality.safety={enabled: false}",
+    "quality={safety: {enabled: false}}",
     # interpolation: the server's environment
     "judge.model=${oc.env:OPENAI_API_KEY}",
     "judge.provider=${oc.env:OPENAI_API_KEY}",
@@ -78,12 +82,22 @@ ATTACKS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def door() -> Door:
+    return Door("an MCP client", Roots.of())
+
+
 @pytest.mark.parametrize("override", ATTACKS)
-def test_every_attack_is_refused_with_one_line_that_echoes_no_secret(override: str) -> None:
+def test_every_attack_is_refused_with_one_line_naming_its_key_and_echoing_no_secret(
+        override: str, door: Door, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # what an interpolation that got through would resolve to
     with pytest.raises(ConfigError) as refused:
-        check_outside_overrides([override], GROUPS, "an MCP client")
+        door.compose("Q?", [override])
     assert len(refused.value.problems) == 1
-    assert SECRET not in str(refused.value)
+    line = refused.value.problems[0]
+    head = line.split(":")[0]
+    assert head == "override 1" or head.lstrip("+") in override.lstrip("+~"), line
+    assert SECRET not in line
 
 
 @pytest.mark.parametrize("override", [

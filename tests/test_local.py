@@ -366,6 +366,12 @@ def test_the_chat_format_is_read_from_the_gguf_header(model_file: Path, tmp_path
     not_gguf.write_bytes(b"not a model at all, but long enough to read a header from")
     with pytest.raises(ValueError, match="not a GGUF file"):
         local._chat_format(not_gguf)
+    for size in (30, 200, 4096):  # a download cut short: the header ends mid-entry
+        truncated = tmp_path / f"cut-{size}.gguf"
+        with model_file.open("rb") as whole:
+            truncated.write_bytes(whole.read(size))
+        with pytest.raises(ValueError, match="GGUF header is damaged or truncated"):
+            local._chat_format(truncated)
 
 
 @needs_llama

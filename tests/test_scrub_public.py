@@ -155,3 +155,10 @@ def test_scrubbing_twice_changes_nothing_after_a_public_rule() -> None:
     once, report = scrub(positive.text)
     assert report.by_type == {"cloudflare_origin_ca_key": 1}
     assert scrub(once) == (once, ScrubReport())
+
+
+def test_an_allowlist_regex_re2_refuses_is_left_out_not_a_crash() -> None:
+    from conclave.scrub_public import Allowlist
+
+    allowlist = Allowlist(regexes=("(?<=lookbehind)x", "^EXAMPLE"))  # RE2 has no lookbehind
+    assert [p.pattern for p in allowlist.compiled] == ["^EXAMPLE"]

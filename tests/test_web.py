@@ -18,6 +18,7 @@ from cli_helpers import clean_env
 from test_engine_support import AGENT_MODELS, BASE_OVERRIDES, JUDGE_MODEL, QUESTION, script_panel
 
 from conclave.api import compose_settings
+from conclave.engine.ids import new_consultation_id
 from conclave.engine.runner import Consultation
 from conclave.guard import Door, Roots
 from conclave.store.paths import StoreLayout
@@ -304,6 +305,18 @@ async def test_the_list_comes_from_the_index_and_a_finished_consultation_links_i
         assert report.status == 200 and "<h2" in await report.text()
         for bad in ("..%2F..%2Fetc", "not-an-id", "c" * 300):
             assert (await client.get(f"/c/{bad}")).status == 404
+    finally:
+        await client.close()
+
+
+async def test_the_report_of_a_consultation_not_yet_journaled_is_a_404(conclave_env: Path) -> None:
+    feeds = Feeds(StoreLayout(conclave_env))
+    cid = new_consultation_id()
+    feeds.feed_for(cid)  # started from the form a moment ago: running here, nothing journaled yet
+    client = await _client(conclave_env, feeds=feeds)
+    try:
+        report = await client.get(f"/c/{cid}/report?token={TOKEN}")
+        assert report.status == 404 and "no report yet" in await report.text()
     finally:
         await client.close()
 

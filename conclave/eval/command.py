@@ -34,7 +34,7 @@ def evaluate(argv: list[str]) -> int:
     from conclave.cli import _split_question, hydra_quote
     from conclave.eval import store
     from conclave.home import default_home
-    from conclave.panel import LOCAL_PANEL, offline_panel_missing, panel_override
+    from conclave.panel import offline_panel_blocked, panel_override
 
     flags, overrides, spec = _split_question(argv)
     multirun = any(f in ("-m", "--multirun") for f in flags)
@@ -56,7 +56,7 @@ def evaluate(argv: list[str]) -> int:
             extra.append(f"eval.sweep_id={sweep_id}")
     panel = panel_override(overrides, os.environ, default_home())
     everything = [*([panel] if panel else []), *extra, *overrides]
-    if f"agents={LOCAL_PANEL}" in everything and (missing := offline_panel_missing()):
+    if missing := offline_panel_blocked(everything):
         raise UsageError(missing)  # before any item runs, as a consultation stops
     # cost.auto_approve=true on the command line approves any estimate: the estimating pass would only print it
     # (each job still prints its own), so it is skipped

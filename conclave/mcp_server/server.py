@@ -7,6 +7,8 @@ errors of one line per problem, naming the key and what is allowed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import sys
@@ -21,6 +23,7 @@ from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAn
 from pydantic import Field, ValidationError
 
 from conclave import __version__
+from conclave.cli import hydra_quote
 from conclave.errors import ConclaveError, ConfigError
 from conclave.guard import Door, Roots, approval_for, split_context
 from conclave.mcp_server import records
@@ -58,14 +61,15 @@ class ServerConfig:
         for cid in sorted(self.stopping):
             saving = self.active.get(cid)
             if saving is not None:
-                await asyncio.wait_for(saving.wait(), 60)
+                with contextlib.suppress(TimeoutError):  # still saving after a minute: list it as it stands
+                    await asyncio.wait_for(saving.wait(), 60)
             self.stopping.discard(cid)
 
     @property
     def layout(self) -> StoreLayout:
         return StoreLayout(self.home)
 
-    @property
+    @functools.cached_property
     def door(self) -> Door:
         return Door("an MCP client", self.roots, tuple(self.base_overrides))
 
@@ -163,8 +167,6 @@ def param_overrides(*, mode: str | None, rounds: int | None, quick: bool | None,
                     judge: str | None, high_stakes: bool) -> list[str]:
     """The overrides the named tool arguments stand for (they win over ``overrides``); they pass the guard like
     ``overrides`` do."""
-    from conclave.cli import hydra_quote
-
     out: list[str] = []
     if mode is not None:
         out.append(f"mode={mode}")
@@ -269,11 +271,13 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         origin = {"origin": "mcp", "client": client_info(ctx)}
         bridge = ProgressBridge(report=progress_reporter(ctx), heartbeat_s=config.heartbeat_s)
         done = asyncio.Event()
+        started: list[str] = []
         try:
             consultation = Consultation(
                 settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[bridge],
                 recorder=OriginRecorder(recorder, origin), stdin_text=stdin_text, **resume,
             )
+            started.append(consultation.id)
             config.active[consultation.id] = done
             try:
                 await run_with_progress(consultation, bridge,
@@ -283,7 +287,8 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         finally:
             recorder.close()
             done.set()
-        config.active.pop(consultation.id, None)
+            for cid in started:  # saved (or failed): nothing to wait for any more, and nothing kept
+                config.active.pop(cid, None)
         return consultation, bridge
 
     async def approved_by_elicitation(ctx: Context[Any, Any, Any], message: str) -> bool:
@@ -348,8 +353,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "Approve spending up to this many dollars (estimate) without asking; sets "
             "cost.always_allow_under."))] = None,
     ) -> Annotated[CallToolResult, ConsultOutput]:
-        from conclave.cli import hydra_quote
-
         try:
             files, inline = split_context(context or [], config.roots)
             outside = [*(overrides or []), *param_overrides(mode=mode, rounds=rounds, quick=quick, panel=panel,

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import anyio
+
 from conclave.errors import UsageError
 
 Scope = MutableMapping[str, Any]
@@ -27,7 +29,6 @@ SDK_HTTP_LOGGER = "mcp.server.streamable_http"
 async def serve_stdio(server: Any) -> None:
     """Speak MCP on stdin/stdout. File descriptor 1 is pointed at stderr first, so nothing else that writes to
     stdout (a print, a C library, a plugin) can corrupt the protocol stream."""
-    import anyio
     from mcp.server.stdio import stdio_server
 
     if sys.stdin is None or sys.stdout is None:  # started with fd 0 or 1 closed: no client can reach us
@@ -84,8 +85,6 @@ class ClientLeftFilter(logging.Filter):
     (``anyio.ClosedResourceError`` in the SSE writer). Every other record passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        import anyio
-
         exc = record.exc_info[1] if record.exc_info else None
         return not isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
 

@@ -299,7 +299,10 @@ async def _report(request: web.Request) -> web.Response:
     """The formatted report of a consultation, as ``conclave show ID --format html`` writes it."""
     cid = _known(request)
     layout: StoreLayout = request.app[FEEDS_KEY].layout
-    records = await asyncio.to_thread(read_records, layout.journal_path(cid))
+    try:
+        records = await asyncio.to_thread(read_records, layout.journal_path(cid))
+    except FileNotFoundError:  # started from the form a moment ago: nothing journaled yet
+        records = []
     if not records:
         return _html(report_unavailable_page(cid), 404)
     text = await asyncio.to_thread(lambda: render_html(result_from_records(records), records))

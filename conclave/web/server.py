@@ -57,9 +57,12 @@ class LocalStarter:
     async def start(self, question: str, outside: list[str]) -> dict[str, Any]:
         return await self._run(question, outside)
 
-    async def approve(self, nonce: str) -> dict[str, Any]:
+    def _prune(self) -> None:
         now = time.monotonic()
         self.pending = {k: v for k, v in self.pending.items() if v[0] > now}
+
+    async def approve(self, nonce: str) -> dict[str, Any]:
+        self._prune()
         request = self.pending.pop(nonce, None)
         if request is None:
             return {"error": "this approval has expired or was used; start the consultation again"}
@@ -90,6 +93,7 @@ class LocalStarter:
         await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         if consultation.refusal is not None:
+            self._prune()  # refusals nobody approves do not pile up
             nonce = secrets.token_urlsafe(18)
             self.pending[nonce] = (time.monotonic() + APPROVAL_TTL_S, question, outside, estimate[0])
             return {"refused": consultation.refusal, "approval": nonce}

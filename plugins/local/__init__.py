@@ -17,7 +17,9 @@ import atexit
 import concurrent.futures
 import contextlib
 import json
+import mmap
 import os
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -235,9 +237,13 @@ _GGUF_STRING, _GGUF_ARRAY = 8, 9
 def _chat_format(path: Path) -> tuple[str | None, str, str]:
     """The GGUF's chat template (None without one) and the text of its BOS and EOS tokens, read from the header's
     key/value section (GGUF v2/v3, little-endian) without reading the tensors."""
-    import mmap
-    import struct
+    try:
+        return _read_chat_format(path)
+    except (struct.error, KeyError, IndexError, OverflowError, MemoryError):
+        raise ValueError(f"{path.name}: its GGUF header is damaged or truncated") from None
 
+
+def _read_chat_format(path: Path) -> tuple[str | None, str, str]:
     with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
             raise ValueError(f"{path.name} is not a GGUF file (version 2 or 3)")
