@@ -273,11 +273,13 @@ def test_a_one_word_question_is_asked_after_double_dash_or_as_an_override(tmp_pa
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = sorted((README.parent / "docs").glob("*.md"))  # the README's reference pages
 
 
 def readme_commands() -> list[str]:
-    """Every `conclave …` command in the README's code blocks, continuation lines joined."""
-    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.M | re.S)
+    """Every `conclave …` command in the code blocks of the README and its docs/ pages, continuation lines joined."""
+    text = "\n".join(f.read_text(encoding="utf-8") for f in [README, *DOCS])
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.M | re.S)
     commands = []
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
@@ -309,7 +311,7 @@ def test_readme_show_prompt_examples_run_on_the_offline_panel(tmp_path: Path) ->
 def test_no_install_hint_names_the_unrelated_package_of_the_same_name() -> None:
     # `pip install 'conclave[mcp]'` fetches someone else's project from the package index
     root = README.parent
-    files = [README, *root.glob("conclave/**/*.py"), *root.glob("plugins/**/*.py"), *root.glob("conf/**/*.yaml")]
+    files = [README, *DOCS, *root.glob("conclave/**/*.py"), *root.glob("plugins/**/*.py"), *root.glob("conf/**/*.yaml")]
     found = [str(f.relative_to(root)) for f in files if f.name != "extras.py"
              and re.search(r"pip install '?conclave\[", f.read_text(encoding="utf-8"))]
     assert found == []

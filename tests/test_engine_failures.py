@@ -433,7 +433,8 @@ def _cites_zero(request: RecordedRequest) -> Reply:
 async def test_the_readme_llama_cpp_server_line_completes_when_the_grammar_writes_citation_0(
     fake_provider_server: FakeProviderServer, conclave_env: Any
 ) -> None:
-    """The README's llama.cpp-server line (a keyless OpenAI-compatible server on 127.0.0.1, grammar_lengths=fit),
+    """The llama.cpp-server line of docs/providers-and-local-servers.md (a keyless OpenAI-compatible server on
+    127.0.0.1, grammar_lengths=fit),
     three runs, against the fake scripted to answer the way that server's grammar does: a citation number 0 is
     dropped as a repair, not re-asked (the same grammar would write it again), and every run completes."""
     fake = fake_provider_server

@@ -295,7 +295,7 @@ def test_a_journal_forged_with_its_heads_passes_plain_but_not_keyed_verification
     w.close()
     assert verify_store(layout, key=key).ok
     forge_with_heads(tmp_path)
-    assert verify_store(layout).ok  # what plain mode cannot prove (README, "Tamper evidence")
+    assert verify_store(layout).ok  # what plain mode cannot prove (docs/records-and-tamper-evidence.md, "Tamper evidence")
     [problem] = verify_store(layout, key=key).problems
     assert problem.kind == "unkeyed" and "CONCLAVE_JOURNAL_KEY" in problem.detail
     assert not verify_store(layout, key=b"another key").ok
@@ -376,7 +376,7 @@ def test_an_ending_and_its_head_forged_onto_a_run_killed_before_the_anchor_fail_
             fmt=as_written)
     forged = json.loads(path.read_text().splitlines()[-1])
     HeadsLog(layout.heads_path, None).append(CID, forged["seq"], forged["hash"])  # the head line, appended too
-    assert logs("verify").returncode == 0  # plain mode cannot tell (README, "Tamper evidence")
+    assert logs("verify").returncode == 0  # plain mode cannot tell (docs/records-and-tamper-evidence.md, "Tamper evidence")
     anchored = logs("verify", "--against", digest)
     assert anchored.returncode == 1, anchored.stdout
     assert f"FAIL {CID}: appended (seq 10" in anchored.stdout and "conclave resume" in anchored.stdout

@@ -415,6 +415,7 @@ def test_one_seat_substituted_onto_the_toy_model_is_enough(converge: dict[str, A
     mixed["agents"][0].update(actual_provider="local", actual_model="gemma-3-270m", substituted=True)
     assert TOY in render_markdown(mixed)
     bigger = on_toy_panel(converge)
-    for seat in [*bigger["agents"], bigger["judge"]]:  # the local provider on a real GGUF, named as README says
+    # the local provider on a real GGUF, named as docs/providers-and-local-servers.md says
+    for seat in [*bigger["agents"], bigger["judge"]]:
         seat.update(model="qwen2.5-7b", actual_model="qwen2.5-7b")
     assert TOY not in render_markdown(bigger)

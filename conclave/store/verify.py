@@ -15,7 +15,7 @@ anchor    (``verify --against DIGEST``) the heads log no longer starts with what
           and a journal that no process was writing at the digest continues with anything but a resume (appended).
 A torn last line (a crash mid-write) is not a problem: it was never durable and ``resume`` cuts it off.
 
-What each check proves is in the README ("Tamper evidence").
+What each check proves is in docs/records-and-tamper-evidence.md ("Tamper evidence").
 """
 
 from __future__ import annotations
