@@ -668,15 +668,16 @@ def test_the_mcp_tools_call_a_killed_consultation_interrupted(tmp_path: Path) ->
     """conclave_sessions / conclave_show read the same rule as `logs list`: a client polling for the end of a
     killed consultation is told it is interrupted (and can resume it), not that it runs."""
     from conclave.mcp_server import records
+    from conclave.store.sessions import sessions
 
     killed = _killed_in_round(8, 2)
     record_interleaved(tmp_path, [killed], writers=1)
     layout = StoreLayout(tmp_path)
     cid = killed[0].consultation_id
-    [session] = records.sessions(layout)
+    [session] = sessions(layout)
     assert session["status"] == "interrupted"
-    assert records.sessions(layout, status="running") == []
-    assert [s["id"] for s in records.sessions(layout, status="interrupted")] == [cid]
+    assert sessions(layout, status="running") == []
+    assert [s["id"] for s in sessions(layout, status="interrupted")] == [cid]
     shown = records.consultation(layout, cid)
     assert shown["status"] == "interrupted"
     assert [(r["round_number"], r["ended"]) for r in shown["rounds"]] == [(1, "completed"), (2, "interrupted (killed)")]
@@ -684,10 +685,10 @@ def test_the_mcp_tools_call_a_killed_consultation_interrupted(tmp_path: Path) ->
 
 def test_the_mcp_status_filter_counts_only_consultations_that_match_it(tmp_path: Path) -> None:
     # running and interrupted share the index's status: the limit applies to what the journal says they are
-    from conclave.mcp_server import records
     from conclave.store.heads import HeadsLog
     from conclave.store.journal import JournalWriter
     from conclave.store.redact import Redactor
+    from conclave.store.sessions import sessions
 
     runs = [_killed_in_round(n, 1) for n in (9, 10, 11)]
     record_interleaved(tmp_path, runs, writers=3)
@@ -696,7 +697,7 @@ def test_the_mcp_status_filter_counts_only_consultations_that_match_it(tmp_path:
     newest = max(started, key=started.__getitem__)
     live = JournalWriter(layout.journal_path(newest), newest, HeadsLog(layout.heads_path), Redactor([]))
     try:
-        assert {s["id"] for s in records.sessions(layout, limit=2, status="interrupted")} == set(started) - {newest}
-        assert [s["id"] for s in records.sessions(layout, limit=2, status="running")] == [newest]
+        assert {s["id"] for s in sessions(layout, limit=2, status="interrupted")} == set(started) - {newest}
+        assert [s["id"] for s in sessions(layout, limit=2, status="running")] == [newest]
     finally:
         live.close()

@@ -30,10 +30,11 @@ from conclave.mcp_server import records
 from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
 from conclave.mcp_server.schemas import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
 from conclave.store.paths import StoreLayout
+from conclave.store.sessions import sessions
+from conclave.store.verify import RESUMABLE_STATUSES
 
 log = logging.getLogger(__name__)
 
-RESUMABLE = ("partial", "aborted")
 INSTRUCTIONS = (
     "conclave puts a question to a panel of LLMs and runs a structured debate (independent answers, synthesis, "
     "cross-examination, verdict). Call conclave_consult with the question; it blocks until the verdict and sends "
@@ -107,7 +108,7 @@ class ConclaveMCP(FastMCP):
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
         try:
-            rows = records.sessions(self.config.layout, limit=50)
+            rows = sessions(self.config.layout, limit=50)
         except Exception as exc:  # an unreadable index must not hide the tools
             log.warning("cannot list consultations: %s", exc)
             rows = []
@@ -213,7 +214,7 @@ def consult_output(result: dict[str, Any]) -> dict[str, Any]:
         recommendation=result.get("recommendation"), confidence=result.get("confidence"),
         verdict=result.get("verdict"), dissent=result.get("dissent") or [], concerns=result.get("concerns") or [],
         cost=result.get("cost") or {}, tokens=result.get("tokens") or {}, duration_s=result.get("duration_s") or 0.0,
-        abort_reason=result.get("abort_reason"), resumable=result["status"] in RESUMABLE,
+        abort_reason=result.get("abort_reason"), resumable=result["status"] in RESUMABLE_STATUSES,
     ).model_dump(mode="json")
 
 
@@ -223,7 +224,7 @@ def result_content(result: dict[str, Any], fmt: str) -> CallToolResult:
     blocks = []
     if fmt in ("markdown", "both"):
         text = render_markdown(result)
-        if result["status"] in RESUMABLE:
+        if result["status"] in RESUMABLE_STATUSES:
             text += (f"\nThis consultation can be continued: conclave_resume with id "
                      f"{result['consultation_id']} (completed rounds are not paid for again).\n")
         blocks.append(TextContent(type="text", text=text))
@@ -444,7 +445,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     ) -> Annotated[CallToolResult, SessionsOutput]:
         try:
             await config.settled()  # a consultation cancelled a moment ago is listed as it ended, not as running
-            rows = records.sessions(layout, limit, status, mode)
+            rows = sessions(layout, limit, status, mode)
         except ConclaveError as exc:
             raise tool_error(exc) from None
         return text_result(records.sessions_text(rows), {"sessions": rows})

@@ -19,10 +19,8 @@ from conclave.errors import ConclaveError, UsageError
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalError, is_being_written, last_record, read_journal
 from conclave.store.paths import StoreLayout
-from conclave.store.verify import check_journal, headed_lines
+from conclave.store.verify import RESUMABLE_STATUSES, check_journal, headed_lines
 
-#: final statuses a consultation can be resumed from (a killed run has no final record at all)
-RESUMABLE_STATUSES = frozenset({"partial", "aborted"})
 #: valid round-1 answers a debate needs (the engine stops on fewer, so such a round 1 is never worth restoring)
 MIN_DEBATERS = 2
 

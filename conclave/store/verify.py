@@ -98,7 +98,8 @@ def _link(line: JournalLine) -> _Link | None:
 
 
 # Final statuses after which a journal may only continue with ``consultation:resumed`` (see store/resume.py).
-_RESUMABLE = frozenset({"partial", "aborted"})
+#: the ended statuses a resume continues (cancelled, Ctrl-C, failed): what ``conclave resume`` picks from
+RESUMABLE_STATUSES = frozenset({"partial", "aborted"})
 _COMPLETED = b'"type":"consultation:completed"'
 _RESUMED = "consultation:resumed"
 
@@ -112,7 +113,7 @@ def check_journal(consultation_id: str, journal: JournalFile, heads: list[tuple[
     for i, (line, link) in enumerate(zip(lines, links, strict=True)):
         if sealed is not None:
             record = line.record
-            if sealed[1] not in _RESUMABLE or record is None or record.get("type") != _RESUMED:
+            if sealed[1] not in RESUMABLE_STATUSES or record is None or record.get("type") != _RESUMED:
                 return Problem(consultation_id, "appended", i, line.number,
                                f"a record follows the consultation:completed ({sealed[1]}) at seq {sealed[0]} "
                                "that sealed the journal")
@@ -269,7 +270,8 @@ def mark_closed_journals(layout: StoreLayout) -> None:
         if marked.get(cid) == seq or not path.exists() or is_being_written(path):
             continue
         last = last_record(path) or {}
-        if last.get("type") == "consultation:completed" and (last.get("data") or {}).get("status") not in _RESUMABLE:
+        ended = (last.get("data") or {}).get("status")
+        if last.get("type") == "consultation:completed" and ended not in RESUMABLE_STATUSES:
             continue  # sealed for good: the seal check already refuses anything after it
         heads_log.mark_closed(cid, seq, hash_)
 

@@ -38,11 +38,11 @@ from aiohttp import web
 
 from conclave.cli import hydra_quote
 from conclave.errors import UsageError
-from conclave.mcp_server.records import sessions
 from conclave.render.html import render_html
 from conclave.render.journal_view import result_from_records
 from conclave.store.journal_file import read_records
 from conclave.store.paths import StoreLayout
+from conclave.store.sessions import sessions
 from conclave.web.feeds import Feeds
 from conclave.web.page import FormChoices, consultation_page, index_page, report_unavailable_page
 
