@@ -80,6 +80,28 @@ async def mcp_session(home: Path, fake: FakeProviderServer, *, cwd: Path | None 
             yield session
 
 
+async def consult_then_cancel(session: ClientSession, started: str, settle_s: float = 0.0) -> None:
+    """Start a consultation, cancel its tool call once progress says ``started`` (after ``settle_s``), and check
+    the call ends cancelled."""
+    reached = asyncio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if message == started:
+            reached.set()
+
+    # the id the next request gets: the SDK uses it as the progress token, and a cancellation names it
+    request_id = session._request_id
+    call = asyncio.create_task(session.call_tool(
+        "conclave_consult", {"question": "Should we shard the database?", "max_cost": 100},
+        progress_callback=on_progress))
+    await asyncio.wait_for(reached.wait(), 60)
+    await asyncio.sleep(settle_s)
+    await session.send_notification(ClientNotification(CancelledNotification(
+        params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
+    with pytest.raises(McpError, match="cancelled"):
+        await call
+
+
 def text_of(result: Any) -> str:
     return "\n".join(block.text for block in result.content if block.type == "text")
 
@@ -188,24 +210,8 @@ async def test_a_cancelled_consultation_keeps_its_rounds_and_resumes_without_pay
 ) -> None:
     fake = fake_provider_server
     slow_replies(fake, 0.6)
-    round_3 = asyncio.Event()
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        if message == "round 3 · cross_exam started":
-            round_3.set()
-
     async with mcp_session(home, fake) as session:
-        # the id the next request gets: the SDK uses it as the progress token, and a cancellation names it
-        request_id = session._request_id
-        call = asyncio.create_task(session.call_tool(
-            "conclave_consult", {"question": "Should we shard the database?",
-                                 "max_cost": 100}, progress_callback=on_progress))
-        await asyncio.wait_for(round_3.wait(), 60)
-        await asyncio.sleep(0.3)  # the round-3 calls are in flight
-        await session.send_notification(ClientNotification(CancelledNotification(
-            params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
-        with pytest.raises(McpError, match="cancelled"):
-            await call
+        await consult_then_cancel(session, "round 3 · cross_exam started", settle_s=0.3)  # round 3 in flight
         asked_before = len(fake.requests)
         resumed = await session.call_tool("conclave_resume", {})
         asked_after = Counter(round_of(r) for r in fake.requests[asked_before:])
@@ -527,22 +533,8 @@ async def test_a_cancelled_consultation_is_listed_as_interrupted_and_resumable_a
 ) -> None:
     fake = fake_provider_server
     slow_replies(fake, 0.6)
-    round_2 = asyncio.Event()
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        if message == "round 2 · synthesis started":
-            round_2.set()
-
     async with mcp_session(home, fake) as session:
-        request_id = session._request_id
-        call = asyncio.create_task(session.call_tool(
-            "conclave_consult", {"question": "Should we shard the database?",
-                                 "max_cost": 100}, progress_callback=on_progress))
-        await asyncio.wait_for(round_2.wait(), 60)
-        await session.send_notification(ClientNotification(CancelledNotification(
-            params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
-        with pytest.raises(McpError, match="cancelled"):
-            await call
+        await consult_then_cancel(session, "round 2 · synthesis started")
         # asked at once, while the server may still be saving the partial result
         listed = await session.call_tool("conclave_sessions", {"status": "interrupted"})
         resumed = await session.call_tool("conclave_resume", {"format": "json"})

@@ -14,6 +14,9 @@ from typing import Any
 from datasette.utils.asgi import Response
 from markupsafe import escape
 
+from conclave.eval.report import TOY_EVAL, toy_run
+from conclave.panel import TOY_BANNER
+
 QUERY = "eval_accuracy_vs_cost"
 
 
@@ -91,8 +94,6 @@ def points(chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any]],
                 runs: dict[str, dict[str, Any]], sweep_id: str | None) -> str:
     from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost
-    from conclave.eval.report import TOY_EVAL, toy_run
-    from conclave.panel import TOY_BANNER
 
     drawn = points(chosen)
     db = datasette.databases[name]

@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conclave.panel import TOY_BANNER
+
 #: one colour per protocol (colour-blind-safe Okabe-Ito hues), in the order the legend lists them
 COLOURS = {"single": "#E69F00", "vote": "#56B4E9", "judge": "#009E73", "debate": "#D55E00", "quality": "#CC79A7",
            "vote_matched": "#0072B2"}
@@ -28,8 +30,6 @@ def _title(title: str, x: float, toy: bool) -> str:
     """The chart's heading; on a toy run's chart it says so first, in red, so a copied chart keeps the warning."""
     if not toy:
         return f'<text x="{x}" y="20" {FONT} font-size="14" font-weight="600">{html.escape(title)}</text>'
-    from conclave.panel import TOY_BANNER
-
     return (f'<text x="{x}" y="20" {FONT} font-size="14" font-weight="600"><tspan fill="#b91c1c">⚠ '
             f"{html.escape(TOY_BANNER)}</tspan> {html.escape(title)}</text>")
 

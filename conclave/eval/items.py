@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conclave.errors import UsageError
+from conclave.extras import install_hint
 
 Kind = Literal["exact", "numeric", "choice", "yes_no"]
 KINDS: tuple[str, ...] = ("exact", "numeric", "choice", "yes_no")
@@ -140,8 +141,6 @@ def reasoning_gym(task: str, n: int, seed: int) -> list[Item]:
     try:
         import reasoning_gym as gym
     except ImportError:
-        from conclave.extras import install_hint
-
         raise UsageError(f"eval set 'gym:…' needs reasoning-gym: {install_hint('eval')}") from None
     try:
         dataset = gym.create_dataset(task, size=n, seed=seed)
