@@ -52,7 +52,7 @@ async def test_the_quality_arm_continues_from_round_one_without_paying_it_again(
         assert row["vote_cost"] < row["quality_cost"] <= row["debate_cost"] * 1.05
     summary = store.read_run(conclave_env, ev.run_id)["summary"]
     assert summary["protocols"]["quality"]["correct"] == 2
-    assert summary["quality_line"].startswith("quality vs debate: +0.0 pp (p = 1) at ")
+    assert summary["quality_line"].startswith("quality vs debate: +0.0 pp [") and ", p = 1 (Holm over 1 point), at " in summary["quality_line"]
     assert "| debate, quality layer on | 2/2 = 100.0% |" in out and "**quality vs debate: +0.0 pp" in out
 
 
@@ -144,21 +144,46 @@ class _LearningPanel(AnswerPanel):
         return decision
 
 
-async def test_the_vote_at_the_debates_budget_counts_extra_samples_up_to_the_debates_calls(
+async def test_the_vote_at_the_debates_budget_is_matched_on_billed_tokens(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     fake = fake_provider_server
     panel = _LearningPanel({n: 0.0 for n in PERSONAS.values()})
-    ev, code, out, err = await evaluate(fake, conclave_env, panel, n=2, matched_vote=True, concurrency=1)
+    ev, code, out, err = await evaluate(fake, conclave_env, panel, n=6, matched_vote=True, concurrency=1)
     assert code == 0, err
-    extra = ev.extra_samples
-    assert extra >= 1
-    assert len(fake.requests) == 2 * (9 + 3 * extra)  # the debate, then `extra` more round-1 samples of the panel
-    assert f"for {2 * (9 + 3 * extra)} planned call(s)" in err  # estimated and approved up front
-    for row in store.read_items(conclave_env, ev.run_id):
+    assert ev.extra_samples >= 1
+    rows = store.read_items(conclave_env, ev.run_id)
+    samples = sum(r["vote_matched_samples"] for r in rows) // 3 - len(rows)  # extra panels drawn
+    assert len(fake.requests) == 6 * 9 + 3 * samples  # the debates, then the samples, nothing else
+    for row in rows:
         assert row["vote_correct"] == 0  # round 1 alone: only Alpha was right
-        assert row["vote_matched_correct"] == 1 and row["vote_matched_samples"] == 3 * (1 + extra)
-        # the debate's budget in model calls: 3 agents × 2 rounds + 3 judge calls = 9 samples
-        assert extra == 2 and row["vote_tokens"] < row["vote_matched_tokens"]
+        assert row["vote_matched_correct"] == 1 and row["vote_tokens"] < row["vote_matched_tokens"]
     summary = store.read_run(conclave_env, ev.run_id)["summary"]
+    debate = sum(r["debate_tokens"] for r in rows)
+    matched = sum(r["vote_matched_tokens"] for r in rows)
+    # matched on billed tokens: within half a sample's tokens of the debates' over the run
+    assert abs(matched - debate) <= max(r["vote_tokens"] for r in rows) / 2
+    assert summary["matched_ratio"] == pytest.approx(matched / debate)
+    assert 0.95 <= summary["matched_ratio"] <= 1.05
+    assert f"matched vote: {matched / debate:.3f}× the debate's billed tokens" in err
     assert summary["matched_line"].startswith("debate vs vote at the debate's budget: -100.0 pp")
-    assert "| vote at the debate's budget | 2/2 = 100.0% |" in out
+    assert "| vote at the debate's budget | 6/6 = 100.0% |" in out
+    # the run's total is everything spent: the debates and the extra samples, split by who paid
+    spent = summary["spent"]
+    assert spent["by_protocol"]["vote_matched"]["tokens"] == matched - sum(r["vote_tokens"] for r in rows)
+    assert spent["tokens"] == debate + spent["by_protocol"]["vote_matched"]["tokens"]
+    assert store.read_run(conclave_env, ev.run_id)["total_tokens"] == spent["tokens"]
+
+
+async def test_the_matched_vote_stops_against_an_endpoint_that_repeats_itself(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    panel = AnswerPanel({n: 0.5 for n in PERSONAS.values()})  # the same answer to every re-sample
+    ev, code, _, err = await evaluate(fake, conclave_env, panel, n=4, matched_vote=True, concurrency=1)
+    assert code == 0, err
+    from conclave.eval.runner import REPEAT_PROBE
+
+    assert len(fake.requests) == 4 * 9 + 3 * REPEAT_PROBE  # two copies paid, then no more
+    assert err.count("conclave eval: matched vote stopped: the endpoint returned round 1 unchanged") == 1
+    summary = store.read_run(conclave_env, ev.run_id)["summary"]
+    assert summary["protocols"]["vote_matched"]["skipped"] == 4
+    assert summary["matched_stopped"]

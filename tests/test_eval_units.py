@@ -160,17 +160,26 @@ def test_the_verdict_line_states_the_gain_its_p_value_and_the_cost_ratio() -> No
     rows = [_row(i, vote=i < 5, debate=i < 8) for i in range(10)]
     summary = summarise(rows)
     assert summary["protocols"]["vote"]["accuracy"] == 0.5
-    assert summary["verdict_line"] == "debate vs vote: +30.0 pp (p = 0.250) at 3.0× the cost"
+    assert summary["verdict_line"] == ("debate vs vote: +30.0 pp [-5.3, +56.6], p = 0.250 (Holm over 1 point), "
+                                       "at 3.00× billed tokens (3.00× the cost), 10 items")
 
 
 def test_an_unknown_price_reports_the_token_ratio_instead() -> None:
     rows = [_row(0, True, True, debate_cost=None)]
-    assert summarise(rows)["verdict_line"].endswith("at 3.0× the tokens (cost unknown: a model has no price)")
+    assert summarise(rows)["verdict_line"].endswith("at 3.00× billed tokens (cost unknown: a model has no price), "
+                                                    "1 items")
+
+
+def test_a_keyed_endpoint_without_prices_is_not_called_free() -> None:
+    rows = [_row(0, True, True, vote_cost=0.0, debate_cost=0.0)]
+    line = summarise(rows, prices="unknown")["verdict_line"]
+    assert "(cost unknown: a model has no price)" in line and "free" not in line
 
 
 def test_a_free_local_run_reports_the_token_ratio() -> None:
     rows = [_row(0, True, True, vote_cost=0.0, debate_cost=0.0)]
-    assert summarise(rows)["verdict_line"].endswith("at 3.0× the tokens (every call was free: a local model)")
+    line = summarise(rows, prices="free")["verdict_line"]
+    assert line.endswith("at 3.00× billed tokens (every call was free: a local model), 1 items")
 
 
 def test_reports_render_in_every_format() -> None:
@@ -178,7 +187,7 @@ def test_reports_render_in_every_format() -> None:
             for i in range(4)]
     run = {"run_id": "ev-1", "set_spec": "arithmetic", "status": "complete", "summary": summarise(rows)}
     markdown = render(run, rows, "markdown")
-    assert "debate vs vote: +50.0 pp" in markdown and "| verdict | 4 | 0.900 |" in markdown
+    assert "debate vs vote: +50.0 pp" in markdown and "| debate | the verdict's stated confidence | 4 | 0 | 0.900 |" in markdown
     assert json.loads(render(run, rows, "json"))["summary"]["items"] == 4
     page = render(run, rows, "html")
     assert page.startswith("<!doctype html>") and "<svg" in page and "<circle" in page

@@ -50,7 +50,7 @@ class Capture:
     def __call__(self, event: ev.Event) -> None:
         if event.type == ev.CONSULTATION_STARTED:
             self.shuffle_seed = event.data.get("shuffle_seed")
-        elif event.type == ev.ROUND_COMPLETED:
+        elif event.type in (ev.ROUND_COMPLETED, ev.ROUND_INTERRUPTED):  # an interrupted round was billed too
             self.rounds[int(event.data["round_number"])] = dict(event.data)
         elif event.type == ev.AGENT_COMPLETED:
             key = (int(event.data["round_number"]), str(event.data["agent"]))
@@ -93,6 +93,11 @@ class ItemResult:
     #: protocol -> the quality layer's figures over the rounds that protocol uses (:func:`.quality_arm.figures`)
     quality_layer: dict[str, Any] = field(default_factory=dict)
     matched_samples: int | None = None  # round-1 answers the matched-budget vote counted
+    #: protocol -> completed, failed or skipped on this item
+    statuses: dict[str, str] = field(default_factory=dict)
+    #: what this item spent, by the protocol that paid: {"debate": {"cost", "tokens"}, "quality": …}
+    spent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    round_1_from: str | None = None  # the sweep run whose round-1 answers this item's consultation restored
 
     @property
     def oracle_gap(self) -> bool:
@@ -116,6 +121,9 @@ class ItemResult:
             row[f"{name}_cost"] = outcome.cost
             row[f"{name}_tokens"] = outcome.tokens
             row[f"{name}_wall_s"] = round(outcome.wall_s, 4)
+            row[f"{name}_status"] = self.statuses.get(name, "completed")
+        row["spent"] = self.spent
+        row["round_1_from"] = self.round_1_from
         row["answers"] = {"round_1": self.round_1, "round_3": self.round_3}
         row["quality_layer"] = self.quality_layer
         if "vote_matched" in self.protocols:
@@ -163,6 +171,10 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
             wall += float(data.get("duration_s") or 0.0)
         return cost, tokens, wall
 
+    def round_ok(number: int) -> bool:
+        data = capture.rounds.get(number)
+        return data is not None and data.get("ok", True) is not False and "reason" not in data
+
     protocols: dict[str, Outcome] = {}
     first = capture.agents.get((1, single_agent), {})
     single_answer = round_1.get(single_agent)
@@ -173,6 +185,15 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
         int(first.get("input_tokens") or 0) + int(first.get("output_tokens") or 0),
         float(first.get("duration_s") or 0.0),
     )
+    statuses = {"single": "completed" if single_answer is not None else "failed"}
+    for agent in agent_order:  # every agent alone: the single-agent baselines
+        own = capture.agents.get((1, agent), {})
+        answer = round_1.get(agent)
+        protocols[f"single_{agent}"] = Outcome(
+            answer, is_correct(answer, item), _confidence((arts.get("round_1") or {}).get(agent)),
+            None if own.get("cost") is None else float(own["cost"]),
+            int(own.get("input_tokens") or 0) + int(own.get("output_tokens") or 0), float(own.get("duration_s") or 0.0))
+        statuses[f"single_{agent}"] = "completed" if answer is not None else "failed"
     vote_answer, agreement = majority([(a, round_1[a]) for a in round_1], item.kind, item.choices)
     protocols["vote"] = Outcome(vote_answer, is_correct(vote_answer, item), agreement if vote_answer else None,
                                 *cost_of((1,)))
@@ -182,14 +203,19 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     protocols["judge"] = Outcome(judge_answer, is_correct(judge_answer, item), _consensus(synthesis),
                                  *cost_of([n for n in sorted(capture.rounds) if n <= through_synthesis] or (1, 2)))
     debate_answer = _answer(verdict) if result.get("status") in ("complete", "completed_degraded") else None
-    protocols["debate"] = Outcome(debate_answer, is_correct(debate_answer, item), _confidence(verdict),
+    early = bool((result.get("early_termination") or {}).get("accepted"))
+    statuses.update(vote="completed" if round_ok(1) and round_1 else "failed",
+                    judge="completed" if judge_answer is not None else "failed",
+                    debate="completed" if debate_answer is not None else "failed")
+    # the verdict's stated confidence only: an early-stopped debate's verdict is derived from the synthesis
+    protocols["debate"] = Outcome(debate_answer, is_correct(debate_answer, item),
+                                  None if early else _confidence(verdict),
                                   # every round played, repeated cross-examination and objection rounds too
                                   *cost_of(sorted(capture.rounds) or (1, 2, 3, 4)))
 
     right_1 = {a: is_correct(ans, item) for a, ans in round_1.items()}
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))
     flips_wr = sum(1 for a, ans in round_3.items() if a in right_1 and not right_1[a] and is_correct(ans, item))
-    early = bool((result.get("early_termination") or {}).get("accepted"))
     from conclave.eval.quality_arm import figures
 
     layer = {name: found for name, found in (
@@ -200,7 +226,7 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
         protocols=protocols, round_1=round_1, round_3=round_3, agreement=agreement,
         agreement_confidence=agreement if vote_answer else None, oracle=any(right_1.values()),
         right_to_wrong=flips_rw, wrong_to_right=flips_wr, early_terminated=early, rounds_completed=completed,
-        quality_layer=layer,
+        quality_layer=layer, statuses=statuses, spent={"debate": spent_in(capture)},
     )
 
 
@@ -214,6 +240,7 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
     item = scored.item
     if arm is None or arm_capture is None:
         scored.protocols["quality"] = Outcome(None, False, None, None, 0, 0.0)
+        scored.statuses["quality"] = "skipped"  # the base consultation has no round 1 to fork from
         scored.quality_reused_round_1 = reused
         return
     cost: float | None = 0.0
@@ -230,6 +257,8 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
     verdict = arm.get("verdict")
     answer = _answer(verdict) if arm.get("status") in ("complete", "completed_degraded") else None
     scored.protocols["quality"] = Outcome(answer, is_correct(answer, item), _confidence(verdict), cost, tokens, wall)
+    scored.statuses["quality"] = "completed" if answer is not None else "failed"
+    scored.spent["quality"] = spent_in(arm_capture, skip=(1,) if reused else ())
     replies = (arm.get("artifacts") or {}).get("round_3_replies") or {}
     right_1 = {a: is_correct(ans, item) for a, ans in scored.round_1.items()}
     scored.quality_right_to_wrong = sum(1 for a, r in replies.items()
@@ -242,9 +271,10 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
 
 
 def add_matched_vote(scored: ItemResult, samples: Sequence[Mapping[str, Any]], captures: Sequence[Capture],
-                     base_capture: Capture) -> None:
+                     base_capture: Capture, *, skipped: bool = False) -> None:
     """Score self-consistency at the debate's budget: the vote over round 1 and the extra independent round-1
-    samples (``samples``: their results); cost, tokens and wall time of every round-1 call, the base's included."""
+    samples (``samples``: their results); cost, tokens and wall time of every round-1 call, the base's included.
+    ``skipped``: sampling was stopped (an endpoint repeating itself), so the protocol is not scored here."""
     item = scored.item
     answers: list[tuple[str, str | None]] = list(scored.round_1.items())
     for result in samples:
@@ -261,6 +291,34 @@ def add_matched_vote(scored: ItemResult, samples: Sequence[Mapping[str, Any]], c
     scored.protocols["vote_matched"] = Outcome(answer, is_correct(answer, item), share if answer else None, cost,
                                                tokens, wall)
     scored.matched_samples = sum(1 for _, a in answers if a is not None)
+    scored.statuses["vote_matched"] = "skipped" if skipped else "completed" if answer is not None else "failed"
+    extra = [spent_in(c) for c in captures]
+    scored.spent["vote_matched"] = {
+        "cost": None if any(e["cost"] is None for e in extra) else round(sum(e["cost"] for e in extra), 8),
+        "tokens": sum(e["tokens"] for e in extra)}
+
+
+def spent_in(capture: Capture, skip: Sequence[int] = ()) -> dict[str, Any]:
+    """Cost (None when unknown) and billed tokens of every round ``capture`` saw (failed and interrupted rounds
+    too: their calls were billed), but ``skip``."""
+    cost: float | None = 0.0
+    tokens = 0
+    for number, data in capture.rounds.items():
+        if number in skip:
+            continue
+        cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+        tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+    return {"cost": None if cost is None else round(cost, 8), "tokens": tokens}
+
+
+def same_round_1(sample: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    """Whether a re-sample's round-1 artifacts are exactly the base consultation's (an endpoint repeating
+    itself)."""
+    def artifacts(result: Mapping[str, Any]) -> Any:
+        # what the agents said, without when they said it
+        return {agent: {k: v for k, v in dict(artifact).items() if not k.endswith("_at")}
+                for agent, artifact in ((result.get("artifacts") or {}).get("round_1") or {}).items()}
+    return bool(artifacts(base)) and artifacts(sample) == artifacts(base)
 
 
 def _answer(artifact: Mapping[str, Any] | None) -> str | None:

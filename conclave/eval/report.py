@@ -57,29 +57,68 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def label(name: str) -> str:
+    """A protocol's name in tables (unknown protocols, added by plugins or other engineers, under their own)."""
+    if name.startswith("single_") and name != "single_best" and name not in LABELS:
+        return f"single agent {name.removeprefix('single_')}"
+    return LABELS.get(name, name)
+
+
+def ordered(protocols: Mapping[str, Any]) -> list[str]:
+    """Every protocol a summary holds: the known ones in table order, then the rest as they come."""
+    return [p for p in PROTOCOLS if p in protocols] + [p for p in protocols if p not in PROTOCOLS]
+
+
 def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     lines = [f"# Evaluation {run['run_id']} · {run.get('set_spec')} · {summary.get('items', 0)} item(s)", ""]
+    # the answer first
+    lines += [f"**{summary.get('verdict_line', '')}**", ""]
+    if summary.get("with_failures"):
+        lines += [f"> **This run has failures**: {summary.get('failed_items', 0)} item(s) failed "
+                  f"({', '.join(summary.get('failed_item_ids') or []) or 'none whole'}). Headlines are on the items "
+                  "every compared protocol completed; the intent-to-treat figure (a failure counted wrong) is beside "
+                  "them. Per-protocol counts are under *Every item accounted for*.", ""]
     if toy_run(run):
         lines += [f"> **⚠ {TOY_BANNER}**", ">", f"> {TOY_EVAL}", ""]
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
-    lines += [f"**{summary.get('verdict_line', '')}**", ""]
     for key in ("matched_line", "quality_line"):
         if summary.get(key):
             lines += [f"**{summary[key]}**", ""]
+    if summary.get("matched_ratio") is not None or summary.get("matched_stopped"):
+        ratio = summary.get("matched_ratio")
+        lines += [f"Matched vote: {'—' if ratio is None else f'{ratio:.3f}'}× the debate's billed "
+                  f"{summary.get('matched_on', 'tokens')} (goal 0.95–1.05)"
+                  + (f"; stopped: {summary['matched_stopped']}" if summary.get("matched_stopped") else "") + ".", ""]
+    head = (summary.get("comparisons") or {}).get("debate_vs_vote") or {}
+    if head.get("detectable_pp") is not None:
+        lines += [f"Power: with {head['n']} items, this run detects a difference of ≥ {head['detectable_pp']:.1f} pp "
+                  "at 80% power (two-sided 5% McNemar, normal approximation, at this run's share of discordant "
+                  "items).", ""]
     lines += _protocol_table(summary)
+    lines += _accounting(summary)
+    lines += _spent(summary)
     lines += _wall_note(run)
     lines += _quality_section(run, summary)
     flips, oracle, agreement = summary.get("flips", {}), summary.get("oracle", {}), summary.get("agreement", {})
-    lines += ["", "## Paired comparisons (McNemar exact test)", "",
-              "| comparison | Δ accuracy | A right, B wrong | A wrong, B right | p | cost ratio |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "## Paired comparisons (McNemar exact test, Newcombe 95% interval of the difference)", "",
+              "Each row is X vs Y on the items both completed; the intent-to-treat columns count every item, a "
+              "failure as wrong.", "",
+              "| X vs Y | n | Δ accuracy (X − Y) | 95% CI | X right, Y wrong | X wrong, Y right | p | p corrected "
+              "| intent to treat: n, Δ, p | cost ratio |",
+              "|---|---:|---:|---|---:|---:|---:|---:|---|---:|"]
     for c in (summary.get("comparisons") or {}).values():
         a, b = c["a"], c["b"]
-        ratio = "—" if c.get("cost_ratio") is None else f"{c['cost_ratio']:.1f}×"
-        lines.append(f"| {b} vs {a} | {c['delta_pp']:+.1f} pp | {c[f'{a}_right_{b}_wrong']} | "
-                     f"{c[f'{a}_wrong_{b}_right']} | {c['p']:.3g} | {ratio} |" if c["delta_pp"] is not None else
-                     f"| {b} vs {a} | — | — | — | — | — |")
+        ratio = "—" if c.get("cost_ratio") is None else f"{c['cost_ratio']:.2f}×"
+        itt = c.get("itt") or {}
+        itt_cell = "—" if itt.get("delta_pp") is None else f"{itt['n']}, {itt['delta_pp']:+.1f} pp, {itt['p']:.3g}"
+        if c["delta_pp"] is None:
+            lines.append(f"| {b} vs {a} | 0 | — | — | — | — | — | — | {itt_cell} | — |")
+            continue
+        lines.append(f"| {b} vs {a} | {c['n']} | {c['delta_pp']:+.1f} pp | [{c['ci_low_pp']:+.1f}, "
+                     f"{c['ci_high_pp']:+.1f}] | {c['a_wrong_b_right']} | {c['a_right_b_wrong']} | {c['p']:.3g} | "
+                     f"{c['p_corrected']:.3g} | {itt_cell} | {ratio} |")
+    lines += ["", "p corrected: Holm over the points of a sweep (a lone run is one point).", ""]
     lines += ["", "## Flips and the oracle", "",
               f"- Agents right in round 1 and wrong after cross-examination (round 3): "
               f"**{flips.get('agent_right_to_wrong', 0)}** (on {flips.get('items_with_right_to_wrong', 0)} item(s)); "
@@ -93,35 +132,82 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
               f"{agreement.get('unanimous_items', 0)} item(s). Early termination after round 2: "
               f"{summary.get('early_terminated', 0)} item(s).", ""]
     lines += ["## Calibration", "",
-              "| confidence | n | mean | min | s.d. | Brier | ECE |", "|---|---:|---:|---:|---:|---:|---:|"]
+              "One stated meaning per protocol; items without it (and early-stopped debates, whose verdict is "
+              "derived from the synthesis) are left out and counted. Bins: "
+              f"{summary.get('calibration_bins', '10 equal-width bins over [0, 1]')}.", "",
+              "| protocol | confidence means | n | left out | mean | min | s.d. | Brier | ECE |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, cal in (summary.get("calibration") or {}).items():
-        lines.append(f"| {name} | {cal['n']} | {_num(cal['mean_confidence'])} | {_num(cal['min_confidence'])} | "
+        lines.append(f"| {name} | {cal.get('meaning', '')} | {cal['n']} | {cal.get('excluded', 0)} | "
+                     f"{_num(cal['mean_confidence'])} | {_num(cal['min_confidence'])} | "
                      f"{_num(cal['sd_confidence'])} | {_num(cal['brier'])} | {_num(cal['ece'])} |")
-    lines += ["", "Self-reported confidence (verdict, single agent) is known to saturate; the agreement confidence "
-              "is the share of round-1 agents behind the vote's answer.", ""]
-    for name in ("verdict", "agreement"):
-        table = (summary.get("calibration") or {}).get(name, {}).get("reliability") or []
+    for name, why in (summary.get("calibration_left_out") or {}).items():
+        lines.append(f"\nNot calibrated: {name} — {why}.")
+    lines.append("")
+    for name, cal in (summary.get("calibration") or {}).items():
+        table = cal.get("reliability") or []
         if table:
-            lines += [f"Reliability ({name}):", "", "| bin | items | mean confidence | accuracy |",
-                      "|---|---:|---:|---:|"]
-            lines += [f"| {r['bin']} | {r['count']} | {_num(r['mean_confidence'])} | {_pct(r['accuracy'])} |"
-                      for r in table]
+            lines += [f"Reliability diagram ({name}: {cal.get('meaning', '')}):", "",
+                      "| bin | items | mean confidence | accuracy | |", "|---|---:|---:|---:|---|"]
+            lines += [f"| {r['bin']} | {r['count']} | {_num(r['mean_confidence'])} | {_pct(r['accuracy'])} | "
+                      f"{_bar(r['accuracy'])} |" for r in table]
             lines.append("")
     lines.append(f"Browse: `conclave browse` (tables eval_runs, eval_items) · report: "
                  f"`conclave eval report {run['run_id']} --format html`")
     return "\n".join(lines) + "\n"
 
 
+def _bar(value: float | None) -> str:
+    return "" if value is None else "█" * round(20 * value)
+
+
 def _protocol_table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| protocol | accuracy | 95% CI (Wilson) | exact CI | cost | tokens | item time s (summed) |",
-             "|---|---:|---|---|---:|---:|---:|"]
-    for name in PROTOCOLS:
-        p = (summary.get("protocols") or {}).get(name)
-        if not p:
-            continue
-        lines.append(f"| {LABELS[name]} | {p['correct']}/{p['n']} = {_pct(p['accuracy'])} | "
+    lines = ["| protocol | accuracy (intent to treat) | 95% CI (Wilson) | exact CI | accuracy (completed) | cost | "
+             "tokens | item time s (summed) |",
+             "|---|---:|---|---|---:|---:|---:|---:|"]
+    protocols = summary.get("protocols") or {}
+    for name in ordered(protocols):
+        p = protocols[name]
+        title = label(name) + (f" ({p.get('agent')}, chosen in hindsight)" if p.get("hindsight") else "")
+        done = p.get("completed", p["n"])
+        lines.append(f"| {title} | {p['correct']}/{p['n']} = {_pct(p['accuracy'])} | "
                      f"{_pct(p['ci_low'])}–{_pct(p['ci_high'])} | {_pct(p['exact_ci_low'])}–{_pct(p['exact_ci_high'])}"
-                     f" | {_money(p['cost'])} | {p['tokens']:,} | {p['wall_s']:.1f} |")
+                     f" | {p.get('correct_completed', p['correct'])}/{done} = "
+                     f"{_pct(p.get('accuracy_completed', p['accuracy']))} | {_money(p['cost'])} | {p['tokens']:,} | "
+                     f"{p['wall_s']:.1f} |")
+    return lines
+
+
+def _accounting(summary: dict[str, Any]) -> list[str]:
+    """Every item accounted for: each protocol's completed, failed and skipped items, and which."""
+    protocols = summary.get("protocols") or {}
+    lines = ["", "## Every item accounted for", "", "| protocol | completed | failed | skipped | failed or skipped "
+             "items |", "|---|---:|---:|---:|---|"]
+    for name in ordered(protocols):
+        p = protocols[name]
+        if name == "single_best" or "completed" not in p:
+            continue
+        ids = [*p.get("failed_ids", []), *p.get("skipped_ids", [])]
+        lines.append(f"| {label(name)} | {p['completed']} | {p['failed']} | {p['skipped']} | "
+                     f"{', '.join(ids) or '—'} |")
+    return lines
+
+
+def _spent(summary: dict[str, Any]) -> list[str]:
+    """What the run spent, all of it, split by the protocol that paid."""
+    spent = summary.get("spent") or {}
+    if not spent:
+        return []
+    lines = ["", f"**Run total: {_money(spent.get('cost'))}, {spent.get('tokens', 0):,} billed tokens** — every "
+             "consultation the run made (retries and failed calls included), split by who paid:", ""]
+    for name, figures in (spent.get("by_protocol") or {}).items():
+        what = {"debate": "each item's consultation (single, vote, judge and debate are read from its rounds)",
+                "quality": "the quality arm's own calls", "vote_matched": "the matched vote's extra samples"}
+        lines.append(f"- {name}: {_money(figures.get('cost'))}, {figures.get('tokens', 0):,} tokens — "
+                     f"{what.get(name, 'its own calls')}")
+    if summary.get("paired_round_1"):
+        lines.append(f"- round 1 restored from an earlier sweep point on {summary['paired_round_1']} item(s): "
+                     "not paid again here")
     return lines
 
 

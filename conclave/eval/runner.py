@@ -5,6 +5,8 @@ skips every item already finished (nothing finished is paid twice)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import secrets
 import sys
@@ -12,7 +14,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, TextIO
+from pathlib import Path
+from typing import Annotated, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,8 +23,11 @@ from conclave.config import Settings
 from conclave.errors import ConfigError, UsageError
 from conclave.eval import store
 from conclave.eval.items import Item, load_set
-from conclave.eval.protocols import Capture, ItemResult, score
+from conclave.eval.protocols import Capture, ItemResult, add_matched_vote, same_round_1, score, spent_in
+from conclave.eval.quality_arm import round_one_calls
 from conclave.eval.summary import run_columns, summarise
+from conclave.store.paths import StoreLayout
+from conclave.store.resume import load_resume_point
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
@@ -55,6 +61,8 @@ class EvalOptions(BaseModel):
     #: also score self-consistency at the debate's budget: extra independent round-1 samples of the panel until
     #: they make as many model calls as the full debate plans (paid: about the debate's calls again, per item)
     matched_vote: bool = False
+    #: what the matched vote matches the debate on: billed tokens, or dollars (needs every model priced)
+    matched_on: Literal["tokens", "dollars"] = "tokens"
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -87,6 +95,37 @@ class EvalRun:
     quality_off: str = ""
     reuse_round_1: bool = False  # the arm's round-1 calls are the base's: restored, not paid again
     extra_samples: int = 0  # the matched-budget vote's extra round-1 samples per item (set by the estimate)
+    round_1_key: str | None = None  # what round 1 sends (set by the estimate): sweep points pair on it
+
+
+#: re-samples compared with round 1 before an endpoint that returns them unchanged is called repeating
+REPEAT_PROBE = 2
+
+
+@dataclass
+class MatchedBudget:
+    """The matched vote's running balance over the run: each item draws round-1 samples while one more brings the
+    run's matched total closer to the debates' (billed tokens, or dollars), so the run's ratio lands near 1."""
+
+    on: str = "tokens"
+    limit: int = 1  # samples per item at most (twice the planned number): the cost gate approved about that
+    debate: float = 0.0
+    vote: float = 0.0
+    repeating: str | None = None  # why sampling stopped
+    announced: bool = False
+
+    def size(self, data: dict[str, Any] | None) -> float:
+        data = data or {}
+        if self.on == "dollars":
+            return float(data.get("cost") or 0.0)
+        return float(int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0))
+
+    def more(self, item_debate: float, item_vote: float, per_sample: float) -> bool:
+        gap = (self.debate + item_debate) - (self.vote + item_vote)
+        return per_sample > 0 and abs(gap - per_sample) < abs(gap)
+
+    def ratio(self) -> float | None:
+        return self.vote / self.debate if self.debate else None
 
 
 def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
@@ -163,6 +202,11 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         print("conclave eval: offline panel on the local model — a 270M model's accuracy is not evidence about "
               "debate; it only shows the harness working. Set a provider key for a real evaluation.", file=err)
     estimate = await estimate_run(ev.settings, todo, plugins, ev)
+    partners = sweep_partners(ev)
+    if partners:
+        print(f"conclave eval: paired sweep point: {sum(1 for i in todo if i.id in partners)} item(s) restore their "
+              f"round 1 from an earlier point of sweep {ev.options.sweep_id} (not re-sampled, not re-paid)", file=err)
+        estimate = await estimate_run(ev.settings, todo, plugins, ev, paired=set(partners))
     total = estimate.total
     shown = "unknown (a model has no price)" if total is None else f"${total:.4f}"
     print(f"conclave eval: run {ev.run_id}: {len(todo)} of {len(ev.items)} item(s) to run "
@@ -179,7 +223,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     snapshot = config_snapshot(ev.settings, "")
     run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel,
                quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
-               quality_reused_round_1=None if ev.arm is None else ev.reuse_round_1)
+               quality_reused_round_1=None if ev.arm is None else ev.reuse_round_1, round_1_key=ev.round_1_key)
     store.write_run(home, run)
     store.index_run(home, run)
 
@@ -194,12 +238,21 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     started = time.monotonic()
     order = list(ev.settings.agents)
     single = ev.options.single_agent or order[0]
+    prices = "free" if ev.local_panel else "unknown" if total is None else "known"
+    matched = None
+    if ev.options.matched_vote:
+        if ev.options.matched_on == "dollars" and prices != "known":
+            raise ConfigError(["eval.matched_on: dollars needs every model priced; allowed here: tokens"])
+        matched = MatchedBudget(on=ev.options.matched_on, limit=max(2 * ev.extra_samples, REPEAT_PROBE))
 
     async def one(item: Item) -> None:
         nonlocal finished
         async with semaphore:
             result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1,
-                                    ev.extra_samples)
+                                    matched, partners.get(item.id))
+        if matched is not None and matched.repeating and not matched.announced:
+            matched.announced = True
+            print(f"conclave eval: matched vote stopped: {matched.repeating}", file=err, flush=True)
         row = result.as_row()
         store.append_item(home, ev.run_id, row)
         try:
@@ -220,13 +273,13 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         recorder.close()
         rows = [done[i.id] for i in ev.items if i.id in done]
         complete = len(rows) == len(ev.items)
-        summary = ev.summary = summarise(rows)
+        summary = ev.summary = summarise(rows, prices=prices)
+        if matched is not None:
+            summary.update(matched_on=matched.on, matched_ratio=matched.ratio(), matched_stopped=matched.repeating)
         run.update(status="complete" if complete else "interrupted",
                    completed_at=_now() if complete else None,
                    wall_s=round(float(run.get("wall_s") or 0.0) + time.monotonic() - started, 3),
                    summary=summary, **run_columns(summary))
-        run["total_cost"] = summary["protocols"]["debate"]["cost"]
-        run["total_tokens"] = summary["protocols"]["debate"]["tokens"]
         store.write_run(home, run)
         try:
             store.index_run(home, run)
@@ -234,6 +287,13 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
             print(f"conclave eval: warning: index write failed ({exc})", file=err)
     from conclave.eval.report import render
 
+    if matched is not None:
+        shown_ratio = "unknown" if matched.ratio() is None else f"{matched.ratio():.3f}"
+        print(f"conclave eval: matched vote: {shown_ratio}× the debate's billed {matched.on} "
+              f"({'stopped: a repeating endpoint' if matched.repeating else 'goal 0.95–1.05'})", file=err)
+    if summary["with_failures"]:
+        print(f"conclave eval: run {ev.run_id} has failures: {summary['failed_items']} item(s) failed; the "
+              f"headline is on items every compared protocol completed", file=err)
     if quiet:
         print(f"conclave eval: run {ev.run_id} ({len(rows)} item(s)): {summary['verdict_line']}", file=err)
     else:
@@ -243,47 +303,129 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
 
 
 async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, order: Sequence[str],
-                   single: str, arm: Settings | None = None, reuse: bool = False, extra: int = 0) -> ItemResult:
+                   single: str, arm: Settings | None = None, reuse: bool = False,
+                   matched: MatchedBudget | None = None, paired: dict[str, Any] | None = None) -> ItemResult:
     """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
-    runs whole."""
+    runs whole; with ``matched``, round-1 samples for the vote at the debate's budget; with ``paired`` (a sweep
+    point's own row for this item), round 1 is restored from that consultation's journal instead of paid again."""
     from conclave.engine.interaction import Interaction
     from conclave.engine.runner import Consultation
     from conclave.eval.protocols import add_quality
     from conclave.eval.quality_arm import resume_point
 
+    first = plugins.strategies.get(settings.mode.strategy).plan[0].name
+    start = restored_round_1(settings.home, paired, first) if paired else None
     capture = Capture()
     consultation = Consultation(
         settings.model_copy(update={"question": item.question}), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
+        resume_from=start,
     )
     base = (await consultation.run()).as_dict()
+    if start and paired:
+        # the protocols cost what their rounds cost where round 1 was paid; this run spent nothing on it
+        capture.rounds[1] = {**capture.rounds.get(1, {}), "cost": paired.get("vote_cost"),
+                             "input_tokens": int(paired.get("vote_tokens") or 0), "output_tokens": 0,
+                             "duration_s": float(paired.get("vote_wall_s") or 0.0)}
+        for agent in order:
+            capture.agents[(1, agent)] = {"cost": paired.get(f"single_{agent}_cost"),
+                                          "input_tokens": int(paired.get(f"single_{agent}_tokens") or 0),
+                                          "duration_s": float(paired.get(f"single_{agent}_wall_s") or 0.0)}
     scored = score(item, base, capture, order, single)
-    if extra:
-        from conclave.eval.protocols import add_matched_vote
-
-        one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
-        captures = [Capture() for _ in range(extra)]
-        samples = await asyncio.gather(*(
-            Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[c],
-                         recorder=recorder).run() for c in captures))
-        add_matched_vote(scored, [s.as_dict() for s in samples], captures, capture)
+    if start and paired:
+        scored.spent["debate"] = spent_in(capture, skip=(1,))
+        scored.round_1_from = str(paired.get("run_id"))
+    if matched is not None:
+        await draw_matched(scored, settings, plugins, recorder, item, base, capture, matched)
     if arm is None:
         return scored
-    start: dict[str, Any] | None = {}
+    fork: dict[str, Any] | None = {}
     if reuse:
-        first = plugins.strategies.get(arm.mode.strategy).plan[0].name
-        start = resume_point(base, capture, first)
-    if start is None:  # the base consultation has no round 1 to continue from: nothing to compare
+        fork = resume_point(base, capture, first)
+    if fork is None:  # the base consultation has no round 1 to continue from: nothing to compare
         add_quality(scored, None, None, capture, reuse)
         return scored
     arm_capture = Capture()
-    fork = Consultation(
+    arm_run = Consultation(
         arm.model_copy(update={"question": item.question}), plugins=plugins,
-        interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=start,
+        interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=fork,
     )
-    add_quality(scored, (await fork.run()).as_dict(), arm_capture, capture, reuse)
+    add_quality(scored, (await arm_run.run()).as_dict(), arm_capture, capture, reuse)
     return scored
+
+
+async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, recorder: Any, item: Item,
+                       base: dict[str, Any], capture: Capture, matched: MatchedBudget) -> None:
+    """Draw independent round-1 samples of the panel, one at a time, while one more brings the run's matched
+    vote closer to the debates' billed tokens (or dollars); stop, for this item and the rest of the run, when the
+    first samples repeat round 1 exactly."""
+    from conclave.engine.interaction import Interaction
+    from conclave.engine.runner import Consultation
+
+    one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
+    debate = sum(matched.size(d) for d in capture.rounds.values())
+    vote = matched.size(capture.rounds.get(1))
+    per_sample = vote
+    samples: list[dict[str, Any]] = []
+    captures: list[Capture] = []
+    skipped = matched.repeating is not None
+    while not skipped and len(samples) < matched.limit and matched.more(debate, vote, per_sample):
+        sample_capture = Capture()
+        sample = (await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
+                                     subscribers=[sample_capture], recorder=recorder).run()).as_dict()
+        samples.append(sample)
+        captures.append(sample_capture)
+        vote += matched.size(sample_capture.rounds.get(1))
+        if len(samples) == REPEAT_PROBE and all(same_round_1(s, base) for s in samples):
+            matched.repeating = (f"the endpoint returned round 1 unchanged on {REPEAT_PROBE} re-samples of item "
+                                 f"{item.id} (temperature 0?): the matched vote stopped instead of paying for copies")
+            skipped = True
+    if not skipped:
+        matched.debate += debate
+        matched.vote += vote
+    add_matched_vote(scored, samples, captures, capture, skipped=skipped)
+
+
+def restored_round_1(home: Any, paired: dict[str, Any], first_round_type: str) -> dict[str, Any] | None:
+    """The round-1 answers of a sweep's earlier point, read from that consultation's journal, as answers already
+    paid for; None when its journal has no usable round 1."""
+    try:
+        point = load_resume_point(StoreLayout(Path(home)), str(paired["consultation_id"]), resumable=False)
+    except Exception:
+        return None
+    round_1 = point.resume_from.get("round_1") or {}
+    if not round_1:
+        return None
+    return {"interrupted": {"round_number": 1, "artifacts": [
+                {"agent": name, "artifact": artifact, "round_type": first_round_type}
+                for name, artifact in round_1.items()]},
+            "labels": point.resume_from.get("labels") or {}, "shuffle_seed": point.resume_from.get("shuffle_seed")}
+
+
+def sweep_partners(ev: EvalRun) -> dict[str, dict[str, Any]]:
+    """item id → the row of the sweep's earliest other point that paid its own round 1 on the same item with the
+    same round-1 calls (empty outside a sweep)."""
+    if not ev.options.sweep_id or ev.round_1_key is None:
+        return {}
+    home = ev.settings.home
+    points = []
+    for run_id in store.run_ids(home):
+        if run_id == ev.run_id:
+            continue
+        other = store.read_run(home, run_id)
+        if other.get("sweep_id") == ev.options.sweep_id and other.get("round_1_key") == ev.round_1_key:
+            points.append(other)
+    questions = {item.id: item.question for item in ev.items}
+    partners: dict[str, dict[str, Any]] = {}
+    for other in sorted(points, key=lambda r: str(r.get("started_at") or "")):
+        for row in store.read_items(home, other["run_id"]):
+            item_id = str(row.get("item_id"))
+            if item_id in partners or row.get("round_1_from") or questions.get(item_id) != row.get("question"):
+                continue
+            if row.get("vote_status", "completed") == "completed" and row.get("consultation_id"):
+                partners[item_id] = {**row, "run_id": other["run_id"]}
+    return partners
 
 
 def remember(consent: Any, home: Any, err: TextIO) -> None:
@@ -295,7 +437,8 @@ def remember(consent: Any, home: Any, err: TextIO) -> None:
         print(f"conclave eval: cost.always_allow_under={consent.new_threshold:.2f} saved in {path}", file=err)
 
 
-async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, ev: EvalRun | None = None) -> Any:
+async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, ev: EvalRun | None = None,
+                       paired: set[str] | None = None) -> Any:
     """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed;
     with a quality arm (``ev.arm``), its calls too — round 1 left out when the arm reuses the base's, which this
     decides and records in ``ev.reuse_round_1``."""
@@ -325,16 +468,20 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
             # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
             longest = Plan(max_plan(session))
             whole = estimate_cost(session, longest.numbers(), plan=longest)
-            total.calls.extend(whole.calls)
+            if ev is not None and ev.round_1_key is None:  # what round 1 sends: sweep points pair on it
+                calls = json.dumps([list(c) for c in round_one_calls(session)], ensure_ascii=False)
+                ev.round_1_key = hashlib.sha256(calls.encode("utf-8")).hexdigest()
+            # a paired sweep point restores round 1 from an earlier point: its calls are not paid again
+            total.calls.extend(whole.only([n for n in longest.numbers() if n != 1]).calls
+                               if paired and item.id in paired else whole.calls)
             if ev is not None and ev.options.matched_vote:
                 round_one = whole.only([1])
-                if not ev.extra_samples:  # as many model calls as the debate plans (the samples of self-consistency)
-                    ev.extra_samples = max(1, -(-len(whole.calls) // max(1, len(round_one.calls))) - 1)
+                if not ev.extra_samples:  # about as many billed tokens as the debate plans
+                    ratio = _billed(whole) / max(1, _billed(round_one))
+                    ev.extra_samples = max(1, -(-int(ratio * 100) // 100) - 1)
                 for _ in range(ev.extra_samples):
                     total.calls.extend(round_one.calls)
         if arm is not None and ev is not None:
-            from conclave.eval.quality_arm import round_one_calls
-
             arm_strategy = plugins.strategies.get(arm.mode.strategy)(arm.mode.options)
             async with ProviderPool(arm, plugins, bus) as arm_pool:
                 for index, item in enumerate(items or ev.items[:1]):
@@ -350,6 +497,10 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                         numbers = [n for n in arm_longest.numbers() if n >= first]
                         total.calls.extend(estimate_cost(arm_session, numbers, plan=arm_longest).calls)
     return total
+
+
+def _billed(estimate: Any) -> int:
+    return int(estimate.input_tokens or 0) + int(estimate.output_tokens or 0)
 
 
 def _load_or_start(ev: EvalRun) -> dict[str, Any]:

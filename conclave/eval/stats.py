@@ -126,3 +126,54 @@ def ece(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -
         if row.count and row.mean_confidence is not None and row.accuracy is not None:
             total += row.count / n * abs(row.accuracy - row.mean_confidence)
     return total
+
+
+def newcombe_paired(both: int, a_only: int, b_only: int, neither: int, z: float = Z95) -> tuple[float, float]:
+    """95% interval of the paired difference p_B − p_A (Newcombe 1998, method 10: Wilson score limits of each
+    proportion combined with the phi correlation of the pairs). ``a_only``: A right, B wrong; ``b_only``: B right,
+    A wrong. (0, 0) without items."""
+    n = both + a_only + b_only + neither
+    if n == 0:
+        return 0.0, 0.0
+    right_a, right_b = both + a_only, both + b_only
+    l1, u1 = wilson(right_b, n, z)
+    l2, u2 = wilson(right_a, n, z)
+    p1, p2 = right_b / n, right_a / n
+    delta = p1 - p2
+    margins = [(both + a_only), (b_only + neither), (both + b_only), (a_only + neither)]
+    phi = 0.0
+    if all(margins):
+        product = margins[0] * margins[1] * margins[2] * margins[3]
+        numerator = float(both * neither - a_only * b_only)
+        # the correction of method 10: a positive numerator is shrunk by n/2 towards zero
+        if numerator > 0:
+            numerator = max(0.0, numerator - n / 2)
+        phi = numerator / math.sqrt(product)
+    d_low = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    d_high = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, delta - d_low), min(1.0, delta + d_high)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (same order as given), controlling the family-wise
+    error rate."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    m = len(p_values)
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+Z80 = 0.8416212335729143  # one-sided z of 80% power
+
+
+def detectable_pp(n: int, discordant_share: float) -> float | None:
+    """The smallest paired difference (percentage points) a two-sided 5% McNemar test detects with 80% power on
+    ``n`` items when ``discordant_share`` of items are discordant (normal approximation:
+    (z_0.975 + z_0.8) · sqrt(d / n)). None without items."""
+    if n <= 0:
+        return None
+    return 100 * (Z95 + Z80) * math.sqrt(max(discordant_share, 0.0) / n)
