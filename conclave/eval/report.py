@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 from collections.abc import Mapping, Sequence
@@ -10,6 +11,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from conclave.eval.protocols import PROTOCOLS
+from conclave.eval.summary import correct_across
 from conclave.panel import TOY_BANNER, toy_seats
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
@@ -271,18 +273,24 @@ def swept_values(run: dict[str, Any], keys: Sequence[str]) -> dict[str, str]:
 
 
 def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str:
-    """One row per run of a sweep, grouped (sorted) by the swept values."""
+    """One row per run of a sweep, grouped (sorted) by the swept values; debate vs vote Holm-corrected across the
+    sweep's points, and runs differing only in ``eval.seed`` pooled with their spread."""
+    runs = [{**r, "summary": copy.deepcopy(r.get("summary") or {})} for r in runs]
+    correct_across([r["summary"] for r in runs if r["summary"].get("comparisons")])
     keys = swept_keys(runs)
     ordered = sorted(runs, key=lambda r: tuple(swept_values(r, keys).values()))
     toy = any(toy_run(run) for run in runs)
+    pooled = pool_seeds(ordered, keys)
     if fmt == "json":
         notice = {"notice": f"{TOY_BANNER} {TOY_EVAL}"} if toy else {}
         return json.dumps({**notice, "sweep_id": sweep_id, "swept": keys, "runs": [
             {"run_id": r["run_id"], "swept": swept_values(r, keys), "status": r.get("status"),
-             "summary": r.get("summary")} for r in ordered]}, ensure_ascii=False, indent=2) + "\n"
+             "summary": r.get("summary")} for r in ordered], "seeds_pooled": pooled},
+            ensure_ascii=False, indent=2) + "\n"
     head = " | ".join(keys) or "run"
     lines = [f"# Sweep {sweep_id} · {len(runs)} run(s) · swept: {', '.join(keys) or 'nothing'}", "",
              *([f"> **⚠ {TOY_BANNER}** {TOY_EVAL}", ""] if toy else []),
+             f"debate vs vote p-values are Holm-corrected over the sweep's {len(runs)} points.", "",
              f"| {head} | items | {' | '.join(PROTOCOLS)} | debate cost | debate vs vote |",
              "|" + "---|" * (len(keys) or 1) + "---:|" * (len(PROTOCOLS) + 2) + "---|"]
     for run in ordered:
@@ -293,6 +301,13 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
         line = str(s.get("verdict_line", "")).removeprefix("debate vs vote: ")
         lines.append(f"| {cells} | {s.get('items', 0)} | {accs} | {_money((p.get('debate') or {}).get('cost'))} | "
                      f"{line} |")
+    if pooled:
+        lines += ["", "Seeds pooled (accuracy over every seed's items; spread: s.d. of the per-seed accuracies):", "",
+                  "| point | seeds | " + " | ".join(pooled[0]["protocols"]) + " |",
+                  "|---|---:|" + "---:|" * len(pooled[0]["protocols"])]
+        for group in pooled:
+            cells = " | ".join(f"{_pct(v['accuracy'])} ± {_pct(v['spread'])}" for v in group["protocols"].values())
+            lines.append(f"| {group['point'] or 'all'} | {group['seeds']} | {cells} |")
     if fmt == "html":
         from conclave.eval.charts import accuracy_vs_cost, points_from_summary
 
@@ -304,6 +319,34 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
                                                            toy=toy)
                      + "<pre>" + html.escape("\n".join(lines)) + "</pre>")
     return "\n".join(lines) + "\n"
+
+
+def pool_seeds(runs: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Runs of one point (same swept values but ``eval.seed``) pooled: accuracy over all their items, and the
+    sample s.d. of their per-seed accuracies. Empty when no point has more than one seed."""
+    if "eval.seed" not in keys:
+        return []
+    others = [k for k in keys if k != "eval.seed"]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        point = ", ".join(f"{k}={v}" for k, v in swept_values(run, others).items())
+        groups.setdefault(point, []).append(run)
+    out = []
+    for point, members in groups.items():
+        if len(members) < 2:
+            continue
+        figures: dict[str, Any] = {}
+        for name in PROTOCOLS:
+            found = [(m.get("summary") or {}).get("protocols", {}).get(name) for m in members]
+            if any(f is None or not f.get("n") for f in found):
+                continue
+            accs = [f["accuracy"] for f in found if f]
+            mean = sum(accs) / len(accs)
+            figures[name] = {"accuracy": sum(f["correct"] for f in found if f) / sum(f["n"] for f in found if f),
+                             "spread": (sum((a - mean) ** 2 for a in accs) / (len(accs) - 1)) ** 0.5,
+                             "per_seed": accs}
+        out.append({"point": point, "seeds": len(members), "protocols": figures})
+    return out
 
 
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
