@@ -262,7 +262,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                   file=err)
         done[item.id] = row
         finished += 1
-        marks = " ".join(f"{p} {'✓' if o.correct else '✗'}" for p, o in result.protocols.items())
+        marks = " ".join(f"{p} {'✓' if o.correct else '✗'}" for p, o in result.protocols.items()
+                         if not p.startswith("single_"))  # the per-agent baselines are in the report
         print(f"  [{finished}/{len(ev.items)}] {item.id}: {marks}  ({result.status})", file=err, flush=True)
 
     try:

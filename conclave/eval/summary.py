@@ -10,6 +10,7 @@ over the completed items."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -151,7 +152,7 @@ def _protocol(rows: Sequence[dict[str, Any]], name: str, prices: str) -> dict[st
     hits_done = sum(1 for r in done if _correct(r, name))
     costs = [r.get(f"{name}_cost") for r in rows]
     known = None if prices == "unknown" or any(c is None for c in costs) else \
-        round(sum(float(c) for c in costs if c is not None), 6)
+        round(math.fsum(float(c) for c in costs if c is not None), 6)  # fsum: the same whatever the row order
     low, high = wilson(hits, n)
     exact_low, exact_high = clopper_pearson(hits, n)
     done_low, done_high = wilson(hits_done, len(done))
@@ -160,7 +161,7 @@ def _protocol(rows: Sequence[dict[str, Any]], name: str, prices: str) -> dict[st
         "ci_low": low, "ci_high": high, "exact_ci_low": exact_low, "exact_ci_high": exact_high,
         "completed": len(by_status["completed"]), "failed": len(by_status["failed"]),
         "skipped": len(by_status["skipped"]),
-        "failed_ids": by_status["failed"], "skipped_ids": by_status["skipped"],
+        "failed_ids": sorted(by_status["failed"]), "skipped_ids": sorted(by_status["skipped"]),
         "correct_completed": hits_done,
         "accuracy_completed": hits_done / len(done) if done else None,
         "ci_low_completed": done_low, "ci_high_completed": done_high,
@@ -236,22 +237,19 @@ def spent(rows: Sequence[dict[str, Any]], prices: str = "known") -> dict[str, An
     """Everything the run spent — every consultation it made, failed calls and retries included — split by the
     protocol that paid: ``debate`` is each item's own consultation (single, vote and judge are read from its
     rounds), ``quality`` the arm's own calls, ``vote_matched`` the extra samples."""
-    by: dict[str, dict[str, Any]] = {}
+    costs: dict[str, list[float | None]] = {}
+    tokens: dict[str, int] = {}
     for r in rows:
         for name, figures in (r.get("spent") or {}).items():
-            slot = by.setdefault(name, {"cost": 0.0, "tokens": 0, "calls": 0})
-            if slot["cost"] is not None:
-                slot["cost"] = None if figures.get("cost") is None else slot["cost"] + float(figures["cost"])
-            slot["tokens"] += int(figures.get("tokens") or 0)
-            slot["calls"] += int(figures.get("calls") or 0)
-    if prices == "unknown":
-        for slot in by.values():
-            slot["cost"] = None
-    costs = [s["cost"] for s in by.values()]
-    return {"cost": None if any(c is None for c in costs) else round(sum(costs), 6),
-            "tokens": sum(s["tokens"] for s in by.values()), "calls": sum(s["calls"] for s in by.values()),
-            "by_protocol": {k: {**v, "cost": None if v["cost"] is None else round(v["cost"], 6)}
-                            for k, v in by.items()}}
+            costs.setdefault(name, []).append(None if figures.get("cost") is None else float(figures["cost"]))
+            tokens[name] = tokens.get(name, 0) + int(figures.get("tokens") or 0)
+    by = {name: {"cost": None if prices == "unknown" or any(c is None for c in found) else
+                 round(math.fsum(c for c in found if c is not None), 6), "tokens": tokens[name]}
+          for name, found in costs.items()}
+    every = [c for found in costs.values() for c in found]
+    total = None if prices == "unknown" or any(c is None for c in every) else \
+        round(math.fsum(c for c in every if c is not None), 6)
+    return {"cost": total, "tokens": sum(tokens.values()), "by_protocol": by}
 
 
 def verdict_line(protocols: dict[str, Any], comparison: dict[str, Any], prices: str = "known") -> str:
