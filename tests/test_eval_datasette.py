@@ -104,3 +104,29 @@ def test_the_charts_render_in_a_real_browser(server: str, browser: Any) -> None:
         r = p.rect
         assert box["x"] <= r["x"] <= box["x"] + box["width"] and box["y"] <= r["y"] <= box["y"] + box["height"]
     assert screenshot(browser, "eval_charts").stat().st_size > 10_000
+
+
+def test_sweep_lines_are_labelled_by_swept_values_and_corrected_across_points(eval_home: EvalRuns) -> None:
+    page = get(eval_home.home, f"/-/conclave/eval?sweep={eval_home.sweep_id}").text
+    lines = re.findall(r"<li>([^<]*)<strong>debate vs vote: ([^<]*)</strong>", page)
+    assert sorted(label for label, _ in lines) == ["seed=1: ", "seed=2: "]
+    assert all("(Holm over 2 points)" in line for _, line in lines)
+    assert not any(run_id in label for run_id in eval_home.sweep_runs for label, _ in lines)
+    # a reliability diagram per point, its bins stated
+    assert page.count('class="cv-reliability"') == 2 and "10 equal-width bins over [0, 1]" in page
+
+
+async def test_the_vote_at_the_debates_budget_line_is_kept(fake_provider_server: Any, conclave_env: Any) -> None:
+    from datasette.app import Datasette
+    from eval_helpers import PERSONAS, evaluate
+
+    from conclave.testing.answer_panel import AnswerPanel
+
+    ev, code, _, err = await evaluate(fake_provider_server, conclave_env,
+                                      AnswerPanel({n: 0.5 for n in PERSONAS.values()}), rounds=2, n=2,
+                                      matched_vote=True)
+    assert code == 0, err
+    page = (await Datasette([str(StoreLayout(conclave_env).index_path)]).client.get(
+        f"/-/conclave/eval?run={ev.run_id}")).text
+    first = page.index("<strong>debate vs vote: ")
+    assert first < page.index("<strong>debate vs vote at the debate&#39;s budget: ") < page.index('class="cv-eval-chart"')

@@ -14,7 +14,9 @@ from typing import Any
 from datasette.utils.asgi import Response
 from markupsafe import escape
 
-from conclave.eval.report import TOY_EVAL, toy_run
+from conclave.eval.charts import reliability_diagram
+from conclave.eval.report import TOY_EVAL, swept_keys, swept_values, toy_run
+from conclave.eval.summary import correct_across
 from conclave.panel import TOY_BANNER
 
 QUERY = "eval_accuracy_vs_cost"
@@ -103,13 +105,28 @@ async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any
         f"select run_id, status, set_spec, items_done, summary, panel, judge from eval_runs where run_id in ({marks})",
         ids)).rows}
     toy = any(toy_run(run) for run in details.values())
+    summaries = {run_id: _summary(details.get(run_id, {}).get("summary")) for run_id in ids}
+    # the points of a sweep are compared many times: their debate-vs-vote p-values are Holm-corrected
+    correct_across([s for s in summaries.values() if s.get("comparisons")])
+    keys = [k for k in swept_keys(chosen) if k != "eval.sweep_id"]
+    labels = {r["run_id"]: ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in swept_values(r, keys).items())
+              or r["run_id"] for r in chosen}
     lines = []
+    diagrams = []
     for run_id in ids:
-        summary = _summary(details.get(run_id, {}).get("summary"))
-        for key in ("verdict_line", "quality_line"):
+        summary = summaries[run_id]
+        label = f"{escape(labels[run_id])}: " if len(ids) > 1 else ""
+        # the answer first, then the vote at the debate's budget and the quality arm
+        for key in ("verdict_line", "matched_line", "quality_line"):
             if summary.get(key):
-                label = f"{escape(run_id)}: " if len(ids) > 1 else ""
                 lines.append(f"<li>{label}<strong>{escape(summary[key])}</strong></li>")
+        if summary.get("with_failures"):
+            lines.append(f'<li class="cv-danger">{label}this run has failures: {summary.get("failed_items", 0)} '
+                         "item(s) failed; headlines are on the items every compared protocol completed</li>")
+        if summary.get("calibration"):
+            diagrams.append(f"<figure><figcaption>{label}</figcaption>"
+                            f"{reliability_diagram(summary['calibration'], summary.get('calibration_bins', ''))}"
+                            "</figure>")
     scope = f"sweep {sweep_id} · {len(chosen)} run(s)" if sweep_id else f"run {chosen[0]['run_id']}"
     first = details.get(ids[0], {})
     heading = (f'<h1>Evaluations</h1><p class="cv-muted">{escape(scope)} · set {escape(first.get("set_spec") or "")}'
@@ -123,7 +140,9 @@ async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any
               "points are per item, whiskers are 95% Wilson intervals. Protocols of one run share its round-1 "
               "answers, so their costs add up along the line.</p></section>")
     listing = _listing(runs, base)
-    return (f'<div class="cv-report">{heading}<ul class="cv-eval-lines">{"".join(lines)}</ul>{charts}'
+    calibration = (f'<section class="cv-section"><h2>Calibration</h2><div class="cv-eval-charts">'
+                   f'{"".join(diagrams)}</div></section>') if diagrams else ""
+    return (f'<div class="cv-report">{heading}<ul class="cv-eval-lines">{"".join(lines)}</ul>{charts}{calibration}'
             f"{listing}</div>")
 
 

@@ -215,3 +215,54 @@ def accuracy_intervals(points: Sequence[Mapping[str, Any]], *, width: int = 720,
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle" {FONT}>accuracy</text>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def reliability_diagram(calibration: Mapping[str, Any], bins: str = "10 equal-width bins over [0, 1]", *,
+                        size: int = 360, toy: bool = False) -> str:
+    """Inline SVG: accuracy against mean stated confidence per bin, one series per protocol (its one stated
+    meaning in the legend), marker area by the bin's items; the diagonal is perfect calibration. The bins are
+    stated under the chart."""
+    left, right, top = 52, 16, 34
+    plot = size - left - top
+    series = [(name, cal) for name, cal in calibration.items() if cal.get("reliability")]
+    height = size + 18 * len(series) + 10
+    title = "Reliability diagram"
+
+    def x(value: float) -> float:
+        return left + value * plot
+
+    def y(value: float) -> float:
+        return top + (1 - value) * plot
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="cv-reliability" width="{size + right}" '
+             f'height="{height}" viewBox="0 0 {size + right} {height}" role="img" aria-label="{title}">',
+             f'<rect width="{size + right}" height="{height}" fill="#fff"/>', _title(title, left, toy),
+             f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(1)}" stroke="#9ca3af" stroke-dasharray="4 3"/>',
+             f'<rect x="{left}" y="{top}" width="{plot}" height="{plot}" fill="none" stroke="#d1d5db"/>']
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<text x="{x(tick):.1f}" y="{y(0) + 16:.1f}" text-anchor="middle" {FONT}>{tick:g}</text>')
+        parts.append(f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" {FONT}>{tick:g}</text>')
+    parts.append(f'<text x="{x(0.5):.1f}" y="{y(0) + 34:.1f}" text-anchor="middle" {FONT}>mean stated confidence '
+                 f"({html.escape(bins)})</text>")
+    parts.append(f'<text x="14" y="{y(0.5):.1f}" transform="rotate(-90 14 {y(0.5):.1f})" text-anchor="middle" '
+                 f"{FONT}>accuracy</text>")
+    for index, (name, cal) in enumerate(series):
+        colour = COLOURS.get(name, "#374151")
+        total = max(1, sum(int(b.get("count") or 0) for b in cal["reliability"]))
+        points = [(float(b["mean_confidence"]), float(b["accuracy"]), int(b["count"]), str(b.get("bin", "")))
+                  for b in cal["reliability"] if b.get("mean_confidence") is not None and b.get("accuracy") is not None]
+        if len(points) > 1:
+            path = " ".join(f"{x(c):.1f},{y(a):.1f}" for c, a, _, _ in points)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+        for conf, acc, count, label in points:
+            radius = 3 + 7 * math.sqrt(count / total)
+            parts.append(f'<circle cx="{x(conf):.1f}" cy="{y(acc):.1f}" r="{radius:.1f}" fill="{colour}" '
+                         f'fill-opacity="0.7" stroke="#fff"><title>{html.escape(name)} · bin {html.escape(label)}: '
+                         f"{count} item(s), confidence {conf:.2f}, accuracy {acc:.2f}</title></circle>")
+        legend_y = size + 4 + 18 * index
+        parts.append(f'<circle cx="{left + 6}" cy="{legend_y - 4}" r="5" fill="{colour}"/>'
+                     f'<text x="{left + 16}" y="{legend_y}" {FONT}>{html.escape(name)}: '
+                     f"{html.escape(str(cal.get('meaning', '')))} (n = {cal.get('n', 0)}, left out "
+                     f"{cal.get('excluded', 0)})</text>")
+    parts.append("</svg>")
+    return "\n".join(parts)

@@ -10,6 +10,7 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from conclave.eval.charts import reliability_diagram
 from conclave.eval.protocols import PROTOCOLS
 from conclave.eval.summary import correct_across
 from conclave.panel import TOY_BANNER, toy_seats
@@ -351,10 +352,13 @@ def pool_seeds(runs: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict
 
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     toy = toy_run(run)
-    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>"]
+    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
+            f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
+    if summary.get("with_failures"):
+        body.append(f"<p class=danger><strong>This run has failures</strong>: {summary.get('failed_items', 0)} "
+                    "item(s) failed; headlines are on the items every compared protocol completed.</p>")
     if toy:
         body.append(f"<p class=danger><strong>⚠ {html.escape(TOY_BANNER)}</strong> {html.escape(TOY_EVAL)}</p>")
-    body.append(f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>")
     for key in ("matched_line", "quality_line"):
         if summary.get(key):
             body.append(f"<p><strong>{html.escape(summary[key])}</strong></p>")
@@ -366,6 +370,8 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
                         f"{_pct(p['ci_high'])}</td><td>{_money(p['cost'])}</td><td>{p['tokens']:,}</td></tr>")
     body.append("</table>")
     body.append(accuracy_cost_chart(summary, toy=toy))
+    if summary.get("calibration"):
+        body.append(reliability_diagram(summary["calibration"], summary.get("calibration_bins", ""), toy=toy))
     scored = [p for p in PROTOCOLS if p in (summary.get("protocols") or {})]
     body.append("<h2>Items</h2><table><tr><th>item</th><th>expected</th>"
                 + "".join(f"<th>{p}</th>" for p in scored) + "<th>agreement</th><th>flips r→w</th></tr>")
