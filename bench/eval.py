@@ -6,8 +6,10 @@
 2. The harness's overhead per item over the consultations it runs: the same items run as bare consultations
    (engine + journal + index, sequentially) versus through the harness (estimate, consent, scoring, item rows in
    files and index), in one process. Goal: ≤ 5%.
+3. The vote at the debate's budget: its billed tokens ÷ the debates' over a run, against a panel whose re-samples
+   are independent draws. Goal: 0.95–1.05.
 
-    python bench/eval.py [--items 24] [--workers 1 2 4] [--overhead-items 20]
+    python bench/eval.py [--items 24] [--workers 1 2 4] [--overhead-items 20] [--matched-items 40]
 """
 
 from __future__ import annotations
@@ -104,6 +106,41 @@ async def _overhead(items: int, rounds: int, repeats: int) -> tuple[float, float
     return statistics.median(bare_times), statistics.median(harness_times)
 
 
+async def _matched_ratio(items: int, rounds: int) -> tuple[float | None, str]:
+    """The matched vote's billed-token ratio over ``items`` items, and the line the run printed about it."""
+    from conclave.engine.interaction import Interaction
+    from conclave.eval.runner import EvalOptions, prepare, run_async
+    from conclave.plugins import get_plugins
+    from conclave.testing.answer_panel import AnswerPanel
+    from conclave.testing.fake_server import FakeProviderServer
+
+    class Resampled(AnswerPanel):
+        """Each call is a fresh draw (a panel at temperature > 0): no two samples need agree."""
+
+        draws = 0
+
+        def right(self, persona: str, question: str) -> bool:
+            self.draws += 1
+            return super().right(persona, f"{question}\x00{self.draws}")
+
+    async with FakeProviderServer() as fake:
+        Resampled({name: 0.6 for name in ("Alpha", "Beta", "Gamma")}).install(fake)
+        with tempfile.TemporaryDirectory() as home:
+            settings = fake.settings(
+                question="eval", rounds=rounds, home=home, hedging={"enabled": False},
+                agents={k: {"persona": k, "provider": "openai", "model": "gpt-4o"} for k in ("a", "b", "c")},
+                personas={k: {"name": n, "focus": "arithmetic"} for k, n in
+                          (("a", "Alpha"), ("b", "Beta"), ("c", "Gamma"))},
+                judge={"provider": "openai", "model": "gpt-4.1"}, mode={"strategy": "answer"},
+                cost={"auto_approve": True})
+            plugins = get_plugins()
+            evaluation = prepare(settings, EvalOptions(n=items, matched_vote=True, concurrency=4), plugins)
+            err = io.StringIO()
+            await run_async(evaluation, plugins, Interaction.non_interactive(), out=io.StringIO(), err=err)
+    line = next((x for x in err.getvalue().splitlines() if x.startswith("conclave eval: matched vote:")), "")
+    return (evaluation.summary or {}).get("matched_ratio"), line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=48)
@@ -111,6 +148,7 @@ def main() -> None:
     parser.add_argument("--overhead-items", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--matched-items", type=int, default=40)
     args = parser.parse_args()
     os.environ.update(KEYS)  # the fake accepts any key; the engine refuses to start without one
     print("conclave eval: items/s at zero latency by joblib workers, and harness overhead per item")
@@ -126,6 +164,11 @@ def main() -> None:
     verdict = "met" if overhead <= 0.05 else "NOT met"
     print(f"\nper item (median of {args.repeats}, interleaved): bare consultations {1000 * bare:.1f} ms, "
           f"through the harness {1000 * harness:.1f} ms: overhead {100 * overhead:+.1f}% (goal ≤ 5%: {verdict})")
+    ratio, line = asyncio.run(_matched_ratio(args.matched_items, args.rounds))
+    met = "met" if ratio is not None and 0.95 <= ratio <= 1.05 else "NOT met"
+    shown = "unknown" if ratio is None else f"{ratio:.3f}"
+    print(f"\nmatched vote over {args.matched_items} items: billed tokens {shown}× the debates' (goal 0.95–1.05: "
+          f"{met}); the run printed: {line.removeprefix('conclave eval: ')}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ async def test_eval_runs_a_generated_set_and_reports(fake_provider_server: FakeP
     code, out, err = await _conclave("eval", "arithmetic", "eval.n=3", "rounds=2", "cost.auto_approve=true",
                                      *PANEL, *fake_provider_server.overrides(), home=conclave_env)
     assert code == 0, err
-    assert out.startswith("# Evaluation ev-") and "**debate vs vote: +0.0 pp (p = 1) at " in out
+    assert out.startswith("# Evaluation ev-") and "**debate vs vote: +0.0 pp [" in out and ", p = 1 (Holm over 1 point), at " in out
     assert "| round-1 majority vote | 3/3 = 100.0% |" in out
     (run_id,) = store.run_ids(conclave_env)
     code, report, _ = await _conclave("eval", "report", run_id, "--format", "json", home=conclave_env)
@@ -67,9 +67,11 @@ async def test_a_joblib_sweep_of_four_processes_loses_no_rows(fake_provider_serv
     assert db.execute("select count(*) from consultations where status = 'complete'").fetchone()[0] == 12
     # one report, grouped by the swept value
     assert out.startswith("# Sweep sw-") and "swept: eval.seed" in out
-    header, *rows = [line for line in out.splitlines() if line.startswith("| ")]
+    runs_table, pooled = out.split("Seeds pooled", 1)  # the four seeds are one point, pooled after the runs
+    header, *rows = [line for line in runs_table.splitlines() if line.startswith("| ")]
     assert header.startswith("| eval.seed | items |")
     assert [row.split("|")[1].strip() for row in rows] == ["1", "2", "3", "4"]
+    assert [row.split("|")[1:3] for row in pooled.splitlines() if row.startswith("| all")] == [[" all ", " 4 "]]
     verify = run_conclave("logs", "verify", home=conclave_env)
     assert verify.returncode == 0, verify.stderr
 

@@ -113,6 +113,18 @@ class MatchedBudget:
     vote: float = 0.0
     repeating: str | None = None  # why sampling stopped
     announced: bool = False
+    copies: int = 0  # re-samples identical to their item's round 1
+    varied: bool = False  # some re-sample differed: the endpoint samples, it never repeats itself
+
+    def saw(self, same: bool, item_id: str) -> None:
+        """Count one re-sample; the endpoint repeats itself when the run's first ``REPEAT_PROBE`` re-samples were
+        all copies of round 1 (a sampling endpoint soon gives a different one)."""
+        self.copies += same
+        self.varied = self.varied or not same
+        if not self.varied and self.copies >= REPEAT_PROBE and self.repeating is None:
+            self.repeating = (f"the endpoint returned round 1 unchanged on its first {self.copies} re-samples "
+                              f"(last on item {item_id}; temperature 0?): the matched vote stopped instead of "
+                              "paying for copies")
 
     def size(self, data: dict[str, Any] | None) -> float:
         data = data or {}
@@ -370,18 +382,15 @@ async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, rec
     per_sample = vote
     samples: list[dict[str, Any]] = []
     captures: list[Capture] = []
-    skipped = matched.repeating is not None
-    while not skipped and len(samples) < matched.limit and matched.more(debate, vote, per_sample):
+    while matched.repeating is None and len(samples) < matched.limit and matched.more(debate, vote, per_sample):
         sample_capture = Capture()
         sample = (await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
                                      subscribers=[sample_capture], recorder=recorder).run()).as_dict()
         samples.append(sample)
         captures.append(sample_capture)
         vote += matched.size(sample_capture.rounds.get(1))
-        if len(samples) == REPEAT_PROBE and all(same_round_1(s, base) for s in samples):
-            matched.repeating = (f"the endpoint returned round 1 unchanged on {REPEAT_PROBE} re-samples of item "
-                                 f"{item.id} (temperature 0?): the matched vote stopped instead of paying for copies")
-            skipped = True
+        matched.saw(same_round_1(sample, base), item.id)
+    skipped = matched.repeating is not None
     if not skipped:
         matched.debate += debate
         matched.vote += vote
