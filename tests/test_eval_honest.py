@@ -187,3 +187,36 @@ def test_a_sweep_corrects_across_its_points_and_pools_seeds_with_their_spread() 
     assert pooled["early_termination.threshold=0.8"]["accuracy"] == (16 + 12) / 40
     assert math.isclose(pooled["early_termination.threshold=0.8"]["spread"], math.sqrt(2 * 0.1**2))
     assert "Seeds pooled" in render_sweep("sw", runs, "markdown")
+
+
+def test_a_run_written_before_accounting_is_reported_from_its_rows() -> None:
+    rows = _rows([True, False, True], [True, True, False])
+    old = {"items": 3, "protocols": {}, "comparisons": {}, "verdict_line": "debate vs vote: +0.0 pp (p = 1) at …"}
+    markdown = render({"run_id": "ev-old", "status": "complete", "estimated_cost": 0.1, "summary": old}, rows,
+                      "markdown")
+    assert "**debate vs vote: +0.0 pp [" in markdown and "## Every item accounted for" in markdown
+
+
+class _Resampled(AnswerPanel):
+    """Every call is a fresh draw, as from a panel sampling at temperature > 0."""
+
+    draws = 0
+
+    def right(self, persona: str, question: str) -> bool:
+        self.draws += 1
+        return super().right(persona, f"{question}\x00{self.draws}")
+
+
+async def test_the_matched_vote_can_match_on_dollars(fake_provider_server: FakeProviderServer,
+                                                     conclave_env: Path) -> None:
+    panel = _Resampled({name: 0.6 for name in PERSONAS.values()}, seed=4)
+    ev, code, _, err = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=8, matched_vote=True,
+                                      matched_on="dollars", concurrency=1)
+    assert code == 0, err
+    summary = store.read_run(conclave_env, ev.run_id)["summary"]
+    rows = store.read_items(conclave_env, ev.run_id)
+    debate = math.fsum(r["debate_cost"] for r in rows)
+    matched = math.fsum(r["vote_matched_cost"] for r in rows)
+    assert summary["matched_on"] == "dollars" and summary["matched_ratio"] == pytest.approx(matched / debate)
+    assert abs(matched - debate) <= max(r["vote_cost"] for r in rows) / 2  # within half a sample of the debates
+    assert f"matched vote: {matched / debate:.3f}× the debate's billed dollars" in err

@@ -12,7 +12,7 @@ from markdown_it import MarkdownIt
 
 from conclave.eval.charts import reliability_diagram
 from conclave.eval.protocols import PROTOCOLS
-from conclave.eval.summary import correct_across
+from conclave.eval.summary import correct_across, summarise
 from conclave.panel import TOY_BANNER, toy_seats
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
@@ -37,8 +37,18 @@ def toy_run(run: Mapping[str, Any]) -> bool:
     return bool(run.get("local_panel")) or toy_seats([*seats, {"provider": provider, "model": model}])
 
 
+def prices_of(run: Mapping[str, Any]) -> str:
+    """How a run's dollars read: free (the local panel), unknown (a model had no price), or known."""
+    if run.get("local_panel"):
+        return "free"
+    return "unknown" if run.get("estimated_cost") is None and run.get("status") else "known"
+
+
 def render(run: dict[str, Any], rows: Sequence[dict[str, Any]], fmt: str) -> str:
     summary = run.get("summary") or {}
+    if rows and "spent" not in summary:  # written by an earlier version: recomputed from its rows
+        summary = summarise(rows, prices=prices_of(run))
+        run = {**run, "summary": summary}
     if fmt == "json":
         notice = {"notice": f"{TOY_BANNER} {TOY_EVAL}"} if toy_run(run) else {}
         return json.dumps({**notice, "run": {k: v for k, v in run.items() if k != "summary"}, "summary": summary,

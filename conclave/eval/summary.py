@@ -290,8 +290,9 @@ def _sd(values: Sequence[float]) -> float | None:
 def correct_across(summaries: Sequence[dict[str, Any]], key: str = "debate_vs_vote") -> list[float]:
     """Holm-correct one comparison across the points of a sweep (in place: ``p_corrected``, ``correction`` and
     the verdict line of each summary); the corrected p-values."""
-    found = [s["comparisons"][key] for s in summaries if key in (s.get("comparisons") or {})
-             and s["comparisons"][key].get("delta_pp") is not None]
+    # summaries written before intervals were reported are left as they are
+    summaries = [s for s in summaries if "ci_low_pp" in ((s.get("comparisons") or {}).get(key) or {})]
+    found = [s["comparisons"][key] for s in summaries if s["comparisons"][key].get("delta_pp") is not None]
     adjusted = holm([c["p"] for c in found])
     for comparison, p in zip(found, adjusted, strict=True):
         comparison.update(p_corrected=p, correction=f"Holm over {len(found)} points")
