@@ -305,8 +305,11 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         print(f"conclave eval: matched vote: {shown_ratio}× the debate's billed {matched.on} "
               f"({'stopped: a repeating endpoint' if matched.repeating else 'goal 0.95–1.05'})", file=err)
     if summary["with_failures"]:
-        print(f"conclave eval: run {ev.run_id} has failures: {summary['failed_items']} item(s) failed; the "
-              f"headline is on items every compared protocol completed", file=err)
+        counts = ", ".join(f"{name} {p['failed']} failed, {p['skipped']} skipped"
+                           for name, p in summary["protocols"].items()
+                           if name != "single_best" and (p.get("failed") or p.get("skipped")))
+        print(f"conclave eval: run {ev.run_id} has failures: {summary['failed_items']} item(s) failed ({counts}); "
+              f"the headline is on items every compared protocol completed", file=err)
     if quiet:
         print(f"conclave eval: run {ev.run_id} ({len(rows)} item(s)): {summary['verdict_line']}", file=err)
     else:
