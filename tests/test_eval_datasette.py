@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 from browser_support import needs_browser, screenshot, serve_datasette
-from eval_helpers import EvalRuns
+from eval_helpers import PERSONAS, EvalRuns, evaluate
 
 from conclave.eval.charts import NAMES as ALL_NAMES
 from conclave.store.paths import StoreLayout
+from conclave.testing.answer_panel import AnswerPanel
 
 #: the protocols the fixture's sweep scored (no vote at the debate's budget there)
 NAMES = {k: v for k, v in ALL_NAMES.items() if k != "vote_matched"}
@@ -118,9 +119,6 @@ def test_sweep_lines_are_labelled_by_swept_values_and_corrected_across_points(ev
 
 async def test_the_vote_at_the_debates_budget_line_is_kept(fake_provider_server: Any, conclave_env: Any) -> None:
     from datasette.app import Datasette
-    from eval_helpers import PERSONAS, evaluate
-
-    from conclave.testing.answer_panel import AnswerPanel
 
     ev, code, _, err = await evaluate(fake_provider_server, conclave_env,
                                       AnswerPanel({n: 0.5 for n in PERSONAS.values()}), rounds=2, n=2,

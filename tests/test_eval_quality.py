@@ -13,7 +13,7 @@ from eval_helpers import PERSONAS, evaluate, panel_settings
 
 from conclave.errors import ConfigError
 from conclave.eval import quality_arm, store
-from conclave.eval.runner import EvalOptions, prepare
+from conclave.eval.runner import REPEAT_PROBE, EvalOptions, prepare
 from conclave.plugins import get_plugins
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
@@ -180,8 +180,6 @@ async def test_the_matched_vote_stops_against_an_endpoint_that_repeats_itself(
     panel = AnswerPanel({n: 0.5 for n in PERSONAS.values()})  # the same answer to every re-sample
     ev, code, _, err = await evaluate(fake, conclave_env, panel, n=4, matched_vote=True, concurrency=1)
     assert code == 0, err
-    from conclave.eval.runner import REPEAT_PROBE
-
     assert len(fake.requests) == 4 * 9 + 3 * REPEAT_PROBE  # two copies paid, then no more
     assert err.count("conclave eval: matched vote stopped: the endpoint returned round 1 unchanged") == 1
     summary = store.read_run(conclave_env, ev.run_id)["summary"]

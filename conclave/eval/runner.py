@@ -20,11 +20,13 @@ from typing import Annotated, Any, Literal, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conclave.config import Settings
+from conclave.engine.interaction import Interaction
+from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError, UsageError
 from conclave.eval import store
 from conclave.eval.items import Item, load_set
-from conclave.eval.protocols import Capture, ItemResult, add_matched_vote, same_round_1, score, spent_in
-from conclave.eval.quality_arm import round_one_calls
+from conclave.eval.protocols import Capture, ItemResult, add_matched_vote, add_quality, same_round_1, score, spent_in
+from conclave.eval.quality_arm import resume_point, round_one_calls
 from conclave.eval.summary import run_columns, summarise
 from conclave.store.paths import StoreLayout
 from conclave.store.resume import load_resume_point
@@ -325,11 +327,6 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
     runs whole; with ``matched``, round-1 samples for the vote at the debate's budget; with ``paired`` (a sweep
     point's own row for this item), round 1 is restored from that consultation's journal instead of paid again."""
-    from conclave.engine.interaction import Interaction
-    from conclave.engine.runner import Consultation
-    from conclave.eval.protocols import add_quality
-    from conclave.eval.quality_arm import resume_point
-
     first = plugins.strategies.get(settings.mode.strategy).plan[0].name
     start = restored_round_1(settings.home, paired, first) if paired else None
     capture = Capture()
@@ -376,9 +373,6 @@ async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, rec
     """Draw independent round-1 samples of the panel, one at a time, while one more brings the run's matched
     vote closer to the debates' billed tokens (or dollars); stop, for this item and the rest of the run, when the
     first samples repeat round 1 exactly."""
-    from conclave.engine.interaction import Interaction
-    from conclave.engine.runner import Consultation
-
     one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
     debate = sum(matched.size(d) for d in capture.rounds.values())
     vote = matched.size(capture.rounds.get(1))
