@@ -123,6 +123,8 @@ ROUND_COMPLETED = "round:completed"
 ROUND_INTERRUPTED = "round:interrupted"
 EARLY_TERMINATION = "early_termination:decided"
 PLAN_CHANGED = "plan:changed"
+#: the vote gate after round 1: whether the aggregated answer decided (schema ``vote_gate``)
+VOTE_GATE = "vote:gate"
 EXIT_EVALUATED = "exit:evaluated"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"

@@ -57,6 +57,9 @@ from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine, Transition
 from conclave.engine.termination import decide_early_termination
+from conclave.engine.vote_gate import aggregator_name, ballots_of, synthesis_from_vote
+from conclave.engine.vote_gate import decide as decide_vote
+from conclave.engine.vote_gate import enabled as gate_enabled
 from conclave.errors import ConfigError, StorageError
 from conclave.events import (
     CONSULTATION_COMPLETED,
@@ -70,6 +73,7 @@ from conclave.events import (
     ROUND_STARTED,
     STATE_TRANSITION,
     USER_CONSENT,
+    VOTE_GATE,
     EventBus,
     Subscriber,
 )
@@ -149,7 +153,7 @@ class Consultation:
 
         #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
         self.exit = ExitController.from_resume(self.interaction, self.resume_from)
-        self.controllers: list[Controller] = [self._quality, self._history, self._groupthink,
+        self.controllers: list[Controller] = [self._quality, self._history, self._vote_gate, self._groupthink,
                                                  self._early_termination, self.exit]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
@@ -324,6 +328,10 @@ class Consultation:
         """Derive the verdict when no verdict round ran; the reason the consultation is complete."""
         record, settings = session.record, self.settings
         early = record.early_termination or {}
+        gate = record.vote_gate or {}
+        if record.verdict is None and gate.get("decided"):
+            derive_verdict(session, synthesis_from_vote(gate, ballots_of(session)))
+            return "decided by the vote after round 1"
         if record.verdict is None and record.round_2 is not None:
             derive_verdict(session)
         if early.get("accepted"):
@@ -552,6 +560,22 @@ class Consultation:
     def _groupthink(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: the groupthink detectors; a firing inserts a critical objection round."""
         session.quality.groupthink.after_round(session, steps, restored, self.interaction)
+
+    def _vote_gate(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After round 1, with more rounds to come (none restored): when the panel agrees, the aggregated answer
+        decides and the plan ends here (:mod:`conclave.engine.vote_gate`); the decision is journaled either way."""
+        plan = session.plan
+        if steps[0].number != 1 or plan.finished or not gate_enabled(session):
+            return
+        if any(n in restored for n in plan.numbers() if n > 1):
+            return
+        name = aggregator_name(self.settings, session.strategy)
+        answers = "final_answer" in artifacts.declared_properties(steps[0].type.schema)
+        gate = decide_vote(session, self.plugins.aggregators.get(name), has_final_answer=answers)
+        session.record.vote_gate = gate
+        self.bus.emit(VOTE_GATE, **gate)
+        if gate["decided"]:
+            plan.end_here(gate["summary"])
 
     def _early_termination(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After the synthesis, with more rounds to come (none of them restored): offer to stop on a strong

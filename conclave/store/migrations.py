@@ -431,3 +431,12 @@ def m017_running_rounds(db: Any) -> None:
     # The rounds still ``running``, by consultation: what ``settle_killed_rounds`` (index.py) looks up on every
     # ``logs list`` and ``index rebuild``; a partial index holds only those rows, so it stays small and cheap.
     db.execute("create index if not exists rounds_running on rounds (consultation_id) where status = 'running'")
+
+
+@migrations()
+def m018_vote_gate(db: Any) -> None:
+    # The vote gate after round 1 (selective debate): whether the aggregated round-1 answer decided, why, the
+    # weighted agreement, tau and the aggregator that weighed the answers.
+    for column, kind in (("vote_gate_decided", int), ("vote_gate_reason", str), ("vote_gate_agreement", float),
+                         ("vote_gate_tau", float), ("vote_gate_aggregator", str)):
+        db["consultations"].add_column(column, kind)
