@@ -5,9 +5,10 @@
   normalised across the panel on this question (temperature :data:`CONFIDENCE_TEMPERATURE`), so an agent counts
   for more only when it is surer than its peers on this question.
 - ``learned``: per-seat weights (persona on a provider's model) fitted from the user's graded history in the index
-  (``conclave eval`` items with gold answers), of the same task kind when there is one: each seat's accuracy,
-  shrunk toward the panel's mean by :data:`PRIOR_ITEMS` pseudo-items, as log-odds (the weights of the optimal
-  weighted vote for independent errors). With no graded history: equal weights, and the note says so.
+  (``conclave eval`` items with gold answers), of the same task kind when there is one: each seat's accuracy
+  (Laplace-smoothed) as log-odds, the weights of the optimal weighted vote for independent errors, mixed with
+  equal weights by n / (n + :data:`PRIOR_ITEMS`) so thin history stays near equal. With no graded history: equal
+  weights, and the note says so.
 - ``judge_pick``: the judge's pick among the round-1 answers (the synthesis' ``final_answer``); before a judge has
   seen them it cannot decide (a gate after round 1 then lets the debate run).
 """
@@ -33,7 +34,7 @@ from conclave.eval.scoring import is_correct
 from conclave.hookspecs import hookimpl
 
 CONFIDENCE_TEMPERATURE = 0.25
-#: pseudo-items at the panel's mean accuracy each seat's accuracy is shrunk toward (thin history: equal weights)
+#: graded items at which learned weights are trusted half (the rest is equal weights)
 PRIOR_ITEMS = 20
 #: accuracies are kept inside (EPS, 1 - EPS) so a perfect record gets a large, finite weight
 EPS = 0.02
@@ -82,19 +83,19 @@ def learned_weights(ballots: Sequence[Ballot], history: dict[str, tuple[int, int
     basis = {b.agent: history.get(b.seat, (0, 0))[1] for b in ballots}
     if not any(basis.values()):
         return equal_weights(ballots), basis, "no graded history: equal weights"
-    rights = sum(history.get(b.seat, (0, 0))[0] for b in ballots)
-    mean = rights / sum(basis.values())
     odds = {}
     for b in ballots:
         right, graded = history.get(b.seat, (0, 0))
-        accuracy = (right + PRIOR_ITEMS * mean) / (graded + PRIOR_ITEMS)
-        accuracy = min(1 - EPS, max(EPS, accuracy))
+        accuracy = min(1 - EPS, max(EPS, (right + 1) / (graded + 2)))  # Laplace: no seat is certain
         odds[b.agent] = max(1e-3, math.log(accuracy / (1 - accuracy)))  # a seat worse than chance barely counts
     total = sum(odds.values())
+    # thin history: mix with equal weights, trusting the fit by n / (n + PRIOR_ITEMS) of the panel's mean n
+    trust = (sum(basis.values()) / len(basis)) / (sum(basis.values()) / len(basis) + PRIOR_ITEMS)
+    equal = 1.0 / len(ballots)
     shown = ", ".join(f"{a} {basis[a]}" for a in basis)
-    return ({a: w / total for a, w in odds.items()}, basis,
-            f"per-seat accuracy from graded history (items: {shown}), shrunk toward equal weights by "
-            f"{PRIOR_ITEMS} items")
+    return ({a: trust * w / total + (1 - trust) * equal for a, w in odds.items()}, basis,
+            f"per-seat accuracy from graded history (items: {shown}), {trust:.0%} learned, the rest equal "
+            "weights")
 
 
 def graded_history(home: Path, kind: str | None) -> dict[str, tuple[int, int]]:

@@ -8,16 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import run_conclave
+from test_engine_support import run_consultation
 
 import conclave
-from test_engine_support import run_consultation
 from conclave import artifacts
 from conclave.events import VOTE_GATE
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.testing.answer_panel import AnswerPanel
-from conclave.testing.fake_server import FakeProviderServer
+from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
+from conclave.testing.schema_instances import instance_for
 
 PANEL = ["agents.security.provider=openai", "agents.security.model=gpt-4o",
          "agents.pragmatist.provider=openai", "agents.pragmatist.model=gpt-4o", "judge.model=gpt-4.1"]
@@ -88,9 +91,6 @@ async def test_converge_mode_uses_the_similarity_of_positions_when_enabled(
 
 
 def _independent(request: Any, fields: dict[str, Any]) -> Any:
-    from conclave.testing.fake_server import Reply
-    from conclave.testing.schema_instances import instance_for
-
     body = instance_for(request.schema)
     body.update(fields)
     return Reply(json=body)
@@ -111,3 +111,16 @@ async def test_the_gate_is_journaled_and_indexed(fake_provider_server: FakeProvi
         row = db.execute("select vote_gate_decided, vote_gate_agreement, vote_gate_tau, vote_gate_aggregator, "
                          "vote_gate_reason, rounds_completed from consultations where id = ?", (cid,)).fetchone()
     assert row == (1, 1.0, 0.8, "confidence", "agreed", 1)
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("aggregator=nope", "aggregator: 'nope' is not a registered aggregator; allowed: confidence, judge_pick, "
+                        "learned, plurality"),
+    ("selective.tau=1.5", "selective.tau: must be a number from 0 to 1 (got 1.5)"),
+    ("selective.tau=-0.1", "selective.tau: must be a number from 0 to 1 (got -0.1)"),
+    ("selective.tau=high", "selective.tau: must be a number from 0 to 1 (got 'high')"),
+])
+def test_bad_aggregator_or_tau_is_one_line_and_exit_2(tmp_path: Path, override: str, line: str) -> None:
+    done = run_conclave("What is 2+2?", "mode=answer", override, home=tmp_path, env=FAKE_KEYS)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [f"conclave: {line}"], done.stderr
