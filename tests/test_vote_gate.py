@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from cli_helpers import run_conclave
-from test_engine_support import run_consultation
+from test_engine_support import answering, run_consultation
 
 import conclave
 from conclave import artifacts
-from conclave.events import VOTE_GATE
+from conclave.engine.interaction import Interaction
+from conclave.events import COST_ESTIMATED, VOTE_GATE
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
@@ -124,3 +125,17 @@ def test_bad_aggregator_or_tau_is_one_line_and_exit_2(tmp_path: Path, override: 
     done = run_conclave("What is 2+2?", "mode=answer", override, home=tmp_path, env=FAKE_KEYS)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [f"conclave: {line}"], done.stderr
+
+
+async def test_the_estimate_covers_the_full_plan_and_says_the_vote_may_stop_after_round_1(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    AnswerPanel(dict(zip(NAMES, (1.0, 1.0, 1.0), strict=True))).install(fake)
+    asked: list[str] = []
+    run = await run_consultation(fake, *PANEL, "mode=answer", "cost.always_allow_under=0", question=QUESTION,
+                                 base=(), interaction=Interaction(True, ask=answering(asked, "y")))
+    estimate = run.of(COST_ESTIMATED)[-1]
+    assert estimate["rounds"] == [1, 2, 3, 4]  # answer mode: one cross-examination round, the whole plan estimated
+    assert estimate["may_stop_after_round"] == 1 and 0 < estimate["round_1_cost"] < estimate["estimated_cost"]
+    assert len(asked) == 1 and "if the panel agrees after round 1 the vote decides there, for about $" in asked[0]
+    assert run.result.completed_rounds == 1 and run.result.cost.estimated == estimate["estimated_cost"]

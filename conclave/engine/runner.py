@@ -433,11 +433,12 @@ class Consultation:
             self._floor = output_floor(session.pool, planned)
             self._go(S.AWAITING_CONSENT, "upper bound of the estimate ready")
         else:
-            self._record_estimate(price_calls(session.pool, planned), rounds)
+            self._record_estimate(price_calls(session.pool, planned), rounds, self._gate_may_stop(session, restored))
             self._go(S.AWAITING_CONSENT, "estimate ready")
             assert self._estimate is not None
             self._flush()  # the start is durable before anyone is asked (a run killed in the prompt resumes)
-            consent = decide_consent(self._estimate, self.settings, self.interaction)
+            consent = decide_consent(self._estimate, self.settings, self.interaction,
+                                     may_stop_after_round_1=self._gate_may_stop(session, restored))
         stored = None
         if consent.new_threshold is not None:
             home = self.settings.home
@@ -455,9 +456,16 @@ class Consultation:
             self.refusal = consent.reason
             self._stop(session.record, f"cost not approved: {consent.reason}")
 
-    def _record_estimate(self, budget: CostEstimate, rounds: list[int]) -> None:
+    @staticmethod
+    def _gate_may_stop(session: Session, restored: set[int]) -> bool:
+        """Whether the vote gate may end the consultation after round 1 (it is on, and round 1 is to be played):
+        the estimate covers the full plan and says so."""
+        return gate_enabled(session) and 1 not in restored and len(session.plan.numbers()) > 1
+
+    def _record_estimate(self, budget: CostEstimate, rounds: list[int], may_stop_after_round_1: bool = False) -> None:
         self._budget = budget
         estimate = self._estimate = budget.only(rounds)
+        first = estimate.only([1]).total if may_stop_after_round_1 else None
         self.bus.emit(
             COST_ESTIMATED,
             estimated_cost=estimate.total,
@@ -466,6 +474,9 @@ class Consultation:
             output_tokens=estimate.output_tokens,
             unknown_prices=estimate.unknown_prices,
             rounds=rounds,
+            # the estimate covers the full plan; with the vote gate on it may stop after round 1, costing this
+            may_stop_after_round=1 if may_stop_after_round_1 else None,
+            round_1_cost=first,
         )
 
     def _prepare_checks(self, session: Session) -> None:
@@ -509,7 +520,8 @@ class Consultation:
         await self._count_go.wait()
         if not self._count_now:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)  # the round's requests have left
-        self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
+        self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds,
+                              self._gate_may_stop(session, set()))
 
     async def _gate(self, session: Session, phase: str) -> None:
         """The cost gate before spending more (:meth:`_check_budget`). While the exact estimate is still being
