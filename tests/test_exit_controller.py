@@ -31,6 +31,7 @@ from conclave.config import ExitSettings
 from conclave.engine.interaction import Interaction
 from conclave.engine.rounds import STANDARD_PLAN, Plan
 from conclave.engine.runner import Consultation
+from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, Event
 from conclave.quality.exit import Standing, change, consensus, max_plan, plateau, position_change
 from conclave.store.paths import StoreLayout
@@ -102,7 +103,7 @@ def _session(**changes: Any) -> Any:
     settings = _settings().model_copy(update=changes)
     plan = Plan(STANDARD_PLAN)
     plan.cut_to_stage(settings.planned_rounds)
-    return SimpleNamespace(plan=plan, settings=settings)
+    return SimpleNamespace(plan=plan, settings=settings, strategy=Strategy())  # the base strategy: cap 6
 
 
 @pytest.mark.parametrize(("changes", "rounds"), [
