@@ -258,7 +258,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
         interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
     )
     base = (await consultation.run()).as_dict()
-    scored = score(item, base, capture, order, single)
+    scored = score(item, base, capture, order, single, home=settings.home)
     if extra:
         from conclave.eval.protocols import add_matched_vote
 

@@ -440,3 +440,12 @@ def m018_vote_gate(db: Any) -> None:
     for column, kind in (("vote_gate_decided", int), ("vote_gate_reason", str), ("vote_gate_agreement", float),
                          ("vote_gate_tau", float), ("vote_gate_aggregator", str)):
         db["consultations"].add_column(column, kind)
+    # `conclave eval`'s protocols read from the same round-1 answers: the confidence-weighted and learned-weight
+    # votes and the judge's pick of the best round-1 answer
+    for name in ("vote_weighted", "vote_learned", "judge_pick"):
+        for column, kind in (("answer", str), ("correct", int), ("confidence", float), ("cost", float),
+                             ("tokens", int), ("wall_s", float)):
+            db["eval_items"].add_column(f"{name}_{column}", kind)
+        for column, kind in (("accuracy", float), ("ci_low", float), ("ci_high", float), ("cost", float),
+                             ("tokens", int), ("wall_s", float)):
+            db["eval_runs"].add_column(f"{name}_{column}", kind)
