@@ -149,7 +149,7 @@ class ExitSettings(StrictModel):
     consensus: Annotated[float, Field(ge=0.0, le=1.0)] = 0.80  # share of ACCEPT or MINOR votes
     min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70  # every agent at least this confident
     plateau_delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.10  # a round changing less than this is flat
-    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 2  # this many flat rounds in a row: converged
+    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 1  # flat rounds in a row: converged (repeat only on movement)
     #: rounds in all, the verdict included; null: the mode's default (answer 4: one cross-examination; else 6)
     round_cap: Annotated[int, Field(ge=2, le=12)] | None = None
     override: Literal["auto", "continue"] = "auto"  # continue: ignore consensus/convergence, go on to the cap

@@ -7,7 +7,8 @@ cross-examination round the controller checks, in order:
 - **consensus** — at least ``exit.consensus`` (0.80) of the agents taking part vote ACCEPT or MINOR, none votes
   BLOCKER (a BLOCKER is unresolved until its author votes otherwise in a later round), and every agent's latest
   confidence is at least ``exit.min_confidence`` (0.70); an agent that gave no reply counts as not agreeing;
-- **convergence** — the last ``exit.plateau_rounds`` (2) rounds each changed the panel by less than
+- **convergence** — the last ``exit.plateau_rounds`` (1: cross-examination repeats only while the panel
+  moves) rounds each changed the panel by less than
   ``exit.plateau_delta`` (0.10) and introduced no new FACT claim. A round's change is the mean, over the agents
   who answered both it and the round before, of the largest of: the change of confidence, the share of the
   position's words that changed (1 − difflib ratio over word lists) and the vote's move (ACCEPT–MINOR–BLOCKER:
