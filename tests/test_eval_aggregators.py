@@ -53,3 +53,25 @@ async def test_the_debate_protocol_plays_the_gate_and_pays_round_1_for_decided_i
     for row in store.read_items(conclave_env, run.run_id):
         assert row["rounds_completed"] == 1 and row["debate_correct"] == 1
         assert row["debate_tokens"] == row["vote_tokens"] and row["judge_pick_correct"] == 1
+
+
+async def test_sc_best_samples_the_best_agent_alone_up_to_the_debates_billed_tokens(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    # no graded history yet: the best agent is the single agent; the panel splits, so every item is debated
+    panel = {"Alpha": 1.0, "Beta": 0.0, "Gamma": 1.0}
+    run, code, out, _ = await evaluate(fake, conclave_env, AnswerPanel(panel), n=2, quality="off", sc_best=True,
+                                       single_agent="beta")
+    assert code == 0 and run.best_agent == "beta"
+    for row in store.read_items(conclave_env, run.run_id):
+        assert row["rounds_completed"] == 4
+        per_call = row["single_tokens"]
+        assert row["debate_tokens"] <= row["sc_best_tokens"] < row["debate_tokens"] + 5 * per_call
+        assert row["sc_best_correct"] == 0 and row["sc_best_answer"] == row["answers"]["round_1"]["beta"]
+    assert "| best agent's self-consistency at the debate's tokens |" in out
+    # with graded history the best agent is the one the learned weights favour, whatever the single agent is
+    again, code, _, _ = await evaluate(fake, conclave_env, AnswerPanel(panel, seed=3), n=1, seed=3,
+                                       quality="off", sc_best=True, single_agent="beta")
+    assert code == 0 and again.best_agent in ("alpha", "gamma")
+    (row,) = store.read_items(conclave_env, again.run_id)
+    assert row["sc_best_correct"] == 1

@@ -22,6 +22,9 @@ learned    weights fitted from the graded eval items already
            in the index (of the item's kind); none: equal
 judge_     the judge's pick among the round-1 answers (the       rounds 1 and 2; an item the vote gate
 pick       synthesis' ``final_answer`` when it is one of them)   decided unanimously: the one answer, round 1
+sc_best    self-consistency of the best agent (``eval.sc_best``;   the best agent's round-1 call + its extra
+           highest learned weight, else the single agent): the     samples, until their tokens reach the
+           most common answer over its round-1 samples             debate's billed tokens
 =========  ====================================================  =======================================
 
 ``debate`` is whatever the configured mode plays: in ``mode=answer`` with the vote gate on by default, an item the
@@ -46,7 +49,7 @@ from conclave.eval.scoring import canonical, is_correct
 from conclave.plugins import get_plugins
 
 PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched", "vote_weighted", "vote_learned",
-             "judge_pick")
+             "judge_pick", "sc_best")
 #: the protocols every run scores; ``quality`` only runs when ``eval.quality`` defines its arm, ``vote_matched``
 #: with ``eval.matched_vote=true``
 BASE_PROTOCOLS = PROTOCOLS[:4]
@@ -291,6 +294,29 @@ def add_matched_vote(scored: ItemResult, samples: Sequence[Mapping[str, Any]], c
     scored.protocols["vote_matched"] = Outcome(answer, is_correct(answer, item), share if answer else None, cost,
                                                tokens, wall)
     scored.matched_samples = sum(1 for _, a in answers if a is not None)
+
+
+def add_sc_best(scored: ItemResult, best: str, samples: Sequence[Mapping[str, Any]], captures: Sequence[Capture],
+                base_capture: Capture) -> None:
+    """Score self-consistency of agent ``best``: the vote over its base round-1 answer and every answer of the
+    ``samples`` (consultations of its copies); cost, tokens and wall time of exactly those calls."""
+    item = scored.item
+    answers: list[tuple[str, str | None]] = [(best, scored.round_1.get(best))]
+    for result in samples:
+        round_1 = (result.get("artifacts") or {}).get("round_1") or {}
+        answers += [(agent, _answer(artifact)) for agent, artifact in round_1.items()]
+    answer, share = majority(answers, item.kind, item.choices)
+    first = base_capture.agents.get((1, best), {})
+    cost: float | None = None if first.get("cost") is None else float(first["cost"])
+    tokens = int(first.get("input_tokens") or 0) + int(first.get("output_tokens") or 0)
+    wall = float(first.get("duration_s") or 0.0)
+    for capture in captures:
+        data = capture.rounds.get(1) or {}
+        cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+        tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+        wall += float(data.get("duration_s") or 0.0)
+    scored.protocols["sc_best"] = Outcome(answer, is_correct(answer, item), share if answer else None, cost, tokens,
+                                          wall)
 
 
 def _ballots(result: Mapping[str, Any], round_1: Mapping[str, str | None], order: Sequence[str]) -> list[Ballot]:

@@ -442,7 +442,7 @@ def m018_vote_gate(db: Any) -> None:
         db["consultations"].add_column(column, kind)
     # `conclave eval`'s protocols read from the same round-1 answers: the confidence-weighted and learned-weight
     # votes and the judge's pick of the best round-1 answer
-    for name in ("vote_weighted", "vote_learned", "judge_pick"):
+    for name in ("vote_weighted", "vote_learned", "judge_pick", "sc_best"):
         for column, kind in (("answer", str), ("correct", int), ("confidence", float), ("cost", float),
                              ("tokens", int), ("wall_s", float)):
             db["eval_items"].add_column(f"{name}_{column}", kind)
