@@ -28,7 +28,7 @@ from conclave.eval.summary import run_columns, summarise
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
-OBJECTIVE = r"^(single|vote|judge|debate|quality)_accuracy(_per_dollar)?$"
+OBJECTIVE = r"^(single|vote|judge|debate|quality|vote_weighted|vote_learned|judge_pick|sc_best)_accuracy(_per_dollar)?$"
 
 
 class EvalOptions(BaseModel):
