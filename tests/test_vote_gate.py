@@ -139,3 +139,26 @@ async def test_the_estimate_covers_the_full_plan_and_says_the_vote_may_stop_afte
     assert estimate["may_stop_after_round"] == 1 and 0 < estimate["round_1_cost"] < estimate["estimated_cost"]
     assert len(asked) == 1 and "if the panel agrees after round 1 the vote decides there, for about $" in asked[0]
     assert run.result.completed_rounds == 1 and run.result.cost.estimated == estimate["estimated_cost"]
+
+
+async def test_answer_mode_plays_one_cross_examination_unless_the_cap_is_raised(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    _, seen = await _consult(fake_provider_server, (1.0, 1.0, 0.0), "quality.stage=shadow")
+    assert [e.data["rounds"] for e in seen if e.type == COST_ESTIMATED][-1] == [1, 2, 3, 4]
+    _, seen = await _consult(fake_provider_server, (1.0, 1.0, 0.0), "exit.round_cap=6")
+    assert [e.data["rounds"] for e in seen if e.type == COST_ESTIMATED][-1] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_learned_weights_without_history_decide_with_equal_weights_and_the_report_says_so(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    result, _ = await _consult(fake_provider_server, (1.0, 1.0, 1.0), "aggregator=learned")
+    gate = result.vote_gate
+    assert gate["aggregator"] == "learned" and gate["basis"] == {"security": 0, "architect": 0, "pragmatist": 0}
+    assert gate["decided"] and set(gate["weights"].values()) == {0.3333}
+    assert "(no graded history: equal weights)" in " ".join(render_markdown(result.as_dict()).split())
+
+
+async def test_judge_pick_cannot_decide_after_round_1_so_the_debate_runs(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    result, _ = await _consult(fake_provider_server, (1.0, 1.0, 1.0), "aggregator=judge_pick", "quality.stage=shadow")
+    assert result.vote_gate["reason"] == "aggregator_undecided" and result.completed_rounds >= 2
