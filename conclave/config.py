@@ -127,14 +127,31 @@ class EarlyTermination(StrictModel):
     non_interactive: Literal["accept", "decline"] = "accept"
 
 
+class SelectiveSettings(StrictModel):
+    """The vote gate after round 1: decide on the aggregated answer when the panel agrees, else debate."""
+
+    #: null: the mode's default (on in ``mode=answer``, off elsewhere)
+    enabled: bool | None = None
+    #: the weighted agreement at which the vote decides (0-1)
+    tau: Annotated[float, Field(ge=0.0, le=1.0)] = 0.8
+
+    @field_validator("tau", mode="before")
+    @classmethod
+    def _tau(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"selective.tau: must be a number from 0 to 1 (got {value!r})")
+        return value
+
+
 class ExitSettings(StrictModel):
     """When repeated cross-examination stops: consensus, a convergence plateau, or the round cap."""
 
     consensus: Annotated[float, Field(ge=0.0, le=1.0)] = 0.80  # share of ACCEPT or MINOR votes
     min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70  # every agent at least this confident
     plateau_delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.10  # a round changing less than this is flat
-    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 2  # this many flat rounds in a row: converged
-    round_cap: Annotated[int, Field(ge=2, le=12)] = 6  # rounds in all, the verdict included
+    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 1  # flat rounds in a row: converged (repeat only on movement)
+    #: rounds in all, the verdict included; null: the mode's default (answer 4: one cross-examination; else 6)
+    round_cap: Annotated[int, Field(ge=2, le=12)] | None = None
     override: Literal["auto", "continue"] = "auto"  # continue: ignore consensus/convergence, go on to the cap
 
 
@@ -318,6 +335,9 @@ class Settings(StrictModel):
     quality: QualitySettings = Field(default_factory=QualitySettings)
     exit: ExitSettings = Field(default_factory=ExitSettings)
     summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
+    selective: SelectiveSettings = Field(default_factory=SelectiveSettings)
+    #: the registered aggregator that turns round-1 answers into one (null: the mode's default)
+    aggregator: Name | None = None
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")
@@ -460,6 +480,12 @@ def check_against_plugins(settings: Settings, plugins: Any) -> None:
         )
     else:
         problems += _check_options(strategies.get(settings.mode.strategy), settings.mode.options, "mode.options")
+    aggregators = plugins.registries.get("aggregators")
+    if settings.aggregator is not None and aggregators is not None and settings.aggregator not in aggregators:
+        problems.append(
+            f"aggregator: {settings.aggregator!r} is not a registered aggregator; "
+            f"allowed: {allowed(aggregators.names())}"
+        )
     if settings.filtering.filter not in filters:
         problems.append(
             f"filtering.filter: {settings.filtering.filter!r} is not a registered filter; "

@@ -16,7 +16,8 @@ consultation:started                   question, mode, strategy, agents [{name, 
 state:transition                       from, to, reason
 consultation:cost_estimated            estimated_cost (float | null when a model's price is unknown),
                                        input_tokens, cached_input_tokens (expected from prompt caches),
-                                       output_tokens, unknown_prices [model]
+                                       output_tokens, unknown_prices [model], rounds [n], may_stop_after_round
+                                       (1 when the vote gate may end it after round 1, else null), round_1_cost
 consultation:user_consent              approved, auto_approved, reason
 round:started                          round_number, round_type (the name of the round's last round type:
                                        independent|synthesis|cross_exam|verdict, or a strategy's own)
@@ -67,6 +68,9 @@ exit:evaluated                         round_number, votes {agent: vote}, confid
                                        controller after a cross-examination round (conclave.quality.exit)
 early_termination:decided              offered, accepted, confidence, threshold, reason, rounds_skipped,
                                        estimated_cost_saved
+vote:gate                              the vote gate after round 1 (schema ``vote_gate``): decided, reason, tau,
+                                       agreement, aggregator, weights, basis, note, answer, supporters, answers
+                                       (conclave.engine.vote_gate)
 cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio, phase
 consultation:resumed                   restored_rounds [n], spent {cost, input_tokens, output_tokens,
                                        cached_input_tokens, by_provider {provider: cost}, unknown_prices}, from_seq
@@ -123,6 +127,8 @@ ROUND_COMPLETED = "round:completed"
 ROUND_INTERRUPTED = "round:interrupted"
 EARLY_TERMINATION = "early_termination:decided"
 PLAN_CHANGED = "plan:changed"
+#: the vote gate after round 1: whether the aggregated answer decided (schema ``vote_gate``)
+VOTE_GATE = "vote:gate"
 EXIT_EVALUATED = "exit:evaluated"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"

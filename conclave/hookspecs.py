@@ -43,6 +43,15 @@ def register_filters(register: Register) -> None:
 
 
 @hookspec
+def register_aggregators(register: Register) -> None:
+    """Register aggregators: ``register("plurality", Plurality())``; ``aggregator`` in the config selects one.
+
+    An aggregator turns the round-1 answers into one and says how strongly the panel agrees on it
+    (:class:`conclave.engine.aggregation.Aggregator`); the vote gate after round 1 and ``conclave eval`` use it.
+    """
+
+
+@hookspec
 def register_event_subscribers(register: Register) -> None:
     """Register event subscriber factories: ``register("my-sink", factory)``.
 

@@ -25,6 +25,7 @@ REGISTRY_HOOKS = {
     "providers": "register_providers",
     "strategies": "register_strategies",
     "filters": "register_filters",
+    "aggregators": "register_aggregators",
     "event_subscribers": "register_event_subscribers",
     "config_paths": "register_config_paths",
 }
@@ -111,6 +112,10 @@ class Plugins:
     @property
     def filters(self) -> Registry:
         return self.registries["filters"]
+
+    @property
+    def aggregators(self) -> Registry:
+        return self.registries["aggregators"]
 
     @property
     def event_subscribers(self) -> Registry:

@@ -38,6 +38,11 @@ class AnswerStrategy(Strategy):
         VERDICT.with_schema("verdict_answer"),
     )
     allows_early_termination = True
+    # short by default: one cross-examination round (rounds 1-4) unless exit.round_cap raises it; easy questions
+    # are decided by the confidence-weighted vote after round 1
+    default_round_cap = 4
+    selective_by_default = True
+    default_aggregator = "confidence"
     verification_questions = (
         Question("AN1", "mode-specific", "Does the working shown derive the final_answer, with no gap or "
                  "contradicting step?"),

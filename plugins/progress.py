@@ -166,7 +166,11 @@ class ProgressView:
         cost = data.get("estimated_cost")
         text = f"Estimated cost ${cost:.4f}" if isinstance(cost, int | float) else "Estimated cost unknown"
         unknown = data.get("unknown_prices") or []
-        self._notice(text + (f" (no price for: {', '.join(map(str, unknown))})" if unknown else ""))
+        text += f" (no price for: {', '.join(map(str, unknown))})" if unknown else ""
+        first = data.get("round_1_cost")
+        if data.get("may_stop_after_round") == 1 and isinstance(first, int | float):
+            text += f"; the vote may decide after round 1 (${first:.4f})"
+        self._notice(text)
 
     def _round_started(self, data: Mapping[str, Any]) -> None:
         if self._round is not None:  # a round that never reported completion: close its line first

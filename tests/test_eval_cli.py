@@ -248,6 +248,7 @@ async def test_eval_resume_replays_the_runs_own_overrides(fake_provider_server: 
                                                           conclave_env: Path) -> None:
     AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
     code, _, err = await _conclave("eval", "arithmetic", "eval.n=3", "eval.run_id=ev-cli", "rounds=2",
+                                   "selective.enabled=false",  # two rounds each, not the vote after round 1
                                    "cost.auto_approve=true", *PANEL, *fake_provider_server.overrides(),
                                    home=conclave_env)
     assert code == 0, err

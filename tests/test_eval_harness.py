@@ -18,6 +18,8 @@ from conclave.testing.answer_panel import AnswerPanel, arithmetic_truth
 from conclave.testing.fake_server import FakeProviderServer, Fault
 
 P = 0.7
+#: a unanimous panel is decided by the vote gate after round 1; these tests are about the full debate
+FULL_DEBATE = {"cost": {"auto_approve": True}, "selective": {"enabled": False}}
 
 
 async def test_vote_accuracy_of_three_independent_agents_matches_theory(fake_provider_server: FakeProviderServer,
@@ -50,7 +52,8 @@ async def test_vote_accuracy_of_three_independent_agents_matches_theory(fake_pro
 async def test_costs_follow_the_rounds_each_protocol_uses(fake_provider_server: FakeProviderServer,
                                                           conclave_env: Path) -> None:
     panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
-    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=3)
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=3,
+                                    settings_extra=FULL_DEBATE)
     assert code == 0
     for row in store.read_items(conclave_env, ev.run_id):
         assert 0 < row["single_cost"] < row["vote_cost"] < row["judge_cost"] < row["debate_cost"]
@@ -196,7 +199,8 @@ async def test_evaluations_run_the_groupthink_detectors_in_shadow_unless_asked(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     # a confident panel citing nothing fires early convergence on every item; the compared debate stays the same
     panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
-    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=1)
+    ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=1,
+                                    settings_extra=FULL_DEBATE)
     assert code == 0 and ev.settings.quality.stage == "shadow"
     assert len(fake_provider_server.requests) == 9  # no objection round
 
@@ -205,7 +209,7 @@ async def test_with_the_detectors_on_the_debate_pays_for_its_objection_round(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()})
     ev, code, _, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=1,
-                                    overrides=["quality.stage=on"])
+                                    overrides=["quality.stage=on"], settings_extra=FULL_DEBATE)
     assert code == 0 and ev.settings.quality.stage == "on"
     assert len(fake_provider_server.requests) == 9 + 3  # three objections before the synthesis
     (row,) = store.read_items(conclave_env, ev.run_id)

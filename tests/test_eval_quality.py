@@ -22,6 +22,8 @@ from conclave.testing.fake_server import FakeProviderServer
 
 #: an arm that changes nothing round 1 sends (the state block's budget shows in round-3 prompts only)
 LATER_ROUNDS_ONLY = {"quality.state_tokens": 500}
+#: a unanimous panel is decided by the vote gate after round 1; these tests compare full debates
+FULL_DEBATE = {"cost": {"auto_approve": True}, "selective": {"enabled": False}}
 
 
 def _round_one_requests(fake: FakeProviderServer, question: str) -> int:
@@ -32,7 +34,7 @@ async def test_the_quality_arm_continues_from_round_one_without_paying_it_again(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     fake = fake_provider_server
     ev, code, out, err = await evaluate(fake, conclave_env, AnswerPanel({n: 1.0 for n in PERSONAS.values()}),
-                                        n=2, quality=LATER_ROUNDS_ONLY)
+                                        n=2, quality=LATER_ROUNDS_ONLY, settings_extra=FULL_DEBATE)
     assert code == 0, err
     # base: 3 agents + synthesis + 3 replies + cross-exam judge + verdict = 9; the arm: the same minus round 1 = 6
     assert len(fake.requests) == 2 * (9 + 6)
@@ -61,7 +63,7 @@ async def test_the_arm_pays_its_own_round_one_when_its_prompts_differ(fake_provi
     fake = fake_provider_server
     # without anchors the agents' system prompts differ: round 1 cannot be reused
     ev, code, out, err = await evaluate(fake, conclave_env, AnswerPanel({n: 1.0 for n in PERSONAS.values()}),
-                                        n=1, quality={"quality.anchors": "none"})
+                                        n=1, quality={"quality.anchors": "none"}, settings_extra=FULL_DEBATE)
     assert code == 0, err
     assert len(fake.requests) == 9 + 9
     assert _round_one_requests(fake, ev.items[0].question) == 6
@@ -87,7 +89,7 @@ async def test_quality_layer_figures_are_reported_per_protocol_and_indexed(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     ev, code, out, err = await evaluate(fake_provider_server, conclave_env,
                                         AnswerPanel({n: 1.0 for n in PERSONAS.values()}), n=2,
-                                        quality=LATER_ROUNDS_ONLY)
+                                        quality=LATER_ROUNDS_ONLY, settings_extra=FULL_DEBATE)
     assert code == 0, err
     (row, _) = store.read_items(conclave_env, ev.run_id)
     layer = row["quality_layer"]

@@ -31,6 +31,7 @@ from conclave.config import ExitSettings
 from conclave.engine.interaction import Interaction
 from conclave.engine.rounds import STANDARD_PLAN, Plan
 from conclave.engine.runner import Consultation
+from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, Event
 from conclave.quality.exit import Standing, change, consensus, max_plan, plateau, position_change
 from conclave.store.paths import StoreLayout
@@ -85,12 +86,14 @@ def test_change_is_the_largest_move_of_confidence_position_or_vote() -> None:
     assert change({"a": _s("ACCEPT")}, {"b": _s("ACCEPT")}) is None  # nobody answered both
 
 
-def test_a_plateau_needs_two_flat_rounds_without_a_new_fact() -> None:
-    assert not plateau([0.05], [0], DEFAULTS)  # one flat round is not a plateau
-    assert plateau([0.4, 0.05, 0.02], [3, 0, 0], DEFAULTS)
-    assert not plateau([0.05, 0.02], [0, 1], DEFAULTS)  # a new FACT claim is movement
-    assert not plateau([0.05, 0.10], [0, 0], DEFAULTS)  # 10% is not less than 10%
-    assert plateau([0.05], [0], ExitSettings(plateau_rounds=1))
+def test_a_plateau_needs_plateau_rounds_flat_rounds_without_a_new_fact() -> None:
+    two = ExitSettings(plateau_rounds=2)
+    assert not plateau([0.05], [0], two)  # one flat round is not a plateau of two
+    assert plateau([0.4, 0.05, 0.02], [3, 0, 0], two)
+    assert not plateau([0.05, 0.02], [0, 1], two)  # a new FACT claim is movement
+    assert not plateau([0.05, 0.10], [0, 0], two)  # 10% is not less than 10%
+    # by default one flat round is enough: cross-examination repeats only while the panel moves
+    assert plateau([0.05], [0], DEFAULTS) and not plateau([0.4], [0], DEFAULTS)
 
 
 @functools.cache
@@ -102,7 +105,7 @@ def _session(**changes: Any) -> Any:
     settings = _settings().model_copy(update=changes)
     plan = Plan(STANDARD_PLAN)
     plan.cut_to_stage(settings.planned_rounds)
-    return SimpleNamespace(plan=plan, settings=settings)
+    return SimpleNamespace(plan=plan, settings=settings, strategy=Strategy())  # the base strategy: cap 6
 
 
 @pytest.mark.parametrize(("changes", "rounds"), [
@@ -208,16 +211,19 @@ async def test_an_unresolved_blocker_keeps_cross_examination_going_to_the_cap(
 
 
 async def test_a_plateau_exits_with_convergence(fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
-    """Nothing moves (same positions, votes and confidence, no new FACT): two flat rounds, then the verdict."""
+    """Nothing moves (same positions, votes and confidence, no new FACT): the first flat cross-examination round
+    ends it (no repeat without movement), then the verdict; with exit.plateau_rounds=2 it takes two."""
     fake = fake_provider_server
     script_votes(fake, _blocker)
     run = await run_fast(fake)
-    assert run.result.completed_rounds == 5 and run.result.exit is not None
+    assert run.result.completed_rounds == 4 and run.result.exit is not None
     assert run.result.exit["reason"] == "convergence"
-    decisions = run.of("exit:evaluated")
-    assert [(d["change"], d["plateau"], d["action"]) for d in decisions] == [(0.0, False, "repeat"),
-                                                                            (0.0, True, "stop")]
-    assert _rounds(run)[-1] == (5, "verdict")
+    assert [(d["change"], d["plateau"], d["action"]) for d in run.of("exit:evaluated")] == [(0.0, True, "stop")]
+    assert _rounds(run)[-1] == (4, "verdict")
+    run = await run_fast(fake, "exit.plateau_rounds=2")
+    assert run.result.completed_rounds == 5 and run.result.exit is not None
+    assert [(d["change"], d["plateau"], d["action"]) for d in run.of("exit:evaluated")] == [(0.0, False, "repeat"),
+                                                                                            (0.0, True, "stop")]
 
 
 async def test_new_facts_are_movement_and_no_plateau(fake_provider_server: FakeProviderServer,

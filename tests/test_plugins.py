@@ -14,7 +14,7 @@ from conclave.errors import PluginError
 from conclave.hookspecs import all_hook_names
 from conclave.plugins import load_plugins
 
-BUILTIN_ENTRY_POINTS = {"openai", "anthropic", "gemini", "strategies", "filters", "progress"}
+BUILTIN_ENTRY_POINTS = {"openai", "anthropic", "gemini", "strategies", "filters", "aggregators", "progress"}
 
 
 def _plugin(**hooks: object) -> types.ModuleType:
@@ -27,7 +27,7 @@ def _plugin(**hooks: object) -> types.ModuleType:
 
 def test_hookspecs_are_the_documented_register_hooks() -> None:
     assert all_hook_names() == [
-        "register_providers", "register_strategies", "register_filters",
+        "register_providers", "register_strategies", "register_filters", "register_aggregators",
         "register_event_subscribers", "register_config_paths",
     ]
 
@@ -44,6 +44,7 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
         register_providers=lambda register: register("inline-provider", object),
         register_strategies=lambda register: register("inline-strategy", object),
         register_filters=lambda register: register("inline-filter", object),
+        register_aggregators=lambda register: register("inline-aggregator", object),
         register_event_subscribers=lambda register: register("inline-sink", lambda settings: None),
         register_config_paths=lambda register: register("pkg://inline.conf"),
     )
@@ -51,6 +52,7 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
     assert plugins.providers.names() == ["inline-provider"]
     assert plugins.strategies.names() == ["inline-strategy"]
     assert plugins.filters.names() == ["inline-filter"]
+    assert plugins.aggregators.names() == ["inline-aggregator"]
     assert plugins.event_subscribers.names() == ["inline-sink"]
     assert plugins.config_paths == ["pkg://inline.conf"]
     [info] = plugins.info()

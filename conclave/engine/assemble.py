@@ -162,6 +162,7 @@ def assemble_result(
         abort_reason=record.abort_reason,
         config_hash=provenance.config_hash,
         transitions=[TransitionRecord.model_validate(t.as_dict()) for t in machine.transitions],
+        vote_gate=record.vote_gate,
     )
 
 

@@ -30,9 +30,11 @@ class Consent:
 
 
 def decide_consent(
-    estimate: CostEstimate, settings: Settings, interaction: Interaction, *, upper_bound: bool = False
+    estimate: CostEstimate, settings: Settings, interaction: Interaction, *, upper_bound: bool = False,
+    may_stop_after_round_1: bool = False,
 ) -> Consent:
-    """Approve, ask or refuse ``estimate``; ``upper_bound``: it is a bound of the real estimate (the wording)."""
+    """Approve, ask or refuse ``estimate``; ``upper_bound``: it is a bound of the real estimate (the wording);
+    ``may_stop_after_round_1``: the vote gate is on, so the question also says what round 1 alone costs."""
     total, threshold = estimate.total, settings.cost.always_allow_under
     if settings.cost.auto_approve:
         return Consent(True, True, "cost.auto_approve=true")
@@ -41,10 +43,10 @@ def decide_consent(
         return Consent(True, True, f"estimate {what}${total:.4f} is within cost.always_allow_under=${threshold:.2f}")
     if not interaction.interactive:
         return Consent(False, False, refusal_message(estimate, settings))
-    return _ask(estimate, interaction)
+    return _ask(estimate, interaction, may_stop_after_round_1)
 
 
-def _ask(estimate: CostEstimate, interaction: Interaction) -> Consent:
+def _ask(estimate: CostEstimate, interaction: Interaction, may_stop_after_round_1: bool = False) -> Consent:
     total = estimate.total
     if total is None:
         answer = interaction.ask(
@@ -58,7 +60,11 @@ def _ask(estimate: CostEstimate, interaction: Interaction) -> Consent:
     rounds = len({c.round_number for c in estimate.calls if c.round_number > 0})  # round 0: the safety check
     # past four rounds the estimate is a ceiling: it covers every cross-examination repeat up to the cap
     ceiling = f" for up to {rounds} rounds (cross-examination may repeat)" if rounds > 4 else ""
-    answer = interaction.ask(f"Estimated cost: ${total:.4f}{ceiling}{share}. Continue? [y]es / [n]o / [a]lways")
+    first = estimate.only([1]).total if may_stop_after_round_1 else None
+    gate = (f"; if the panel agrees after round 1 the vote decides there, for about ${first:.4f}"
+            if first is not None else "")
+    answer = interaction.ask(f"Estimated cost: ${total:.4f}{ceiling}{share}{gate}. Continue? [y]es / [n]o / "
+                             "[a]lways")
     choice = answer.strip().lower()[:1]
     if choice == "a":
         threshold = round_up_to_cent(total)

@@ -259,10 +259,10 @@ def _count(session: Session, spec: CallSpec, unfiltered: CallSpec) -> None:
     session.filtering.count_call(prompt(spec), prompt(unfiltered), spec.model)
 
 
-def derive_verdict(session: Session) -> dict[str, Any]:
-    """The verdict taken from the synthesis when no verdict round runs (early termination, ``rounds=2|3``),
-    validated like any artifact."""
-    synthesis = session.record.round_2
+def derive_verdict(session: Session, synthesis: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The verdict taken from the synthesis when no verdict round runs (early termination, ``rounds=2|3``), or
+    from ``synthesis`` (the vote gate's record of the round-1 vote), validated like any artifact."""
+    synthesis = synthesis if synthesis is not None else session.record.round_2
     assert synthesis is not None
     schema = session.strategy.verdict_schema
     verdict = {**session.strategy.verdict_from_synthesis(synthesis), **header_for(schema, 4, None)}

@@ -132,6 +132,9 @@ class ConsultationResult(_Frozen):
     #: why the debate ended (consensus|convergence|round-cap|user-stop|early-termination), rounds played, the
     #: cap, and each cross-examination round's exit decision (:mod:`conclave.quality.exit`); None in older results
     exit: dict[str, Any] | None = None
+    #: the vote gate after round 1 (:mod:`conclave.engine.vote_gate`): decided or debated, with its inputs, the
+    #: aggregator and its weights, and tau; None when the gate is off
+    vote_gate: dict[str, Any] | None = None
     #: context tokens per round, with and without summarization (:mod:`conclave.quality.summarize`)
     context: dict[str, Any] | None = None
 

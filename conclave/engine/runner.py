@@ -57,6 +57,9 @@ from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine, Transition
 from conclave.engine.termination import decide_early_termination
+from conclave.engine.vote_gate import aggregator_name, ballots_of, synthesis_from_vote
+from conclave.engine.vote_gate import decide as decide_vote
+from conclave.engine.vote_gate import enabled as gate_enabled
 from conclave.errors import ConfigError, StorageError
 from conclave.events import (
     CONSULTATION_COMPLETED,
@@ -70,6 +73,7 @@ from conclave.events import (
     ROUND_STARTED,
     STATE_TRANSITION,
     USER_CONSENT,
+    VOTE_GATE,
     EventBus,
     Subscriber,
 )
@@ -149,7 +153,7 @@ class Consultation:
 
         #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
         self.exit = ExitController.from_resume(self.interaction, self.resume_from)
-        self.controllers: list[Controller] = [self._quality, self._history, self._groupthink,
+        self.controllers: list[Controller] = [self._quality, self._history, self._vote_gate, self._groupthink,
                                                  self._early_termination, self.exit]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
@@ -324,6 +328,10 @@ class Consultation:
         """Derive the verdict when no verdict round ran; the reason the consultation is complete."""
         record, settings = session.record, self.settings
         early = record.early_termination or {}
+        gate = record.vote_gate or {}
+        if record.verdict is None and gate.get("decided"):
+            derive_verdict(session, synthesis_from_vote(gate, ballots_of(session)))
+            return "decided by the vote after round 1"
         if record.verdict is None and record.round_2 is not None:
             derive_verdict(session)
         if early.get("accepted"):
@@ -425,11 +433,12 @@ class Consultation:
             self._floor = output_floor(session.pool, planned)
             self._go(S.AWAITING_CONSENT, "upper bound of the estimate ready")
         else:
-            self._record_estimate(price_calls(session.pool, planned), rounds)
+            self._record_estimate(price_calls(session.pool, planned), rounds, self._gate_may_stop(session, restored))
             self._go(S.AWAITING_CONSENT, "estimate ready")
             assert self._estimate is not None
             self._flush()  # the start is durable before anyone is asked (a run killed in the prompt resumes)
-            consent = decide_consent(self._estimate, self.settings, self.interaction)
+            consent = decide_consent(self._estimate, self.settings, self.interaction,
+                                     may_stop_after_round_1=self._gate_may_stop(session, restored))
         stored = None
         if consent.new_threshold is not None:
             home = self.settings.home
@@ -447,9 +456,16 @@ class Consultation:
             self.refusal = consent.reason
             self._stop(session.record, f"cost not approved: {consent.reason}")
 
-    def _record_estimate(self, budget: CostEstimate, rounds: list[int]) -> None:
+    @staticmethod
+    def _gate_may_stop(session: Session, restored: set[int]) -> bool:
+        """Whether the vote gate may end the consultation after round 1 (it is on, and round 1 is to be played):
+        the estimate covers the full plan and says so."""
+        return gate_enabled(session) and 1 not in restored and len(session.plan.numbers()) > 1
+
+    def _record_estimate(self, budget: CostEstimate, rounds: list[int], may_stop_after_round_1: bool = False) -> None:
         self._budget = budget
         estimate = self._estimate = budget.only(rounds)
+        first = estimate.only([1]).total if may_stop_after_round_1 else None
         self.bus.emit(
             COST_ESTIMATED,
             estimated_cost=estimate.total,
@@ -458,6 +474,9 @@ class Consultation:
             output_tokens=estimate.output_tokens,
             unknown_prices=estimate.unknown_prices,
             rounds=rounds,
+            # the estimate covers the full plan; with the vote gate on it may stop after round 1, costing this
+            may_stop_after_round=1 if may_stop_after_round_1 else None,
+            round_1_cost=first,
         )
 
     def _prepare_checks(self, session: Session) -> None:
@@ -501,7 +520,8 @@ class Consultation:
         await self._count_go.wait()
         if not self._count_now:
             await asyncio.sleep(EXACT_COUNT_AFTER_S)  # the round's requests have left
-        self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds)
+        self._record_estimate(await asyncio.to_thread(price_calls, session.pool, planned), rounds,
+                              self._gate_may_stop(session, set()))
 
     async def _gate(self, session: Session, phase: str) -> None:
         """The cost gate before spending more (:meth:`_check_budget`). While the exact estimate is still being
@@ -552,6 +572,22 @@ class Consultation:
     def _groupthink(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: the groupthink detectors; a firing inserts a critical objection round."""
         session.quality.groupthink.after_round(session, steps, restored, self.interaction)
+
+    def _vote_gate(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After round 1, with more rounds to come (none restored): when the panel agrees, the aggregated answer
+        decides and the plan ends here (:mod:`conclave.engine.vote_gate`); the decision is journaled either way."""
+        plan = session.plan
+        if steps[0].number != 1 or plan.finished or not gate_enabled(session):
+            return
+        if any(n in restored for n in plan.numbers() if n > 1):
+            return
+        name = aggregator_name(self.settings, session.strategy)
+        answers = "final_answer" in artifacts.declared_properties(steps[0].type.schema)
+        gate = decide_vote(session, self.plugins.aggregators.get(name), has_final_answer=answers)
+        session.record.vote_gate = gate
+        self.bus.emit(VOTE_GATE, **gate)
+        if gate["decided"]:
+            plan.end_here(gate["summary"])
 
     def _early_termination(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After the synthesis, with more rounds to come (none of them restored): offer to stop on a strong

@@ -80,6 +80,12 @@ class Strategy:
     #: universal questions that do not fit this strategy's artifacts, each with why: neither checked nor put to
     #: the judge, and listed with their reasons in the quality record and the report (never a silent failure)
     not_applicable_questions: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: rounds in all (the verdict included) when ``exit.round_cap`` is null: how often cross-examination may repeat
+    default_round_cap: ClassVar[int] = 6
+    #: whether the vote gate after round 1 is on when ``selective.enabled`` is null
+    selective_by_default: ClassVar[bool] = False
+    #: the aggregator used when ``aggregator`` is null
+    default_aggregator: ClassVar[str] = "plurality"
     #: pydantic model of ``mode.options`` (None = takes no options); validated at start-up
     Options: ClassVar[type[BaseModel] | None] = None
 

@@ -5,7 +5,8 @@ protocol   answer                                                what it costs (
 =========  ====================================================  =======================================
 single     one agent's round-1 ``final_answer``                  that agent's round-1 call
 vote       the most common round-1 answer (self-consistency)     round 1
-judge      the round-2 synthesis' ``final_answer``               rounds 1 and 2 (a ``rounds=2`` run)
+judge      the round-2 synthesis' ``final_answer`` (an item the  rounds 1 and 2 (a ``rounds=2`` run)
+           vote gate decided unanimously: the one answer)
 debate     the verdict's ``final_answer`` (derived from round 2  every round the consultation ran
            when it stopped early)
 quality    the verdict of the same debate with the quality       round 1 (reused when its calls are the
@@ -14,7 +15,20 @@ quality    the verdict of the same debate with the quality       round 1 (reused
 vote_      self-consistency at the debate's budget               round 1 + extra independent samples of
 matched    (``eval.matched_vote``): the most common answer over  the panel until they make as many model
            round 1 and further independent round-1 samples       calls as the debate plans
+vote_      the ``confidence`` aggregator over round 1: answers   round 1
+weighted   weighed by within-question relative confidence
+vote_      the ``learned`` aggregator over round 1: per-seat     round 1
+learned    weights fitted from the graded eval items already
+           in the index (of the item's kind); none: equal
+judge_     the judge's pick among the round-1 answers (the       rounds 1 and 2; an item the vote gate
+pick       synthesis' ``final_answer`` when it is one of them)   decided unanimously: the one answer, round 1
+sc_best    self-consistency of the best agent (``eval.sc_best``;   the best agent's round-1 call + its extra
+           highest learned weight, else the single agent): the     samples, until their tokens reach the
+           most common answer over its round-1 samples             debate's billed tokens
 =========  ====================================================  =======================================
+
+``debate`` is whatever the configured mode plays: in ``mode=answer`` with the vote gate on by default, an item the
+panel agrees on is decided by the vote after round 1 and costs round 1 only.
 
 A vote counts canonical answers (:func:`conclave.eval.scoring.canonical`); a tie goes to the tied answer of the
 agent listed first in the panel. A protocol with no answer (the consultation stopped before it) is wrong.
@@ -25,13 +39,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
+from conclave.engine.aggregation import AggregationContext, Ballot
 from conclave.eval.items import Item
 from conclave.eval.scoring import canonical, is_correct
+from conclave.plugins import get_plugins
 
-PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched")
+PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched", "vote_weighted", "vote_learned",
+             "judge_pick", "sc_best")
 #: the protocols every run scores; ``quality`` only runs when ``eval.quality`` defines its arm, ``vote_matched``
 #: with ``eval.matched_vote=true``
 BASE_PROTOCOLS = PROTOCOLS[:4]
@@ -150,8 +168,9 @@ def majority(answers: Sequence[tuple[str, str | None]], kind: str, choices: list
 
 
 def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: Sequence[str],
-          single_agent: str) -> ItemResult:
-    """Score every protocol of one consultation's ``result`` (its result JSON) on ``item``."""
+          single_agent: str, home: Path | None = None) -> ItemResult:
+    """Score every protocol of one consultation's ``result`` (its result JSON) on ``item``; ``home``: whose
+    index the learned weights read (None: no history, equal weights)."""
     arts = result.get("artifacts") or {}
     round_1 = {a: _answer(arts.get("round_1", {}).get(a)) for a in agent_order if a in arts.get("round_1", {})}
     round_3 = {a: _answer(r) for a, r in (arts.get("round_3_replies") or {}).items()}
@@ -198,6 +217,10 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     protocols["vote"] = Outcome(vote_answer, is_correct(vote_answer, item), agreement if vote_answer else None,
                                 *cost_of((1,)))
     judge_answer = _answer(synthesis)
+    if synthesis is None and (result.get("vote_gate") or {}).get("decided"):
+        # the vote gate decided after round 1, so no judge ran: a unanimous panel's answer is the only one the
+        # judge could have read from round 1; with dissent there is no judge answer
+        judge_answer, _ = _judge_pick(_ballots(result, round_1, agent_order), item, None)
     # by round type, not number: an inserted round (a critical objection round) shifts the numbers
     through_synthesis = next((n for n, d in sorted(capture.rounds.items()) if d.get("round_type") == "synthesis"), 2)
     protocols["judge"] = Outcome(judge_answer, is_correct(judge_answer, item), _consensus(synthesis),
@@ -212,6 +235,16 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
                                   None if early else _confidence(verdict),
                                   # every round played, repeated cross-examination and objection rounds too
                                   *cost_of(sorted(capture.rounds) or (1, 2, 3, 4)))
+
+    round_1_cost = cost_of((1,))
+    ballots = _ballots(result, round_1, agent_order)
+    for name, aggregator in (("vote_weighted", "confidence"), ("vote_learned", "learned")):
+        picked, weight = aggregate(aggregator, ballots, item, AggregationContext(home=home, kind=item.kind))
+        protocols[name] = Outcome(picked, is_correct(picked, item), weight, *round_1_cost)
+    picked, weight = _judge_pick(ballots, item, judge_answer)
+    judge_cost = cost_of([n for n in sorted(capture.rounds) if n <= through_synthesis]) if synthesis is not None \
+        else round_1_cost
+    protocols["judge_pick"] = Outcome(picked, is_correct(picked, item), weight, *judge_cost)
 
     right_1 = {a: is_correct(ans, item) for a, ans in round_1.items()}
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))
@@ -319,6 +352,82 @@ def same_round_1(sample: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
         return {agent: {k: v for k, v in dict(artifact).items() if not k.endswith("_at")}
                 for agent, artifact in ((result.get("artifacts") or {}).get("round_1") or {}).items()}
     return bool(artifacts(base)) and artifacts(sample) == artifacts(base)
+
+
+def add_sc_best(scored: ItemResult, best: str, samples: Sequence[Mapping[str, Any]], captures: Sequence[Capture],
+                base_capture: Capture) -> None:
+    """Score self-consistency of agent ``best``: the vote over its base round-1 answer and every answer of the
+    ``samples`` (consultations of its copies); cost, tokens and wall time of exactly those calls."""
+    item = scored.item
+    answers: list[tuple[str, str | None]] = [(best, scored.round_1.get(best))]
+    for result in samples:
+        round_1 = (result.get("artifacts") or {}).get("round_1") or {}
+        answers += [(agent, _answer(artifact)) for agent, artifact in round_1.items()]
+    answer, share = majority(answers, item.kind, item.choices)
+    first = base_capture.agents.get((1, best), {})
+    cost: float | None = None if first.get("cost") is None else float(first["cost"])
+    tokens = int(first.get("input_tokens") or 0) + int(first.get("output_tokens") or 0)
+    wall = float(first.get("duration_s") or 0.0)
+    for capture in captures:
+        data = capture.rounds.get(1) or {}
+        cost = None if cost is None or data.get("cost") is None else cost + float(data["cost"])
+        tokens += int(data.get("input_tokens") or 0) + int(data.get("output_tokens") or 0)
+        wall += float(data.get("duration_s") or 0.0)
+    scored.protocols["sc_best"] = Outcome(answer, is_correct(answer, item), share if answer else None, cost, tokens,
+                                          wall)
+    scored.statuses["sc_best"] = "completed" if answer is not None else "failed"
+    extra = [spent_in(c) for c in captures]
+    scored.spent["sc_best"] = {
+        "cost": None if any(e["cost"] is None for e in extra) else round(sum(e["cost"] for e in extra), 8),
+        "tokens": sum(e["tokens"] for e in extra)}
+
+
+def _ballots(result: Mapping[str, Any], round_1: Mapping[str, str | None], order: Sequence[str]) -> list[Ballot]:
+    """The round-1 answers as ballots (with each agent's seat and stated confidence), in panel order."""
+    seats = {str(a.get("name")): a for a in result.get("agents") or [] if isinstance(a, Mapping)}
+    arts = (result.get("artifacts") or {}).get("round_1") or {}
+    out = []
+    for agent in order:
+        answer, seat = round_1.get(agent), seats.get(agent, {})
+        if answer is None:
+            continue
+        out.append(Ballot(agent, str(seat.get("persona", "")), str(seat.get("provider", "")),
+                          str(seat.get("model", "")), answer, _confidence(arts.get(agent))))
+    return out
+
+
+def groups_of(ballots: Sequence[Ballot], item: Item) -> list[list[int]]:
+    """Ballots with the same canonical answer for ``item``'s kind (unreadable answers stand alone)."""
+    index: dict[str, list[int]] = {}
+    for i, ballot in enumerate(ballots):
+        form = canonical(ballot.answer, item.kind, item.choices)
+        index.setdefault(form if form is not None else f"\x00{i}", []).append(i)
+    return list(index.values())
+
+
+def aggregate(name: str, ballots: Sequence[Ballot], item: Item, context: AggregationContext
+              ) -> tuple[str | None, float | None]:
+    """(answer, weight behind it) of the registered aggregator ``name`` over ``ballots``."""
+    if not ballots:
+        return None, None
+    found = get_plugins().aggregators.get(name).aggregate(ballots, groups_of(ballots, item), context)
+    if found.group is None:
+        return None, None
+    groups = groups_of(ballots, item)
+    best = max(groups[found.group], key=lambda i: (found.weights.get(ballots[i].agent, 0.0), -i))
+    return ballots[best].answer, found.agreement
+
+
+def _judge_pick(ballots: Sequence[Ballot], item: Item, judge_answer: str | None) -> tuple[str | None, float | None]:
+    """The judge's pick among the round-1 answers (the synthesis' answer when some agent gave it; the share of the
+    panel that did). Without a synthesis (the vote gate decided) a unanimous
+    panel's answer is the only one the judge could pick; otherwise there is no pick."""
+    if judge_answer is None:
+        forms = {canonical(b.answer, item.kind, item.choices) for b in ballots}
+        return (ballots[0].answer, 1.0) if ballots and len(forms) == 1 and None not in forms else (None, None)
+    wanted = canonical(judge_answer, item.kind, item.choices)
+    backing = [b for b in ballots if wanted is not None and canonical(b.answer, item.kind, item.choices) == wanted]
+    return (backing[0].answer, round(len(backing) / len(ballots), 4)) if backing else (None, None)
 
 
 def _answer(artifact: Mapping[str, Any] | None) -> str | None:

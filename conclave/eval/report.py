@@ -17,7 +17,9 @@ from conclave.panel import TOY_BANNER, toy_seats
 
 LABELS = {"single": "single agent", "vote": "round-1 majority vote", "judge": "judge synthesis (rounds=2)",
           "debate": "full debate (rounds=4)", "quality": "debate, quality layer on",
-          "vote_matched": "vote at the debate's budget"}
+          "vote_matched": "vote at the debate's budget", "vote_weighted": "confidence-weighted vote",
+          "vote_learned": "learned-weight vote", "judge_pick": "judge picks the best round-1 answer",
+          "sc_best": "best agent's self-consistency at the debate's tokens"}
 FORMATS = ("markdown", "json", "html")
 TOY_EVAL = ("Offline panel on the local model: a 270M model's accuracy is not evidence about debate; this run only "
             "shows the harness working. Set a provider key for a real evaluation.")

@@ -20,12 +20,22 @@ from typing import Annotated, Any, Literal, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conclave.config import Settings
+from conclave.engine.aggregation import AggregationContext, Ballot
 from conclave.engine.interaction import Interaction
 from conclave.engine.runner import Consultation
 from conclave.errors import ConfigError, UsageError
 from conclave.eval import store
 from conclave.eval.items import Item, load_set
-from conclave.eval.protocols import Capture, ItemResult, add_matched_vote, add_quality, same_round_1, score, spent_in
+from conclave.eval.protocols import (
+    Capture,
+    ItemResult,
+    add_matched_vote,
+    add_quality,
+    add_sc_best,
+    same_round_1,
+    score,
+    spent_in,
+)
 from conclave.eval.quality_arm import resume_point, round_one_calls
 from conclave.eval.summary import run_columns, summarise
 from conclave.store.paths import StoreLayout
@@ -33,7 +43,7 @@ from conclave.store.resume import load_resume_point
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
-OBJECTIVE = r"^(single|vote|judge|debate|quality)_accuracy(_per_dollar)?$"
+OBJECTIVE = r"^(single|vote|judge|debate|quality|vote_weighted|vote_learned|judge_pick|sc_best)_accuracy(_per_dollar)?$"
 
 
 class EvalOptions(BaseModel):
@@ -65,6 +75,10 @@ class EvalOptions(BaseModel):
     matched_vote: bool = False
     #: what the matched vote matches the debate on: billed tokens, or dollars (needs every model priced)
     matched_on: Literal["tokens", "dollars"] = "tokens"
+    #: also score self-consistency of the best agent (highest learned weight from graded history; none: the
+    #: single agent) at the debate's billed tokens: extra round-1 samples of that agent alone, until their tokens
+    #: reach the debate's (paid: estimated as the best agent's round-1 calls that the debate's planned tokens hold)
+    sc_best: bool = False
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -98,6 +112,8 @@ class EvalRun:
     reuse_round_1: bool = False  # the arm's round-1 calls are the base's: restored, not paid again
     extra_samples: int = 0  # the matched-budget vote's extra round-1 samples per item (set by the estimate)
     round_1_key: str | None = None  # what round 1 sends (set by the estimate): sweep points pair on it
+    best_agent: str | None = None  # sc_best's agent (set by the estimate)
+    best_samples: int = 0  # sc_best's most extra samples per item (set by the estimate)
 
 
 #: re-samples compared with round 1 before an endpoint that returns them unchanged is called repeating
@@ -263,7 +279,9 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         nonlocal finished
         async with semaphore:
             result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1,
-                                    matched, partners.get(item.id))
+                                    matched, partners.get(item.id),
+                                    best=ev.best_agent if ev.options.sc_best else None,
+                                    best_samples=ev.best_samples)
         if matched is not None and matched.repeating and not matched.announced:
             matched.announced = True
             print(f"conclave eval: matched vote stopped: {matched.repeating}", file=err, flush=True)
@@ -322,7 +340,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
 
 async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, order: Sequence[str],
                    single: str, arm: Settings | None = None, reuse: bool = False,
-                   matched: MatchedBudget | None = None, paired: dict[str, Any] | None = None) -> ItemResult:
+                   matched: MatchedBudget | None = None, paired: dict[str, Any] | None = None,
+                   best: str | None = None, best_samples: int = 0) -> ItemResult:
     """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
     runs whole; with ``matched``, round-1 samples for the vote at the debate's budget; with ``paired`` (a sweep
@@ -345,12 +364,14 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
             capture.agents[(1, agent)] = {"cost": paired.get(f"single_{agent}_cost"),
                                           "input_tokens": int(paired.get(f"single_{agent}_tokens") or 0),
                                           "duration_s": float(paired.get(f"single_{agent}_wall_s") or 0.0)}
-    scored = score(item, base, capture, order, single)
+    scored = score(item, base, capture, order, single, home=settings.home)
     if start and paired:
         scored.spent["debate"] = spent_in(capture, skip=(1,))
         scored.round_1_from = str(paired.get("run_id"))
     if matched is not None:
         await draw_matched(scored, settings, plugins, recorder, item, base, capture, matched)
+    if best is not None:
+        await _self_consistency_of_best(item, settings, plugins, recorder, scored, capture, best, best_samples)
     if arm is None:
         return scored
     fork: dict[str, Any] | None = {}
@@ -435,6 +456,44 @@ def sweep_partners(ev: EvalRun) -> dict[str, dict[str, Any]]:
     return partners
 
 
+def best_agent(settings: Settings, fallback: str, plugins: Any) -> str:
+    """The agent with the highest learned weight from the graded history in the index (the ``learned``
+    aggregator's), or ``fallback`` when there is no graded history."""
+    ballots = [Ballot(name, a.persona, a.provider, a.model, "", None) for name, a in settings.agents.items()]
+    found = plugins.aggregators.get("learned").aggregate(ballots, [[i] for i in range(len(ballots))],
+                                                        AggregationContext(home=settings.home))
+    if not any(found.basis.values()):
+        return fallback
+    return max(ballots, key=lambda b: (found.weights.get(b.agent, 0.0), b.agent == fallback)).agent
+
+
+async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any, recorder: Any,
+                                    scored: ItemResult, capture: Capture, best: str, most: int) -> None:
+    """Sample the best agent alone (panels of 2-5 copies of it, rounds=1) until its round-1 tokens reach the
+    debate's billed tokens (at most ``most`` extra samples, the estimate's), and score the vote over its answers
+    (``sc_best``)."""
+    target = scored.protocols["debate"].tokens
+    first = capture.agents.get((1, best), {})
+    spent = int(first.get("input_tokens") or 0) + int(first.get("output_tokens") or 0)  # the base's own answer
+    per_call = max(1, spent)
+    spec = settings.agents[best]
+    samples, captures, drawn = [], [], 0
+    while spent < target and drawn < most:
+        size = min(5, most - drawn, max(2, -(-(target - spent) // per_call)))  # a panel has 2 to 5 agents
+        if size < 2:
+            break
+        copies = {f"{best}_{k + 1}": spec for k in range(size)}
+        one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False,
+                                                "agents": copies})
+        captures.append(Capture())
+        samples.append((await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
+                                           subscribers=[captures[-1]], recorder=recorder).run()).as_dict())
+        used = captures[-1].rounds.get(1) or {}
+        spent += int(used.get("input_tokens") or 0) + int(used.get("output_tokens") or 0)
+        drawn += size
+    add_sc_best(scored, best, samples, captures, capture)
+
+
 def remember(consent: Any, home: Any, err: TextIO) -> None:
     """The user answered "always": store the new ``cost.always_allow_under`` in the user settings."""
     if consent.new_threshold is not None:
@@ -488,6 +547,17 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                     ev.extra_samples = max(1, -(-int(ratio * 100) // 100) - 1)
                 for _ in range(ev.extra_samples):
                     total.calls.extend(round_one.calls)
+            if ev is not None and ev.options.sc_best:
+                if ev.best_agent is None:
+                    ev.best_agent = best_agent(settings, ev.options.single_agent or next(iter(settings.agents)),
+                                               plugins)
+                # as many best-agent round-1 calls as the debate's planned tokens hold (planned output is each
+                # call's cap, so this bounds what the debate bills)
+                best_call = [c for c in whole.only([1]).calls if c.agent == ev.best_agent][:1]
+                per_call = max(1, sum(c.input_tokens + c.output_tokens for c in best_call))
+                samples = -(-(whole.input_tokens + whole.output_tokens) // per_call)
+                ev.best_samples = max(ev.best_samples, samples)
+                total.calls.extend(best_call * samples)
         if arm is not None and ev is not None:
             arm_strategy = plugins.strategies.get(arm.mode.strategy)(arm.mode.options)
             async with ProviderPool(arm, plugins, bus) as arm_pool:

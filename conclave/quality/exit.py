@@ -7,7 +7,8 @@ cross-examination round the controller checks, in order:
 - **consensus** — at least ``exit.consensus`` (0.80) of the agents taking part vote ACCEPT or MINOR, none votes
   BLOCKER (a BLOCKER is unresolved until its author votes otherwise in a later round), and every agent's latest
   confidence is at least ``exit.min_confidence`` (0.70); an agent that gave no reply counts as not agreeing;
-- **convergence** — the last ``exit.plateau_rounds`` (2) rounds each changed the panel by less than
+- **convergence** — the last ``exit.plateau_rounds`` (1: cross-examination repeats only while the panel
+  moves) rounds each changed the panel by less than
   ``exit.plateau_delta`` (0.10) and introduced no new FACT claim. A round's change is the mean, over the agents
   who answered both it and the round before, of the largest of: the change of confidence, the share of the
   position's words that changed (1 − difflib ratio over word lists) and the vote's move (ACCEPT–MINOR–BLOCKER:
@@ -205,13 +206,13 @@ class ExitController:
         reason = "consensus" if found["met"] else "convergence" if flat else None
         to_come = [g for g in session.plan.rounds() if g[0].number > number]
         voted = any(s.vote for s in now.values())  # a strategy whose replies carry no vote never repeats
-        can_repeat = session.settings.may_repeat and voted and number + 1 + len(to_come) <= settings.round_cap
+        can_repeat = session.settings.may_repeat and voted and number + 1 + len(to_come) <= round_cap(session)
         decision = Decision(number, {a: s.vote for a, s in now.items()}, {a: s.confidence for a, s in now.items()},
                             found, self.deltas[-1], self.new_facts[-1], flat, reason, "stop", can_repeat)
         recorded = self.recorded.get(number) if restored else None
         if shadow_stage(session):  # what it would do with repeats allowed and nobody to ask; the plan stays
             decision.shadow = True
-            decision.can_repeat = voted and number + 1 + len(to_come) <= settings.round_cap
+            decision.can_repeat = voted and number + 1 + len(to_come) <= round_cap(session)
             self._decide(decision, settings, ask=False)
         elif recorded is not None:  # decided by an earlier run: the same again, nobody asked twice
             decision.reason, decision.action = recorded.get("reason"), str(recorded.get("action", "stop"))
@@ -266,7 +267,7 @@ class ExitController:
             "reason": self.final_reason(completed),
             "rounds_played": session.record.completed_rounds,
             "cross_exam_rounds": len(self.decisions),
-            "round_cap": session.settings.exit.round_cap if session.settings.may_repeat
+            "round_cap": round_cap(session) if session.settings.may_repeat
             else session.planned_rounds,
             "estimated_rounds": estimated_rounds,
             "override": session.settings.exit.override,
@@ -287,11 +288,18 @@ def max_plan(session: Session) -> list[RoundType]:
     if at is None:
         return types
     repeat = [s.type for s in groups[at]]
-    extra = max(0, session.settings.exit.round_cap - len(groups))
+    extra = max(0, round_cap(session) - len(groups))
     groups_types: list[list[RoundType]] = [[s.type for s in g] for g in groups]
     for _ in range(extra):
         groups_types.insert(at + 1, list(repeat))
     return [t for g in groups_types for t in g]
+
+
+def round_cap(session: Session) -> int:
+    """Rounds in all, the verdict included: ``exit.round_cap``, or when null the strategy's default (answer
+    mode: 4, one cross-examination round)."""
+    cap = session.settings.exit.round_cap
+    return cap if cap is not None else session.strategy.default_round_cap
 
 
 def shadow_stage(session: Session) -> bool:

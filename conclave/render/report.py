@@ -62,7 +62,8 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
     if only_round is not None:
         return [*_header(result, label), *_round_sections(result, records, entries, only_round)]
     nodes: list[Node] = [*_header(result, label)]
-    for part in (_verdict(result), _dissent(result), _early_termination(result), _exit(result), _panel(result)):
+    for part in (_verdict(result), _dissent(result), _vote_gate(result), _early_termination(result), _exit(result),
+                 _panel(result)):
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
@@ -154,6 +155,19 @@ def _verdict(result: Mapping[str, Any]) -> Section:
 def _dissent(result: Mapping[str, Any]) -> Section | None:
     lines = dissent_lines(result.get("dissent"))
     return Section("Dissent", [Bullets(lines)], anchor="dissent") if lines else None
+
+
+def _vote_gate(result: Mapping[str, Any]) -> Note | None:
+    """The vote gate after round 1: decided by the vote (with its agreement, tau and aggregator) or debated."""
+    gate = _map(result.get("vote_gate"))
+    if not gate.get("summary"):
+        return None
+    text = str(gate["summary"]) + "."
+    weights = _map(gate.get("weights"))
+    if gate.get("aggregator") not in (None, "plurality") and weights:
+        text += " Weights: " + ", ".join(f"{a} {float(w):.2f}" for a, w in weights.items())
+        text += f" ({gate.get('note')})." if gate.get("note") else "."
+    return Note(text, tone="ok" if gate.get("decided") else "info")
 
 
 def _early_termination(result: Mapping[str, Any]) -> Note | None:

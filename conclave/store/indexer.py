@@ -445,6 +445,13 @@ def _early_termination(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts
     )
 
 
+def _vote_gate(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
+    get = d.get
+    columns.update(vote_gate_decided=_flag(get("decided")), vote_gate_reason=get("reason"),
+                   vote_gate_agreement=get("agreement"), vote_gate_tau=get("tau"),
+                   vote_gate_aggregator=get("aggregator"))
+
+
 def _cost_gate(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
     columns["cost_gate_phase"] = d.get("phase")
 
@@ -624,6 +631,7 @@ _HANDLERS: dict[str, Handler] = {
     ev.ROUND_ARTIFACT: _artifact,
     ev.FILTER_APPLIED: _filter_applied,
     ev.EARLY_TERMINATION: _early_termination,
+    ev.VOTE_GATE: _vote_gate,
     ev.COST_GATE_TRIGGERED: _cost_gate,
     ev.CONSULTATION_COMPLETED: _completed,
     RESUMED: _resumed,

@@ -431,3 +431,21 @@ def m017_running_rounds(db: Any) -> None:
     # The rounds still ``running``, by consultation: what ``settle_killed_rounds`` (index.py) looks up on every
     # ``logs list`` and ``index rebuild``; a partial index holds only those rows, so it stays small and cheap.
     db.execute("create index if not exists rounds_running on rounds (consultation_id) where status = 'running'")
+
+
+@migrations()
+def m018_vote_gate(db: Any) -> None:
+    # The vote gate after round 1 (selective debate): whether the aggregated round-1 answer decided, why, the
+    # weighted agreement, tau and the aggregator that weighed the answers.
+    for column, kind in (("vote_gate_decided", int), ("vote_gate_reason", str), ("vote_gate_agreement", float),
+                         ("vote_gate_tau", float), ("vote_gate_aggregator", str)):
+        db["consultations"].add_column(column, kind)
+    # `conclave eval`'s protocols read from the same round-1 answers: the confidence-weighted and learned-weight
+    # votes and the judge's pick of the best round-1 answer
+    for name in ("vote_weighted", "vote_learned", "judge_pick", "sc_best"):
+        for column, kind in (("answer", str), ("correct", int), ("confidence", float), ("cost", float),
+                             ("tokens", int), ("wall_s", float)):
+            db["eval_items"].add_column(f"{name}_{column}", kind)
+        for column, kind in (("accuracy", float), ("ci_low", float), ("ci_high", float), ("cost", float),
+                             ("tokens", int), ("wall_s", float)):
+            db["eval_runs"].add_column(f"{name}_{column}", kind)
