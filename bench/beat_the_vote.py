@@ -66,9 +66,10 @@ def figures(rows: Sequence[dict[str, Any]], protocol: str) -> dict[str, Any] | N
     if not scored:
         return None
     costs = [r.get(f"{protocol}_cost") for r in scored]
+    known = [float(c) for c in costs if c is not None]
     return {"n": len(scored), "accuracy": sum(int(r[f"{protocol}_correct"]) for r in scored) / len(scored),
             "tokens": sum(int(r.get(f"{protocol}_tokens") or 0) for r in scored) / len(scored),
-            "dollars": None if any(c is None for c in costs) else sum(float(c) for c in costs) / len(scored)}
+            "dollars": sum(known) / len(scored) if len(known) == len(costs) else None}
 
 
 def decided_after_round_1(row: dict[str, Any]) -> bool:
@@ -148,8 +149,9 @@ def goals(runs: dict[str, list[dict[str, Any]]], baseline: list[dict[str, Any]] 
         else:
             diff = paired(later, "vote_learned")
             assert diff is not None
-            lines.append(f"- learned weights after {LEARNED_AFTER} graded items, strong/weak world: vote_learned − vote "
-                         f"{diff[0]:+.1f} pp [{diff[1]:+.1f}, {diff[2]:+.1f}] over the {len(later)} later items "
+            lines.append(f"- learned weights after {LEARNED_AFTER} graded items, strong/weak world: "
+                         f"vote_learned − vote {diff[0]:+.1f} pp [{diff[1]:+.1f}, {diff[2]:+.1f}] "
+                         f"over the {len(later)} later items "
                          f"(goal ≥ +5 pp: {verdict(diff[0] >= 5)})")
     if independent and baseline:
         now, before = figures(independent, "debate"), figures(baseline, "debate")

@@ -205,7 +205,7 @@ class PanelWorld:
             body.update(revised_position=f"My answer is still {own}.", confidence=confidence)
         elif "revised_position" in schema.get("properties", {}):  # a cross-examination reply
             own_section, _, rest = user.partition("Your own round-1 answer")
-            own_json, _, rest = rest.partition("\n\n")
+            rest = rest.partition("\n\n")[2]  # past its own answer: what it is shown
             shown = shown_answers(own_section + rest)
             target, chance = self.switch_chance(agent, shown, own)
             switched = target is not None and self.draw("conform", agent.name, text) < chance
@@ -229,12 +229,8 @@ class PanelWorld:
         title = str(schema.get("title") or "")
         if "Cross-examination" in title and "final_answer" not in schema.get("properties", {}):
             # the record of the exchange carries every agent's answer now, so the verdict sees who moved
-            replies = user.split("Their replies", 1)[-1]
-            rebuttals = []
-            for shown in shown_answers(replies):
-                label = re.search(r'"(Agent [A-Z])": \{', shown.context)
-                rebuttals.append({"agent": label.group(1) if label else "an agent",
-                                  "rebuttal": f"My answer is {shown.answer}."})
+            rebuttals = [{"agent": label, "rebuttal": f"My answer is {answer}."}
+                         for label, answer in _replies_by_label(user).items()]
             if "rebuttals" in schema.get("properties", {}):
                 body["rebuttals"] = rebuttals
             return Reply(json=body, latency=self.latency)
@@ -263,6 +259,18 @@ def shown_answers(text: str) -> list[Shown]:
         return found
     lines = text.splitlines()
     return [Shown(m.group(1).rstrip("."), line) for line in lines for m in _SAID.finditer(line)]
+
+
+def _replies_by_label(user: str) -> dict[str, str]:
+    """label -> final_answer of the cross-examination replies a judge is shown ("Their replies, keyed by label")."""
+    _, _, rest = user.partition("Their replies")
+    line = next((ln for ln in rest.splitlines() if ln.startswith("{")), "")
+    try:
+        replies = json.loads(line)
+    except ValueError:
+        return {}
+    return {str(label): str(reply.get("final_answer")) for label, reply in replies.items()
+            if isinstance(reply, dict) and reply.get("final_answer") is not None}
 
 
 def _enclosing_object(text: str, at: int) -> str:
