@@ -13,7 +13,7 @@ environment, or a local OpenAI-compatible server); it is paid, and the cost gate
 
     python bench/beat_the_vote.py [--items 500] [--worlds independent conformist] [--latency 0.002]
     python bench/beat_the_vote.py --quick                       # 40 items per world: a smoke run
-    python bench/beat_the_vote.py --real --items 100 --override agents=openai_only
+    python bench/beat_the_vote.py --real --items 100 --set my_questions.jsonl --override agents=openai_only
     python bench/beat_the_vote.py --real --override providers.openai.base_url=http://127.0.0.1:8080/v1 \\
         --override agents=openai_only --override agents.security.model=qwen2.5-7b-instruct ...
 """
@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from conclave.home import default_home
 from conclave.testing.fake_server import FakeProviderServer
 from conclave.testing.panel_world import WORLDS, panel_overrides, standard_world
 
@@ -174,10 +175,12 @@ def environment(home: str, *, fake: bool) -> dict[str, str]:
 
 
 async def conclave(args: Sequence[str], env: dict[str, str], cwd: str, *, capture: bool = True) -> tuple[int, str]:
-    """Run ``python -m conclave ARGS``: (exit code, stdout); stderr passes through unless ``capture``."""
+    """Run ``python -m conclave ARGS``: (exit code, stdout); stderr and stdin (the cost gate's question) are the
+    terminal's unless ``capture``."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "conclave", *args, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE if capture else None, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=cwd)
+        stderr=asyncio.subprocess.PIPE if capture else None,
+        stdin=asyncio.subprocess.DEVNULL if capture else None, env=env, cwd=cwd)
     out, err = await process.communicate()
     if process.returncode != 0 and capture:
         sys.stderr.write(err.decode(errors="replace")[-3000:])
@@ -206,8 +209,8 @@ async def available_switches(overrides: Sequence[str], env: dict[str, str], cwd:
 
 
 async def run_eval(run_id: str, items: int, extra: Sequence[str], env: dict[str, str], cwd: str,
-                   concurrency: int, *, capture: bool = True) -> list[dict[str, Any]]:
-    args = ["eval", "arithmetic", f"eval.n={items}", "eval.seed=25", f"eval.run_id={run_id}",
+                   concurrency: int, *, capture: bool = True, item_set: str = "arithmetic") -> list[dict[str, Any]]:
+    args = ["eval", item_set, f"eval.n={items}", "eval.seed=25", f"eval.run_id={run_id}",
             f"eval.concurrency={concurrency}", "mode=answer", *extra]
     code, _ = await conclave(args, env, cwd, capture=capture)
     path = Path(env["CONCLAVE_HOME"]) / "eval" / run_id / "items.jsonl"
@@ -248,17 +251,17 @@ async def simulated(args: argparse.Namespace) -> None:
     print(f"\n{NOTICE}")
 
 
-async def real(args: argparse.Namespace) -> None:
+async def real(args: argparse.Namespace, home: str) -> None:
     print("# Beat the vote — a real panel (your overrides; paid calls)\n")
-    with tempfile.TemporaryDirectory(prefix="beat-the-vote-") as scratch:
-        home = os.environ.get("CONCLAVE_HOME") or scratch  # a real run keeps its rows where you keep them
-        env = environment(home, fake=False)
-        switches = await available_switches(["mode=answer", *args.override], env, scratch)
-        run_id = f"beat-the-vote-{os.getpid()}"
-        rows = await run_eval(run_id, args.items, args.override, env, scratch, args.concurrency, capture=False)
-        print(*table("real panel", rows), sep="\n")
-        print(*goals({"real panel": rows}, None, switches), sep="\n")
-        print(f"\nrows: conclave eval report {run_id} (CONCLAVE_HOME={home})")
+    env = environment(home, fake=False)
+    here = os.getcwd()  # a relative --set path is the user's
+    switches = await available_switches(["mode=answer", *args.override], env, here)
+    run_id = f"beat-the-vote-{os.getpid()}"
+    rows = await run_eval(run_id, args.items, args.override, env, here, args.concurrency, capture=False,
+                          item_set=args.set)
+    print(*table("real panel", rows), sep="\n")
+    print(*goals({"real panel": rows}, None, switches), sep="\n")
+    print(f"\nthe run: conclave eval report {run_id} (CONCLAVE_HOME={home})")
 
 
 def main() -> None:
@@ -269,12 +272,19 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.002, help="fake provider latency, seconds")
     parser.add_argument("--concurrency", type=int, default=8, help="eval.concurrency of each run")
     parser.add_argument("--real", action="store_true", help="run on a real panel named by --override")
+    parser.add_argument("--set", default="arithmetic", help="with --real: the eval set (arithmetic, a .jsonl file, "
+                        "gym:<task>); the worlds script arithmetic items")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a configuration override for every run (repeatable): the real panel, a switch")
     args = parser.parse_args()
     if args.quick:
         args.items = 40
-    asyncio.run(real(args) if args.real else simulated(args))
+    if args.real:
+        given = [o.partition("=")[2] for o in args.override if o.startswith("home=")]
+        home = Path(given[-1]).expanduser() if given else default_home()  # the rows stay where you keep them
+        asyncio.run(real(args, str(home)))
+    else:
+        asyncio.run(simulated(args))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ server), and bench/beat_the_vote.py prints its table from CLI runs."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -18,7 +19,7 @@ from conclave.eval import store
 from conclave.eval.runner import EvalOptions, prepare, run_async
 from conclave.plugins import get_plugins
 from conclave.testing.fake_server import FakeProviderServer
-from conclave.testing.panel_world import PanelWorld, Shown, WorldAgent, shown_answers
+from conclave.testing.panel_world import PanelWorld, Shown, WorldAgent, panel_overrides, shown_answers, standard_world
 
 ROOT = Path(__file__).resolve().parents[1]
 SEATS = (("alpha", "Alpha", "gpt-4o"), ("beta", "Beta", "gpt-4o-mini"), ("gamma", "Gamma", "gpt-4.1-mini"))
@@ -183,3 +184,27 @@ def test_the_bench_runs_conclave_eval_in_the_worlds_and_prints_the_table(tmp_pat
     for protocol in ("vote", "single", "judge", "debate"):
         assert any(line.startswith(f"{protocol} ") and "%" in line for line in out.splitlines())
     assert "## Goals (issue 25)" in out and "default − vote, independent:" in out
+
+
+async def test_the_bench_on_a_real_panel_prints_the_same_table(fake_provider_server: FakeProviderServer,
+                                                               tmp_path: Path) -> None:
+    """--real takes the panel from overrides: here a local OpenAI-compatible server (the fake, serving a world)."""
+    world = standard_world("independent")
+    world.install(fake_provider_server)
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(home), OPENAI_API_KEY="sk-local-0000")
+    overrides = [f"--override={o}" for o in
+                 (*fake_provider_server.overrides(), *panel_overrides(world), "cost.auto_approve=true")]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bench" / "beat_the_vote.py"), "--real", "--items", "5", *overrides,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL, env=env,
+        cwd=tmp_path)
+    out, err = await asyncio.wait_for(process.communicate(), 300)
+    assert process.returncode == 0, err.decode()[-2000:]
+    text = out.decode()
+    assert "## real panel: 5 item(s)" in text and "## Goals (issue 25)" in text
+    assert any(line.startswith("debate ") and "%" in line and "pp [" in line for line in text.splitlines())
+    assert "SIMULATED" not in text and "sk-local-0000" not in text + err.decode()
+    run_id = text.rsplit("conclave eval report ", 1)[1].split()[0]
+    assert len(store.read_items(home, run_id)) == 5  # the run stays in the user's home
