@@ -141,7 +141,7 @@ def goals(runs: dict[str, list[dict[str, Any]]], baseline: list[dict[str, Any]] 
         lines.append(line)
     strong = runs.get("strong_weak")
     if strong:
-        later = sorted(strong, key=lambda r: str(r["item_id"]))[LEARNED_AFTER:]
+        later = strong[LEARNED_AFTER:]  # rows are in the order they were graded
         if figures(strong, "vote_learned") is None:
             lines.append("- learned weights after 200 graded items, strong/weak world: not available (no vote_learned "
                          "protocol in this conclave)")
