@@ -208,3 +208,26 @@ async def test_the_bench_on_a_real_panel_prints_the_same_table(fake_provider_ser
     assert "SIMULATED" not in text and "sk-local-0000" not in text + err.decode()
     run_id = text.rsplit("conclave eval report ", 1)[1].split()[0]
     assert len(store.read_items(home, run_id)) == 5  # the run stays in the user's home
+
+
+@pytest.mark.usefixtures("conclave_env")
+async def test_only_a_switch_to_the_right_answer_brings_evidence(fake_provider_server: FakeProviderServer,
+                                                                 tmp_path: Path) -> None:
+    """With ``supported_switch`` a switch to the truth introduces a claim the engine puts in the debate state the
+    judge reads next; a switch to a wrong answer, or any switch without it, cites nothing."""
+    fake = fake_provider_server
+    claim = "Redoing the working step by step gives"
+
+    def judge_saw_new_claims() -> int:
+        return sum(claim in str(m["content"]) for r in fake.requests_for("gpt-4.1") for m in r.json["messages"]
+                   if "Their replies" in str(m["content"]))
+
+    cases = {"to the truth": ((0.0, 1.0, 1.0), 1.0), "unsupported": ((0.0, 1.0, 1.0), 0.0),
+             "to a wrong answer": ((1.0, 0.0, 0.0), 1.0)}
+    seen = {}
+    for label, (accuracy, supported) in cases.items():
+        world = PanelWorld(seats(accuracy, conformity=1.0), supported_switch=supported)
+        rows = await run_world(fake, tmp_path / label.replace(" ", "-"), world, n=6)
+        assert all(r["answers"]["round_3"]["alpha"] == r["judge_answer"] for r in rows)  # alpha always switched
+        seen[label] = judge_saw_new_claims()
+    assert seen == {"to the truth": 6, "unsupported": 0, "to a wrong answer": 0}

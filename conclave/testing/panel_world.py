@@ -14,6 +14,9 @@ The world is numbers, not prose:
   peer's ``final_answer`` other than its own) with chance ``conformity``, plus ``name_boost`` when that answer is
   shown next to a name the world knows (another agent's persona name, seat key or model) and ``confidence_boost``
   when it is shown with a confidence ≥ 0.8;
+- **evidence for a switch**: a cross-examination reply cites nothing (no claims, references or challenges), except
+  that an agent switching to the right answer introduces one new claim carrying the working with chance
+  ``supported_switch`` — a conformist switch to a wrong answer never brings evidence;
 - a **judge** that, for each answer it gives, picks the first answer shown with chance ``judge_position_bias``, else
   the longest with ``judge_length_bias``, else the right one (when shown) with ``judge_skill``, else the plurality.
 
@@ -90,6 +93,7 @@ class PanelWorld:
     shared_wrong: float = 1.0
     name_boost: float = 0.0
     confidence_boost: float = 0.0
+    supported_switch: float = 0.0
     judge_position_bias: float = 0.0
     judge_length_bias: float = 0.0
     judge_skill: float = 0.0
@@ -98,7 +102,8 @@ class PanelWorld:
     latency: float = 0.0
     truth: Callable[[str], str] = arithmetic_truth
     task_kind: Callable[[str], str] = tagged_kind
-    #: (agent name, question, event) -> value: "right" (bool), "answer", "confidence", "switched" (bool)
+    #: (agent name, question, event) -> value: "right" (bool), "answer", "confidence", "switched" (bool),
+    #: "supported" (bool: its cross-examination reply introduced a claim)
     log: dict[tuple[str, str, str], Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------------ the script
@@ -211,9 +216,14 @@ class PanelWorld:
             switched = target is not None and self.draw("conform", agent.name, text) < chance
             self.log[(agent.name, text, "switched")] = switched
             now = target if switched and target is not None else own
+            claims: list[dict[str, Any]] = []
+            if switched and now == self.truth(text) and self.draw("support", agent.name, text) < self.supported_switch:
+                claims = [{"id": "1", "text": f"Redoing the working step by step gives {now}.", "label": "INFER",
+                           "citations": []}]
+            self.log[(agent.name, text, "supported")] = bool(claims)
             # agreeing: the exit controller ends the debate after one cross-examination
             body.update(revised_position=f"My answer is {now}.", final_answer=now, vote="ACCEPT",
-                        confidence=confidence, defense=working)
+                        confidence=confidence, defense=working, claims=claims, references=[], challenges=[])
         else:
             answer, confidence = self.first_answer(agent, text)
             body.update(position=f"The answer is {answer}.", final_answer=answer, confidence=confidence,
@@ -345,7 +355,7 @@ def standard_world(name: str, *, seed: int = 0, latency: float = 0.0) -> PanelWo
         return PanelWorld(seats((0.7, 0.7, 0.7), confidence_informative=True), correlation=0.6, **common)
     if name == "conformist":
         return PanelWorld(seats((0.7, 0.7, 0.7), conformity=0.3), confidence_boost=0.2, name_boost=0.3,
-                          **common)
+                          supported_switch=0.8, **common)
     if name == "strong_weak":
         return PanelWorld(seats((0.9, 0.55, 0.55), confidence_informative=True), **common)
     raise ValueError(f"world: {name!r} is not one of {', '.join(WORLDS)}")
