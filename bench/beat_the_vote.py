@@ -82,19 +82,29 @@ def decided_after_round_1(row: dict[str, Any]) -> bool:
     return int(row.get("rounds_completed") or 0) == 1
 
 
+def protocols_of(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """:data:`PROTOCOLS` in order, each agent's single protocol after ``single``, and any other protocol the rows
+    score (``vote_matched``, ``quality``, …) at the end."""
+    scored = sorted({key[: -len("_correct")] for row in rows for key in row if key.endswith("_correct")})
+    singles = [p for p in scored if p.startswith("single_") and p not in PROTOCOLS]
+    names = [*PROTOCOLS[:2], *singles, *PROTOCOLS[2:]]
+    return names + [p for p in scored if p not in names]
+
+
 def table(label: str, rows: Sequence[dict[str, Any]]) -> list[str]:
+    width = max(14, *(len(p) + 1 for p in protocols_of(rows)))
     lines = [f"\n## {label}: {len(rows)} item(s)", "",
-             f"{'protocol':<14} {'accuracy':>9} {'tokens/item':>12} {'$/item':>10}   {'vs vote (95% CI)':<28}"]
-    for protocol in PROTOCOLS:
+             f"{'protocol':<{width}} {'accuracy':>9} {'tokens/item':>12} {'$/item':>10}   {'vs vote (95% CI)':<28}"]
+    for protocol in protocols_of(rows):
         found = figures(rows, protocol)
         if found is None:
-            lines.append(f"{protocol:<14} not available")
+            lines.append(f"{protocol:<{width}} not available")
             continue
         dollars = "unknown" if found["dollars"] is None else f"{found['dollars']:.5f}"
         diff = paired(rows, protocol)
         versus = "—" if protocol == "vote" or diff is None else \
             f"{diff[0]:+6.1f} pp [{diff[1]:+.1f}, {diff[2]:+.1f}]"
-        lines.append(f"{protocol:<14} {100 * found['accuracy']:>8.1f}% {found['tokens']:>12.0f} {dollars:>10}   "
+        lines.append(f"{protocol:<{width}} {100 * found['accuracy']:>8.1f}% {found['tokens']:>12.0f} {dollars:>10}   "
                      f"{versus:<28}")
     return lines
 
