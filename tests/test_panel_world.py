@@ -147,6 +147,9 @@ def test_a_name_next_to_the_shown_answer_raises_the_chance_to_switch() -> None:
     assert world.switch_chance(alpha, by_model, "6") == ("7", 0.7)
     assert world.switch_chance(alpha, confident, "6") == ("7", 0.1 + 0.2)
     assert world.switch_chance(alpha, own_name, "6") == ("7", 0.1)  # its own name is no peer's
+    beta = world.agent("Beta")  # on gpt-4o-mini: "gpt-4o-mini" is its own model, not Alpha's gpt-4o
+    own_model = shown_answers('[{"agent": "Agent A (gpt-4o-mini)", "final_answer": "7", "confidence": 0.5}]')
+    assert world.switch_chance(beta, own_model, "6") == ("7", 0.1)
     assert world.switch_chance(alpha, [Shown("6", "")], "6") == (None, 0.0)
 
 

@@ -150,7 +150,7 @@ class PanelWorld:
         """Every name by which an agent (other than ``besides``) could be identified in a prompt."""
         names: list[str] = []
         for agent in self.agents:
-            if agent is not besides and agent != besides:
+            if agent != besides:
                 names += [agent.name, agent.key, agent.model]
         own = {besides.name, besides.key, besides.model} if besides else set()
         return [n for n in names if n and n not in own]
@@ -166,7 +166,8 @@ class PanelWorld:
         target = next(s.answer for s in others if tally[s.answer] == top)
         contexts = [s.context for s in others if s.answer == target]
         names = self.known_names(besides=agent)
-        named = any(re.search(rf"\b{re.escape(n)}\b", c) for c in contexts for n in names)
+        # a whole name: "gpt-4o" is not named by "gpt-4o-mini"
+        named = any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", c) for c in contexts for n in names)
         confident = any(float(v) >= HIGH_CONFIDENCE for c in contexts for v in _CONFIDENCE.findall(c)
                         if _is_number(v))
         chance = agent.conformity + self.name_boost * named + self.confidence_boost * confident
