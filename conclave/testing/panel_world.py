@@ -348,8 +348,10 @@ def standard_world(name: str, *, seed: int = 0, latency: float = 0.0) -> PanelWo
         return [WorldAgent(name=n, key=k, model=m, accuracy=a, verbosity=1 + i, **knobs)
                 for i, ((k, n, m), a) in enumerate(zip(PANEL_SEATS, accuracy, strict=True))]
 
+    # the judge is led by position or length now and then, and otherwise recognises the right answer, when it is
+    # shown, 40% of the time (arithmetic working can be checked); wrong agents share the item's lure 70% of the time
     common: dict[str, Any] = {"seed": seed, "latency": latency, "judge_position_bias": 0.1,
-                              "judge_length_bias": 0.1, "shared_wrong": 0.7}
+                              "judge_length_bias": 0.1, "judge_skill": 0.4, "shared_wrong": 0.7}
     if name == "independent":
         return PanelWorld(seats((0.7, 0.7, 0.7), confidence_informative=True), **common)
     if name == "correlated":
