@@ -359,8 +359,8 @@ def standard_world(name: str, *, seed: int = 0, latency: float = 0.0) -> PanelWo
     if name == "conformist":
         return PanelWorld(seats((0.7, 0.7, 0.7), conformity=0.3), confidence_boost=0.2, name_boost=0.3,
                           supported_switch=0.8, **common)
-    if name == "strong_weak":
-        return PanelWorld(seats((0.9, 0.55, 0.55), confidence_informative=True), **common)
+    if name == "strong_weak":  # the weak two make the same mistakes (one family), so they can outvote the strong one
+        return PanelWorld(seats((0.9, 0.55, 0.55), confidence_informative=True), **{**common, "shared_wrong": 1.0})
     raise ValueError(f"world: {name!r} is not one of {', '.join(WORLDS)}")
 
 
