@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -251,8 +252,12 @@ async def simulated(args: argparse.Namespace) -> None:
                 overrides = [*fake.overrides(), *panel_overrides(world), "cost.auto_approve=true", *args.override]
                 if not switches and name == args.worlds[0]:
                     switches = await available_switches(["mode=answer", *overrides], env, home)
+                started = time.perf_counter()
                 runs[name] = await run_eval(f"world-{name}", args.items, overrides, env, home, args.concurrency)
-                print(*table(f"{name} world", runs[name]), sep="\n", flush=True)
+                wall = time.perf_counter() - started
+                print(*table(f"{name} world", runs[name]), sep="\n")
+                print(f"(one `conclave eval` process: {wall:.0f} s wall, {len(runs[name]) / wall:.1f} items/s)",
+                      flush=True)
                 if name == "independent":
                     off = [f"{s}=false" for s in switches]
                     baseline = await run_eval("world-independent-today", args.items, [*overrides, *off], env, home,
