@@ -1,0 +1,116 @@
+"""Anonymous peers: in cross-examination every agent sees the others under neutral labels of its own, in an order
+shuffled for it, never by agent, persona, model or provider name; the journal and the report map the labels back."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from test_engine_support import AGENT_MODELS, JUDGE_MODEL, by_schema, requests_with, run_consultation
+
+from conclave.engine.labels import JudgeLabels
+from conclave.events import CONSULTATION_STARTED
+from conclave.render.markdown import render_markdown
+from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
+
+PROVIDERS = {"security": "anthropic", "architect": "openai", "pragmatist": "gemini"}
+
+
+def _synthesis(request: RecordedRequest) -> dict[str, Any]:
+    """A synthesis naming every agent (the judge writes labels), so the replies' prompts show all of them."""
+    labels = re.findall(r"Agent [A-C]", json.dumps(request.json))
+    a, b, c = sorted(set(labels))[:3]
+    return {
+        "consensus_points": [{"point": f"{a} and {b} agree the change is reversible.", "supporting_agents": [a, b],
+                              "confidence": 0.5, "claim_ids": []}],
+        "tensions": [{"topic": "timing", "claim_ids": [], "viewpoints": [
+            {"agent": a, "viewpoint": "now"}, {"agent": b, "viewpoint": "later"}, {"agent": c, "viewpoint": "never"}]}],
+        "priority_order": ["timing"],
+    }
+
+
+def _user_text(request: RecordedRequest) -> str:
+    """What an agent was shown of the debate: its messages but the system prompt (its own persona)."""
+    body = request.json or {}
+    messages = body.get("messages") or body.get("contents") or []
+    return json.dumps([m for m in messages if m.get("role") not in ("system", "developer")])
+
+
+async def test_round_3_agents_see_peers_only_under_their_own_shuffled_labels(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    for model in AGENT_MODELS.values():
+        fake.script(model, by_schema())
+    fake.script(JUDGE_MODEL, by_schema(synthesis=_synthesis))
+    run = await run_consultation(fake, "early_termination.threshold=1.0")
+    result = run.result
+    assert result.status in ("complete", "completed_degraded")
+    settings = run.consultation.settings  # type: ignore[union-attr]
+    identity = {name: {name, spec.model, spec.provider, settings.personas[spec.persona].name}
+                for name, spec in settings.agents.items()}
+    assert identity["security"] >= {"anthropic", "claude-sonnet-4-5"}
+
+    views = result.peer_labels or {}
+    seen: dict[str, list[str]] = {}  # agent -> the real agents behind the viewpoints it was shown, by label
+    for agent, model in AGENT_MODELS.items():
+        (request,) = requests_with(fake, "cross_exam_reply", model)
+        shown = _user_text(request)
+        for other in set(AGENT_MODELS) - {agent}:
+            for word in identity[other] | {PROVIDERS[other]}:
+                assert word not in shown, (agent, word)
+        labels = re.findall(r'"agent": "(Agent [A-C])"', shown.replace('\\"', '"'))
+        assert len(labels) == 3, (agent, labels)
+        back = {label: name for name, label in views[agent].items()}
+        seen[agent] = labels
+        # the labels map back to the same agents the judge named, whoever reads them
+        assert [back[label] for label in labels] == _viewpoint_agents(result)
+    # each agent has its own labels: the same three viewpoints read in different label orders
+    assert len({tuple(v) for v in seen.values()}) > 1
+    assert len({tuple(sorted(v.items())) for v in views.values()}) > 1
+
+    # the judge still sees its own labels only; the stored synthesis names the agents
+    assert [v["agent"] for v in result.artifacts.round_2["tensions"][0]["viewpoints"]] == _viewpoint_agents(result)
+    report = render_markdown(result.as_dict())
+    peers_line = next(line for line in report.splitlines() if "Peers:" in line)
+    for agent in AGENT_MODELS:
+        assert f"{agent} saw" in peers_line
+    (started,) = run.of(CONSULTATION_STARTED)  # what the journal records
+    assert started["peer_labels"] == views
+
+
+def _viewpoint_agents(result: Any) -> list[str]:
+    return [v["agent"] for v in result.artifacts.round_2["tensions"][0]["viewpoints"]]
+
+
+async def test_named_peers_when_anonymity_is_switched_off(fake_provider_server: FakeProviderServer,
+                                                         conclave_env: Path) -> None:
+    fake = fake_provider_server
+    for model in AGENT_MODELS.values():
+        fake.script(model, by_schema())
+    fake.script(JUDGE_MODEL, by_schema(synthesis=_synthesis))
+    run = await run_consultation(fake, "early_termination.threshold=1.0", "anonymous_peers=false")
+    settings = run.consultation.settings  # type: ignore[union-attr]
+    (request,) = requests_with(fake, "cross_exam_reply", AGENT_MODELS["security"])
+    shown = _user_text(request)
+    for other in ("architect", "pragmatist"):
+        assert settings.personas[settings.agents[other].persona].name in shown
+    (judge,) = requests_with(fake, "synthesis")
+    assert "Agent A" in _user_text(judge)  # the judge stays blind
+    for name, spec in settings.agents.items():
+        assert settings.personas[spec.persona].name not in _user_text(judge), name
+
+
+def test_an_agents_labels_are_reproducible_from_the_seed() -> None:
+    judge = JudgeLabels(["a", "b", "c", "d"], 1234)
+    views = {agent: judge.for_agent(agent).by_name for agent in "abcd"}
+    again = JudgeLabels(["a", "b", "c", "d"], 1234, judge.by_name)  # a resumed run: the journaled judge labels
+    assert {agent: again.for_agent(agent).by_name for agent in "abcd"} == views
+    assert len({tuple(sorted(v.items())) for v in views.values()}) > 1
+    # what an agent writes under its labels is stored in the judge's form, which every view reads back
+    view = judge.for_agent("a")
+    stored = view.to_names({"target_agent": view.label("b"), "text": f"{view.label('c')} is wrong"})
+    assert stored == {"target_agent": "b", "text": f"c ({judge.label('c')}) is wrong"}
+    assert judge.to_labels(stored)["text"] == f"{judge.label('c')} is wrong"
+    assert judge.for_agent("d").to_labels(stored)["text"] == f"{judge.for_agent('d').label('c')} is wrong"
