@@ -318,6 +318,11 @@ class Settings(StrictModel):
     quality: QualitySettings = Field(default_factory=QualitySettings)
     exit: ExitSettings = Field(default_factory=ExitSettings)
     summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
+    #: agents see each other under neutral labels, in an order shuffled for each of them (false: by persona name)
+    anonymous_peers: bool = True
+    #: a cross-examination answer change counts for the aggregate only when the reply cites an accepted (or its
+    #: own new) claim or evidence id; null: the mode's default (on in ``mode=answer``)
+    anti_conformity: bool | None = None
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")
