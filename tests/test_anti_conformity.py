@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eval_helpers import evaluate
+
 import conclave
 from conclave.engine.conformity import effective_answers
+from conclave.eval import store
 from conclave.events import CONSULTATION_COMPLETED
 from conclave.quality.state import DebateState
 from conclave.render.markdown import render_markdown
@@ -102,3 +105,19 @@ def test_an_unsupported_answer_repeated_later_with_support_then_counts() -> None
     assert effective == {"b": "1"} and len(switches) == 1 and not switches[0].supported
     assert effective_answers(first, rounds[:1], state)[0] == {"b": "2"}
     assert effective_answers(first, rounds[:1], state, enabled=False)[0] == {"b": "1"}
+
+
+async def test_the_evaluation_keeps_the_effective_answers_and_counts_unsupported_switches(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    panel = AnswerPanel({"Alpha": 1.0, "Beta": 0.0, "Gamma": 0.0}, conformity=True)
+    ev, code, out, _ = await evaluate(fake_provider_server, conclave_env, panel, rounds=4, n=3)
+    assert code == 0
+    for row in store.read_items(conclave_env, ev.run_id):
+        truth = arithmetic_truth(row["question"])
+        answers = row["answers"]
+        assert answers["round_3"]["alpha"] != truth  # shown: the right minority flipped
+        assert answers["round_3_effective"]["alpha"] == truth  # counted: its round-1 answer
+        assert answers["round_3_effective"]["beta"] == answers["round_3"]["beta"]  # no switch, no change
+        assert answers["unsupported_switches"] == 1
+    assert store.read_run(conclave_env, ev.run_id)["summary"]["flips"]["unsupported_switches"] == 3
+    assert "(unsupported switches): **3**" in out
