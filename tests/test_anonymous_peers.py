@@ -15,12 +15,18 @@ from conclave.events import CONSULTATION_STARTED
 from conclave.render.markdown import render_markdown
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
 
-PROVIDERS = {"security": "anthropic", "architect": "openai", "pragmatist": "gemini"}
+PROVIDERS = {"security": "anthropic", "architect": "openai", "pragmatist": "gemini", "skeptic": "openai"}
+#: a fourth agent: four agents' own shuffles all coinciding is a 1-in-13,824 chance, not a flaky test
+MODELS = {**AGENT_MODELS, "skeptic": "gpt-4o-mini"}
+FOURTH = ("+agents.skeptic.persona=skeptic", "+agents.skeptic.provider=openai", "+agents.skeptic.model=gpt-4o-mini")
+#: cross-examination repeats once (rounds 3 and 4), so the second replies' prompts show everyone's replies
+REPEAT = ("cost.auto_approve=true", f"judge.model={JUDGE_MODEL}", "exit.override=continue", "exit.round_cap=5",
+          "early_termination.threshold=1.0")
 
 
 def _synthesis(request: RecordedRequest) -> dict[str, Any]:
     """A synthesis naming every agent (the judge writes labels), so the replies' prompts show all of them."""
-    labels = re.findall(r"Agent [A-C]", json.dumps(request.json))
+    labels = re.findall(r"Agent [A-D]", json.dumps(request.json))
     a, b, c = sorted(set(labels))[:3]
     return {
         "consensus_points": [{"point": f"{a} and {b} agree the change is reversible.", "supporting_agents": [a, b],
@@ -41,40 +47,49 @@ def _user_text(request: RecordedRequest) -> str:
 async def test_round_3_agents_see_peers_only_under_their_own_shuffled_labels(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     fake = fake_provider_server
-    for model in AGENT_MODELS.values():
+    for model in MODELS.values():
         fake.script(model, by_schema())
     fake.script(JUDGE_MODEL, by_schema(synthesis=_synthesis))
-    run = await run_consultation(fake, "early_termination.threshold=1.0")
+    run = await run_consultation(fake, *FOURTH, base=REPEAT)
     result = run.result
-    assert result.status in ("complete", "completed_degraded")
+    assert result.status in ("complete", "completed_degraded") and result.completed_rounds == 5
     settings = run.consultation.settings  # type: ignore[union-attr]
     identity = {name: {name, spec.model, spec.provider, settings.personas[spec.persona].name}
                 for name, spec in settings.agents.items()}
-    assert identity["security"] >= {"anthropic", "claude-sonnet-4-5"}
+    assert identity["security"] >= {"anthropic", "claude-sonnet-4-5", "security"}
 
     views = result.peer_labels or {}
-    seen: dict[str, list[str]] = {}  # agent -> the real agents behind the viewpoints it was shown, by label
-    for agent, model in AGENT_MODELS.items():
-        (request,) = requests_with(fake, "cross_exam_reply", model)
-        shown = _user_text(request)
-        for other in set(AGENT_MODELS) - {agent}:
-            for word in identity[other] | {PROVIDERS[other]}:
-                assert word not in shown, (agent, word)
-        labels = re.findall(r'"agent": "(Agent [A-C])"', shown.replace('\\"', '"'))
-        assert len(labels) == 3, (agent, labels)
+    assert set(views) == set(MODELS)
+    seen: dict[str, list[str]] = {}  # agent -> the labels it was shown the judge's viewpoints under
+    replies_order: dict[str, list[str]] = {}  # agent -> the agents whose repeated-round replies it read, in order
+    for agent, model in MODELS.items():
+        first, repeat = requests_with(fake, "cross_exam_reply", model)
         back = {label: name for name, label in views[agent].items()}
+        for request in (first, repeat):
+            shown = _user_text(request)
+            for other in set(MODELS) - {agent}:
+                for word in identity[other] | {PROVIDERS[other]}:
+                    if word not in identity[agent]:  # two agents may share a provider
+                        assert word not in shown, (agent, word)
+        shown = _user_text(first).replace('\\"', '"')
+        labels = re.findall(r'"agent": "(Agent [A-D])"', shown)
+        assert len(labels) == 3, (agent, labels)
         seen[agent] = labels
-        # the labels map back to the same agents the judge named, whoever reads them
+        # the labels map back to the agents the judge named, whoever reads them
         assert [back[label] for label in labels] == _viewpoint_agents(result)
-    # each agent has its own labels: the same three viewpoints read in different label orders
+        # the repeated round lists everyone's replies in the order of this agent's own labels
+        listed = re.findall(r'"(Agent [A-D])": \{"critique"', _user_text(repeat).replace('\\"', '"'))
+        assert sorted(listed) == listed and len(listed) == 4, (agent, listed)
+        replies_order[agent] = [back[label] for label in listed]
+    # each agent has its own labels and its own order
     assert len({tuple(v) for v in seen.values()}) > 1
-    assert len({tuple(sorted(v.items())) for v in views.values()}) > 1
+    assert len({tuple(v) for v in replies_order.values()}) > 1
 
     # the judge still sees its own labels only; the stored synthesis names the agents
-    assert [v["agent"] for v in result.artifacts.round_2["tensions"][0]["viewpoints"]] == _viewpoint_agents(result)
+    assert all(v in MODELS for v in _viewpoint_agents(result))
     report = render_markdown(result.as_dict())
     peers_line = next(line for line in report.splitlines() if "Peers:" in line)
-    for agent in AGENT_MODELS:
+    for agent in MODELS:
         assert f"{agent} saw" in peers_line
     (started,) = run.of(CONSULTATION_STARTED)  # what the journal records
     assert started["peer_labels"] == views

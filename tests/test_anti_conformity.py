@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+from cli_helpers import clean_env, run_conclave
 from eval_helpers import evaluate
 
 import conclave
@@ -16,6 +18,7 @@ from conclave.quality.state import DebateState
 from conclave.render.markdown import render_markdown
 from conclave.testing.answer_panel import AnswerPanel, arithmetic_truth
 from conclave.testing.fake_server import FakeProviderServer
+from conclave.testing.pytest_plugin import FAKE_KEYS
 
 PANEL = ["agents.security.provider=openai", "agents.security.model=gpt-4o",
          "agents.architect.provider=openai", "agents.architect.model=gpt-4o",
@@ -121,3 +124,13 @@ async def test_the_evaluation_keeps_the_effective_answers_and_counts_unsupported
         assert answers["unsupported_switches"] == 1
     assert store.read_run(conclave_env, ev.run_id)["summary"]["flips"]["unsupported_switches"] == 3
     assert "(unsupported switches): **3**" in out
+
+
+@pytest.mark.parametrize("override", ["anti_conformity=sometimes", "anonymous_peers=maybe"])
+def test_a_bad_switch_is_one_line_naming_the_key(override: str, tmp_path: Path) -> None:
+    done = run_conclave("Q?", override, home=tmp_path, env=clean_env(tmp_path, FAKE_KEYS))
+    key = override.split("=")[0]
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"conclave: {key}: input should be a valid boolean, unable to interpret input (got "
+        f"{override.split('=')[1]!r})"]
