@@ -10,9 +10,11 @@ from typing import Any
 
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, by_schema, requests_with, run_consultation
 
+from conclave.commands.show_prompt import render
 from conclave.engine.labels import JudgeLabels
 from conclave.events import CONSULTATION_STARTED
 from conclave.render.markdown import render_markdown
+from conclave.store.recorder import Recorder
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
 
 PROVIDERS = {"security": "anthropic", "architect": "openai", "pragmatist": "gemini", "skeptic": "openai"}
@@ -129,3 +131,26 @@ def test_an_agents_labels_are_reproducible_from_the_seed() -> None:
     assert stored == {"target_agent": "b", "text": f"c ({judge.label('c')}) is wrong"}
     assert judge.to_labels(stored)["text"] == f"{judge.label('c')} is wrong"
     assert judge.for_agent("d").to_labels(stored)["text"] == f"{judge.for_agent('d').label('c')} is wrong"
+
+
+async def test_show_prompt_shows_an_agent_its_own_view_as_the_engine_sent_it(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    for model in AGENT_MODELS.values():
+        fake.script(model, by_schema())
+    fake.script(JUDGE_MODEL, by_schema(synthesis=_synthesis))
+    recorder = Recorder(conclave_env, index=False)
+    run = await run_consultation(fake, "rounds=3", "early_termination.threshold=1.0", recorder=recorder)
+    recorder.close()
+    assert run.consultation is not None
+    for agent, model in AGENT_MODELS.items():
+        (call,) = render("cross_exam_replies", [], source=run.consultation.id, agent=agent)
+        (sent,) = requests_with(fake, "cross_exam_reply", model)
+        own = (run.result.peer_labels or {})[agent][agent]
+        assert f"you appear as {own}" in call["user"]
+        # the same labels in the same places as the engine's call (how show-prompt renders stored artifacts
+        # otherwise is not this test's business)
+        synthesis = re.compile(r"The judge's synthesis.*?\n(.*?)\n")
+        assert synthesis.findall(call["user"])[0].count(own) >= 1
+        assert re.findall(r"Agent [A-C]", synthesis.findall(call["user"])[0]) == re.findall(
+            r"Agent [A-C]", synthesis.findall(_user_text(sent).replace('\\n', '\n'))[0])

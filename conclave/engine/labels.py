@@ -46,7 +46,8 @@ class JudgeLabels:
         names = list(agents)
         self.seed = seed
         if labels is None:
-            order = names[:]
+            # an agent's own shuffle starts from a fixed order, so it never depends on how the panel was listed
+            order = sorted(names) if shuffle else names[:]
             random.Random(f"{seed}/{shuffle}" if shuffle else seed).shuffle(order)
             labels = {name: f"Agent {_LETTERS[i]}" for i, name in enumerate(order)}
         missing = [n for n in names if n not in labels]
