@@ -306,6 +306,11 @@ class Settings(StrictModel):
     verbose: bool = False
     strict_models: bool = False
     scrub: bool = True
+    #: agents see each other under neutral labels, in an order shuffled for each of them (false: by persona name)
+    anonymous_peers: bool = True
+    #: a cross-examination answer change counts for the aggregate only when the reply cites an accepted (or its
+    #: own new) claim or evidence id; null: the mode's default (on in ``mode=answer``)
+    anti_conformity: bool | None = None
     live: bool = False
     live_port: Annotated[int, Field(ge=0, le=65535)] = 0
     context: list[str] = Field(default_factory=list)
@@ -318,11 +323,6 @@ class Settings(StrictModel):
     quality: QualitySettings = Field(default_factory=QualitySettings)
     exit: ExitSettings = Field(default_factory=ExitSettings)
     summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
-    #: agents see each other under neutral labels, in an order shuffled for each of them (false: by persona name)
-    anonymous_peers: bool = True
-    #: a cross-examination answer change counts for the aggregate only when the reply cites an accepted (or its
-    #: own new) claim or evidence id; null: the mode's default (on in ``mode=answer``)
-    anti_conformity: bool | None = None
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")

@@ -30,6 +30,8 @@ class AnswerStrategy(Strategy):
     name = "answer"
     prompt_package = "conclave_plugins"
     prompt_dir = "prompts/answer"
+    # a changed answer counts only with evidence the debate accepts: conformity alone does not move the aggregate
+    anti_conformity_by_default = True
     plan = (
         INDEPENDENT.with_schema("independent_answer"),
         SYNTHESIS.with_schema("synthesis_answer"),
@@ -38,8 +40,6 @@ class AnswerStrategy(Strategy):
         VERDICT.with_schema("verdict_answer"),
     )
     allows_early_termination = True
-    # a changed answer counts only with evidence the debate accepts: conformity alone does not move the aggregate
-    anti_conformity_by_default = True
     verification_questions = (
         Question("AN1", "mode-specific", "Does the working shown derive the final_answer, with no gap or "
                  "contradicting step?"),
