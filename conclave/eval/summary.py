@@ -3,7 +3,6 @@ flips, oracle gap, agreement and calibration. The result is plain JSON (stored i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,17 +27,6 @@ def protocols_in(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The protocols a run scored: the four every run has, and ``quality`` when its arm ran."""
     extra = [p for p in PROTOCOLS if p not in BASE_PROTOCOLS and any(r.get(f"{p}_correct") is not None for r in rows)]
     return [*BASE_PROTOCOLS, *extra]
-
-
-def _answers(row: dict[str, Any]) -> dict[str, Any]:
-    """A row's ``answers`` record (a dict in memory, JSON text in the index)."""
-    answers = row.get("answers")
-    if isinstance(answers, str):
-        try:
-            answers = json.loads(answers)
-        except ValueError:
-            return {}
-    return answers if isinstance(answers, dict) else {}
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -101,7 +89,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "items_with_right_to_wrong": sum(1 for r in rows if r.get("right_to_wrong")),
             # anti-conformity: switches that cited no accepted (or new) claim or evidence id, whose earlier
             # answer still counts for aggregation when it is on
-            "unsupported_switches": sum(int(_answers(r).get("unsupported_switches") or 0) for r in rows),
+            "unsupported_switches": sum(int((r.get("answers") or {}).get("unsupported_switches") or 0) for r in rows),
             "vote_right_debate_wrong": comparisons["debate_vs_vote"]["vote_right_debate_wrong"],
             "vote_wrong_debate_right": comparisons["debate_vs_vote"]["vote_wrong_debate_right"],
         },
