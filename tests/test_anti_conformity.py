@@ -82,22 +82,29 @@ def _state() -> DebateState:
     return state
 
 
-def test_support_is_an_accepted_id_or_a_new_claim_of_the_reply() -> None:
+def test_support_is_an_accepted_id_or_new_sourced_support_of_the_reply() -> None:
     state = _state()
     assert state.claims["C1"].status == "accepted" and state.claims["C2"].status == "open"
     first = {"a": "1", "b": "2", "c": "2"}
-    replies = {"a": {"final_answer": "2", "defense": "C1 settles it"},  # cites an accepted claim
+    replies = {"a": {"final_answer": "2", "defense": "C1 settles it"},  # cites a claim b made and a backs
                "b": {"final_answer": "1", "defense": "C2 says so"},  # cites an open claim only
                "c": {"final_answer": "1", "defense": "E1 backs C1"}}  # evidence backing an accepted claim
     effective, switches = effective_answers(first, [(3, replies)], state)
-    assert effective == {"a": "2", "b": "2", "c": "1"}
-    assert {s.agent: s.supported for s in switches} == {"a": True, "b": False, "c": True}
-    assert [s.accepted_ids for s in switches if s.agent == "a"] == [("C1",)]
-    # a claim the reply introduces supports its own switch
-    state.absorb(3, "b", {"claims": [{"id": "1", "text": "7*8 is 56", "label": "FACT", "citations": []}],
+    assert {s.agent: s.supported for s in switches} == {"a": False, "b": False, "c": True}
+    # a's own backing made C1 accepted: that is no support for a's own switch
+    assert effective == {"a": "1", "b": "2", "c": "1"}
+    assert [s.accepted_ids for s in switches if s.agent == "c"] == [("C1", "E1")]
+    # once another agent restates C1 too, it is shared ground that supports a's switch
+    state.absorb(3, "c", {"claims": [{"id": "C1", "text": "4*5 is 20", "label": "FACT"}], "references": []})
+    assert effective_answers(first, [(3, replies)], state)[0]["a"] == "2"
+    # a new claim of the reply backs its switch only with a source of its own
+    state.absorb(3, "b", {"claims": [{"id": "1", "text": "7*8 is 56", "label": "INFER", "citations": []}],
                           "references": []})
+    assert effective_answers(first, [(3, replies)], state)[0]["b"] == "2"
+    state.absorb(3, "b", {"claims": [{"id": "1", "text": "3+20+6 is 29", "label": "FACT", "citations": [1]}],
+                          "references": [{"id": 1, "title": "Calculator", "url": "https://e.x/calc"}]})
     effective, switches = effective_answers(first, [(3, replies)], state)
-    assert effective["b"] == "1" and [s.new_ids for s in switches if s.agent == "b"] == [("C4",)]
+    assert effective["b"] == "1" and [s.new_ids for s in switches if s.agent == "b"] == [("C5", "E2")]
 
 
 def test_an_unsupported_answer_repeated_later_with_support_then_counts() -> None:

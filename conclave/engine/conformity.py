@@ -2,11 +2,12 @@
 
 A reply whose ``final_answer`` differs from its author's previous answer is a *switch*. The switch is supported
 when the reply cites a claim or evidence id the debate state marks accepted (evidence counts when it backs an
-accepted claim), or introduced a claim or evidence of its own in that round; then its new answer counts for
-aggregation. An unsupported switch is still shown and counted, but its author's earlier answer stands for
-aggregation (``anti_conformity``: on by default in ``mode=answer``). Support is judged against the debate state
-at the end of the debate, so a claim accepted later still backs an earlier switch. Replies without a
-``final_answer`` (modes whose answers are prose) have no switches.
+accepted claim) on grounds other than the switching agent's own say-so — the judge's ruling, or another agent
+backing or restating it — or when the reply brought new support of its own that round (a source new to the
+debate, or a new claim citing one); then its new answer counts for aggregation. An unsupported switch is still
+shown and counted, but its author's earlier answer stands for aggregation (``anti_conformity``: on by default in
+``mode=answer``). Support is judged against the debate state at the end of the debate, so a claim accepted later
+still backs an earlier switch. Replies without a ``final_answer`` (modes whose answers are prose) have no switches.
 """
 
 from __future__ import annotations
@@ -74,19 +75,28 @@ def cited_ids(artifact: Any) -> set[str]:
     return found
 
 
-def is_accepted(state: DebateState, state_id: str) -> bool:
-    """A claim the state marks accepted, or evidence backing one."""
+def is_accepted(state: DebateState, state_id: str, agent: str | None = None) -> bool:
+    """A claim the state marks accepted, or evidence backing one. With ``agent``: accepted on grounds other than
+    that agent's own say-so — the judge ruled it accepted (with a reason), or an agent other than ``agent`` backs
+    or restates it (a switch cannot be supported by a claim it alone made accepted)."""
     claim = state.claims.get(state_id)
     if claim is not None:
-        return claim.status == "accepted"
+        if claim.status != "accepted":
+            return False
+        if agent is None or claim.status_reason:
+            return True
+        # who made it accepted: the agents backing or restating it (never its author)
+        backers = {state.claims[b].agent for b in claim.backing if b in state.claims} | set(claim.restated_by)
+        return bool(backers - {agent, claim.agent})
     evidence = state.evidence.get(state_id)
-    return evidence is not None and any(
-        state.claims[c].status == "accepted" for c in evidence.supports if c in state.claims)
+    return evidence is not None and any(is_accepted(state, c, agent) for c in evidence.supports if c in state.claims)
 
 
 def introduced_ids(state: DebateState, agent: str, round_number: int) -> list[str]:
-    """The claims and evidence ``agent`` brought into the debate in round ``round_number``."""
-    return [*(c.id for c in state.claims.values() if c.agent == agent and c.introduced_round == round_number),
+    """What ``agent`` brought into the debate in round ``round_number`` to back an answer: sources new to the
+    debate, and its new claims that cite a source (a bare new assertion backs nothing)."""
+    return [*(c.id for c in state.claims.values()
+              if c.agent == agent and c.introduced_round == round_number and c.support),
             *(e.id for e in state.evidence.values() if e.agent == agent and e.added_round == round_number)]
 
 
@@ -111,7 +121,7 @@ def effective_answers(first: Mapping[str, str | None], replies: Sequence[tuple[i
             if before is None or current is None:  # nothing to switch from: the answer counts as given
                 effective[agent] = after
                 continue
-            accepted = tuple(sorted(i for i in cited_ids(by_agent[agent]) if is_accepted(state, i)))
+            accepted = tuple(sorted(i for i in cited_ids(by_agent[agent]) if is_accepted(state, i, agent)))
             new = tuple(introduced_ids(state, agent, number))
             supported = bool(accepted or new)
             if not same_answer(after, before):
