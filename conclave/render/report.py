@@ -385,8 +385,8 @@ def _switches(result: Mapping[str, Any]) -> Section | None:
         rows.append([str(s.get("agent")), str(s.get("round_number")), f"{s.get('before')} → {s.get('after')}",
                      "supported" if s.get("supported") else "unsupported switch", counts])
     unsupported = int(record.get("unsupported_switches") or 0)
-    note = ("on: an answer changed without citing an accepted claim or evidence id, or one of its own, keeps the "
-            "earlier answer for aggregation" if on else "off: every changed answer counts")
+    note = ("on: an answer changed without citing a claim or evidence id others accepted, or a new source of its "
+            "own, keeps the earlier answer for aggregation" if on else "off: every changed answer counts")
     return Section("Answer changes in cross-examination", [
         Table(["Agent", "Round", "Answer", "Support", "Counts for the aggregate"], rows),
         Facts([("Unsupported switches", f"{unsupported} of {len(switches)}"), ("Anti-conformity", note)]),
