@@ -323,6 +323,11 @@ class Settings(StrictModel):
     verbose: bool = False
     strict_models: bool = False
     scrub: bool = True
+    #: agents see each other under neutral labels, in an order shuffled for each of them (false: by persona name)
+    anonymous_peers: bool = True
+    #: a cross-examination answer change counts for the aggregate only when the reply cites a claim or evidence id
+    #: others accepted, or a new source (:mod:`conclave.engine.conformity`); null: the mode's default (answer: on)
+    anti_conformity: bool | None = None
     live: bool = False
     live_port: Annotated[int, Field(ge=0, le=65535)] = 0
     context: list[str] = Field(default_factory=list)

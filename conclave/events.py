@@ -11,7 +11,8 @@ consultation:started                   question, mode, strategy, agents [{name, 
                                        [round type names, in order], config (the validated settings as
                                        JSON, secrets-free), config_hash (sha256 of canonical config JSON),
                                        prompt_versions {round_1..round_4: id}, conclave_version, scrub_report
-                                       {total, by_type {type: count}}, judge_labels {agent: "Agent A"}, shuffle_seed;
+                                       {total, by_type {type: count}}, judge_labels {agent: "Agent A"}, shuffle_seed,
+                                       peer_labels {agent: {agent: label it sees}};
                                        over MCP also origin ("mcp") and client {name, version}
 state:transition                       from, to, reason
 consultation:cost_estimated            estimated_cost (float | null when a model's price is unknown),

@@ -30,6 +30,8 @@ class AnswerStrategy(Strategy):
     name = "answer"
     prompt_package = "conclave_plugins"
     prompt_dir = "prompts/answer"
+    # a changed answer counts only with evidence the debate accepts: conformity alone does not move the aggregate
+    anti_conformity_by_default = True
     plan = (
         INDEPENDENT.with_schema("independent_answer"),
         SYNTHESIS.with_schema("synthesis_answer"),

@@ -118,13 +118,13 @@ async def test_an_answer_consultation_labels_numbers_checks_and_indexes_claims(
     recorder.close()
     result, quality = run.result, run.result.quality
     assert result.status == "complete" and result.strategy == "answer" and quality is not None
-    labels = result.judge_labels
     # round 1 carried the labelling rules; round 3 the DEBATE STATE with the engine's ids, and the ask to cite them
     assert "=== EPISTEMIC LABELING ===" in texts(requests_with(fake, "independent_answer", AGENT_MODELS["security"])[0])
     for name, model in AGENT_MODELS.items():
         shown = texts(requests_with(fake, "cross_exam_reply_answer", model)[0])
         assert "=== DEBATE STATE ===" in shown and "Challenging C2" in shown
-        assert f"{labels[name]} (you):" in shown  # each agent's own claims, under its label
+        own = (result.peer_labels or {})[name][name]  # each agent sees the panel under labels of its own
+        assert f"{own} (you):" in shown  # each agent's own claims, under its label
         # the architect's C1 in full to the architect, by id to the others (the judge's statements give its gist)
         c1 = "- C1 [FACT]: Multiplication binds tighter than addition." if name == "architect" else "C1 FACT"
         assert c1 in shown, shown

@@ -87,7 +87,7 @@ async def test_a_full_converge_consultation(fake_provider_server: FakeProviderSe
         assert f"position of {name} via {model}" in shown
         assert not any(f"position of {other}" in shown for other in AGENT_MODELS if other != name)
         assert "Challenge the consensus or defend your position" in shown
-        assert f"you appear as {labels[name]}" in shown
+        assert f"you appear as {(result.peer_labels or {})[name][name]}" in shown  # its own view of the panel
         kept = [p for p, _, c in POINTS if c >= 0.75]
         assert all(p in shown for p in kept) and not any(p in shown for p, _, c in POINTS if c < 0.75)
         assert "three-sided" in shown and "two-sided" in shown and "also two-sided" not in shown

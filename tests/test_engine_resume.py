@@ -69,8 +69,11 @@ async def test_resume_after_round_2_calls_no_round_1_or_2_provider(fake_provider
     assert first.artifacts.round_2 is not None
     assert first.artifacts.round_2["consensus_points"][0]["point"] == \
         f"{names['Agent B']} (Agent B) and {names['Agent C']} (Agent C) want an outbox"
+    # the architect reads it under its own labels, the same after the resume as before
+    assert result.peer_labels == first.peer_labels
+    view = (result.peer_labels or {})["architect"]
     reply_request = requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[0]
-    assert "Agent B and Agent C want an outbox" in texts(reply_request)
+    assert f"{view[names['Agent B']]} and {view[names['Agent C']]} want an outbox" in texts(reply_request)
     verdict_text = texts(requests_with(fake, "verdict", JUDGE_MODEL)[0])
     assert "Agent B and Agent C want an outbox" in verdict_text
     assert not any(f'"{name}"' in verdict_text for name in AGENT_MODELS)

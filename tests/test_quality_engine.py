@@ -86,7 +86,7 @@ async def test_round_3_agents_see_the_debate_state_and_their_anchor(fake_provide
     # round-robin in configuration order
     assert anchors == {"security": "Risk-Attentive", "architect": "Implementation-Focused",
                        "pragmatist": "Evidence-Calibrated"}
-    labels = run.result.judge_labels
+    views = run.result.peer_labels or {}  # each agent sees the panel under labels of its own
     texts_of = {"architect": ["- C1 [FACT]: An outbox keeps writes atomic.", "- C2 [ASSUME]: The team values auditability."],
                 "pragmatist": ["- C3 [INFER]: Replays are cheap at our volume."],
                 "security": ["- C4 [FACT]: Signed events make tampering evident."]}
@@ -95,6 +95,7 @@ async def test_round_3_agents_see_the_debate_state_and_their_anchor(fake_provide
         request = requests_with(fake, "cross_exam_reply", model)[0]
         shown = texts(request)
         assert "=== DEBATE STATE ===" in shown
+        labels = views[name]
         # its own claims with their text, under its label (it restates or retracts them by id)
         assert "\n".join([f"{labels[name]} (you):", *texts_of[name]]) in shown
         # the others' claims the synthesis shown above rests on (C1, C3, C4), by id and label: the synthesis'
@@ -127,12 +128,13 @@ async def test_an_agent_gets_by_id_only_the_claims_its_prompt_states_the_gist_of
     script(fake)
     # the round-3 agents are shown the synthesis without its tensions, so nothing in their prompt names C4
     run = await run_consultation(fake, "filtering.round3.tensions=0")
-    labels = run.result.judge_labels
+    views = run.result.peer_labels or {}  # each agent sees the panel under labels of its own
+    labels = views["architect"]
     architect = state_block(texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[0]))
     assert f"{labels['pragmatist']}:\n- open, by id: C3 INFER" in architect  # the consensus point names C3
     assert "C4" not in architect and "- … 1 other claim(s) not shown here" in architect
     security = state_block(texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["security"])[0]))
-    assert f"{labels['security']} (you):\n- C4 [FACT]: Signed events make tampering evident." in security
+    assert f"{views['security']['security']} (you):\n- C4 [FACT]: Signed events make tampering evident." in security
 
 
 async def test_the_engine_numbers_claims_and_evidence_and_the_judge_settles_statuses(

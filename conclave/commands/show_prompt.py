@@ -11,6 +11,7 @@ exactly what was — or, for a round not yet played, would be — sent.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
@@ -51,7 +52,7 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     from conclave.engine.labels import JudgeLabels
     from conclave.engine.play import call_spec, own_inputs, participants, shared_inputs
     from conclave.engine.resume import restore_rounds
-    from conclave.engine.rounds import Plan
+    from conclave.engine.rounds import Plan, RoundType
     from conclave.engine.session import Session, prompt_json
     from conclave.events import EventBus
     from conclave.plugins import get_plugins
@@ -107,17 +108,22 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     calls = []
     for step in chosen if round_name.isdigit() else chosen[:1]:  # a number: every step of that round
         round_type = step.type
-        values = {"question": question, "panel": labels.panel(), "absent": session.absent_notice(),
-                  **session.quality.template_values(strategy.template(round_type.template).text)}
-        for placeholder, spec in round_type.inputs.items():
-            if spec.take == "own":
-                continue
-            produced = (session.record.judged(spec.source) if spec.take == "judge"
-                        else session.record.by_agent(spec.source))
-            if produced:
-                values[placeholder] = shared_inputs(session, round_type, step.number)[placeholder]
-            else:
-                values[placeholder] = _describe(placeholder, spec)
+
+        def shown(round_type: RoundType = round_type, number: int = step.number) -> dict[str, str]:
+            """The values every call of the round gets, under the labels of whoever is asked (``seen_by``)."""
+            values = {"question": question, "panel": session.labels.panel(), "absent": session.absent_notice(),
+                      **session.quality.template_values(strategy.template(round_type.template).text)}
+            for placeholder, spec in round_type.inputs.items():
+                if spec.take == "own":
+                    continue
+                produced = (session.record.judged(spec.source) if spec.take == "judge"
+                            else session.record.by_agent(spec.source))
+                if produced:
+                    values[placeholder] = shared_inputs(session, round_type, number)[placeholder]
+                else:
+                    values[placeholder] = _describe(placeholder, spec)
+            return values
+
         who = [None] if round_type.seat == "judge" else (participants(session, round_type) or list(settings.agents))
         if agent is not None:
             if round_type.seat == "judge":
@@ -127,13 +133,16 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
                                  f"{', '.join(settings.agents)}")
             who = [agent]
         for name in who:
-            mine = dict(values)
-            if name is not None:
-                mine.update(own_inputs(session, round_type, name, values))
-                for placeholder, spec in round_type.inputs.items():
-                    if spec.take == "own" and mine.get(placeholder) == prompt_json(None):
-                        mine[placeholder] = _describe(placeholder, spec)
-            spec_ = call_spec(session, round_type, step.number, mine, name)
+            # an agent's prompt shows the panel under its own labels, as the engine sends it
+            with session.seen_by(name) if name is not None else contextlib.nullcontext():
+                values = shown()
+                mine = dict(values)
+                if name is not None:
+                    mine.update(own_inputs(session, round_type, name, values))
+                    for placeholder, spec in round_type.inputs.items():
+                        if spec.take == "own" and mine.get(placeholder) == prompt_json(None):
+                            mine[placeholder] = _describe(placeholder, spec)
+                spec_ = call_spec(session, round_type, step.number, mine, name)
             instruction = json_instruction(spec_.schema_name, session.native(spec_.provider))
             calls.append({
                 "round_type": round_type.name,

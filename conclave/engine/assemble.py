@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conclave import artifacts
+from conclave.engine.conformity import conformity_record
 from conclave.engine.cost import CostEstimate, SpentSoFar, spent
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine
@@ -158,6 +159,8 @@ def assemble_result(
         prompt_versions=provenance.prompt_versions,
         judge_labels=dict(labels.by_name),
         shuffle_seed=labels.seed,
+        peer_labels=session.all_peer_labels(),
+        anti_conformity=conformity_record(session),
         absent_agents=[name for name, state in session.agents.items() if state.absent],
         abort_reason=record.abort_reason,
         config_hash=provenance.config_hash,

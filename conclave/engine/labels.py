@@ -4,6 +4,12 @@ Artifacts are stored with real names. :meth:`JudgeLabels.to_names` translates wh
 name an agent get the name, and a label in free text becomes ``name (Agent B)``, so the report names agents and
 still shows which label the judge saw. :meth:`JudgeLabels.to_labels` is its exact inverse, which lets a resumed
 consultation rebuild the judge's view from stored artifacts without ever showing the judge a name.
+
+Agents are anonymous to each other too (``anonymous_peers``): :meth:`JudgeLabels.for_agent` is one agent's own
+view of the panel, every agent under a neutral label in an order shuffled for that agent (seeded by the
+consultation's seed and the agent's name, so a resumed run shows the same). Stored text keeps the judge's form
+(``name (Agent B)``) whoever wrote it, so every view reads it. With ``anonymous_peers=false`` an agent sees its
+peers by persona name (:meth:`JudgeLabels.named_view`), the condition the switch is ablated against.
 """
 
 from __future__ import annotations
@@ -33,26 +39,39 @@ def new_seed() -> int:
 class JudgeLabels:
     """The agent → label mapping of one consultation, derived from its seed and the panel."""
 
-    def __init__(self, agents: Iterable[str], seed: int, labels: Mapping[str, str] | None = None) -> None:
+    def __init__(self, agents: Iterable[str], seed: int, labels: Mapping[str, str] | None = None, *,
+                 stored: Mapping[str, str] | None = None, shuffle: str = "") -> None:
+        """``stored``: the labels stored text names agents by (``name (label)``; default: these labels);
+        ``shuffle``: added to the seed of the shuffle (an agent's own view)."""
         names = list(agents)
         self.seed = seed
         if labels is None:
-            order = names[:]
-            random.Random(seed).shuffle(order)
+            # an agent's own shuffle starts from a fixed order, so it never depends on how the panel was listed
+            order = sorted(names) if shuffle else names[:]
+            random.Random(f"{seed}/{shuffle}" if shuffle else seed).shuffle(order)
             labels = {name: f"Agent {_LETTERS[i]}" for i, name in enumerate(order)}
         missing = [n for n in names if n not in labels]
         if missing:
             raise ValueError(f"no judge label for agent(s) {', '.join(missing)}")
         self.by_name: dict[str, str] = dict(labels)
         self.by_label: dict[str, str] = {label: name for name, label in self.by_name.items()}
+        self.stored: dict[str, str] = dict(stored) if stored is not None else dict(self.by_name)
         self._label_in_text = re.compile(
-            r"\b(" + "|".join(re.escape(label) for label in sorted(self.by_label, key=len, reverse=True)) + r")\b"
+            r"(?<!\w)(" + "|".join(re.escape(label) for label in sorted(self.by_label, key=len, reverse=True))
+            + r")(?!\w)"
         )
-        self._named_in_text = re.compile(
-            "|".join(
-                re.escape(f"{name} ({label})") for name, label in sorted(self.by_name.items(), key=lambda i: -len(i[0]))
-            )
-        )
+        #: ``name (stored label)`` as stored text has it -> the label this view shows
+        self._named: dict[str, str] = {f"{name} ({self.stored[name]})": label for name, label in self.by_name.items()}
+        self._named_in_text = re.compile("|".join(re.escape(s) for s in sorted(self._named, key=len, reverse=True)))
+
+    def for_agent(self, agent: str) -> JudgeLabels:
+        """How ``agent`` sees the panel: everyone (itself included) under ``Agent A…`` labels in an order of its own,
+        seeded by this consultation's seed and its name; stored text is read and written in the judge's form."""
+        return JudgeLabels(self.by_name, self.seed, shuffle=agent, stored=self.by_name)
+
+    def named_view(self, names: Mapping[str, str]) -> JudgeLabels:
+        """The panel shown by ``names`` (agent -> display name, e.g. its persona's): agents are not anonymous."""
+        return JudgeLabels(self.by_name, self.seed, names, stored=self.by_name)
 
     def order(self) -> list[str]:
         """Agent names in the order the judge sees them (label order: A, B, C…)."""
@@ -86,6 +105,8 @@ class JudgeLabels:
         return {k: v for k, v in labelled.items() if k not in HEADER_FIELDS}
 
     def _field_to_name(self, value: str) -> str:
+        if value.strip() in self.by_label:
+            return self.by_label[value.strip()]
         match = re.fullmatch(r"\s*agent[\s_-]*([A-Za-z])\s*", value, flags=re.IGNORECASE)
         if match:
             return self.by_label.get(f"Agent {match.group(1).upper()}", value)
@@ -95,10 +116,14 @@ class JudgeLabels:
         return self.by_name.get(value, value)
 
     def _text_to_names(self, text: str) -> str:
-        return self._label_in_text.sub(lambda m: f"{self.by_label[m.group(1)]} ({m.group(1)})", text)
+        def named(m: re.Match[str]) -> str:
+            name = self.by_label[m.group(1)]
+            return f"{name} ({self.stored[name]})"
+
+        return self._label_in_text.sub(named, text)
 
     def _text_to_labels(self, text: str) -> str:
-        return self._named_in_text.sub(lambda m: m.group(0).rsplit(" (", 1)[1][:-1], text)
+        return self._named_in_text.sub(lambda m: self._named[m.group(0)], text)
 
 
 def _walk(obj: Any, field: Any, text: Any, key: str | None = None) -> Any:

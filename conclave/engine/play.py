@@ -145,21 +145,16 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
             output.by_agent[name] = artifact
             session.emit_artifact(number, round_type.schema, name, artifact, "", "restored", round_type.name)
     to_ask = [name for name in players if name not in output.by_agent]
-    shared = shared_inputs(session, round_type, number, recipients=len(to_ask)) if to_ask else {}
+    if to_ask:  # the judge's artifacts are filtered (and the filtering recorded) once for all the round's calls
+        shared_inputs(session, round_type, number, recipients=len(to_ask))
     counted = bool(to_ask) and _counted(session)
-    whole = _unfiltered(session, lambda: shared_inputs(session, round_type, number)) if counted else {}
     if to_ask and session.plan.types[0].name == round_type.name:
         await warm_prompt_caches(session, to_ask)
 
     unanswered: dict[str, CallOutcome] = {}  # agents whose provider failed them
 
     async def one(name: str) -> None:
-        # an agent's DEBATE STATE names the claims its prompt shows, so each rendering gets its own
-        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name, shared)},
-                         name, measure=True)
-        if counted:
-            _count(session, spec, _unfiltered(session, lambda: call_spec(
-                session, round_type, number, {**whole, **own_inputs(session, round_type, name, whole)}, name)))
+        spec = _agent_call(session, round_type, number, name, counted)
         outcome = await ask_for_artifact(session.pool, spec, native=session.native(spec.provider), bus=session.bus,
                                          stream=session.stream)
         _record_agent(session, step, name, outcome)
@@ -178,6 +173,21 @@ async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict
     if got >= needed:
         return None
     return round_type.too_few.format(got=got, of=len(players), needed=needed, number=number, title=round_type.title)
+
+
+def _agent_call(session: Session, round_type: RoundType, number: int, name: str, counted: bool) -> CallSpec:
+    """Agent ``name``'s call, everything in it shown under its own view of the panel (its labels, its order).
+    An agent's DEBATE STATE names the claims its prompt shows, so each rendering gets its own."""
+    with session.seen_by(name):
+        with session.filtering.unrecorded():  # recorded once, for every call of the round
+            shared = shared_inputs(session, round_type, number)
+        spec = call_spec(session, round_type, number, {**shared, **own_inputs(session, round_type, name, shared)},
+                         name, measure=True)
+        if counted:
+            whole = _unfiltered(session, lambda: shared_inputs(session, round_type, number))
+            _count(session, spec, _unfiltered(session, lambda: call_spec(
+                session, round_type, number, {**whole, **own_inputs(session, round_type, name, whole)}, name)))
+    return spec
 
 
 def _strict_failure(session: Session, number: int, unanswered: list[tuple[str, CallOutcome]]) -> str:
@@ -200,7 +210,8 @@ def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome)
         if session.plan.types[0].name == round_type.name:
             state.absent = True  # no first-round answer: takes no part in the debate
         return
-    artifact = session.labels.to_names(outcome.artifact) if round_type.sees_labels else outcome.artifact
+    # the agent named its peers as it saw them: stored in the judge's form (``name (Agent B)``)
+    artifact = session.peer_labels(name).to_names(outcome.artifact) if round_type.sees_labels else outcome.artifact
     session.record.outputs[round_type.name].by_agent[name] = artifact
     session.emit_artifact(step.number, round_type.schema, name, artifact, outcome.raw_text,
                           outcome.status or "valid", round_type.name)

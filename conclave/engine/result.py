@@ -125,6 +125,12 @@ class ConsultationResult(_Frozen):
     prompt_versions: dict[str, str]
     judge_labels: dict[str, str]
     shuffle_seed: int
+    #: agent -> how it saw the panel (agent -> label): its own shuffled neutral labels, or persona names with
+    #: ``anonymous_peers=false``; None in older results
+    peer_labels: dict[str, dict[str, str]] | None = None
+    #: answer changes in cross-examination and whether each counts for the aggregate
+    #: (:func:`conclave.engine.conformity.effective_answers`); None when no agent answered in cross-examination
+    anti_conformity: dict[str, Any] | None = None
     absent_agents: list[str]
     abort_reason: str | None
     config_hash: str

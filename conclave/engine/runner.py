@@ -686,6 +686,7 @@ class Consultation:
             scrub_report=provenance.scrub_report,
             judge_labels=dict(session.labels.by_name),
             shuffle_seed=session.labels.seed,
+            peer_labels=session.all_peer_labels(),
             context_sources=provenance.context_sources,
             verbose=settings.verbose,
             resumed_rounds=resumed_rounds(self.resume_from),

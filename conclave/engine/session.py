@@ -7,6 +7,8 @@ The record holds artifacts with real agent names; :class:`Session` helpers produ
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +167,32 @@ class Session:
             return bool(getattr(self.plugins.providers.get(api), "supports_structured_output", False))
         except KeyError:
             return False
+
+    # --------------------------------------------------------------------------------- how agents see the panel
+
+    def peer_labels(self, agent: str) -> JudgeLabels:
+        """The labels ``agent`` sees the panel under: its own shuffled neutral labels (``anonymous_peers``), or
+        persona names (a persona shared by several agents adds the agent's name)."""
+        if self.settings.anonymous_peers:
+            return self.labels.for_agent(agent)
+        personas = {name: self.settings.personas[spec.persona].name if spec.persona in self.settings.personas
+                    else name for name, spec in self.settings.agents.items()}
+        shared = {p for p in personas.values() if list(personas.values()).count(p) > 1}
+        return self.labels.named_view({n: f"{p} ({n})" if p in shared else p for n, p in personas.items()})
+
+    def all_peer_labels(self) -> dict[str, dict[str, str]]:
+        """Each agent's view of the panel (agent -> agent -> label), for the journal and the report."""
+        return {name: dict(self.peer_labels(name).by_name) for name in self.settings.agents}
+
+    @contextmanager
+    def seen_by(self, agent: str) -> Iterator[None]:
+        """Within: labels, the order agents are listed in and every artifact view are ``agent``'s own. Building a
+        call's prompt is synchronous, so no other call is rendered meanwhile."""
+        previous, self.labels = self.labels, self.peer_labels(agent)
+        try:
+            yield
+        finally:
+            self.labels = previous
 
     # --------------------------------------------------------------------------------- who takes part
 

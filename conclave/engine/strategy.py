@@ -75,6 +75,9 @@ class Strategy:
     allows_early_termination: ClassVar[bool] = False
     #: shown (via an event) when the strategy never stops early, e.g. "Explore mode: all rounds will execute"
     all_rounds_notice: ClassVar[str | None] = None
+    #: whether an unsupported answer change in cross-examination keeps the earlier answer for aggregation when
+    #: ``anti_conformity`` is null (:mod:`conclave.engine.conformity`)
+    anti_conformity_by_default: ClassVar[bool] = False
     #: the strategy's own two verification questions, answered by the round-2 judge for each position
     verification_questions: ClassVar[tuple[Question, ...]] = ()
     #: universal questions that do not fit this strategy's artifacts, each with why: neither checked nor put to

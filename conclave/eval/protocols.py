@@ -97,6 +97,10 @@ class ItemResult:
     protocols: dict[str, Outcome]
     round_1: dict[str, str | None] = field(default_factory=dict)  # agent -> final_answer
     round_3: dict[str, str | None] = field(default_factory=dict)
+    #: the round-3 answers that count for aggregation (anti-conformity: an unsupported switch keeps the earlier
+    #: answer), and how many switches were unsupported; empty/0 when the consultation has no such record
+    round_3_effective: dict[str, str | None] = field(default_factory=dict)
+    unsupported_switches: int = 0
     agreement: float = 0.0  # share of the answering round-1 agents that gave the most common answer
     agreement_confidence: float | None = None  # the same share, as a confidence in the vote's answer
     oracle: bool = False  # some round-1 agent was right
@@ -142,7 +146,9 @@ class ItemResult:
             row[f"{name}_status"] = self.statuses.get(name, "completed")
         row["spent"] = self.spent
         row["round_1_from"] = self.round_1_from
-        row["answers"] = {"round_1": self.round_1, "round_3": self.round_3}
+        row["answers"] = {"round_1": self.round_1, "round_3": self.round_3,
+                          "round_3_effective": self.round_3_effective,
+                          "unsupported_switches": self.unsupported_switches}
         row["quality_layer"] = self.quality_layer
         if "vote_matched" in self.protocols:
             row["vote_matched_samples"] = self.matched_samples
@@ -174,6 +180,9 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     arts = result.get("artifacts") or {}
     round_1 = {a: _answer(arts.get("round_1", {}).get(a)) for a in agent_order if a in arts.get("round_1", {})}
     round_3 = {a: _answer(r) for a, r in (arts.get("round_3_replies") or {}).items()}
+    conformity = result.get("anti_conformity") or {}
+    effective = conformity.get("effective_answers") or {}
+    round_3_effective = {a: effective.get(a, answer) for a, answer in round_3.items()}
     synthesis = arts.get("round_2")
     verdict = result.get("verdict")
     completed = int(result.get("completed_rounds") or 0)
@@ -257,6 +266,7 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     return ItemResult(
         item=item, consultation_id=str(result.get("consultation_id")), status=str(result.get("status")),
         protocols=protocols, round_1=round_1, round_3=round_3, agreement=agreement,
+        round_3_effective=round_3_effective, unsupported_switches=int(conformity.get("unsupported_switches") or 0),
         agreement_confidence=agreement if vote_answer else None, oracle=any(right_1.values()),
         right_to_wrong=flips_rw, wrong_to_right=flips_wr, early_terminated=early, rounds_completed=completed,
         quality_layer=layer, statuses=statuses, spent={"debate": spent_in(capture)},

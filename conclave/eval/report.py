@@ -137,7 +137,8 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     lines += ["", "## Flips and the oracle", "",
               f"- Agents right in round 1 and wrong after cross-examination (round 3): "
               f"**{flips.get('agent_right_to_wrong', 0)}** (on {flips.get('items_with_right_to_wrong', 0)} item(s)); "
-              f"wrong → right: **{flips.get('agent_wrong_to_right', 0)}**.",
+              f"wrong → right: **{flips.get('agent_wrong_to_right', 0)}**; changed answers citing no accepted claim "
+              f"or evidence id and no new source (unsupported switches): **{flips.get('unsupported_switches', 0)}**.",
               f"- Vote right, debate wrong: {flips.get('vote_right_debate_wrong', 0)}; vote wrong, debate right: "
               f"{flips.get('vote_wrong_debate_right', 0)}.",
               f"- Oracle (some round-1 answer right): {oracle.get('items_with_a_right_round_1_answer', 0)} item(s), "

@@ -107,6 +107,9 @@ def summarise(rows: Sequence[dict[str, Any]], *, prices: str = "known") -> dict[
             "agent_right_to_wrong": sum(int(r.get("right_to_wrong") or 0) for r in rows),
             "agent_wrong_to_right": sum(int(r.get("wrong_to_right") or 0) for r in rows),
             "items_with_right_to_wrong": sum(1 for r in rows if r.get("right_to_wrong")),
+            # anti-conformity: switches that cited no accepted (or new) claim or evidence id, whose earlier
+            # answer still counts for aggregation when it is on
+            "unsupported_switches": sum(int((r.get("answers") or {}).get("unsupported_switches") or 0) for r in rows),
             "vote_right_debate_wrong": comparisons["debate_vs_vote"]["itt"]["a_right_b_wrong"],
             "vote_wrong_debate_right": comparisons["debate_vs_vote"]["itt"]["a_wrong_b_right"],
         },

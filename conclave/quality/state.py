@@ -48,6 +48,7 @@ class StateClaim:
     backing: list[str] = field(default_factory=list)  # ids of other agents' claims that support it
     opposes: list[str] = field(default_factory=list)  # ids of claims it opposes
     status_reason: str = ""
+    restated_by: list[str] = field(default_factory=list)  # other agents who restated it by id
 
 
 @dataclass
@@ -102,6 +103,8 @@ class DebateState:
             if existing is not None:  # a restatement of a state claim
                 target = existing
                 target.last_updated_round = round_number
+                if agent != target.agent:
+                    _add(target.restated_by, agent)
                 if agent != target.agent and target.status == "open" and not target.opposition:
                     target.status = "accepted"  # another agent restates it: shared ground
             else:

@@ -61,7 +61,7 @@ class ContextWindow:
         self._sent: list[tuple[int, str, str]] = []
         self._counts: dict[str, int] = {}  # the messages of ``_sent`` counted so far
         self.over_budget: list[int] = []  # rounds with a call that stayed over the budget after every cut
-        self._summaries: dict[tuple[int, int, bool], str] = {}  # (round, debate-state round, filtered) -> text
+        self._summaries: dict[tuple[Any, ...], str] = {}  # (round, debate-state round, filtered, labels) -> text
 
     # ------------------------------------------------------------------------------------------- recording
 
@@ -238,7 +238,8 @@ class ContextWindow:
 
         # every call of a round shows the same summary (its unfiltered counterpart, when savings are counted,
         # its own)
-        key = (k, self.session.quality.state.round, self.session.filtering.filtering)
+        key = (k, self.session.quality.state.round, self.session.filtering.filtering,
+               tuple(self.session.labels.by_name.items()))  # each agent sees its own labels
         if key in self._summaries:
             return self._summaries[key]
         budget = self.session.settings.summarization.summary_tokens

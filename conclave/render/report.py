@@ -67,8 +67,8 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
-    for part in (_movement(result), _quality(result), groupthink_section(result), safety_section(result),
-                 _cost(result, records)):
+    for part in (_movement(result), _switches(result), _quality(result), groupthink_section(result),
+                 safety_section(result), _cost(result, records)):
         if part is not None:
             nodes.append(part)
     return nodes
@@ -252,10 +252,27 @@ def _panel(result: Mapping[str, Any]) -> Section | None:
     substituted = any(a.get("substituted") or a.get("absent") for a in agents) or judge.get("fallback_used")
     if answered and not substituted:
         nodes.append(Para("All models answered as configured.", muted=True))
+    peers = _peers_line(result)
+    if peers:
+        nodes.append(Para(peers, label="Peers:", muted=True))
     versions = _map(result.get("prompt_versions"))
     if versions:
         nodes.append(Para(", ".join(f"{k}: {v}" for k, v in versions.items()), label="Prompt versions:", muted=True))
     return Section("Realized panel", nodes, anchor="panel")
+
+
+def _peers_line(result: Mapping[str, Any]) -> str:
+    """How each agent saw the others in the debate (the labels mapped back to names)."""
+    views = _map(result.get("peer_labels"))
+    if not views:
+        return ""
+    parts = []
+    for agent, view in views.items():
+        others = [f"{name} as {label}" for name, label in sorted(_map(view).items(), key=lambda i: str(i[1]))
+                  if name != agent]
+        if others:
+            parts.append(f"{agent} saw {', '.join(others)}")
+    return "; ".join(parts)
 
 
 def _substitution_reason(result: Mapping[str, Any], name: Any) -> str:
@@ -363,6 +380,31 @@ def _movement(result: Mapping[str, Any]) -> Section | None:
               numeric=frozenset({2, 3, 4})),
         Facts(facts),
     ], anchor="movement")
+
+
+def _switches(result: Mapping[str, Any]) -> Section | None:
+    """Answers changed in cross-examination, and which of them count for the aggregate (anti-conformity)."""
+    record = _map(result.get("anti_conformity"))
+    switches = [_map(s) for s in _list(record.get("switches"))]
+    if not switches:
+        return None
+    on = bool(record.get("enabled"))
+    rows = []
+    for s in switches:
+        why = ", ".join([*_list(s.get("accepted_ids")), *_list(s.get("new_ids"))])
+        if s.get("supported"):
+            counts = f"yes (cites {why})"
+        else:
+            counts = f"no: {s.get('before')} stands" if on else "yes (anti-conformity off)"
+        rows.append([str(s.get("agent")), str(s.get("round_number")), f"{s.get('before')} → {s.get('after')}",
+                     "supported" if s.get("supported") else "unsupported switch", counts])
+    unsupported = int(record.get("unsupported_switches") or 0)
+    note = ("on: an answer changed without citing a claim or evidence id others accepted, or a new source of its "
+            "own, keeps the earlier answer for aggregation" if on else "off: every changed answer counts")
+    return Section("Answer changes in cross-examination", [
+        Table(["Agent", "Round", "Answer", "Support", "Counts for the aggregate"], rows),
+        Facts([("Unsupported switches", f"{unsupported} of {len(switches)}"), ("Anti-conformity", note)]),
+    ], anchor="switches")
 
 
 # ------------------------------------------------------------------------------------------------ cost

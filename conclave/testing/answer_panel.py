@@ -7,7 +7,8 @@ decisions are independent across agents and reproducible; every wrong agent give
 ``final_answer`` it is shown (ties: the first shown). ``decisions`` records what each agent was scripted to do.
 
 ``conformity=True``: in round 3 every agent gives the answer the judge's synthesis gave (a right minority flips
-to the wrong majority). In a critical objection round every agent keeps its own answer.
+to the wrong majority), citing nothing: an unsupported switch. In a critical objection round every agent keeps
+its own answer.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class AnswerPanel:
             now = synthesis_answers[-1] if self.conformity and synthesis_answers else own
             # agreeing with confidence: the exit controller ends the debate after one cross-examination
             body.update(revised_position=f"My answer is {now}.", final_answer=now, vote="ACCEPT", confidence=0.9)
+            if now != own:  # a conformist switch brings no claim, source or claim id of its own
+                body.update(claims=[], references=[], retracts=[], defense="I go with the panel.",
+                            critique="None.")
         else:
             answer = self.answer(name, text)
             body.update(position=f"The answer is {answer}.", final_answer=answer, confidence=0.9,
