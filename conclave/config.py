@@ -212,7 +212,7 @@ class SafetySettings(StrictModel):
     stage: Literal["shadow", "on"] | None = None  # None: follow quality.stage (on when it is not set)
     max_tier: Annotated[int, Field(ge=1, le=3)] = 3  # 1: patterns only; 2: + triggers recorded; 3: + the judge
     tier1_action: Literal["block", "evaluate"] = "block"  # evaluate: a tier-1 hit asks the judge before blocking
-    modes: list[Name] = Field(default_factory=lambda: ["adversarial", "devils_advocate", "red_team_blue_team"])
+    modes: list[Name] = Field(default_factory=lambda: ["adversarial", "devils_advocate"])
     patterns: SafetyPatterns = Field(default_factory=SafetyPatterns)
     thresholds: SafetyThresholds = Field(default_factory=SafetyThresholds)
     on_evaluation_failure: Literal["allow", "block"] = "allow"  # when the judge gives no usable evaluation
