@@ -322,6 +322,15 @@ class Settings(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _quick_is_two_rounds(cls, data: Any) -> Any:
+        """``quick=true`` is an alias of ``rounds=2`` (or fewer rounds when ``rounds`` asks for them): one code path."""
+        if isinstance(data, dict) and data.get("quick") is True:
+            rounds = data.get("rounds")
+            return {**data, "rounds": min(rounds, 2) if isinstance(rounds, int) else 2}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _judge_from_panel(cls, data: Any) -> Any:
         """A judge left null (wholly or in part) is the provider and model most agents use, the first agent's on a
         tie; a given half narrows the choice to the agents that share it."""
@@ -373,14 +382,13 @@ class Settings(StrictModel):
 
     @property
     def planned_rounds(self) -> int:
-        """How many rounds this run is configured for: ``quick`` means 2 unless ``rounds`` asks for fewer."""
-        rounds = 4 if self.rounds is None else self.rounds
-        return min(rounds, 2) if self.quick else rounds
+        """How many rounds this run is configured for (``quick`` has already become ``rounds=2``)."""
+        return 4 if self.rounds is None else self.rounds
 
     @property
     def may_repeat(self) -> bool:
-        """Whether cross-examination may repeat: only in the full debate (``rounds`` not given, not ``quick``)."""
-        return self.rounds is None and not self.quick
+        """Whether cross-examination may repeat: only in the full debate (``rounds`` not given)."""
+        return self.rounds is None
 
 
 def _describe_error(err: dict[str, Any]) -> str:

@@ -70,3 +70,18 @@ def test_the_safety_modes_default_names_only_registered_strategies() -> None:
     strategies = set(get_plugins().strategies.names())
     assert set(SafetySettings().modes) <= strategies
     assert SafetySettings().modes  # the adversarial modes still always get a full evaluation
+
+
+def _minimal(**extra: Any) -> dict[str, Any]:
+    yaml = _composed_defaults(resolve=True)
+    yaml.pop("home")
+    return {**yaml, **extra}
+
+
+def test_quick_is_an_alias_of_rounds_2() -> None:
+    """``quick=true`` becomes ``rounds=2`` when validated: the plan, the exit controller and the report read one key."""
+    quick, two = settings_from_container(_minimal(quick=True)), settings_from_container(_minimal(rounds=2))
+    assert quick.rounds == two.rounds == 2
+    assert (quick.planned_rounds, quick.may_repeat) == (two.planned_rounds, two.may_repeat) == (2, False)
+    assert settings_from_container(_minimal(quick=True, rounds=1)).rounds == 1  # fewer rounds still win
+    assert settings_from_container(_minimal(quick=True, rounds=3)).rounds == 2
