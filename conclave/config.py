@@ -116,6 +116,7 @@ class RepliesFilter(StrictModel):
 
 
 class FilteringSettings(StrictModel):
+    enabled: bool = True  # false: later rounds see earlier artifacts whole (dearer); display is ``verbose``'s
     filter: Name = "top_n"
     round3: Round3Filter = Field(default_factory=Round3Filter)
     round4: Round4Filter = Field(default_factory=Round4Filter)

@@ -652,6 +652,7 @@ class Consultation:
             shuffle_seed=session.labels.seed,
             context_sources=provenance.context_sources,
             verbose=settings.verbose,
+            filtering=settings.filtering.enabled,
             resumed_rounds=resumed_rounds(self.resume_from),
             anchors=dict(session.quality.anchors),
             verification_questions=[q.id for q in session.quality.questions],
