@@ -167,6 +167,33 @@ def _inline(node: Any, resolver: Resolver[Any], seen: tuple[int, ...]) -> Any:
             for k, v in node.items()}
 
 
+def in_schema_order(name: str, artifact: dict[str, Any]) -> dict[str, Any]:
+    """``artifact`` with its keys, nested ones too, in the order schema ``name`` declares them (undeclared keys
+    after, as they came). Prompts show artifacts in this one order, whether a model just wrote them or the journal
+    (which stores sorted keys) gave them back: a resumed run and ``show-prompt --from`` send the same bytes."""
+    if name not in _schemas():
+        return artifact
+    ordered = _ordered(artifact, _inlined(name))
+    assert isinstance(ordered, dict)
+    return ordered
+
+
+def _ordered(value: Any, node: Any) -> Any:
+    if not isinstance(node, dict):
+        return value
+    for branch in (*node.get("allOf", ()), *node.get("anyOf", ()), *node.get("oneOf", ())):
+        if isinstance(branch, dict) and ("properties" in branch if isinstance(value, dict) else "items" in branch):
+            value = _ordered(value, branch)
+    if isinstance(value, list):
+        return [_ordered(item, node.get("items")) for item in value]
+    if not isinstance(value, dict) or not isinstance(node.get("properties"), dict):
+        return value
+    declared = node["properties"]
+    first = [k for k in declared if k in value]
+    return {**{k: _ordered(value[k], declared[k]) for k in first},
+            **{k: v for k, v in value.items() if k not in declared}}
+
+
 def validate(name: str, instance: Any) -> list[ArtifactError]:
     """Every way ``instance`` fails schema ``name``, sorted by path; empty when it is valid."""
     keyed = [

@@ -201,6 +201,7 @@ def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome)
             state.absent = True  # no first-round answer: takes no part in the debate
         return
     artifact = session.labels.to_names(outcome.artifact) if round_type.sees_labels else outcome.artifact
+    artifact = artifacts.in_schema_order(round_type.schema, artifact)  # shown later as a restored one would be
     session.record.outputs[round_type.name].by_agent[name] = artifact
     session.emit_artifact(step.number, round_type.schema, name, artifact, outcome.raw_text,
                           outcome.status or "valid", round_type.name)
@@ -216,7 +217,7 @@ async def _play_judge(session: Session, step: Step) -> str | None:
     outcome = await session.judge.ask(session.pool, spec, session.bus)
     if outcome.artifact is None:
         return f"the judge failed in round {number}: {outcome.error}"
-    artifact = session.labels.to_names(outcome.artifact)
+    artifact = artifacts.in_schema_order(round_type.schema, session.labels.to_names(outcome.artifact))
     session.record.outputs[round_type.name] = RoundOutput(number, judge=artifact)
     if round_type.name == VERDICT_ROUND:
         session.record.verdict = artifact
