@@ -116,11 +116,34 @@ class RepliesFilter(StrictModel):
 
 
 class FilteringSettings(StrictModel):
+    """Filtering limits by section: ``round3``, ``round4`` and ``replies`` for the built-in rounds; a section a
+    plugin's round type names (:attr:`conclave.engine.rounds.Input.filtered`) is an extra key mapping array fields
+    to limits, checked against the strategy's plan in :func:`check_against_plugins`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     enabled: bool = True  # false: later rounds see earlier artifacts whole (dearer); display is ``verbose``'s
     filter: Name = "top_n"
     round3: Round3Filter = Field(default_factory=Round3Filter)
     round4: Round4Filter = Field(default_factory=Round4Filter)
     replies: RepliesFilter = Field(default_factory=RepliesFilter)
+
+    @model_validator(mode="after")
+    def _plugin_sections_are_limits(self) -> FilteringSettings:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, dict) or not all(
+                    isinstance(f, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                    for f, n in value.items()):
+                raise ValueError(f"filtering.{key}: a filter section maps array fields to limits, e.g. "
+                                 f"+filtering.{key}.consensus_points=3 (got {value!r})")
+        return self
+
+    def section(self, name: str) -> dict[str, int]:
+        """The limits of ``filtering.<name>`` (empty for a section nobody set)."""
+        if name in type(self).model_fields:
+            limits = getattr(self, name)
+            return dict(limits.model_dump()) if isinstance(limits, BaseModel) else {}
+        return dict((self.model_extra or {}).get(name) or {})
 
 
 class EarlyTermination(StrictModel):
@@ -469,6 +492,10 @@ def check_against_plugins(settings: Settings, plugins: Any) -> None:
         )
     else:
         problems += _check_options(strategies.get(settings.mode.strategy), settings.mode.options, "mode.options")
+        declared = {s for t in getattr(strategies.get(settings.mode.strategy), "plan", ()) for s in t.filter_sections}
+        sections = sorted({*FilteringSettings.model_fields, *declared} - {"enabled", "filter"})
+        for key in sorted(set(settings.filtering.model_extra or {}) - declared):
+            problems.append(f"filtering.{key}: unknown section; allowed: {', '.join(sections)}")
     if settings.filtering.filter not in filters:
         problems.append(
             f"filtering.filter: {settings.filtering.filter!r} is not a registered filter; "

@@ -53,7 +53,7 @@ class ArtifactFiltering:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
         from conclave.artifact_filter import limits_for
 
-        return limits_for(artifact, getattr(self._settings.filtering, section).model_dump())
+        return limits_for(artifact, self._settings.filtering.section(section))
 
     def apply(
         self,
