@@ -139,7 +139,7 @@ async def play(session: Session, step: Step, restored: Mapping[str, dict[str, An
 async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict[str, Any]]) -> str | None:
     round_type, number = step.type, step.number
     players = participants(session, round_type)
-    output = session.record.outputs[round_type.name] = RoundOutput(number)
+    output = session.record.put(round_type.name, RoundOutput(number))
     for name, artifact in restored.items():
         if name in players:
             output.by_agent[name] = artifact
@@ -218,7 +218,7 @@ async def _play_judge(session: Session, step: Step) -> str | None:
     if outcome.artifact is None:
         return f"the judge failed in round {number}: {outcome.error}"
     artifact = artifacts.in_schema_order(round_type.schema, session.labels.to_names(outcome.artifact))
-    session.record.outputs[round_type.name] = RoundOutput(number, judge=artifact)
+    session.record.put(round_type.name, RoundOutput(number, judge=artifact))
     if round_type.name == VERDICT_ROUND:
         session.record.verdict = artifact
     session.emit_artifact(number, round_type.schema, None, artifact, outcome.raw_text, outcome.status or "valid",

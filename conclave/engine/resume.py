@@ -94,7 +94,7 @@ def _restore(session: Session, step: Step, payloads: list[dict[str, Any]]) -> bo
         if judge is None:
             return False
         judge = in_schema_order(round_type.schema, upgrade(round_type.schema, dict(judge)))
-        record.outputs[round_type.name] = RoundOutput(step.number, judge=judge)
+        record.put(round_type.name, RoundOutput(step.number, judge=judge))
         if round_type.name == VERDICT_ROUND:
             record.verdict = dict(judge)
         return True
@@ -104,7 +104,7 @@ def _restore(session: Session, step: Step, payloads: list[dict[str, Any]]) -> bo
                for p in mine if p.get("agent") in players}
     if len(answers) < round_type.min_answers:
         return False
-    output = record.outputs[round_type.name] = RoundOutput(step.number, by_agent=answers)
+    output = record.put(round_type.name, RoundOutput(step.number, by_agent=answers))
     output.missing = [name for name in players if name not in answers]
     if first:
         for name, state in session.agents.items():
