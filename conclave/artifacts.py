@@ -15,9 +15,11 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from conclave.errors import ConclaveError
+from conclave.errors import ConclaveError, PluginError
+from conclave.plugins import get_plugins
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -76,14 +78,24 @@ class ArtifactParseError(ConclaveError):
         super().__init__(message)
 
 
-@functools.cache
-def _schemas() -> dict[str, dict[str, Any]]:
-    from importlib import resources
-
+def schemas_in(package: str) -> dict[str, dict[str, Any]]:
+    """Every ``<name>.schema.json`` shipped in ``package``, by name: what a plugin's ``register_schemas`` registers."""
     found: dict[str, dict[str, Any]] = {}
-    for entry in resources.files(SCHEMA_PACKAGE).iterdir():
+    for entry in resources.files(package).iterdir():
         if entry.name.endswith(_SUFFIX):
             found[entry.name.removesuffix(_SUFFIX)] = json.loads(entry.read_text(encoding="utf-8"))
+    return found
+
+
+@functools.cache
+def _schemas() -> dict[str, dict[str, Any]]:
+    """The core schemas (``schemas/``) and every schema a loaded plugin registered."""
+    found = schemas_in(SCHEMA_PACKAGE)
+    registered = get_plugins().schemas
+    for name, schema in registered.items():
+        if name in found:
+            raise PluginError(f"plugin {registered.owner(name)!r} registered schema {name!r}, a core schema's name")
+        found[name] = schema
     return dict(sorted(found.items()))
 
 

@@ -27,6 +27,7 @@ REGISTRY_HOOKS = {
     "filters": "register_filters",
     "event_subscribers": "register_event_subscribers",
     "config_paths": "register_config_paths",
+    "schemas": "register_schemas",
 }
 
 
@@ -115,6 +116,10 @@ class Plugins:
     @property
     def event_subscribers(self) -> Registry:
         return self.registries["event_subscribers"]
+
+    @property
+    def schemas(self) -> Registry:
+        return self.registries["schemas"]
 
     @property
     def config_paths(self) -> list[str]:

@@ -28,7 +28,7 @@ def _plugin(**hooks: object) -> types.ModuleType:
 def test_hookspecs_are_the_documented_register_hooks() -> None:
     assert all_hook_names() == [
         "register_providers", "register_strategies", "register_filters",
-        "register_event_subscribers", "register_config_paths",
+        "register_event_subscribers", "register_config_paths", "register_schemas",
     ]
 
 
@@ -46,6 +46,7 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
         register_filters=lambda register: register("inline-filter", object),
         register_event_subscribers=lambda register: register("inline-sink", lambda settings: None),
         register_config_paths=lambda register: register("pkg://inline.conf"),
+        register_schemas=lambda register: register("inline_artifact", {"type": "object"}),
     )
     plugins = load_plugins([("inline", plugin)])
     assert plugins.providers.names() == ["inline-provider"]
@@ -53,6 +54,7 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
     assert plugins.filters.names() == ["inline-filter"]
     assert plugins.event_subscribers.names() == ["inline-sink"]
     assert plugins.config_paths == ["pkg://inline.conf"]
+    assert plugins.schemas.names() == ["inline_artifact"]
     [info] = plugins.info()
     assert info.name == "inline"
     assert info.hooks == sorted(all_hook_names())
