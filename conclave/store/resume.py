@@ -69,7 +69,7 @@ def _in_panel_order(started: dict[str, Any]) -> dict[str, Any]:
     which ``consultation:started`` keeps in its ``agents`` list."""
     config = dict(started["config"])
     agents = config.get("agents")
-    order = [a.get("name") for a in started.get("agents") or [] if isinstance(a, dict)]
+    order = [str(a.get("name")) for a in started.get("agents") or [] if isinstance(a, dict)]
     if isinstance(agents, dict) and sorted(order) == sorted(agents):
         config["agents"] = {name: agents[name] for name in order}
     return config
