@@ -6,7 +6,7 @@ prefix cache, Anthropic's cache_control breakpoints, Gemini's cached contents; a
 that wrote it is answered). Per panel, three runs: caching (the default hints, `prompt_cache: on` for the fake),
 no caching (`prompt_cache=off` and the fake's caches off: every token billed in full), and caching with filtering
 off (`verbose=true`). Billed input is read from the index the CLI wrote: Σ over calls of uncached input × input
-price + cached input × cached price + cache writes × write price (list prices from conclave/data/pricing). The
+price + cached input × cached price + cache writes × write price (list prices from the price sheets in plugins/pricing). The
 floor is the ratio had every input token of the uncached run been billed at its model's cached rate (0.50 for
 gpt-4o, whose cached rate is half its input rate; 0.10 for gpt-5, Claude and Gemini 2.5); the write floor bills each
 (provider, model)'s first call in full (at the write rate on Anthropic) and the rest at the cached rate: what no

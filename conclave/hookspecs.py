@@ -67,6 +67,13 @@ def register_schemas(register: Register) -> None:
     validated, sent as structured output and listed by ``conclave schemas`` like a core schema."""
 
 
+@hookspec
+def register_price_sheets(register: Register) -> None:
+    """Register the price sheet of each provider a plugin prices: ``register("openai", path)``, the path (or
+    :mod:`importlib.resources` file) of a YAML sheet whose ``provider:`` is that name. Costs, estimates and context
+    limits read every registered sheet (:mod:`conclave.providers.pricing`)."""
+
+
 def all_hook_names() -> list[str]:
     """The names of every hook above, in declaration order."""
     return [name for name, obj in globals().items() if name.startswith("register_") and callable(obj)]

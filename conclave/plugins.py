@@ -28,6 +28,7 @@ REGISTRY_HOOKS = {
     "event_subscribers": "register_event_subscribers",
     "config_paths": "register_config_paths",
     "schemas": "register_schemas",
+    "price_sheets": "register_price_sheets",
 }
 
 

@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
+from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -329,3 +330,8 @@ def _usage(raw: Any) -> Usage:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("gemini", GeminiProvider)
+
+
+@hookimpl
+def register_price_sheets(register: Any) -> None:
+    register("gemini", resources.files("conclave_plugins").joinpath("pricing", "gemini.yaml"))
