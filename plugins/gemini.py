@@ -53,6 +53,13 @@ _QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 #: sheet's ``cache_write_input`` for Gemini includes this long a storage
 CACHE_TTL_S = 600
 
+#: the keywords Gemini documents for ``generationConfig.responseJsonSchema``
+GEMINI_KEYWORDS = frozenset({
+    "$id", "$defs", "$ref", "$anchor", "type", "format", "title", "description", "enum", "items", "prefixItems",
+    "minItems", "maxItems", "minimum", "maximum", "anyOf", "oneOf", "properties", "additionalProperties", "required",
+    "propertyOrdering",
+})
+
 
 def min_cache_tokens(model: str) -> int:
     """The smallest context Gemini caches for ``model`` (Flash models 1,024 tokens, the others 4,096)."""
@@ -102,7 +109,7 @@ class GeminiProvider(HTTPProvider):
             config["temperature"] = request.temperature
         if request.json_schema is not None:
             config["responseMimeType"] = "application/json"
-            config["responseJsonSchema"] = restrict_keywords(request.json_schema)
+            config["responseJsonSchema"] = restrict_keywords(request.json_schema, GEMINI_KEYWORDS)
         body["generationConfig"] = config
         return body
 
