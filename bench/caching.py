@@ -5,8 +5,8 @@ against the fake provider server in its own process, which models each API's pro
 prefix cache, Anthropic's cache_control breakpoints, Gemini's cached contents; a prefix is readable once the request
 that wrote it is answered). Per panel, three runs: caching (the default hints, `prompt_cache: on` for the fake),
 no caching (`prompt_cache=off` and the fake's caches off: every token billed in full), and caching with filtering
-off (`verbose=true`). Billed input is read from the index the CLI wrote: Σ over calls of uncached input × input
-price + cached input × cached price + cache writes × write price (list prices from conclave/data/pricing). The
+off (`filtering.enabled=false`). Billed input is read from the index the CLI wrote: Σ over calls of uncached input ×
+input price + cached input × cached price + cache writes × write price (list prices: plugins/pricing). The
 floor is the ratio had every input token of the uncached run been billed at its model's cached rate (0.50 for
 gpt-4o, whose cached rate is half its input rate; 0.10 for gpt-5, Claude and Gemini 2.5); the write floor bills each
 (provider, model)'s first call in full (at the write rate on Anthropic) and the rest at the cached rate: what no
@@ -176,7 +176,8 @@ def main() -> int:
             with fake_server_process(args.latency, rich=True) as overrides:
                 on = run(with_caching(overrides, "on"), context, [f"agents={panel}", *extra])
             with fake_server_process(args.latency, rich=True) as overrides:
-                verbose = run(with_caching(overrides, "on"), context, [f"agents={panel}", "verbose=true", *extra])
+                verbose = run(with_caching(overrides, "on"), context,
+                              [f"agents={panel}", "filtering.enabled=false", *extra])
             with fake_server_process(args.latency, prompt_cache=False, rich=True) as overrides:
                 off = run(with_caching(overrides, "off"), context, [f"agents={panel}", *extra])
             ratio = on.input_cost / off.input_cost

@@ -1,19 +1,19 @@
 """Benchmark: the share of the input of all rounds after the synthesis that filtering saves, in default debates.
 
-Each debate is generated deterministically (seeded RNG): 3-5 agents with full round-1 positions, a synthesis with
-4-8 consensus points and 2-6 tensions, one judge cross-examination per cross-examination round (5-15 challenges,
-5-15 rebuttals), and agents' replies and objections of realistic length (critique, challenges, defence, revised
-position, labelled claims; votes and confidences that let the exit controller repeat cross-examination or stop),
-all schema-valid. The fake provider server answers with those artifacts, and each debate is run twice by the real
-engine at the default settings (``rounds`` null: whatever the exit controller, the groupthink detectors and
-progressive summarization play) with the same labels and id: with the default filtering and with ``verbose=true``
-(which turns filtering off and changes nothing else). The input of every request after the synthesis (system and
-user messages: repeated cross-examination, objection rounds and the verdict included) is counted with the real
-tokenizer; the saving measured that way is set beside the one the result reports in ``token_efficiency_stats``
-(goal: within 1 point; ≥ 20% saved), and the filtered input is broken down into what it is made of.
-``--compare KEY=VALUE …`` plays each debate a third time with those overrides (other filter limits, e.g.
-``filtering.replies.challenges=99`` for filtering as it was before replies shown again were filtered) and adds its
-saving as a column, measured in the same run.
+Each debate is generated deterministically (seeded RNG): 3-5 agents with full round-1 positions, a synthesis with 4-8
+consensus points and 2-6 tensions, one judge cross-examination per cross-examination round (5-15 challenges, 5-15
+rebuttals), and agents' replies and objections of realistic length (critique, challenges, defence, revised position,
+labelled claims; votes and confidences that let the exit controller repeat cross-examination or stop), all
+schema-valid. The fake provider server answers with those artifacts, and each debate is run twice by the real engine
+at the default settings (``rounds`` null: whatever the exit controller, the groupthink detectors and progressive
+summarization play) with the same labels and id: with the default filtering and with ``filtering.enabled=false``
+(which turns filtering off and changes nothing else). The input of every request after the synthesis (system and user
+messages: repeated cross-examination, objection rounds and the verdict included) is counted with the real tokenizer;
+the saving measured that way is set beside the one the result reports in ``token_efficiency_stats`` (goal: within 1
+point; ≥ 20% saved), and the filtered input is broken down into what it is made of. ``--compare KEY=VALUE …`` plays
+each debate a third time with those overrides (other filter limits, e.g. ``filtering.replies.challenges=99`` for
+filtering as it was before replies shown again were filtered) and adds its saving as a column, measured in the same
+run.
 
     python bench/filtering.py [--debates 30] [--seed 2026] [--compare KEY=VALUE ...]
 """
@@ -316,7 +316,7 @@ async def run_debate(debate: dict[str, Any], fake: Any, verbose: bool, extra: tu
             return Reply(json=nth("judge", kind, debate["cross_exams"]))
         return Reply(json=instance_for(request.schema))
 
-    result = await play(debate, fake, agent_script, judge, [f"verbose={str(verbose).lower()}", *extra])
+    result = await play(debate, fake, agent_script, judge, [f"filtering.enabled={str(not verbose).lower()}", *extra])
     if result.status != "complete":
         raise SystemExit(f"debate {debate['seed']} ended {result.status}: {result.abort_reason}")
     return result, [r for r in fake.requests if _schema_title(r) not in ("", "independent", "synthesis")]

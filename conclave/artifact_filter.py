@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-#: printed when ``verbose`` turns filtering off
-VERBOSE_NOTICE = "🔍 Verbose mode: using full debate artifacts (higher token cost)"
+#: printed when ``filtering.enabled=false`` turns filtering off
+FILTERING_OFF_NOTICE = "🔍 Filtering off: using full debate artifacts (higher token cost)"
 
 FILTERING_METHOD = "structured_artifact_array_truncation"
 
@@ -109,7 +109,7 @@ def token_efficiency_stats(tokens_before: int, tokens_after: int, filtered_round
 
 __all__ = [
     "FILTERING_METHOD",
-    "VERBOSE_NOTICE",
+    "FILTERING_OFF_NOTICE",
     "ArtifactFilter",
     "limits_for",
     "stable_rank",

@@ -15,9 +15,11 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from conclave.errors import ConclaveError
+from conclave.errors import ConclaveError, PluginError
+from conclave.plugins import get_plugins
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -76,14 +78,24 @@ class ArtifactParseError(ConclaveError):
         super().__init__(message)
 
 
-@functools.cache
-def _schemas() -> dict[str, dict[str, Any]]:
-    from importlib import resources
-
+def schemas_in(package: str) -> dict[str, dict[str, Any]]:
+    """Every ``<name>.schema.json`` shipped in ``package``, by name: what a plugin's ``register_schemas`` registers."""
     found: dict[str, dict[str, Any]] = {}
-    for entry in resources.files(SCHEMA_PACKAGE).iterdir():
+    for entry in resources.files(package).iterdir():
         if entry.name.endswith(_SUFFIX):
             found[entry.name.removesuffix(_SUFFIX)] = json.loads(entry.read_text(encoding="utf-8"))
+    return found
+
+
+@functools.cache
+def _schemas() -> dict[str, dict[str, Any]]:
+    """The core schemas (``schemas/``) and every schema a loaded plugin registered."""
+    found = schemas_in(SCHEMA_PACKAGE)
+    registered = get_plugins().schemas
+    for name, schema in registered.items():
+        if name in found:
+            raise PluginError(f"plugin {registered.owner(name)!r} registered schema {name!r}, a core schema's name")
+        found[name] = schema
     return dict(sorted(found.items()))
 
 
@@ -165,6 +177,33 @@ def _inline(node: Any, resolver: Resolver[Any], seen: tuple[int, ...]) -> Any:
         return {"allOf": [target], **rest} if rest else target
     return {k: v if k in ("$defs", "const", "enum", "default", "examples") else _inline(v, resolver, seen)
             for k, v in node.items()}
+
+
+def in_schema_order(name: str, artifact: dict[str, Any]) -> dict[str, Any]:
+    """``artifact`` with its keys, nested ones too, in the order schema ``name`` declares them (undeclared keys
+    after, as they came). Prompts show artifacts in this one order, whether a model just wrote them or the journal
+    (which stores sorted keys) gave them back: a resumed run and ``show-prompt --from`` send the same bytes."""
+    if name not in _schemas():
+        return artifact
+    ordered = _ordered(artifact, _inlined(name))
+    assert isinstance(ordered, dict)
+    return ordered
+
+
+def _ordered(value: Any, node: Any) -> Any:
+    if not isinstance(node, dict):
+        return value
+    for branch in (*node.get("allOf", ()), *node.get("anyOf", ()), *node.get("oneOf", ())):
+        if isinstance(branch, dict) and ("properties" in branch if isinstance(value, dict) else "items" in branch):
+            value = _ordered(value, branch)
+    if isinstance(value, list):
+        return [_ordered(item, node.get("items")) for item in value]
+    if not isinstance(value, dict) or not isinstance(node.get("properties"), dict):
+        return value
+    declared = node["properties"]
+    first = [k for k in declared if k in value]
+    return {**{k: _ordered(value[k], declared[k]) for k in first},
+            **{k: v for k, v in value.items() if k not in declared}}
 
 
 def validate(name: str, instance: Any) -> list[ArtifactError]:

@@ -116,10 +116,34 @@ class RepliesFilter(StrictModel):
 
 
 class FilteringSettings(StrictModel):
+    """Filtering limits by section: ``round3``, ``round4`` and ``replies`` for the built-in rounds; a section a
+    plugin's round type names (:attr:`conclave.engine.rounds.Input.filtered`) is an extra key mapping array fields
+    to limits, checked against the strategy's plan in :func:`check_against_plugins`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    enabled: bool = True  # false: later rounds see earlier artifacts whole (dearer); display is ``verbose``'s
     filter: Name = "top_n"
     round3: Round3Filter = Field(default_factory=Round3Filter)
     round4: Round4Filter = Field(default_factory=Round4Filter)
     replies: RepliesFilter = Field(default_factory=RepliesFilter)
+
+    @model_validator(mode="after")
+    def _plugin_sections_are_limits(self) -> FilteringSettings:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, dict) or not all(
+                    isinstance(f, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                    for f, n in value.items()):
+                raise ValueError(f"filtering.{key}: a filter section maps array fields to limits, e.g. "
+                                 f"+filtering.{key}.consensus_points=3 (got {value!r})")
+        return self
+
+    def section(self, name: str) -> dict[str, int]:
+        """The limits of ``filtering.<name>`` (empty for a section nobody set)."""
+        if name in type(self).model_fields:
+            limits = getattr(self, name)
+            return dict(limits.model_dump()) if isinstance(limits, BaseModel) else {}
+        return dict((self.model_extra or {}).get(name) or {})
 
 
 class EarlyTermination(StrictModel):
@@ -229,7 +253,7 @@ class SafetySettings(StrictModel):
     stage: Literal["shadow", "on"] | None = None  # None: follow quality.stage (on when it is not set)
     max_tier: Annotated[int, Field(ge=1, le=3)] = 3  # 1: patterns only; 2: + triggers recorded; 3: + the judge
     tier1_action: Literal["block", "evaluate"] = "block"  # evaluate: a tier-1 hit asks the judge before blocking
-    modes: list[Name] = Field(default_factory=lambda: ["adversarial", "devils_advocate", "red_team_blue_team"])
+    modes: list[Name] = Field(default_factory=lambda: ["adversarial", "devils_advocate"])
     patterns: SafetyPatterns = Field(default_factory=SafetyPatterns)
     thresholds: SafetyThresholds = Field(default_factory=SafetyThresholds)
     on_evaluation_failure: Literal["allow", "block"] = "allow"  # when the judge gives no usable evaluation
@@ -347,6 +371,15 @@ class Settings(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _quick_is_two_rounds(cls, data: Any) -> Any:
+        """``quick=true`` is an alias of ``rounds=2`` (or fewer rounds when ``rounds`` asks for them): one code path."""
+        if isinstance(data, dict) and data.get("quick") is True:
+            rounds = data.get("rounds")
+            return {**data, "rounds": min(rounds, 2) if isinstance(rounds, int) else 2}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _judge_from_panel(cls, data: Any) -> Any:
         """A judge left null (wholly or in part) is the provider and model most agents use, the first agent's on a
         tie; a given half narrows the choice to the agents that share it."""
@@ -398,14 +431,13 @@ class Settings(StrictModel):
 
     @property
     def planned_rounds(self) -> int:
-        """How many rounds this run is configured for: ``quick`` means 2 unless ``rounds`` asks for fewer."""
-        rounds = 4 if self.rounds is None else self.rounds
-        return min(rounds, 2) if self.quick else rounds
+        """How many rounds this run is configured for (``quick`` has already become ``rounds=2``)."""
+        return 4 if self.rounds is None else self.rounds
 
     @property
     def may_repeat(self) -> bool:
-        """Whether cross-examination may repeat: only in the full debate (``rounds`` not given, not ``quick``)."""
-        return self.rounds is None and not self.quick
+        """Whether cross-examination may repeat: only in the full debate (``rounds`` not given)."""
+        return self.rounds is None
 
 
 def _describe_error(err: dict[str, Any]) -> str:
@@ -485,6 +517,10 @@ def check_against_plugins(settings: Settings, plugins: Any) -> None:
         )
     else:
         problems += _check_options(strategies.get(settings.mode.strategy), settings.mode.options, "mode.options")
+        declared = {s for t in getattr(strategies.get(settings.mode.strategy), "plan", ()) for s in t.filter_sections}
+        sections = sorted({*FilteringSettings.model_fields, *declared} - {"enabled", "filter"})
+        for key in sorted(set(settings.filtering.model_extra or {}) - declared):
+            problems.append(f"filtering.{key}: unknown section; allowed: {', '.join(sections)}")
     aggregators = plugins.registries.get("aggregators")
     if settings.aggregator is not None and aggregators is not None and settings.aggregator not in aggregators:
         problems.append(

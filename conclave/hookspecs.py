@@ -69,6 +69,20 @@ def register_config_paths(register: Register) -> None:
     """
 
 
+@hookspec
+def register_schemas(register: Register) -> None:
+    """Register the JSON Schemas of a plugin's own artifacts: ``register("verdict_explore", schema)``, e.g. every
+    file of a package with :func:`conclave.artifacts.schemas_in`. A round type names one as its ``schema``; it is
+    validated, sent as structured output and listed by ``conclave schemas`` like a core schema."""
+
+
+@hookspec
+def register_price_sheets(register: Register) -> None:
+    """Register the price sheet of each provider a plugin prices: ``register("openai", path)``, the path (or
+    :mod:`importlib.resources` file) of a YAML sheet whose ``provider:`` is that name. Costs, estimates and context
+    limits read every registered sheet (:mod:`conclave.providers.pricing`)."""
+
+
 def all_hook_names() -> list[str]:
     """The names of every hook above, in declaration order."""
     return [name for name, obj in globals().items() if name.startswith("register_") and callable(obj)]

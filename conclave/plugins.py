@@ -28,6 +28,8 @@ REGISTRY_HOOKS = {
     "aggregators": "register_aggregators",
     "event_subscribers": "register_event_subscribers",
     "config_paths": "register_config_paths",
+    "schemas": "register_schemas",
+    "price_sheets": "register_price_sheets",
 }
 
 
@@ -120,6 +122,10 @@ class Plugins:
     @property
     def event_subscribers(self) -> Registry:
         return self.registries["event_subscribers"]
+
+    @property
+    def schemas(self) -> Registry:
+        return self.registries["schemas"]
 
     @property
     def config_paths(self) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from conclave.artifacts import schemas_in
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy
 from conclave.hookspecs import hookimpl
@@ -69,3 +70,10 @@ class AnswerStrategy(Strategy):
 @hookimpl
 def register_strategies(register: Any) -> None:
     register("answer", AnswerStrategy)
+
+
+@hookimpl
+def register_schemas(register: Any) -> None:
+    shipped = schemas_in("conclave_plugins.schemas")
+    for name in ("independent_answer", "synthesis_answer", "cross_exam_reply_answer", "verdict_answer"):
+        register(name, shipped[name])

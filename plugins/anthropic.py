@@ -19,6 +19,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
+from importlib import resources
 from typing import Any, ClassVar
 
 from conclave.hookspecs import hookimpl
@@ -268,3 +269,8 @@ def _usage(raw: Any) -> Usage:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("anthropic", AnthropicProvider)
+
+
+@hookimpl
+def register_price_sheets(register: Any) -> None:
+    register("anthropic", resources.files("conclave_plugins").joinpath("pricing", "anthropic.yaml"))

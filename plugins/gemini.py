@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
+from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -51,6 +52,13 @@ _QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 #: how long an explicit cached content lives (it is deleted at the end of the consultation anyway); the price
 #: sheet's ``cache_write_input`` for Gemini includes this long a storage
 CACHE_TTL_S = 600
+
+#: the keywords Gemini documents for ``generationConfig.responseJsonSchema``
+GEMINI_KEYWORDS = frozenset({
+    "$id", "$defs", "$ref", "$anchor", "type", "format", "title", "description", "enum", "items", "prefixItems",
+    "minItems", "maxItems", "minimum", "maximum", "anyOf", "oneOf", "properties", "additionalProperties", "required",
+    "propertyOrdering",
+})
 
 
 def min_cache_tokens(model: str) -> int:
@@ -101,7 +109,7 @@ class GeminiProvider(HTTPProvider):
             config["temperature"] = request.temperature
         if request.json_schema is not None:
             config["responseMimeType"] = "application/json"
-            config["responseJsonSchema"] = restrict_keywords(request.json_schema)
+            config["responseJsonSchema"] = restrict_keywords(request.json_schema, GEMINI_KEYWORDS)
         body["generationConfig"] = config
         return body
 
@@ -329,3 +337,8 @@ def _usage(raw: Any) -> Usage:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("gemini", GeminiProvider)
+
+
+@hookimpl
+def register_price_sheets(register: Any) -> None:
+    register("gemini", resources.files("conclave_plugins").joinpath("pricing", "gemini.yaml"))

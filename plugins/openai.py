@@ -33,6 +33,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -458,3 +459,10 @@ def _usage(raw: Any) -> Usage:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("openai", OpenAIProvider)
+
+
+@hookimpl
+def register_price_sheets(register: Any) -> None:
+    # its own sheet and those of the OpenAI-compatible endpoints it speaks to (xAI, Mistral)
+    for provider in ("openai", "grok", "mistral"):
+        register(provider, resources.files("conclave_plugins").joinpath("pricing", f"{provider}.yaml"))

@@ -5,7 +5,7 @@
 On a terminal the current round's line is live: every agent still thinking has a spinner and its elapsed time,
 redrawn ten times a second, and turns into its result as it answers. Otherwise (piped, or
 ``output.progress=plain``) each round's line is appended once the round ends, so logs stay readable. Notices
-(substitutions, early termination, explore mode, verbose mode, cost aborts) get their own lines, and a summary
+(substitutions, early termination, explore mode, filtering off, cost aborts) get their own lines, and a summary
 line closes the run; an interrupted run ends with the command that resumes it. ``output.progress=quiet`` (or
 ``CONCLAVE_PROGRESS=0``) turns the view off. Unknown event types are ignored, so new events never break it.
 """
@@ -21,7 +21,7 @@ from math import fsum  # statistics.fmean's sum, without importing statistics (d
 from typing import Any, TextIO
 
 from conclave import events as ev
-from conclave.artifact_filter import VERBOSE_NOTICE
+from conclave.artifact_filter import FILTERING_OFF_NOTICE
 from conclave.hookspecs import hookimpl
 
 ROUND_LABELS = {
@@ -154,8 +154,8 @@ class ProgressView:
 
     def _started(self, data: Mapping[str, Any]) -> None:
         self._agents = [str(a.get("name")) for a in data.get("agents") or [] if isinstance(a, Mapping)]
-        if self.verbose or data.get("verbose"):
-            self._notice(VERBOSE_NOTICE)
+        if data.get("filtering") is False:
+            self._notice(FILTERING_OFF_NOTICE)
         resumed = data.get("resumed_rounds")
         if resumed:
             self._notice(f"↺ Resumed: {', '.join(str(r).replace('_', ' ') for r in resumed)} restored from the journal")

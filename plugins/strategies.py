@@ -12,10 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from conclave.artifacts import schemas_in
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy, consensus_confidence
 from conclave.hookspecs import hookimpl
 from conclave.quality.verification import Question
+
+SCHEMA_PACKAGE = "conclave_plugins.schemas"
 
 
 class ConvergeStrategy(Strategy):
@@ -158,3 +161,15 @@ def register_strategies(register: Any) -> None:
     register("explore", ExploreStrategy)
     register("adversarial", AdversarialStrategy)
     register("devils_advocate", DevilsAdvocateStrategy)
+
+
+#: the schemas of these strategies' own artifacts (conclave_plugins/schemas/)
+OWN_SCHEMAS = ("cross_exam_reply_explore", "verdict_explore", "cross_exam_reply_adversarial",
+               "cross_exam_reply_devils_advocate")
+
+
+@hookimpl
+def register_schemas(register: Any) -> None:
+    shipped = schemas_in(SCHEMA_PACKAGE)
+    for name in OWN_SCHEMAS:
+        register(name, shipped[name])

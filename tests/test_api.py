@@ -15,7 +15,8 @@ from conclave.testing.fake_server import FakeProviderServer
 
 RESULT_KEYS = {
     "consultation_id", "schema_version", "question", "mode", "strategy", "status", "created_at", "completed_at",
-    "duration_s", "planned_rounds", "completed_rounds", "agents", "judge", "artifacts", "verdict", "recommendation",
+    "duration_s", "planned_rounds", "completed_rounds", "agents", "judge", "rounds", "artifacts", "verdict",
+    "recommendation",
     "confidence", "dissent", "concerns", "early_termination", "cost", "tokens", "token_efficiency_stats",
     "substitutions", "scrub_report", "context_sources", "prompt_versions", "judge_labels", "shuffle_seed",
     "absent_agents", "abort_reason", "config_hash", "transitions", "quality", "safety", "exit", "context", "escalated",

@@ -1,5 +1,5 @@
 """token_efficiency_stats against what the provider really received: the same debate run with filtering on and
-with it off (``verbose=true``), counted with the same tokenizer."""
+with it off (``filtering.enabled=false``), counted with the same tokenizer."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ async def test_saved_tokens_equal_what_an_unfiltered_run_sends_more(fake_provide
     filtered = await _run(fake, base)
     sent = list(fake.requests)
     fake.requests.clear()
-    whole = await _run(fake, [*base, "verbose=true"])
+    whole = await _run(fake, [*base, "filtering.enabled=false"])
     unfiltered = list(fake.requests)
     assert filtered.completed_rounds == whole.completed_rounds > 4  # the same debate, repeats included
 

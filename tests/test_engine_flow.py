@@ -225,15 +225,27 @@ async def test_events_follow_the_contract_and_the_recorder_flushes_between_round
     json.dumps([e.as_dict() for e in run.events])  # every payload is JSON
 
 
-async def test_verbose_sends_full_artifacts_and_reports_no_filtering(fake_provider_server: FakeProviderServer,
-                                                                     conclave_env: Any) -> None:
+async def test_filtering_off_sends_full_artifacts_and_reports_no_filtering(fake_provider_server: FakeProviderServer,
+                                                                          conclave_env: Any) -> None:
     fake = fake_provider_server
     _judge(fake)
-    run = await run_consultation(fake, "verbose=true")
+    run = await run_consultation(fake, "filtering.enabled=false")
     assert run.result.status == "complete" and not run.of("filter:applied")
     assert run.result.token_efficiency_stats is None
     shown = texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[0])
     assert all(point in shown for point, _, _ in POINTS) and "also two-sided" in shown
+    assert run.of("consultation:started")[0]["filtering"] is False
+
+
+async def test_verbose_is_display_only_and_still_filters(fake_provider_server: FakeProviderServer,
+                                                         conclave_env: Any) -> None:
+    fake = fake_provider_server
+    _judge(fake)
+    run = await run_consultation(fake, "verbose=true")
+    assert run.result.status == "complete" and run.of("filter:applied")
+    assert run.result.token_efficiency_stats is not None
+    shown = texts(requests_with(fake, "cross_exam_reply", AGENT_MODELS["architect"])[0])
+    assert not all(point in shown for point, _, _ in POINTS)  # the synthesis was cut to filtering.round3
     assert run.of("consultation:started")[0]["verbose"] is True
 
 

@@ -102,7 +102,7 @@ def _settings() -> Any:
 
 
 def _session(**changes: Any) -> Any:
-    settings = _settings().model_copy(update=changes)
+    settings = type(_settings()).model_validate({**_settings().model_dump(), **changes})  # quick=true → rounds=2
     plan = Plan(STANDARD_PLAN)
     plan.cut_to_stage(settings.planned_rounds)
     return SimpleNamespace(plan=plan, settings=settings, strategy=Strategy())  # the base strategy: cap 6

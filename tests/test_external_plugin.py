@@ -40,11 +40,11 @@ def test_plugin_is_listed_with_version_hooks_and_contributions(plugin_site: Path
     example = {p["name"]: p for p in json.loads(proc.stdout)}["example"]
     assert example["version"] == "0.3.0"
     assert example["distribution"] == "conclave-example-plugin"
-    assert example["hooks"] == ["register_config_paths", "register_filters", "register_providers",
-                                "register_strategies"]
+    assert example["hooks"] == ["register_config_paths", "register_filters", "register_price_sheets",
+                                "register_providers", "register_strategies"]
     assert example["registered"] == {
         "providers": ["echo"], "strategies": ["devil", "gauntlet"], "filters": ["keep_all"],
-        "config_paths": ["pkg://conclave_example_plugin.conf"],
+        "config_paths": ["pkg://conclave_example_plugin.conf"], "price_sheets": ["echo"],
     }
 
 

@@ -11,7 +11,7 @@ from conclave_plugins.filters import TopNArtifactFilter, severity_score, substan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conclave.artifact_filter import VERBOSE_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
+from conclave.artifact_filter import FILTERING_OFF_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
 from conclave.artifacts import ArtifactValidationError, current_version, validate
 from conclave.plugins import load_plugins
 
@@ -225,8 +225,8 @@ def test_token_efficiency_stats_never_report_negative_savings() -> None:
     assert token_efficiency_stats(0, 0, [])["efficiency_percentage"] == 0.0
 
 
-def test_verbose_notice_text() -> None:
-    assert VERBOSE_NOTICE == "🔍 Verbose mode: using full debate artifacts (higher token cost)"
+def test_filtering_off_notice_text() -> None:
+    assert FILTERING_OFF_NOTICE == "🔍 Filtering off: using full debate artifacts (higher token cost)"
 
 
 _agent = st.sampled_from(["security", "architect", "pragmatist", "skeptic"])

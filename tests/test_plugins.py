@@ -28,7 +28,8 @@ def _plugin(**hooks: object) -> types.ModuleType:
 def test_hookspecs_are_the_documented_register_hooks() -> None:
     assert all_hook_names() == [
         "register_providers", "register_strategies", "register_filters", "register_aggregators",
-        "register_event_subscribers", "register_config_paths",
+        "register_event_subscribers", "register_config_paths", "register_schemas",
+        "register_price_sheets",
     ]
 
 
@@ -47,6 +48,8 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
         register_aggregators=lambda register: register("inline-aggregator", object),
         register_event_subscribers=lambda register: register("inline-sink", lambda settings: None),
         register_config_paths=lambda register: register("pkg://inline.conf"),
+        register_schemas=lambda register: register("inline_artifact", {"type": "object"}),
+        register_price_sheets=lambda register: register("inline-provider", "inline.yaml"),
     )
     plugins = load_plugins([("inline", plugin)])
     assert plugins.providers.names() == ["inline-provider"]
@@ -55,6 +58,7 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
     assert plugins.aggregators.names() == ["inline-aggregator"]
     assert plugins.event_subscribers.names() == ["inline-sink"]
     assert plugins.config_paths == ["pkg://inline.conf"]
+    assert plugins.schemas.names() == ["inline_artifact"]
     [info] = plugins.info()
     assert info.name == "inline"
     assert info.hooks == sorted(all_hook_names())
@@ -124,7 +128,7 @@ def test_plugins_command_lists_versions_and_hooks(tmp_path: Path) -> None:
     assert "register_providers" in listed["openai"]["hooks"]
     text = run_conclave("plugins", home=tmp_path)
     assert text.returncode == 0
-    assert "openai " in text.stdout and "hooks: register_providers" in text.stdout
+    assert "openai " in text.stdout and "hooks: register_price_sheets, register_providers" in text.stdout
 
 
 def test_plugins_command_with_none_loaded(tmp_path: Path) -> None:

@@ -107,12 +107,16 @@ def test_a_round_line_shows_each_answer_as_it_arrives_on_a_terminal() -> None:
     assert screen(out.getvalue()) == ["  ▸ Round 1 · Independent   security ✓ 3.1s"]
 
 
-def test_verbose_mode_shows_the_notice_and_filter_details() -> None:
+def test_verbose_mode_shows_filter_details_and_filtering_off_its_own_notice() -> None:
     out = io.StringIO()
     run(ProgressView(out, tty=False, verbose=True))
     lines = out.getvalue().splitlines()
-    assert lines[0] == "  🔍 Verbose mode: using full debate artifacts (higher token cost)"
     assert "  filter top_n: round-3 view of the synthesis 900 → 610 tokens" in lines
+    assert "Filtering off" not in out.getvalue()  # verbose is display only: the run still filters
+    out = io.StringIO()
+    run(ProgressView(out, tty=False), lambda bus: bus.emit(ev.CONSULTATION_STARTED, question="q", verbose=False,
+                                                            filtering=False, resumed_rounds=[]))
+    assert out.getvalue().splitlines()[0] == "  🔍 Filtering off: using full debate artifacts (higher token cost)"
 
 
 def test_early_termination_and_explore_notices() -> None:

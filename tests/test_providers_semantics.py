@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from conclave_plugins.gemini import GEMINI_KEYWORDS
 
 from conclave.config import ProviderSettings
 from conclave.events import EventBus
@@ -24,7 +25,7 @@ from conclave.providers.base import (
 from conclave.providers.pool import ProviderPool
 from conclave.providers.pricing import PriceTable, same_model
 from conclave.providers.retry import RetryPolicy
-from conclave.providers.schema_hints import GEMINI_KEYWORDS, restrict_keywords
+from conclave.providers.schema_hints import restrict_keywords
 from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
 
 FAST_RETRIES = RetryPolicy(base_s=0.01, cap_s=0.02)
@@ -164,7 +165,7 @@ def test_the_gemini_schema_uses_only_its_documented_keywords():
         },
         "required": ["kind"], "additionalProperties": False,
     }
-    variant = restrict_keywords(schema)
+    variant = restrict_keywords(schema, GEMINI_KEYWORDS)
 
     def keywords(node: Any) -> set[str]:
         if not isinstance(node, dict):

@@ -34,6 +34,7 @@ from conclave.errors import ConclaveError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "artifacts"
 SCHEMA_DIR = Path(__file__).parent.parent / "schemas"
+PLUGIN_SCHEMA_DIR = Path(__file__).parent.parent / "plugins" / "schemas"
 ARTIFACTS = [
     "cross_exam", "cross_exam_reply", "cross_exam_reply_adversarial", "cross_exam_reply_answer",
     "cross_exam_reply_devils_advocate", "cross_exam_reply_explore", "independent", "independent_answer", "objection",
@@ -195,7 +196,8 @@ def _objects(node: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]
 
 def test_schema_names_are_the_file_stems() -> None:
     assert schema_names() == sorted(["common", *ARTIFACTS, *RECORDS])
-    assert schema_names() == sorted(p.name.removesuffix(".schema.json") for p in SCHEMA_DIR.glob("*.schema.json"))
+    files = [*SCHEMA_DIR.glob("*.schema.json"), *PLUGIN_SCHEMA_DIR.glob("*.schema.json")]  # core, then strategies'
+    assert schema_names() == sorted(p.name.removesuffix(".schema.json") for p in files)
 
 
 @pytest.mark.parametrize("name", ["common", *ARTIFACTS, *RECORDS])

@@ -92,7 +92,7 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     if source is not None:
         session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
         session.quality.groupthink.replay_plan(session, resume_from)  # objection rounds it played
-    session.quality.rebuild(session, restore_rounds(session, resume_from))
+    restored = restore_rounds(session, resume_from)
     steps = session.plan.steps()
     from conclave.quality.objection import OBJECTION, objection_round
 
@@ -105,9 +105,22 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     if not chosen:
         names = ", ".join(dict.fromkeys(f"{s.type.name} ({s.number})" for s in steps))
         raise UsageError(f"no round {round_name!r} in the {settings.mode.strategy} plan; one of: {names}")
+    chosen = chosen if round_name.isdigit() else chosen[:1]  # a number: every step of that round
+    if agent is not None:
+        if agent not in settings.agents:
+            raise UsageError(f"--agent: {agent!r} is not on the panel; one of: {', '.join(settings.agents)}")
+        if all(s.type.seat == "judge" for s in chosen):
+            raise UsageError("--agent: this round is played by the judge")
+        chosen = [s for s in chosen if s.type.seat == "agents"]  # round 3 --agent: its replies, not the judge step
+    # the debate state as it stood when the round was sent: the rounds before it, and the steps of its own round
+    # played before a judge step (the round-3 judge sees the replies' claims)
+    session.quality.rebuild(session, {n for n in restored if n < chosen[0].number})
     calls = []
-    for step in chosen if round_name.isdigit() else chosen[:1]:  # a number: every step of that round
+    for step in chosen:
         round_type = step.type
+        for earlier in steps[:steps.index(step)]:
+            if earlier.number == step.number and earlier.number in restored:
+                session.quality.after_step(session, earlier)
 
         def shown(round_type: RoundType = round_type, number: int = step.number) -> dict[str, str]:
             """The values every call of the round gets, under the labels of whoever is asked (``seen_by``)."""
@@ -126,11 +139,6 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
 
         who = [None] if round_type.seat == "judge" else (participants(session, round_type) or list(settings.agents))
         if agent is not None:
-            if round_type.seat == "judge":
-                raise UsageError("--agent: this round is played by the judge")
-            if agent not in settings.agents:
-                raise UsageError(f"--agent: {agent!r} is not on the panel; one of: "
-                                 f"{', '.join(settings.agents)}")
             who = [agent]
         for name in who:
             # an agent's prompt shows the panel under its own labels, as the engine sends it

@@ -70,6 +70,7 @@ def assemble_result(
         CostRecord,
         EarlyTerminationRecord,
         JudgeRecord,
+        RoundRecord,
         TokenRecord,
         TransitionRecord,
     )
@@ -120,6 +121,9 @@ def assemble_result(
             actual_model=session.judge.actual[1] if session.judge.actual else None,
             fallback_used=session.judge.fallback_used,
         ),
+        rounds=[RoundRecord(number=output.number, round_type=name, judge=output.judge,
+                            agents={n: output.by_agent[n] for n in order if n in output.by_agent})
+                for name, output in record.played],
         artifacts=Artifacts(
             round_1={name: record.round_1[name] for name in order if name in record.round_1},
             round_2=record.round_2,

@@ -1,7 +1,7 @@
 """Applying the configured artifact filter to what later rounds are shown, and counting what it saved.
 
 The filter (a plugin) only drops array items and re-validates; this module decides when it runs (never with
-``verbose=true``), emits ``filter:applied`` with real token counts of the JSON shown, and totals the savings
+``filtering.enabled=false``), emits ``filter:applied`` with real token counts of the JSON shown, and totals the savings
 for ``token_efficiency_stats``.
 
 The savings are counted per call, on the prompts themselves: every call made once the consultation has an
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 class ArtifactFiltering:
     def __init__(self, settings: Settings, plugins: Plugins, bus: EventBus) -> None:
-        self.enabled = not settings.verbose
+        self.enabled = settings.filtering.enabled
         self._settings = settings
         self._plugins = plugins
         self._bus = bus
@@ -53,7 +53,7 @@ class ArtifactFiltering:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
         from conclave.artifact_filter import limits_for
 
-        return limits_for(artifact, getattr(self._settings.filtering, section).model_dump())
+        return limits_for(artifact, self._settings.filtering.section(section))
 
     def apply(
         self,
@@ -202,7 +202,7 @@ class ArtifactFiltering:
         self.unfiltered_tokens += whole
 
     def stats(self) -> dict[str, Any] | None:
-        """``token_efficiency_stats``, or None when nothing was filtered (verbose, or no later round ran)."""
+        """``token_efficiency_stats``, or None when nothing was filtered (filtering off, or no later round ran)."""
         if not self.filtered_rounds:
             return None
         from conclave.artifact_filter import token_efficiency_stats

@@ -139,7 +139,7 @@ async def play(session: Session, step: Step, restored: Mapping[str, dict[str, An
 async def _play_agents(session: Session, step: Step, restored: Mapping[str, dict[str, Any]]) -> str | None:
     round_type, number = step.type, step.number
     players = participants(session, round_type)
-    output = session.record.outputs[round_type.name] = RoundOutput(number)
+    output = session.record.put(round_type.name, RoundOutput(number))
     for name, artifact in restored.items():
         if name in players:
             output.by_agent[name] = artifact
@@ -212,6 +212,7 @@ def _record_agent(session: Session, step: Step, name: str, outcome: CallOutcome)
         return
     # the agent named its peers as it saw them: stored in the judge's form (``name (Agent B)``)
     artifact = session.peer_labels(name).to_names(outcome.artifact) if round_type.sees_labels else outcome.artifact
+    artifact = artifacts.in_schema_order(round_type.schema, artifact)  # shown later as a restored one would be
     session.record.outputs[round_type.name].by_agent[name] = artifact
     session.emit_artifact(step.number, round_type.schema, name, artifact, outcome.raw_text,
                           outcome.status or "valid", round_type.name)
@@ -227,8 +228,8 @@ async def _play_judge(session: Session, step: Step) -> str | None:
     outcome = await session.judge.ask(session.pool, spec, session.bus)
     if outcome.artifact is None:
         return f"the judge failed in round {number}: {outcome.error}"
-    artifact = session.labels.to_names(outcome.artifact)
-    session.record.outputs[round_type.name] = RoundOutput(number, judge=artifact)
+    artifact = artifacts.in_schema_order(round_type.schema, session.labels.to_names(outcome.artifact))
+    session.record.put(round_type.name, RoundOutput(number, judge=artifact))
     if round_type.name == VERDICT_ROUND:
         session.record.verdict = artifact
     session.emit_artifact(number, round_type.schema, None, artifact, outcome.raw_text, outcome.status or "valid",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Status = Literal["complete", "completed_degraded", "partial", "aborted", "blocked"]
 SCHEMA_VERSION = "1.0"
@@ -44,6 +44,36 @@ class Artifacts(_Frozen):
     round_3_replies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     round_3: dict[str, Any] | None = None
     round_4: dict[str, Any] | None = None
+
+
+class RoundRecord(_Frozen):
+    """One step of the debate as it was played: its number, its round type, and what it produced — each agent's
+    artifact (agents' seat, by name) or the judge's."""
+
+    number: int
+    round_type: str
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    judge: dict[str, Any] | None = None
+
+
+#: the standard plan's rounds under the names of :class:`Artifacts`, to read a result written before ``rounds``
+_STANDARD_ROUNDS = (("round_1", 1, "independent"), ("round_2", 2, "synthesis"),
+                    ("round_3_replies", 3, "cross_exam_replies"), ("round_3", 3, "cross_exam"),
+                    ("round_4", 4, "verdict"))
+
+
+def rounds_from_artifacts(artifacts: Any) -> list[dict[str, Any]]:
+    """The ``rounds`` of a result written before they existed, read from its ``artifacts`` (the standard plan)."""
+    out: list[dict[str, Any]] = []
+    if not isinstance(artifacts, dict):
+        return out
+    for key, number, round_type in _STANDARD_ROUNDS:
+        value = artifacts.get(key)
+        if not value:
+            continue
+        seat = {"agents": value} if key in ("round_1", "round_3_replies") else {"judge": value}
+        out.append({"number": number, "round_type": round_type, **seat})
+    return out
 
 
 class EarlyTerminationRecord(_Frozen):
@@ -100,6 +130,9 @@ class ConsultationResult(_Frozen):
     completed_rounds: int
     agents: list[AgentRecord]
     judge: JudgeRecord
+    #: every step played, in play order (repeats and objection rounds included); ``artifacts`` keeps the latest of
+    #: each standard round under its old name while callers move to ``rounds``
+    rounds: list[RoundRecord] = Field(default_factory=list)
     artifacts: Artifacts
     verdict: dict[str, Any] | None
     #: the debate-quality record (anchors, checks per round and agent, debate state, metrics); None in results
@@ -143,6 +176,13 @@ class ConsultationResult(_Frozen):
     vote_gate: dict[str, Any] | None = None
     #: context tokens per round, with and without summarization (:mod:`conclave.quality.summarize`)
     context: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rounds_of_an_older_result(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rounds" not in data and "artifacts" in data:
+            return {**data, "rounds": rounds_from_artifacts(data["artifacts"])}
+        return data
 
     def as_dict(self) -> dict[str, Any]:
         """The result JSON (snake_case keys; ``transitions`` items use ``from``/``to``)."""

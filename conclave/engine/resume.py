@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conclave.artifacts import upgrade
+from conclave.artifacts import in_schema_order, upgrade
 from conclave.engine.rounds import VERDICT_ROUND, Step
 from conclave.engine.session import RoundOutput, Session
 
@@ -76,7 +76,7 @@ def interrupted_answers(source: Mapping[str, Any], step: Step) -> dict[str, dict
     if step.type.seat != "agents" or interrupted.get("round_number") != step.number:
         return {}
     return {
-        p["agent"]: upgrade(step.type.schema, dict(p["artifact"]))
+        p["agent"]: in_schema_order(step.type.schema, upgrade(step.type.schema, dict(p["artifact"])))
         for p in interrupted.get("artifacts") or []
         if p.get("agent") and p.get("round_type", step.type.name) == step.type.name
     }
@@ -93,17 +93,18 @@ def _restore(session: Session, step: Step, payloads: list[dict[str, Any]]) -> bo
         judge = next((p["artifact"] for p in reversed(mine) if not p.get("agent")), None)
         if judge is None:
             return False
-        judge = upgrade(round_type.schema, dict(judge))
-        record.outputs[round_type.name] = RoundOutput(step.number, judge=judge)
+        judge = in_schema_order(round_type.schema, upgrade(round_type.schema, dict(judge)))
+        record.put(round_type.name, RoundOutput(step.number, judge=judge))
         if round_type.name == VERDICT_ROUND:
             record.verdict = dict(judge)
         return True
     first = session.plan.types[0].name == round_type.name
     players = list(session.agents) if first else session.present()
-    answers = {p["agent"]: upgrade(round_type.schema, dict(p["artifact"])) for p in mine if p.get("agent") in players}
+    answers = {p["agent"]: in_schema_order(round_type.schema, upgrade(round_type.schema, dict(p["artifact"])))
+               for p in mine if p.get("agent") in players}
     if len(answers) < round_type.min_answers:
         return False
-    output = record.outputs[round_type.name] = RoundOutput(step.number, by_agent=answers)
+    output = record.put(round_type.name, RoundOutput(step.number, by_agent=answers))
     output.missing = [name for name in players if name not in answers]
     if first:
         for name, state in session.agents.items():

@@ -41,13 +41,15 @@ class Input:
       - ``"each"`` — every present agent's artifact, as a list in the judge's order;
       - ``"each_by_label"`` — every present agent's artifact, as an object keyed by label;
       - ``"judge"`` — the judge's artifact.
-    ``filtered`` names the ``filtering.<section>`` limits applied to it first (``round3``/``round4``), or None
-    for the artifact in full. Only the judge's artifacts are filtered: agents' answers are always shown whole.
+    ``filtered`` names the ``filtering.<section>`` limits applied to it first, or None for the artifact in full:
+    the built-in rounds use ``round3`` and ``round4``; a plugin's round type may name a section of its own, which
+    the user then sets as ``+filtering.<section>.<field>=N``. Only the judge's artifacts are filtered: agents'
+    answers are always shown whole.
     """
 
     source: str
     take: Literal["own", "each", "each_by_label", "judge"]
-    filtered: Literal["round3", "round4"] | None = None
+    filtered: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,11 @@ class RoundType:
     sees_labels: bool = True
     #: names this step inside its round, where the round has several ("round 3 replies")
     short: str = ""
+
+    @property
+    def filter_sections(self) -> frozenset[str]:
+        """The ``filtering.<section>`` names this round's inputs are filtered with."""
+        return frozenset(i.filtered for i in self.inputs.values() if i.filtered is not None)
 
     def with_schema(self, schema: str) -> RoundType:
         """The same round answered with another artifact schema (a strategy's own reply or verdict shape)."""

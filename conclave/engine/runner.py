@@ -689,6 +689,7 @@ class Consultation:
             peer_labels=session.all_peer_labels(),
             context_sources=provenance.context_sources,
             verbose=settings.verbose,
+            filtering=settings.filtering.enabled,
             resumed_rounds=resumed_rounds(self.resume_from),
             anchors=dict(session.quality.anchors),
             verification_questions=[q.id for q in session.quality.questions],

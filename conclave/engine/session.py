@@ -77,6 +77,14 @@ class Record:
     abort_reason: str | None = None
     #: present agents who gave no answer in the latest agents' round after the first (the judge is told)
     missing_replies: list[str] = field(default_factory=list)
+    #: every step played or restored, in play order: (round type name, its output) — the result's ``rounds``
+    played: list[tuple[str, RoundOutput]] = field(default_factory=list)
+
+    def put(self, round_type: str, output: RoundOutput) -> RoundOutput:
+        """Record what a step of ``round_type`` produced: the latest of its type, and one more step played."""
+        self.outputs[round_type] = output
+        self.played.append((round_type, output))
+        return output
 
     def output(self, round_type: str) -> RoundOutput | None:
         return self.outputs.get(round_type)

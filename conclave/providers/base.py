@@ -369,7 +369,7 @@ class Provider(abc.ABC):
 
     def context_limits(self, model: str) -> ContextLimits | None:
         """What one call to ``model`` can hold: a hosted model's figures from its price sheet
-        (``conclave/data/pricing``, by this provider's name, then its ``api``). None — no check, the provider
+        (the registered price sheets, by this provider's name, then its ``api``). None — no check, the provider
         rejects what does not fit — when the sheet gives no figure, and for a free endpoint (a server on this
         machine answering under a hosted model's name has a window of its own). A prompt that cannot fit is
         refused before the consultation starts (:mod:`conclave.engine.limits`), and a backup whose limits are too

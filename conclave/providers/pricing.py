@@ -1,5 +1,6 @@
-"""Model prices from ``conclave/data/pricing/*.yaml`` (one file per provider; package data, not a Hydra config
-group) and the cost of real usage.
+"""Model prices from the price sheets provider plugins register (``register_price_sheets``: one YAML file per
+provider, package data of the plugin — the built-in ones in ``conclave_plugins/pricing/``) and the cost of real
+usage.
 
 Prices are USD per million tokens. ``Usage.input_tokens`` includes cached input and cache writes; the cached part
 is billed at ``cached_input`` (or the input price when a provider gives no discount), the written part at
@@ -19,14 +20,13 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from conclave.plugins import get_plugins
 from conclave.providers.base import Usage
 from conclave.yamlload import load_packaged
 
-PACKAGE = "conclave"
-DATA_DIR = "data"
 MILLION = 1_000_000
 
 # Dated snapshots (claude-haiku-4-5-20251001, gpt-4o-2024-08-06) cost what their alias costs.
@@ -100,7 +100,7 @@ class PriceTable:
 
     @classmethod
     def load(cls) -> PriceTable:
-        """The sheets shipped in ``conclave/data/pricing`` (loaded once per process)."""
+        """The sheets the loaded plugins registered (loaded once per process)."""
         return _packaged_table()
 
     def price(self, providers: str | Iterable[str], model: str) -> ModelPrice | None:
@@ -206,10 +206,13 @@ _ENTRY_KEYS = frozenset({"input", "output", "cached_input", "cache_write_input",
 
 @functools.cache
 def _packaged_table() -> PriceTable:
-    folder = resources.files(PACKAGE).joinpath(DATA_DIR, "pricing")
-    sheets = [
-        parse_sheet(load_packaged(entry) or {}, f"pricing/{entry.name}")
-        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".yaml")
-    ]
+    registered = get_plugins().registries["price_sheets"]
+    sheets = []
+    for provider, path in registered.items():
+        origin = f"pricing/{provider}.yaml of plugin {registered.owner(provider)!r}"
+        entry = Path(path) if isinstance(path, str) else path  # a path, or an importlib.resources file
+        sheet = parse_sheet(load_packaged(entry) or {}, origin)
+        if sheet.provider != provider:
+            raise ValueError(f"{origin}: the sheet prices provider {sheet.provider!r}, registered as {provider!r}")
+        sheets.append(sheet)
     return PriceTable(sheets)

@@ -48,19 +48,13 @@ def described_constraints(node: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in found.items() if k in CONSTRAINT_KEYWORDS} if isinstance(found, dict) else {}
 
 
-#: the keywords Gemini documents for ``generationConfig.responseJsonSchema``
-GEMINI_KEYWORDS = frozenset({
-    "$id", "$defs", "$ref", "$anchor", "type", "format", "title", "description", "enum", "items", "prefixItems",
-    "minItems", "maxItems", "minimum", "maximum", "anyOf", "oneOf", "properties", "additionalProperties", "required",
-    "propertyOrdering",
-})
 _SCHEMA_MAPS = ("properties", "$defs")  # keyword -> {name: schema}
 _SCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf")  # keyword -> [schema]
 _SCHEMA_VALUES = ("items", "additionalProperties")  # keyword -> schema (or a boolean)
 
 
-def restrict_keywords(schema: Any, allowed: frozenset[str] = GEMINI_KEYWORDS) -> Any:
-    """A copy of ``schema`` using only ``allowed`` keywords (Gemini's documented list by default).
+def restrict_keywords(schema: Any, allowed: frozenset[str]) -> Any:
+    """A copy of ``schema`` using only ``allowed`` keywords (a provider's documented list, e.g. Gemini's).
 
     ``const`` becomes a one-value ``enum``; constraint keywords that are dropped (``pattern``, ``minLength``…) are
     stated in the node's description, as for OpenAI's strict variant; anything else outside the list (``$schema``,

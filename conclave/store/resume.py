@@ -56,11 +56,23 @@ def load_resume_point(layout: StoreLayout, consultation_id: str, *, resumable: b
     final = _final_status(records)
     if resumable and final is not None and final not in RESUMABLE_STATUSES:
         raise UsageError(f"consultation {consultation_id} already ended ({final}); nothing to resume")
-    settings = settings_from_container(started["data"]["config"])
+    settings = settings_from_container(_in_panel_order(started["data"]))
     rounds = completed_round_artifacts(records)
     resume_from = _resume_dict(consultation_id, started["data"], rounds, records)
     restored = sorted(resume_from["rounds"])
     return ResumePoint(consultation_id, settings, resume_from, len(records), restored)
+
+
+def _in_panel_order(started: dict[str, Any]) -> dict[str, Any]:
+    """The journaled config with its agents in the panel's configured order: the journal stores the config with
+    sorted keys, while anchors, the debate state and a strategy's roles (the first agent) follow the panel order,
+    which ``consultation:started`` keeps in its ``agents`` list."""
+    config = dict(started["config"])
+    agents = config.get("agents")
+    order = [str(a.get("name")) for a in started.get("agents") or [] if isinstance(a, dict)]
+    if isinstance(agents, dict) and sorted(order) == sorted(agents):
+        config["agents"] = {name: agents[name] for name in order}
+    return config
 
 
 def _final_status(records: list[dict[str, Any]]) -> str | None:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -542,3 +543,8 @@ class LocalProvider(Provider):
 @hookimpl
 def register_providers(register: Any) -> None:
     register("local", LocalProvider)
+
+
+@hookimpl
+def register_price_sheets(register: Any) -> None:
+    register("local", resources.files("conclave_plugins").joinpath("pricing", "local.yaml"))

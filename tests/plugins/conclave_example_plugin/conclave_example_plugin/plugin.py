@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 from conclave import hookimpl
 from conclave_example_plugin.filters import KeepAllFilter
 from conclave_example_plugin.provider import EchoProvider
@@ -17,6 +19,11 @@ def register_providers(register):
 def register_strategies(register):
     register("devil", DevilsAdvocateStrategy)
     register("gauntlet", GauntletStrategy)
+
+
+@hookimpl
+def register_price_sheets(register):
+    register("echo", resources.files("conclave_example_plugin").joinpath("pricing", "echo.yaml"))
 
 
 @hookimpl
