@@ -18,7 +18,6 @@ Other databases served by the same Datasette are left alone.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -31,7 +30,9 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
-MIGRATION_SET = "conclave.index"
+from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
+from conclave.datasette_plugin.eval_page import eval_page
+
 CSS_URL = "/-/conclave/conclave.css"
 
 #: the columns a table page opens on (about ten), per table; Datasette always adds the primary key in front
@@ -50,40 +51,6 @@ JSON_COLUMNS = {"prompt_versions", "limits", "config"}
 
 
 # ------------------------------------------------------------------------------------------------ detection
-
-
-_INDEX_FILES: set[str] = set()  # paths known to be conclave indexes (a file never stops being one)
-
-
-def _is_index_file(path: str) -> bool:
-    if path in _INDEX_FILES:
-        return True
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return False
-    try:
-        row = conn.execute("select 1 from _sqlite_migrations where migration_set = ? limit 1",
-                           [MIGRATION_SET]).fetchone()
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    if row is not None:
-        _INDEX_FILES.add(path)
-    return row is not None
-
-
-def conclave_databases(datasette: Any) -> list[str]:
-    """Names of the served databases that are conclave indexes."""
-    names = []
-    for name, db in datasette.databases.items():
-        path = getattr(db, "path", None)
-        if not path or not Path(path).exists():
-            continue
-        if _is_index_file(str(path)):
-            names.append(name)
-    return names
 
 
 def _is_conclave(datasette: Any, database: str | None) -> bool:
@@ -296,16 +263,10 @@ def register_routes() -> list[tuple[str, Any]]:
     return [
         (r"^/-/conclave/conclave\.css$", _css),
         (r"^/-/conclave$", _dashboard),
-        (r"^/-/conclave/eval$", _eval_page),  # before the consultation route, which would take "eval" as an id
+        (r"^/-/conclave/eval$", eval_page),  # before the consultation route, which would take "eval" as an id
         (r"^/-/conclave/(?P<cid>[A-Za-z0-9_.-]+)/journal\.json$", _journal_json),
         (r"^/-/conclave/(?P<cid>[A-Za-z0-9_.-]+)$", _consultation),
     ]
-
-
-async def _eval_page(datasette: Any, request: Any) -> Response:
-    from conclave.datasette_plugin.eval_page import eval_page
-
-    return await eval_page(datasette, request)
 
 
 async def _css() -> Response:
@@ -411,10 +372,6 @@ async def _records_from_index(db: Any, cid: str) -> list[dict[str, Any]]:
     return records
 
 
-def _page(datasette: Any, title: str, body: str, request: Any) -> Any:
-    return datasette.render_template("conclave_page.html", {"title": title, "body": Markup(body)}, request=request)
-
-
 async def _consultation(datasette: Any, request: Any) -> Response:
     from conclave.render.html import report_fragment
     from conclave.render.journal_view import result_from_records
@@ -422,7 +379,7 @@ async def _consultation(datasette: Any, request: Any) -> Response:
     cid = request.url_vars["cid"]
     found = await _find(datasette, cid)
     if found is None:
-        return Response.html(await _page(datasette, "Not found", f"<p>No consultation {escape(cid)}.</p>", request),
+        return Response.html(await page(datasette, "Not found", f"<p>No consultation {escape(cid)}.</p>", request),
                              status=404)
     name, db = found
     records, source = await records_for(db, cid)
@@ -459,7 +416,7 @@ async def _consultation(datasette: Any, request: Any) -> Response:
                '<p class="cv-muted">The journal was not found next to this index; this page was rebuilt from the '
                "index tables.</p>"))
     question = " ".join(str(result.get("question") or cid).split())
-    return Response.html(await _page(datasette, question[:90], body, request))
+    return Response.html(await page(datasette, question[:90], body, request))
 
 
 async def _journal_json(datasette: Any, request: Any) -> Response:
@@ -482,12 +439,6 @@ CHARTS = [
 ]
 
 
-async def chart_rows(datasette: Any, database: str, query: str) -> list[dict[str, Any]]:
-    """The rows of one of the canned queries the charts draw (the same SQL a user can open and edit)."""
-    sql = datasette.metadata("queries", database=database)[query]["sql"]
-    return [dict(r) for r in (await datasette.databases[database].execute(sql)).rows]
-
-
 def _bucket(low: float) -> str:
     """``0.8`` → ``80–89%``; the top bucket includes 100%."""
     return f"{low * 100:.0f}–{'100' if low >= 0.9 else f'{low * 100 + 9:.0f}'}%"
@@ -506,7 +457,7 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
 
     names = conclave_databases(datasette)
     if not names:
-        return Response.html(await _page(datasette, "conclave", "<p>No conclave index is being served.</p>",
+        return Response.html(await page(datasette, "conclave", "<p>No conclave index is being served.</p>",
                                          request), status=404)
     parts = []
     for name in names:
@@ -549,4 +500,4 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
             f'<p><a href="{base}/consultations">Browse and facet all consultations</a></p></section>'
             f'<section class="cv-section"><h2>Charts</h2><div class="cv-grid">{"".join(charts)}</div></section>')
     body = '<div class="cv-report"><h1>Conclave dashboard</h1>' + "".join(parts) + "</div>"
-    return Response.html(await _page(datasette, "Conclave dashboard", body, request))
+    return Response.html(await page(datasette, "Conclave dashboard", body, request))

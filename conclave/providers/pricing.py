@@ -20,10 +20,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from conclave.providers.base import Usage
 from conclave.yamlload import load_packaged
+
+if TYPE_CHECKING:
+    from conclave.providers.base import Usage
 
 PACKAGE = "conclave"
 DATA_DIR = "data"
