@@ -70,9 +70,8 @@ def compose_settings(overrides: list[str]) -> Settings:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from conclave.cli import _hydra_error_message
+    from conclave.compose import hydra_error_message, prepare_hydra
     from conclave.home import default_home
-    from conclave.hydra_app import prepare_hydra
     from conclave.panel import zero_config_overrides
 
     prepare_hydra()
@@ -84,9 +83,9 @@ def compose_settings(overrides: list[str]) -> Settings:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose("config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError([_hydra_error_message(exc) or str(exc).splitlines()[0]]) from None
+        raise ConfigError([hydra_error_message(exc) or str(exc).splitlines()[0]]) from None
     except Exception as exc:  # a user config file that does not load (not UTF-8, not YAML)
-        message = _hydra_error_message(exc)
+        message = hydra_error_message(exc)
         if message is None:
             raise
         raise ConfigError([message]) from None

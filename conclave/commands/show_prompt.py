@@ -53,6 +53,7 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     from conclave.engine.resume import restore_rounds
     from conclave.engine.rounds import Plan
     from conclave.engine.session import Session, prompt_json
+    from conclave.engine.session_layers import with_layers
     from conclave.events import EventBus
     from conclave.plugins import get_plugins
 
@@ -85,9 +86,10 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     question, context = _inputs(settings, question)
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     labels = JudgeLabels(settings.agents, int(resume_from.get("shuffle_seed") or 0), resume_from.get("labels"))
-    session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=None,  # type: ignore[arg-type]
-                      bus=EventBus("show-prompt"), labels=labels, question=question,
-                      context_text=context)
+    session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy,
+                                  pool=None,  # type: ignore[arg-type]
+                                  bus=EventBus("show-prompt"), labels=labels, question=question,
+                                  context_text=context))
     if source is not None:
         session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
         session.quality.groupthink.replay_plan(session, resume_from)  # objection rounds it played

@@ -97,7 +97,7 @@ class ArtifactFiltering:
             self._filtered[key] = (artifact, filtered, error)  # the artifact kept alive, so its id stays its own
         if self._unrecorded:
             return filtered
-        from conclave.engine.session import prompt_json  # the JSON exactly as prompts show it
+        from conclave.engine.record import prompt_json  # the JSON exactly as prompts show it
 
         before = count_tokens(prompt_json(view(artifact)))
         after = count_tokens(prompt_json(view(filtered)))

@@ -43,18 +43,11 @@ if TYPE_CHECKING:
     from conclave.engine.rounds import Step
     from conclave.engine.session import Session
 
-
 _PLACEHOLDERS = ("debate_state", "verification_questions")
 _CLAIM_IDS = re.compile(r'"claim_ids": \[([^\]]*)\]')  # a judge's statement's claim ids, in prompt JSON
 _STATE_ID = re.compile(r"\bC[1-9][0-9]*\b")
 #: fields of a first-round position that later replies inherit unless they restate them
 CARRIED = ("alternatives", "failure_modes", "uncertainties")
-#: artifact fields later rounds are not shown (the state block carries claims and evidence; the rest is record)
-RECORD_ONLY = frozenset({"claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
-                         "verification"})
-#: synthesis fields for the judge's later rounds only: how round 1 was covered matters to the verdict, while an agent
-#: gets the claims those fields name in its DEBATE STATE block
-AGENTS_NOT_SHOWN = frozenset({"partial_coverage", "unique_insights", "blind_spots"})
 
 
 class QualityLayer:

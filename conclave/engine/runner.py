@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from conclave import __version__, artifacts
+from conclave import artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
 from conclave.engine.consent import decide_consent, store_always_allow
@@ -55,6 +55,7 @@ from conclave.engine.play import derive_verdict, play
 from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_rounds
 from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
 from conclave.engine.session import Session
+from conclave.engine.session_layers import with_layers
 from conclave.engine.state import ConsultState, StateMachine, Transition
 from conclave.engine.termination import decide_early_termination
 from conclave.errors import ConfigError, StorageError
@@ -74,6 +75,8 @@ from conclave.events import (
     Subscriber,
 )
 from conclave.providers.base import ProviderError
+from conclave.providers.pool import ProviderPool
+from conclave.version import __version__
 
 if TYPE_CHECKING:
     from conclave.engine.result import ConsultationResult
@@ -174,16 +177,6 @@ class Consultation:
         # The code a consultation runs is loaded before its clock starts (process start-up, not the
         # consultation's work): the provider pool, and what prepares its inputs and its session (the scrubber,
         # the safety rules, the quality layer, the context window).
-        import conclave.engine.context
-        import conclave.engine.quality
-        import conclave.engine.safety
-        import conclave.quality.objection
-        import conclave.quality.similarity
-        import conclave.quality.summarize
-        import conclave.schemas
-        import conclave.scrub  # noqa: F401
-        from conclave.providers.pool import ProviderPool
-
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
         problems = strategy.panel_problems(list(self.settings.agents))
@@ -205,10 +198,10 @@ class Consultation:
             until_durable = getattr(self.recorder, "until_durable", None)
             if until_durable is not None:
                 pool.before_spending = functools.partial(until_durable, self.id)
-            session = Session(
+            session = with_layers(Session(
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
-            )
+            ))
             session.stream = session.judge.stream = self._stream
             self.machine.follow(session.plan.states())
             session.judge.restore(self.resume_from.get("judge_fallback"))

@@ -209,7 +209,7 @@ class SafetyGuard:
                         allow_substitution=False)
 
     def _step_text(self, step: Step) -> str:
-        from conclave.engine.session import prompt_json
+        from conclave.engine.record import prompt_json
 
         session = self.session
         output = session.record.output(step.type.name)

@@ -137,7 +137,7 @@ def sweep_gate(flags: list[str], overrides: list[str], sweep_id: str | None) -> 
 
 def run_task(flags: list[str], overrides: list[str]) -> int:
     """Hand ``flags`` and ``overrides`` to Hydra with the eval task; configuration errors become one line, exit 2."""
-    from conclave.cli import _hydra_error_message
+    from conclave.compose import hydra_error_message
     from conclave.errors import ConclaveError
     from conclave.eval.hydra_task import eval_entry
     from conclave.hydra_app import prepare_hydra, report_error, worst_exit
@@ -157,7 +157,7 @@ def run_task(flags: list[str], overrides: list[str]) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (2 if exc.code else 0)
     except Exception as exc:
-        message = _hydra_error_message(exc)
+        message = hydra_error_message(exc)
         if message is None:
             raise
         print(f"conclave: {message}", file=sys.stderr)

@@ -11,7 +11,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from conclave.hydra_app import CONFIG_MODULE
+from conclave.compose import CONFIG_MODULE
 
 #: what the jobs of a sweep's estimating pass found, in job order: (settings, estimate, items to run); the pass runs
 #: its jobs in this process (the basic launcher), so the parent reads them here

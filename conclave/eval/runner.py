@@ -303,6 +303,7 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     from conclave.engine.labels import JudgeLabels
     from conclave.engine.rounds import Plan
     from conclave.engine.session import Session
+    from conclave.engine.session_layers import with_layers
     from conclave.events import EventBus
     from conclave.providers.pool import ProviderPool
     from conclave.quality.exit import max_plan
@@ -320,8 +321,8 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     arm = ev.arm if ev is not None else None
     async with ProviderPool(settings, plugins, bus) as pool:
         for item in items:
-            session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
-                              labels=labels, question=item.question, context_text=context)
+            session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
+                                          bus=bus, labels=labels, question=item.question, context_text=context))
             # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
             longest = Plan(max_plan(session))
             whole = estimate_cost(session, longest.numbers(), plan=longest)
@@ -338,10 +339,12 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
             arm_strategy = plugins.strategies.get(arm.mode.strategy)(arm.mode.options)
             async with ProviderPool(arm, plugins, bus) as arm_pool:
                 for index, item in enumerate(items or ev.items[:1]):
-                    base_session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
-                                           bus=bus, labels=labels, question=item.question, context_text=context)
-                    arm_session = Session(settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool,
-                                          bus=bus, labels=labels, question=item.question, context_text=context)
+                    base_session = with_layers(Session(
+                        settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus, labels=labels,
+                        question=item.question, context_text=context))
+                    arm_session = with_layers(Session(
+                        settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool, bus=bus, labels=labels,
+                        question=item.question, context_text=context))
                     if index == 0:  # the same rule for every item: only the question differs, in both alike
                         ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
                     if items:

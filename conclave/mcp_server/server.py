@@ -22,8 +22,7 @@ from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from conclave import __version__
-from conclave.cli import hydra_quote
+from conclave.compose import hydra_quote
 from conclave.errors import ConclaveError, ConfigError
 from conclave.guard import Door, Roots, approval_for, split_context
 from conclave.mcp_server import records
@@ -32,6 +31,7 @@ from conclave.mcp_server.schemas import ConsultOutput, ExportOutput, SessionsOut
 from conclave.store.paths import StoreLayout
 from conclave.store.sessions import sessions
 from conclave.store.verify import RESUMABLE_STATUSES
+from conclave.version import __version__
 
 log = logging.getLogger(__name__)
 

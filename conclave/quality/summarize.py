@@ -192,7 +192,7 @@ class ContextWindow:
         """Round ``k`` in full as round ``number`` shows ``agent`` (None: the judge): its replies and the judge's
         artifact, each filtered as shown again (``filtering.replies``, ``filtering.round4``); ``agent``'s own
         reply whole."""
-        from conclave.engine.session import prompt_json
+        from conclave.engine.record import prompt_json
 
         session, played = self.session, self.played[k]
         body: dict[str, Any] = {}
@@ -438,7 +438,7 @@ def _cut(value: Any, words: int) -> Any:
 
 def _cut_json(text: str, words: int) -> str:
     """A JSON-valued template value with its strings cut; other values (the question, labels) as they are."""
-    from conclave.engine.session import prompt_json
+    from conclave.engine.record import prompt_json
 
     stripped = text.strip()
     if not stripped.startswith(("{", "[")):
