@@ -13,8 +13,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from conclave.compose import compose_settings, config_groups
+from conclave.engine.interaction import Interaction
 from conclave.engine.result import ConsultationResult
+from conclave.engine.runner import Consultation
 from conclave.events import Subscriber
+from conclave.plugins import get_plugins
+from conclave.store.recorder import Recorder
 
 __all__ = ["ConsultationResult", "compose_settings", "config_groups", "consult", "consult_async"]
 
@@ -27,13 +31,8 @@ async def consult_async(
     plugins: Any = None,
 ) -> ConsultationResult:
     """Run one consultation in the running event loop; ``subscribers`` receive its events."""
-    from conclave.engine.interaction import Interaction
-    from conclave.engine.runner import Consultation
-    from conclave.plugins import get_plugins
-
     plugins = plugins if plugins is not None else get_plugins()
     settings = compose_settings(question, overrides, plugins)
-    from conclave.store.recorder import Recorder
 
     recorder = Recorder(settings.home)  # library runs are journaled and indexed like CLI runs
     try:

@@ -2,46 +2,39 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from conclave.compose import CONFIG_MODULE, prepare_hydra, user_config_dir
-from conclave.task import record_exit, report_error, worst_exit  # where the CLI and eval find them
+from conclave.config import settings_from_dictconfig
+from conclave.task import name_user_settings as name
+from conclave.task import record_exit, report_error, run_task, worst_exit  # where the CLI and eval find them
 
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
 def hydra_entry(cfg: DictConfig) -> Any:
     """One consultation per Hydra job. Sync on purpose: Hydra silently skips an ``async def`` task."""
-    from conclave.config import settings_from_dictconfig
-    from conclave.task import run_task
-
     return run_task(lambda: settings_from_dictconfig(cfg), _task_overrides, sweep_overrides)
 
 
 def _task_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
     return [str(o) for o in HydraConfig.get().overrides.task]
 
 
 def name_user_settings(problems: list[str]) -> list[str]:
     """:func:`conclave.task.name_user_settings` with the overrides of the running Hydra job."""
-    from conclave.task import name_user_settings as name
-
     return name(problems, _task_overrides)
 
 
 def sweep_overrides() -> dict[str, str]:
     """The values this job of a ``-m`` sweep runs with, for the keys the sweep varies (``{"rounds": "2"}``);
     empty outside a sweep."""
-    import sys
-
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.types import RunMode
-
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return {}
     pairs = [o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o]

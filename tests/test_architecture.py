@@ -152,7 +152,7 @@ def private_uses(tree: ast.Module) -> list[str]:
                 if parts[0] in GUARDED:
                     if any(p.startswith("_") for p in parts[1:]):
                         uses.append(alias.name)
-                    bound[alias.asname or parts[0]] = alias.asname and alias.name or parts[0]
+                    bound[alias.asname or parts[0]] = (alias.asname and alias.name) or parts[0]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             parts = node.module.split(".")
             if parts[0] in GUARDED:

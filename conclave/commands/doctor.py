@@ -20,11 +20,19 @@ import os
 import sys
 from typing import Any
 
+from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from conclave.commands.arguments import CommandParser, positive_seconds
+from conclave.compose import hydra_error_message, prepare_hydra
 from conclave.config import Settings, check_against_plugins, settings_from_dictconfig
 from conclave.errors import ConfigError
+from conclave.home import default_home
+from conclave.panel import zero_config_overrides
 from conclave.plugins import Plugins, get_plugins
-from conclave.providers.probe import ProbeResult
+from conclave.providers.pool import ProviderPool
+from conclave.providers.probe import CallCheck, ProbeResult
 
 CONFIG_MODULE = "conclave.conf"
 
@@ -66,14 +74,6 @@ def compose_settings(overrides: list[str]) -> Settings:
 
     The question is irrelevant here, so ``question=doctor`` is supplied unless an override sets one.
     """
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from conclave.compose import hydra_error_message, prepare_hydra
-    from conclave.home import default_home
-    from conclave.panel import zero_config_overrides
-
     prepare_hydra()
     # the panel a consultation would run: picked from the keys present when the overrides pick none
     overrides = [*zero_config_overrides(overrides, os.environ, default_home()), *overrides]
@@ -111,9 +111,6 @@ async def probe_all(settings: Settings, plugins: Plugins, used: dict[str, set[st
     """Probe every configured provider (and bare registered ones the panel names) concurrently; then make the
     structured-output test call for each model the panel uses (free endpoints always, paid ones if
     ``paid_calls``), or price it."""
-    from conclave.providers.pool import ProviderPool
-    from conclave.providers.probe import CallCheck
-
     names = sorted(set(settings.providers) | set(used))
     async with ProviderPool(settings, plugins) as pool:
         results = list(await asyncio.gather(

@@ -32,6 +32,12 @@ from markupsafe import Markup, escape
 
 from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
 from conclave.datasette_plugin.eval_page import eval_page
+from conclave.render.charts import bar_chart
+from conclave.render.html import report_fragment, stylesheet
+from conclave.render.journal_view import result_from_records
+from conclave.render.nodes import Facts, to_html
+from conclave.render.renderers import Context, render_artifact
+from conclave.store.journal import live_status, read_records
 
 CSS_URL = "/-/conclave/conclave.css"
 
@@ -221,8 +227,6 @@ def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, da
         except ValueError:
             return None
         if isinstance(data, Mapping) and all(not isinstance(v, Mapping | list) for v in data.values()):
-            from conclave.render.nodes import Facts, to_html
-
             facts = to_html([Facts([(str(k), str(v)) for k, v in data.items()])])
             return Markup(f'<div class="cv-cell cv-clamp">{facts}</div>')
         return None
@@ -243,9 +247,6 @@ def _row_get(row: Any, key: str) -> Any:
 
 
 def _artifact_cell(value: str, schema: Any) -> Any:
-    from conclave.render.nodes import to_html
-    from conclave.render.renderers import Context, render_artifact
-
     try:
         artifact = json.loads(value)
     except ValueError:
@@ -270,8 +271,6 @@ def register_routes() -> list[tuple[str, Any]]:
 
 
 async def _css() -> Response:
-    from conclave.render.html import stylesheet
-
     return Response(stylesheet() + _DATASETTE_CSS, content_type="text/css; charset=utf-8",
                     headers={"cache-control": "max-age=300"})
 
@@ -324,7 +323,6 @@ def shown_status(db: Any, cid: str, status: Any) -> Any:
     path = getattr(db, "path", None)
     if status != "running" or not path:
         return status
-    from conclave.store.journal import live_status
 
     return live_status(status, Path(path).parent / "journal" / f"{cid}.jsonl")
 
@@ -333,8 +331,6 @@ async def records_for(db: Any, cid: str) -> tuple[list[dict[str, Any]], str]:
     """The consultation's journal records, or records rebuilt from the index tables; and which it was."""
     path = journal_path(db, cid)
     if path is not None:
-        from conclave.store.journal import read_records
-
         return read_records(path), "journal"
     return await _records_from_index(db, cid), "index"
 
@@ -373,9 +369,6 @@ async def _records_from_index(db: Any, cid: str) -> list[dict[str, Any]]:
 
 
 async def _consultation(datasette: Any, request: Any) -> Response:
-    from conclave.render.html import report_fragment
-    from conclave.render.journal_view import result_from_records
-
     cid = request.url_vars["cid"]
     found = await _find(datasette, cid)
     if found is None:
@@ -453,8 +446,6 @@ def _usd(value: Any) -> str:
 
 
 async def _dashboard(datasette: Any, request: Any) -> Response:
-    from conclave.render.charts import bar_chart
-
     names = conclave_databases(datasette)
     if not names:
         return Response.html(await page(datasette, "conclave", "<p>No conclave index is being served.</p>",

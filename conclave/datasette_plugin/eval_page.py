@@ -15,7 +15,8 @@ from datasette.utils.asgi import Response
 from markupsafe import escape
 
 from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
-from conclave.eval.report import TOY_EVAL, toy_run
+from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost
+from conclave.eval.report import TOY_EVAL, swept_keys, swept_values, toy_run
 from conclave.panel import TOY_BANNER
 
 QUERY = "eval_accuracy_vs_cost"
@@ -74,8 +75,6 @@ def _list(value: Any) -> list[str]:
 
 def points(chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chart points (:mod:`conclave.eval.charts`) of the chosen runs, each labelled with its swept values."""
-    from conclave.eval.report import swept_keys, swept_values
-
     keys = [k for k in swept_keys(chosen) if k not in ("eval.sweep_id",)]
     ordered = sorted(chosen, key=lambda r: tuple(swept_values(r, keys).values()))
     out = []
@@ -92,8 +91,6 @@ def points(chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any]],
                 runs: dict[str, dict[str, Any]], sweep_id: str | None) -> str:
-    from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost
-
     drawn = points(chosen)
     db = datasette.databases[name]
     ids = [r["run_id"] for r in chosen]

@@ -36,6 +36,7 @@ from conclave.quality import coverage
 from conclave.quality.anchors import anchor_prompt, assign_anchors
 from conclave.quality.claims import RULES, check_rules, claims_of, unlabelled_points
 from conclave.quality.grounding import agent_text, check_grounding
+from conclave.quality.objection import GroupthinkMonitor
 from conclave.quality.state import DebateState
 from conclave.quality.verification import judge_results, prompt_list, questions_for, run_checkers
 
@@ -69,7 +70,6 @@ class QualityLayer:
         #: round number -> what the synthesis of that round left unaccounted (rule violations)
         self.coverage: dict[int, list[dict[str, Any]]] = {}
         self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
-        from conclave.quality.objection import GroupthinkMonitor
 
         #: the groupthink detectors and the objection rounds they cause (a controller of its own)
         self.groupthink = GroupthinkMonitor(session)

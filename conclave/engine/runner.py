@@ -46,6 +46,7 @@ from conclave.engine.cost import (
     price_calls,
     spent,
 )
+from conclave.engine.extraction import request_schema
 from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
@@ -53,7 +54,7 @@ from conclave.engine.labels import JudgeLabels, new_seed
 from conclave.engine.limits import check_context_windows
 from conclave.engine.play import derive_verdict, play
 from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_rounds
-from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
+from conclave.engine.rounds import SYNTHESIS, Plan, PlanChange, Step
 from conclave.engine.session import Session
 from conclave.engine.session_layers import with_layers
 from conclave.engine.state import ConsultState, StateMachine, Transition
@@ -74,8 +75,12 @@ from conclave.events import (
     EventBus,
     Subscriber,
 )
+from conclave.plugins import get_plugins
 from conclave.providers.base import ProviderError
+from conclave.providers.hedge_memory import HedgeMemory
 from conclave.providers.pool import ProviderPool
+from conclave.quality.exit import ExitController, max_plan
+from conclave.tokens import utf8_upper_bound
 from conclave.version import __version__
 
 if TYPE_CHECKING:
@@ -131,8 +136,6 @@ class Consultation:
         stream: bool = False,
     ) -> None:
         if plugins is None:
-            from conclave.plugins import get_plugins
-
             plugins = get_plugins()
         self.settings = settings
         self.plugins = plugins
@@ -148,7 +151,6 @@ class Consultation:
         self.machine = StateMachine(self._on_transition)
         #: called after every round with (session, its steps, restored round numbers); a controller may end or
         #: extend the plan through ``session.plan.end_here`` / ``session.plan.insert_next``
-        from conclave.quality.exit import ExitController
 
         #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
         self.exit = ExitController.from_resume(self.interaction, self.resume_from)
@@ -186,7 +188,6 @@ class Consultation:
         stored_seed = self.resume_from.get("shuffle_seed")
         seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other
         labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))
-        from conclave.providers.hedge_memory import HedgeMemory
 
         # the home's hedging file: latency history that sets the hedge delay from the first call, and the shared
         # hedge budget
@@ -401,10 +402,6 @@ class Consultation:
         about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
         round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
-        from conclave.engine.rounds import Plan
-        from conclave.quality.exit import max_plan
-        from conclave.tokens import utf8_upper_bound
-
         longest = Plan(max_plan(session))
         numbers = longest.numbers()
         self._estimated_rounds = len(numbers)
@@ -468,8 +465,6 @@ class Consultation:
         def prepare_requests() -> None:
             """The schemas as requests carry them: inlined, then in each seat's provider's form (a warm-up: a
             failure is met again, and reported, by the request that needs the schema)."""
-            from conclave.engine.extraction import request_schema
-
             try:
                 schemas = [request_schema(name) for name in names]
                 for provider, model in providers:

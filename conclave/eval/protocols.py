@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conclave import events as ev
+from conclave.engine.strategy import consensus_confidence
 from conclave.eval.items import Item
+from conclave.eval.quality_arm import figures
 from conclave.eval.scoring import canonical, is_correct
 
 PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched")
@@ -190,7 +192,6 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))
     flips_wr = sum(1 for a, ans in round_3.items() if a in right_1 and not right_1[a] and is_correct(ans, item))
     early = bool((result.get("early_termination") or {}).get("accepted"))
-    from conclave.eval.quality_arm import figures
 
     layer = {name: found for name, found in (
         ("single", figures(result, (1,), (single_agent,))), ("vote", figures(result, (1,))),
@@ -209,8 +210,6 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
     """Score the quality protocol from its consultation ``arm`` (None: it could not run, the protocol is wrong).
     Its cost, tokens and wall time are the arm's rounds plus, when reused, the base's round 1 (paid once, by the
     base consultation)."""
-    from conclave.eval.quality_arm import figures
-
     item = scored.item
     if arm is None or arm_capture is None:
         scored.protocols["quality"] = Outcome(None, False, None, None, 0, 0.0)
@@ -279,6 +278,5 @@ def _confidence(artifact: Mapping[str, Any] | None) -> float | None:
 def _consensus(synthesis: Mapping[str, Any] | None) -> float | None:
     if not isinstance(synthesis, Mapping):
         return None
-    from conclave.engine.strategy import consensus_confidence
 
     return round(consensus_confidence(synthesis), 4)

@@ -9,6 +9,7 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary
 from conclave.eval.protocols import PROTOCOLS
 from conclave.panel import TOY_BANNER, toy_seats
 
@@ -208,8 +209,6 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
         lines.append(f"| {cells} | {s.get('items', 0)} | {accs} | {_money((p.get('debate') or {}).get('cost'))} | "
                      f"{line} |")
     if fmt == "html":
-        from conclave.eval.charts import accuracy_vs_cost, points_from_summary
-
         def label(run: dict[str, Any]) -> str:
             return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in swept_values(run, keys).items())
 
@@ -254,8 +253,6 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
 
 def accuracy_cost_chart(summary: dict[str, Any], *, toy: bool = False) -> str:
     """Inline SVG: accuracy against cost per item, and accuracy with its 95% interval, per protocol."""
-    from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary
-
     points = points_from_summary(summary)
     return accuracy_vs_cost(points, toy=toy) + "\n" + accuracy_intervals(points, toy=toy)
 

@@ -17,11 +17,27 @@ from typing import Annotated, Any, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conclave.config import Settings
+from conclave.engine.consent import decide_consent, store_always_allow
+from conclave.engine.cost import CostEstimate, estimate_cost
+from conclave.engine.ids import config_hash, config_snapshot
+from conclave.engine.inputs import prepare_inputs
+from conclave.engine.interaction import Interaction
+from conclave.engine.labels import JudgeLabels
+from conclave.engine.rounds import Plan
+from conclave.engine.runner import Consultation
+from conclave.engine.session import Session
+from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError, UsageError
-from conclave.eval import store
+from conclave.eval import quality_arm, store
 from conclave.eval.items import Item, load_set
-from conclave.eval.protocols import Capture, ItemResult, score
+from conclave.eval.protocols import Capture, ItemResult, add_matched_vote, add_quality, score
+from conclave.eval.quality_arm import resume_point, round_one_calls
+from conclave.eval.report import render
 from conclave.eval.summary import run_columns, summarise
+from conclave.events import EventBus
+from conclave.providers.pool import ProviderPool
+from conclave.quality.exit import max_plan
+from conclave.store.recorder import Recorder
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 DEFAULT_ITEMS, DEFAULT_ITEMS_LOCAL = 20, 3
@@ -105,7 +121,6 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
         # the protocols compare fixed debates: the quality detectors record what they would do (shadow) without
         # adding rounds, unless quality.stage is given on the command line
         settings = settings.model_copy(update={"quality": settings.quality.model_copy(update={"stage": "shadow"})})
-    from conclave.eval import quality_arm
 
     arm_overrides, base_overrides, off = quality_arm.resolve(options.quality, settings, options.overrides)
     settings = quality_arm.apply(settings, base_overrides, "eval.quality")
@@ -150,9 +165,6 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                     err: TextIO | None = None) -> int:
     """:func:`run` inside a running event loop."""
     out, err = out or sys.stdout, err or sys.stderr
-    from conclave.engine.consent import decide_consent
-    from conclave.engine.ids import config_hash, config_snapshot
-    from conclave.store.recorder import Recorder
 
     home = ev.settings.home
     run = _load_or_start(ev)
@@ -232,7 +244,6 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
             store.index_run(home, run)
         except Exception as exc:
             print(f"conclave eval: warning: index write failed ({exc})", file=err)
-    from conclave.eval.report import render
 
     if quiet:
         print(f"conclave eval: run {ev.run_id} ({len(rows)} item(s)): {summary['verdict_line']}", file=err)
@@ -247,11 +258,6 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
     runs whole."""
-    from conclave.engine.interaction import Interaction
-    from conclave.engine.runner import Consultation
-    from conclave.eval.protocols import add_quality
-    from conclave.eval.quality_arm import resume_point
-
     capture = Capture()
     consultation = Consultation(
         settings.model_copy(update={"question": item.question}), plugins=plugins,
@@ -260,8 +266,6 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     base = (await consultation.run()).as_dict()
     scored = score(item, base, capture, order, single)
     if extra:
-        from conclave.eval.protocols import add_matched_vote
-
         one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
         captures = [Capture() for _ in range(extra)]
         samples = await asyncio.gather(*(
@@ -289,8 +293,6 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
 def remember(consent: Any, home: Any, err: TextIO) -> None:
     """The user answered "always": store the new ``cost.always_allow_under`` in the user settings."""
     if consent.new_threshold is not None:
-        from conclave.engine.consent import store_always_allow
-
         path = store_always_allow(home, consent.new_threshold)
         print(f"conclave eval: cost.always_allow_under={consent.new_threshold:.2f} saved in {path}", file=err)
 
@@ -299,23 +301,11 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed;
     with a quality arm (``ev.arm``), its calls too — round 1 left out when the arm reuses the base's, which this
     decides and records in ``ev.reuse_round_1``."""
-    from conclave.engine.cost import CostEstimate, estimate_cost
-    from conclave.engine.labels import JudgeLabels
-    from conclave.engine.rounds import Plan
-    from conclave.engine.session import Session
-    from conclave.engine.session_layers import with_layers
-    from conclave.events import EventBus
-    from conclave.providers.pool import ProviderPool
-    from conclave.quality.exit import max_plan
-
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     bus = EventBus("eval-estimate")
     labels = JudgeLabels(settings.agents, 0, None)
     context = ""
     if settings.context or settings.project:
-        from conclave.engine.inputs import prepare_inputs
-        from conclave.engine.interaction import Interaction
-
         context = prepare_inputs(settings, Interaction.non_interactive()).context
     total = CostEstimate()
     arm = ev.arm if ev is not None else None
@@ -334,8 +324,6 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                 for _ in range(ev.extra_samples):
                     total.calls.extend(round_one.calls)
         if arm is not None and ev is not None:
-            from conclave.eval.quality_arm import round_one_calls
-
             arm_strategy = plugins.strategies.get(arm.mode.strategy)(arm.mode.options)
             async with ProviderPool(arm, plugins, bus) as arm_pool:
                 for index, item in enumerate(items or ev.items[:1]):
