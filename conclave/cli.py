@@ -14,14 +14,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from conclave import task
-from conclave.compose import SHELL_COMPLETION_HINT, hydra_error_message, hydra_quote
-from conclave.config import Settings
 from conclave.errors import ConclaveError, UsageError
 from conclave.home import default_home
-from conclave.hydra_app import hydra_entry, prepare_hydra
-from conclave.panel import LOCAL_PANEL, offline_panel_blocked, zero_config_overrides
-from conclave.task import report_error, worst_exit
+from conclave.quoting import SHELL_COMPLETION_HINT, hydra_quote
 from conclave.version import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -29,6 +24,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 141
 
 #: subcommand -> module with ``run(argv: list[str]) -> int``; imported only when used, so startup stays fast.
+#: Likewise the consultation's own modules (Hydra, the config models, the engine) are imported where a consultation
+#: starts (:func:`run_hydra`), not by a subcommand or ``--version``.
 SUBCOMMANDS = {
     "plugins": "conclave.commands.plugins",
     "schemas": "conclave.commands.schemas",
@@ -89,6 +86,8 @@ def _hydra_flag(arg: str) -> str | None:
 
 def _unknown_flag(arg: str, following: str | None) -> str:
     """One line for an option conclave does not have, pointing to the override that does what was meant."""
+    from conclave.config import Settings
+
     name, _, value = arg.partition("=")
     if name in _FLAG_HINTS:
         return f"{name} is not an option; {_FLAG_HINTS[name]}"
@@ -260,10 +259,12 @@ def _main(args: list[str]) -> int:
     if "--hydra-help" in flags:  # Hydra's help composes its own config, where an agents=… override cannot apply
         return run_hydra([*flags, *overrides])
     overrides = _with_zero_config_panel(overrides)
-    if (question is not None and (not flags or {"-m", "--multirun"} & set(flags))
-            and (missing := offline_panel_blocked(overrides))):
-        print(f"conclave: {missing}", file=sys.stderr)  # before the run starts: nothing to resume
-        return EXIT_USAGE
+    if question is not None and (not flags or {"-m", "--multirun"} & set(flags)):
+        from conclave.panel import offline_panel_blocked
+
+        if missing := offline_panel_blocked(overrides):
+            print(f"conclave: {missing}", file=sys.stderr)  # before the run starts: nothing to resume
+            return EXIT_USAGE
     return run_hydra([*flags, *overrides])
 
 
@@ -273,6 +274,9 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     ``--cfg job`` shows the same choice a run would make. The notice about the offline panel is printed by the
     Hydra task once the configuration has validated, so a config error stays one line.
     """
+    from conclave import task
+    from conclave.panel import LOCAL_PANEL, zero_config_overrides
+
     added = zero_config_overrides(overrides, os.environ, default_home())
     task.offline_notice_pending = f"agents={LOCAL_PANEL}" in added
     return [*added, *overrides]  # first, so the user's own agents.* overrides still apply on top
@@ -294,6 +298,8 @@ def run_hydra(overrides: list[str]) -> int:
     """Hand ``overrides`` (flags included) to Hydra; translate every configuration error to one line, exit 2."""
 
     def compose_and_run() -> None:
+        from conclave.hydra_app import hydra_entry, prepare_hydra
+
         prepare_hydra()
         saved_argv = sys.argv
         sys.argv = [saved_argv[0] if saved_argv else "conclave", *overrides]
@@ -305,6 +311,7 @@ def run_hydra(overrides: list[str]) -> int:
     code = _reported(compose_and_run)
     if code is not None:
         return code
+    from conclave.task import worst_exit
 
     return worst_exit()
 
@@ -312,6 +319,9 @@ def run_hydra(overrides: list[str]) -> int:
 def _reported(body: Callable[[], int | None]) -> int | None:
     """``body()``, with every error it raises turned into its exit code and one line on stderr (configuration
     errors: exit 2, no traceback)."""
+    from conclave.compose import hydra_error_message
+    from conclave.task import report_error
+
     # Let exceptions reach us instead of Hydra's reporter (which prints a trace and exits 1).
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:

@@ -29,9 +29,7 @@ from conclave.errors import ConfigError
 from conclave.home import default_home
 from conclave.panel import offline_panel_blocked, zero_config_overrides
 from conclave.plugins import get_plugins
-
-SHELL_COMPLETION_HINT = ("--shell-completion needs one of install=SHELL, uninstall=SHELL or query=SHELL "
-                          "(bash, zsh, fish)")
+from conclave.quoting import SHELL_COMPLETION_HINT, hydra_quote
 
 CONFIG_MODULE = "pkg://conclave.conf"
 
@@ -64,20 +62,6 @@ def prepare_hydra() -> None:
         # ${conclave_home:} in config.yaml: where a sweep's output goes unless hydra.sweep.dir says otherwise
         OmegaConf.register_new_resolver("conclave_home", lambda: str(default_home()))
 
-
-
-def hydra_quote(text: str) -> str:
-    """Quote ``text`` as a Hydra override value that parses back to exactly ``text``.
-
-    Inside double quotes Hydra's grammar still resolves ``${...}`` and treats ``\\`` before a quote as an escape, so
-    interpolations are escaped (a question must never expand ``${oc.env:SECRET}``), quotes are escaped, and
-    backslashes that precede a quote or the closing quote are doubled.
-    """
-    # n backslashes before "${" must stay literal: 2n backslashes, then the escaped "\${"
-    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
-    text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
-    text = re.sub(r"(\\+)\Z", lambda m: m.group(1) * 2, text)
-    return '"' + text + '"'
 
 
 @contextlib.contextmanager

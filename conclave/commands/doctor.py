@@ -33,6 +33,7 @@ from conclave.panel import zero_config_overrides
 from conclave.plugins import Plugins, get_plugins
 from conclave.providers.pool import ProviderPool
 from conclave.providers.probe import CallCheck, ProbeResult
+from conclave.task import name_user_settings
 
 CONFIG_MODULE = "conclave.conf"
 
@@ -92,8 +93,6 @@ def compose_settings(overrides: list[str]) -> Settings:
     try:
         return settings_from_dictconfig(cfg)
     except ConfigError as exc:  # a bad value from the user's settings file says it comes from there
-        from conclave.task import name_user_settings
-
         raise ConfigError(name_user_settings(exc.problems, lambda: overrides)) from None
 
 

@@ -19,6 +19,7 @@ from conclave.plugins import get_plugins
 from conclave.render.console import print_result
 from conclave.signals import termination_as_interrupt
 from conclave.store.recorder import Recorder
+from conclave.web.server import run_watched
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -57,8 +58,6 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     try:
         with termination_as_interrupt():  # SIGTERM and SIGHUP end it as Ctrl-C does
             if settings.live:
-                from conclave.web.server import run_watched
-
                 result = asyncio.run(run_watched(consultation, settings.home, settings.live_port))
             else:
                 result = asyncio.run(consultation.run())

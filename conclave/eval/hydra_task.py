@@ -6,6 +6,7 @@ submitit launchers can run it in their own worker processes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import hydra
@@ -42,8 +43,6 @@ def eval_entry(cfg: DictConfig) -> Any:
         check_against_plugins(settings, plugins)
         evaluation = runner.prepare(settings, options, plugins)
         if options.estimate_only:
-            import asyncio
-
             estimate = asyncio.run(runner.estimate_run(evaluation.settings, evaluation.items, plugins, evaluation))
             ESTIMATES.append((evaluation.settings, estimate, len(evaluation.items)))
             record_exit(0)

@@ -32,6 +32,7 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
+from conclave.store.index import IndexWriter
 from conclave.store.indexer import RESUMED
 from conclave.store.journal import JournalError, JournalWriter, read_records
 from conclave.store.paths import StoreLayout
@@ -280,8 +281,6 @@ class Recorder:
             return
         try:
             if self._index is None:
-                from conclave.store.index import IndexWriter
-
                 self._index = IndexWriter(self.layout.index_path)
             # Parsed back from the lines, so the live index sees exactly what ``index rebuild`` will read.
             self._pending = [json.loads(r) if isinstance(r, bytes) else r for r in self._pending]
