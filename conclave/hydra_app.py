@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from conclave.compose import CONFIG_MODULE, prepare_hydra, user_config_dir
 from conclave.config import settings_from_dictconfig
-from conclave.task import name_user_settings as name
+from conclave.task import name_user_settings as name_given
 from conclave.task import record_exit, report_error, run_task, worst_exit  # where the CLI and eval find them
 
 
@@ -29,7 +29,7 @@ def _task_overrides() -> list[str]:
 
 def name_user_settings(problems: list[str]) -> list[str]:
     """:func:`conclave.task.name_user_settings` with the overrides of the running Hydra job."""
-    return name(problems, _task_overrides)
+    return name_given(problems, _task_overrides)
 
 
 def sweep_overrides() -> dict[str, str]:

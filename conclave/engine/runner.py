@@ -176,9 +176,6 @@ class Consultation:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> ConsultationResult:
-        # The code a consultation runs is loaded before its clock starts (process start-up, not the
-        # consultation's work): the provider pool, and what prepares its inputs and its session (the scrubber,
-        # the safety rules, the quality layer, the context window).
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
         problems = strategy.panel_problems(list(self.settings.agents))
