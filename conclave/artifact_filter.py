@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from conclave.artifacts import check, declared_properties, fill_added_lists
+
 #: printed when ``filtering.enabled=false`` turns filtering off
 FILTERING_OFF_NOTICE = "🔍 Filtering off: using full debate artifacts (higher token cost)"
 
@@ -40,8 +42,6 @@ class ArtifactFilter(ABC):
         Raises ``ValueError`` for a limit naming a field the artifact lacks or this filter may not shorten,
         and ``conclave.artifacts.ArtifactValidationError`` if the result does not match its schema.
         """
-        from conclave.artifacts import check, declared_properties, fill_added_lists
-
         artifact_type = artifact.get("artifact_type")
         if not isinstance(artifact_type, str):
             raise ValueError("filter: the artifact has no artifact_type")

@@ -18,6 +18,11 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import json_repair
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
 from conclave.errors import ConclaveError, PluginError
 from conclave.plugins import get_plugins
 
@@ -124,16 +129,12 @@ def declared_properties(name: str) -> frozenset[str]:
 
 @functools.cache
 def _registry() -> Registry[Any]:
-    from referencing import Registry, Resource
-
     # Every file is registered under its $id, so relative $refs between files resolve without any retrieval.
     return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in _schemas().values())
 
 
 @functools.cache
 def _validator(name: str) -> Validator:
-    from jsonschema import Draft202012Validator
-
     # Validated against the schema with every $ref inlined: the same keywords at the same instance paths (so the
     # same errors), without resolving a reference through the registry at every node of every artifact.
     return Draft202012Validator(
@@ -425,9 +426,6 @@ def _inlined_resolver(name: str) -> Resolver[Any]:
 
 
 def _resolver_for(schema: dict[str, Any]) -> Resolver[Any]:
-    from referencing import Resource
-    from referencing.jsonschema import DRAFT202012
-
     uri = schema.get("$id", "urn:conclave:schema")
     resource = Resource.from_contents(schema, default_specification=DRAFT202012)
     return _registry().with_resource(uri, resource).resolver(base_uri=uri)
@@ -571,7 +569,6 @@ def _repaired_object(region: str) -> dict[str, Any] | None:
     start = match.start() if match else region.find("{")
     if start == -1:
         return None
-    import json_repair
 
     try:
         value = json_repair.loads(region[start:], skip_json_loads=True)

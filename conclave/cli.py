@@ -12,16 +12,20 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from conclave.errors import UsageError
+from conclave.errors import ConclaveError, UsageError
+from conclave.home import default_home
+from conclave.quoting import SHELL_COMPLETION_HINT, hydra_quote
+from conclave.version import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: 128 + SIGPIPE: what a shell reports for a process that stopped because its output pipe closed
 EXIT_BROKEN_PIPE = 141
 
 #: subcommand -> module with ``run(argv: list[str]) -> int``; imported only when used, so startup stays fast.
+#: Likewise the consultation's own modules (Hydra, the config models, the engine) are imported where a consultation
+#: starts (:func:`run_hydra`), not by a subcommand or ``--version``.
 SUBCOMMANDS = {
     "plugins": "conclave.commands.plugins",
     "schemas": "conclave.commands.schemas",
@@ -42,20 +46,6 @@ SUBCOMMANDS = {
 _OVERRIDE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w.@/:\[\]-]*=|^~[A-Za-z_]")
 
 
-def hydra_quote(text: str) -> str:
-    """Quote ``text`` as a Hydra override value that parses back to exactly ``text``.
-
-    Inside double quotes Hydra's grammar still resolves ``${...}`` and treats ``\\`` before a quote as an escape, so
-    interpolations are escaped (a question must never expand ``${oc.env:SECRET}``), quotes are escaped, and
-    backslashes that precede a quote or the closing quote are doubled.
-    """
-    # n backslashes before "${" must stay literal: 2n backslashes, then the escaped "\${"
-    text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
-    text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
-    text = re.sub(r"(\\+)\Z", lambda m: m.group(1) * 2, text)
-    return '"' + text + '"'
-
-
 def _is_override(arg: str) -> bool:
     return bool(_OVERRIDE.match(arg))
 
@@ -63,8 +53,6 @@ def _is_override(arg: str) -> bool:
 _VALUE_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package",
                 "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion")
 _CFG_CHOICES = ("job", "hydra", "all")
-_SHELL_COMPLETION_HINT = ("--shell-completion needs one of install=SHELL, uninstall=SHELL or query=SHELL "
-                          "(bash, zsh, fish)")
 _INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
@@ -211,7 +199,7 @@ def _split_question(args: list[str], stdin_text: str | None = None, *,
         # a flag's value stays with its flag, so it is not mistaken for the question or an override
         if arg in _VALUE_FLAGS:
             if i >= len(args):
-                raise UsageError(_SHELL_COMPLETION_HINT if arg in ("-sc", "--shell-completion") else
+                raise UsageError(SHELL_COMPLETION_HINT if arg in ("-sc", "--shell-completion") else
                                  f"{arg} needs a value")
             flags.append(args[i])
             i += 1
@@ -261,8 +249,6 @@ def _main(args: list[str]) -> int:
         print(f"conclave: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if "--version" in flags:  # Hydra's own --version would print Hydra's version
-        from conclave import __version__
-
         print(f"conclave {__version__}")
         return EXIT_OK
     if question is not None:
@@ -289,7 +275,6 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     Hydra task once the configuration has validated, so a config error stays one line.
     """
     from conclave import task
-    from conclave.home import default_home
     from conclave.panel import LOCAL_PANEL, zero_config_overrides
 
     added = zero_config_overrides(overrides, os.environ, default_home())
@@ -298,8 +283,6 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
 
 
 def _run_subcommand(name: str, argv: list[str]) -> int:
-    from conclave.errors import ConclaveError
-
     module = importlib.import_module(SUBCOMMANDS[name])
     try:
         code: int = module.run(argv)
@@ -336,7 +319,7 @@ def run_hydra(overrides: list[str]) -> int:
 def _reported(body: Callable[[], int | None]) -> int | None:
     """``body()``, with every error it raises turned into its exit code and one line on stderr (configuration
     errors: exit 2, no traceback)."""
-    from conclave.errors import ConclaveError
+    from conclave.compose import hydra_error_message
     from conclave.task import report_error
 
     # Let exceptions reach us instead of Hydra's reporter (which prints a trace and exits 1).
@@ -352,141 +335,8 @@ def _reported(body: Callable[[], int | None]) -> int | None:
     except SystemExit as exc:  # argparse usage errors and our own exits
         return exc.code if isinstance(exc.code, int) else (EXIT_USAGE if exc.code else EXIT_OK)
     except Exception as exc:
-        message = _hydra_error_message(exc)
+        message = hydra_error_message(exc)
         if message is None:
             raise
         print(f"conclave: {message}", file=sys.stderr)
         return EXIT_USAGE
-
-
-def _hydra_error_message(exc: BaseException) -> str | None:
-    """One line for Hydra's composition and override errors, or None when ``exc`` is not one of them."""
-    import yaml
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
-
-    if isinstance(exc, UnicodeDecodeError):  # Hydra reading a config file: it names no file
-        return _undecodable_config_message(exc)
-    if isinstance(exc, yaml.YAMLError):
-        mark = getattr(exc, "problem_mark", None)
-        where = f' in "{mark.name}", line {mark.line + 1}, column {mark.column + 1}' if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return f"invalid YAML{where}: {problem}"
-
-    if isinstance(exc, MissingConfigException):
-        text = str(exc)
-        match = re.search(r"Could not find '([^/']+)/([^']+)'", text)
-        options = sorted(exc.options or [])
-        if match:
-            group, value = match.groups()
-            allowed = ", ".join(options) if options else "(none found)"
-            return f"{group}: {value!r} is not one of: {allowed}"
-        return text.splitlines()[0]
-    if isinstance(exc, OverrideParseException):
-        return (f"cannot parse override: {str(exc).splitlines()[0]} "
-                "(if this argument is your question, put -- before it)")
-    if isinstance(exc, ConfigCompositionException):
-        text = str(exc)
-        loading = re.match(r"In '([^']+)': \w+ raised while composing config:\n(.*)", text)
-        if loading:
-            return _config_file_message(*loading.groups())
-        match = re.search(r"Could not override '([^']+)'", text) or re.search(
-            r"Could not append to config\. An item is already at '([^']+)'", text
-        )
-        cause = exc.__cause__
-        if match:
-            key = match.group(1)
-            if cause is not None and "not in struct" in str(cause):
-                return _unknown_key_message(key, cause)
-            detail = str(cause).splitlines()[0] if cause is not None else text.splitlines()[0]
-            return f"{key}: {detail}"
-        first = text.splitlines()[0]
-        if first.startswith(("Ambiguous value for argument", "Sweep parameters")):
-            return (f"{first}: a comma makes a list or a sweep — quote the value (key='a,b'), sweep with -m, "
-                    "or, if this argument is your question, put -- before it")
-        if cause is not None:
-            first += f" ({str(cause).splitlines()[0]})"
-        return first
-    if isinstance(exc, ValueError) and _raised_by_hydra(exc):
-        # Hydra's own checks of its flags (-m with --cfg, --shell-completion without a shell, …)
-        first = str(exc).splitlines()[0]
-        if first.startswith("Only one of"):
-            return f"{first}; drop -m to print the configuration of one job"
-        if "Expecting one subcommand" in first:
-            return _SHELL_COMPLETION_HINT
-        return first
-    if isinstance(exc, OmegaConfBaseException):
-        key = getattr(exc, "full_key", None)
-        first = str(exc).splitlines()[0]
-        return f"{key}: {first}" if key else first
-    return None
-
-
-def _undecodable_config_message(exc: UnicodeDecodeError) -> str | None:
-    """One line naming the user's config file that is not UTF-8 text (Hydra's error names no file); None when none
-    of theirs is (the error came from elsewhere)."""
-    from conclave.hydra_app import user_config_dir
-
-    root = user_config_dir()
-    for path in sorted(root.rglob("*.yaml")) if root.is_dir() else []:
-        try:
-            path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            byte = exc.object[exc.start:exc.start + 1].hex()
-            return f"{path}: not UTF-8 text (byte 0x{byte} at offset {exc.start}); save it as UTF-8"
-        except OSError:
-            continue
-    return None
-
-
-def _config_file_message(name: str, detail: str) -> str:
-    """One line for a config file that loaded but cannot be merged, naming the file on disk when it is the user's."""
-    from conclave.hydra_app import user_config_dir
-
-    path = user_config_dir() / f"{name}.yaml"
-    where = str(path) if path.is_file() else f"config {name!r}"
-    if "Cannot merge DictConfig with ListConfig" in detail:
-        return f"{where}: the file must hold a mapping (key: value lines), not a list"
-    return f"{where}: {detail.strip()}"
-
-
-def _raised_by_hydra(exc: BaseException) -> bool:
-    import hydra
-
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(str(Path(hydra.__file__).parent))
-
-
-#: config nodes that are open mappings: a new entry under them is added with "+" (every other node is closed,
-#: and "+" there only moves the same error from Hydra to the validator)
-_OPEN_NODES = {
-    "agents": "+agents.{name}={{persona: …, provider: …, model: …}}",
-    "personas": "+personas.{name}={{name: …, focus: …}}",
-    "providers": "+providers.{name}={{api: …, base_url: …}}",
-    "mode.options": "+mode.options.{name}=VALUE (if the strategy takes that option)",
-}
-
-
-def _unknown_key_message(key: str, cause: BaseException) -> str:
-    """``KEY: unknown key; known keys under PARENT: …`` with the closest known key, or — under an open mapping
-    (agents, personas, providers, mode.options) — how to add a new entry."""
-    missing = str(getattr(cause, "full_key", "") or key)
-    parent, _, name = missing.rpartition(".")
-    known = _known_children(cause)
-    message = f"{key}: unknown key"
-    if known:
-        message += f"; known keys{' under ' + parent if parent else ''}: {', '.join(known)}"
-    if parent in _OPEN_NODES:
-        return message + "; to add one: " + _OPEN_NODES[parent].format(name=name)
-    close = difflib.get_close_matches(name, known, n=1)
-    return message + (f"; did you mean {'.'.join(filter(None, (parent, close[0])))}?" if close else "")
-
-
-def _known_children(cause: BaseException) -> list[str]:
-    node: Any = getattr(cause, "parent_node", None)
-    try:
-        return sorted(str(k) for k in node) if node is not None else []
-    except Exception:
-        return []

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conclave.errors import ConfigError
@@ -471,9 +473,6 @@ def settings_from_container(data: dict[str, Any]) -> Settings:
 
 def settings_from_dictconfig(cfg: Any) -> Settings:
     """Resolve a composed DictConfig (``${...}`` in *our* YAML only; the question is escaped) and validate it."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
-
     try:
         container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as exc:

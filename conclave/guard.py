@@ -31,7 +31,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 
-from conclave.api import compose_settings, config_groups
+from conclave.compose import compose_settings, config_groups
 from conclave.config import Settings
 from conclave.engine.consent import round_up_to_cent
 from conclave.errors import ConfigError

@@ -15,7 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
+import yaml
+
 from conclave.extras import install_hint
+from conclave.plugins import get_plugins
+from conclave.providers.pricing import PriceTable
+from conclave.yamlload import load_packaged
 
 #: the providers of the default panel; any non-empty subset of them with keys gets a panel mixing exactly that subset
 CORE_PROVIDERS = ("anthropic", "openai", "gemini")
@@ -91,8 +96,6 @@ def offline_panel_missing() -> str | None:
     It cannot when the ``local`` provider plugin is not loaded (``CONCLAVE_PLUGINS`` leaves it out) or when
     llama.cpp's engine or the packaged model is not installed (``pip install .`` without the extra).
     """
-    from conclave.plugins import get_plugins
-
     missing = [f"{name} is not installed" for name in LOCAL_RUNTIME_MODULES if importlib.util.find_spec(name) is None]
     if LOCAL_PROVIDER not in get_plugins().providers.names():
         missing.insert(0, f"CONCLAVE_PLUGINS leaves out the {LOCAL_PROVIDER!r} provider")
@@ -108,8 +111,6 @@ def offline_panel_missing() -> str | None:
 @functools.cache
 def provider_key_variables() -> dict[str, tuple[str, ...]]:
     """Provider name -> its key variables, as ``conf/providers/default.yaml`` declares them."""
-    from conclave.yamlload import load_packaged
-
     declared = load_packaged(resources.files("conclave.conf").joinpath("providers/default.yaml"))
     return {name: tuple(spec.get("api_key_env") or ()) for name, spec in declared.items()}
 
@@ -141,7 +142,6 @@ def _user_settings_pick_panel(home: Path) -> bool:
     settings = home / "conf" / "user" / "settings.yaml"
     if not settings.is_file():
         return False
-    import yaml
 
     try:
         data = yaml.safe_load(settings.read_text(encoding="utf-8")) or {}
@@ -200,8 +200,6 @@ def zero_config_overrides(overrides: Sequence[str], environ: Mapping[str, str], 
 def provider_listing(model: str) -> str | None:
     """The one provider whose price sheet names ``model`` (or its dated snapshot's alias); None when none or
     several do."""
-    from conclave.providers.pricing import PriceTable
-
     table = PriceTable.load()
     # a sheet with a default price (``local``) answers to any model name, so it names none in particular
     found = [name for name, sheet in table.sheets.items() if sheet.default is None and table.price(name, model)]

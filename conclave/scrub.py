@@ -41,6 +41,7 @@ from importlib import resources
 from typing import Any
 
 from conclave.scrub_public import PublicRule, public_rules
+from conclave.yamlload import load_packaged_toml, parse_toml
 
 try:  # RE2 finds which of the rules' keywords occur in one linear pass; without it, one search per keyword
     import re2
@@ -350,8 +351,6 @@ def _requiring(checks: list[str]) -> Callable[[Values], bool] | None:
 
 def load_token_rules(text: str | None = None) -> tuple[_Rule, ...]:
     """The token-format rules of ``scrub_rules.toml`` (or of ``text`` in that format), in file order."""
-    from conclave.yamlload import load_packaged_toml, parse_toml
-
     if text is None:  # the packaged file, parsed once per version of it
         specs = load_packaged_toml(resources.files("conclave").joinpath("scrub_rules.toml"))["rules"]
     else:

@@ -9,6 +9,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import yaml
+
+from conclave.config import check_against_plugins
+from conclave.errors import ConclaveError, ConfigError
+from conclave.events import CONSULTATION_STARTED
+from conclave.home import default_home
+from conclave.panel import LOCAL_PANEL_NOTICE
+from conclave.plugins import get_plugins
+
 _worst_exit = 0
 
 #: set by the CLI when it chose the offline panel for lack of keys; the notice waits for a valid config
@@ -23,10 +32,6 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
     ``given_overrides`` (the command line). A :class:`~conclave.errors.ConclaveError` is reported here in one
     line and ends the process with its exit code (``SystemExit``: it passes through Hydra, so a bad value stops a
     sweep at once)."""
-    from conclave.config import check_against_plugins
-    from conclave.errors import ConclaveError, ConfigError
-    from conclave.plugins import get_plugins
-
     try:
         try:
             settings = make_settings()
@@ -50,10 +55,6 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
 def name_user_settings(problems: list[str], given_overrides: Callable[[], Sequence[str]]) -> list[str]:
     """Add ``(set in PATH)`` to each problem whose key comes from ``user/settings.yaml`` and not from the command
     line, so a bad value in that file does not look like a bad default."""
-    import yaml
-
-    from conclave.home import default_home
-
     path = default_home() / "conf" / "user" / "settings.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -84,11 +85,7 @@ def _offline_notice(settings: Any) -> list[Any]:
     offline_notice_pending = False
 
     def notice(event: Any) -> None:
-        from conclave.events import CONSULTATION_STARTED
-
         if event.type == CONSULTATION_STARTED:
-            from conclave.panel import LOCAL_PANEL_NOTICE
-
             print(LOCAL_PANEL_NOTICE, file=sys.stderr)
 
     return [notice]

@@ -12,15 +12,22 @@ with ``o200k_base`` as an approximation.
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
 import hashlib
+import heapq
 import importlib.util
+import marshal
 import os
 import re
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+import regex
 
 DEFAULT_ENCODING = "o200k_base"
 
@@ -150,8 +157,6 @@ class _RankCounter:
     rank (the leftmost on a tie), until no adjacent join is a token. Counts of merged pieces are remembered."""
 
     def __init__(self, ranks: dict[bytes, int], pattern: str) -> None:
-        import regex
-
         self._ranks = ranks
         self._split = regex.compile(pattern).findall
         self._merged: dict[bytes, int] = {}
@@ -195,8 +200,6 @@ def _merge_count(data: bytes, ranks: dict[bytes, int]) -> int:
 def _merge_count_long(data: bytes, ranks: dict[bytes, int]) -> int:
     """:func:`_merge_count` in O(n log n) for long pieces (a minified line, a base64 blob): the same merges in the
     same order — the lowest-ranked adjacent pair, the leftmost on a tie — kept in a heap of (rank, start)."""
-    import heapq
-
     n = len(data)
     nxt = list(range(1, n + 1))  # start of the part after the part starting at i (n: none)
     prv = list(range(-1, n - 1))
@@ -244,11 +247,6 @@ def _ranks(encoding: str) -> dict[bytes, int]:
     """``encoding``'s ``bytes -> rank`` table: from the marshal copy in the user's cache dir when it was made from
     this very file by this Python, else decoded from the shipped file (and the copy written). The copy derives
     from package data only, so every conclave home shares it."""
-    import base64
-    import gzip
-    import marshal
-    import sys
-
     source = _vocabulary_file(encoding)
     st = source.stat()
     stamp = f"{source}:{st.st_size}:{st.st_mtime_ns}:{sys.version_info[:2]}:{marshal.version}"

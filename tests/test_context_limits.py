@@ -27,6 +27,7 @@ from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.limits import DEFINITIONS_ALLOWANCE, check_context_windows
 from conclave.engine.session import Session
+from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError
 from conclave.events import EventBus
 from conclave.plugins import get_plugins, load_plugins
@@ -58,8 +59,9 @@ async def session_for(fake: FakeProviderServer, context: str, *overrides: str) -
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     bus = EventBus("c-test")
     async with ProviderPool(settings, plugins, bus) as pool:
-        yield Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
-                      labels=JudgeLabels(settings.agents, 1, None), question=QUESTION, context_text=context)
+        yield with_layers(Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
+                                  labels=JudgeLabels(settings.agents, 1, None), question=QUESTION,
+                                  context_text=context))
 
 
 def refusal(session: Session) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from conclave.commands import arguments
 from conclave.errors import ConclaveError, UsageError
+from conclave.store.index import connect, settle_killed_rounds
 from conclave.store.paths import StoreLayout, default_home
 
 HOST = "127.0.0.1"
@@ -34,7 +35,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--no-open", action="store_true", help="do not open a web browser")
     args = parser.parse_args(argv)
 
-    from conclave.store.index import connect, settle_killed_rounds
 
     layout = StoreLayout(default_home())
     db = connect(layout.index_path)  # create and migrate it, so a fresh home browses an empty index

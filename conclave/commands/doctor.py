@@ -20,11 +20,20 @@ import os
 import sys
 from typing import Any
 
+from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from conclave.commands.arguments import CommandParser, positive_seconds
+from conclave.compose import hydra_error_message, prepare_hydra
 from conclave.config import Settings, check_against_plugins, settings_from_dictconfig
 from conclave.errors import ConfigError
+from conclave.home import default_home
+from conclave.panel import zero_config_overrides
 from conclave.plugins import Plugins, get_plugins
-from conclave.providers.probe import ProbeResult
+from conclave.providers.pool import ProviderPool
+from conclave.providers.probe import CallCheck, ProbeResult
+from conclave.task import name_user_settings
 
 CONFIG_MODULE = "conclave.conf"
 
@@ -66,15 +75,6 @@ def compose_settings(overrides: list[str]) -> Settings:
 
     The question is irrelevant here, so ``question=doctor`` is supplied unless an override sets one.
     """
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from conclave.cli import _hydra_error_message
-    from conclave.home import default_home
-    from conclave.hydra_app import prepare_hydra
-    from conclave.panel import zero_config_overrides
-
     prepare_hydra()
     # the panel a consultation would run: picked from the keys present when the overrides pick none
     overrides = [*zero_config_overrides(overrides, os.environ, default_home()), *overrides]
@@ -84,17 +84,15 @@ def compose_settings(overrides: list[str]) -> Settings:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose("config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError([_hydra_error_message(exc) or str(exc).splitlines()[0]]) from None
+        raise ConfigError([hydra_error_message(exc) or str(exc).splitlines()[0]]) from None
     except Exception as exc:  # a user config file that does not load (not UTF-8, not YAML)
-        message = _hydra_error_message(exc)
+        message = hydra_error_message(exc)
         if message is None:
             raise
         raise ConfigError([message]) from None
     try:
         return settings_from_dictconfig(cfg)
     except ConfigError as exc:  # a bad value from the user's settings file says it comes from there
-        from conclave.task import name_user_settings
-
         raise ConfigError(name_user_settings(exc.problems, lambda: overrides)) from None
 
 
@@ -112,9 +110,6 @@ async def probe_all(settings: Settings, plugins: Plugins, used: dict[str, set[st
     """Probe every configured provider (and bare registered ones the panel names) concurrently; then make the
     structured-output test call for each model the panel uses (free endpoints always, paid ones if
     ``paid_calls``), or price it."""
-    from conclave.providers.pool import ProviderPool
-    from conclave.providers.probe import CallCheck
-
     names = sorted(set(settings.providers) | set(used))
     async with ProviderPool(settings, plugins) as pool:
         results = list(await asyncio.gather(

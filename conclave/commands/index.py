@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 from conclave.commands.arguments import CommandParser
+from conclave.eval.store import reindex
+from conclave.store.index import rebuild
+from conclave.store.merge import merge_homes
 from conclave.store.paths import StoreLayout, default_home
 
 
@@ -22,8 +25,6 @@ def run(argv: list[str]) -> int:
     if args.command == "merge":
         return _merge(layout, args.homes)
 
-    from conclave.eval.store import reindex
-    from conclave.store.index import rebuild
 
     report = rebuild(layout)
     runs = reindex(layout.home)  # eval results live in their own files, not the journal
@@ -33,8 +34,6 @@ def run(argv: list[str]) -> int:
 
 
 def _merge(layout: StoreLayout, homes: list[Path]) -> int:
-    from conclave.store.merge import merge_homes
-
     report = merge_homes(layout.home, homes)
     for conflict in report.conflicts:
         print(f"conclave index merge: {conflict}", file=sys.stderr)

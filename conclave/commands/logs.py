@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 import sys
 from typing import Any
 
 from conclave.commands.arguments import CommandParser
 from conclave.errors import UsageError
+from conclave.store.heads import HeadsLog, key_from_env
+from conclave.store.index import connect, settle_killed_rounds
+from conclave.store.indexer import iso
+from conclave.store.journal import live_status, read_journal, read_records
 from conclave.store.paths import StoreLayout, default_home
+from conclave.store.resume import spent
+from conclave.store.verify import check_headed, check_journal, mark_closed_journals, verify_store
 
 
 def run(argv: list[str]) -> int:
@@ -41,9 +48,6 @@ def run(argv: list[str]) -> int:
     if args.command == "show":
         return _show(layout, resolve_id(layout, args.id), args.json)
     if args.command == "head":
-        from conclave.store.heads import HeadsLog
-        from conclave.store.verify import mark_closed_journals
-
         try:
             mark_closed_journals(layout)
         except OSError as exc:  # a read-only home: nothing can continue its journals either
@@ -68,10 +72,6 @@ def resolve_id(layout: StoreLayout, prefix: str) -> str:
 
 
 def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
-    import sqlite3
-
-    from conclave.store.index import connect, settle_killed_rounds
-
     db = connect(layout.index_path)
     try:
         with contextlib.suppress(sqlite3.Error):  # a read-only index stays as it is; the rows below say the same
@@ -82,7 +82,6 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
         indexed = {r[0] for r in db.conn.execute("select id from consultations")}
     finally:
         db.close()
-    from conclave.store.journal import live_status
 
     for r in rows:
         # The index says running until the final record; a run that no process is writing any more was killed.
@@ -116,10 +115,6 @@ def _list(layout: StoreLayout, count: int, as_json: bool) -> int:
 def _unindexed(layout: StoreLayout, indexed: set[str]) -> list[dict[str, Any]]:
     """Consultations whose journal the index has no row for yet, as ``_list`` rows read from the journal: the index
     is first written once round 1's requests have left, so a run killed before that is only in its journal."""
-    from conclave.store.indexer import iso
-    from conclave.store.journal import live_status, read_records
-    from conclave.store.resume import spent
-
     rows = []
     for cid in sorted(set(layout.journal_ids()) - indexed):
         path = layout.journal_path(cid)
@@ -144,10 +139,6 @@ def _list_line(cid: str, started: str, status: str, mode: str, cost: str, conf: 
 
 
 def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
-    from conclave.store.heads import HeadsLog
-    from conclave.store.journal import read_journal
-    from conclave.store.verify import check_headed, check_journal
-
     journal = read_journal(layout.journal_path(cid))
     records = journal.records
     heads = HeadsLog(layout.heads_path).load(cid).get(cid, [])
@@ -182,8 +173,6 @@ def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
 def _unfinished(layout: StoreLayout, cid: str, records: list[dict[str, Any]]) -> str:
     """The last line of ``logs show`` for a journal without an end record: running while a process writes it,
     interrupted otherwise (as ``logs list`` and the index's rounds table say), naming the round left open."""
-    from conclave.store.journal import live_status
-
     status = live_status("running", layout.journal_path(cid))
     ended = ("round:completed", "round:interrupted")
     open_round = None
@@ -230,9 +219,6 @@ def _seconds(value: Any) -> str:
 
 
 def _verify(layout: StoreLayout, ids: list[str] | None, against: str | None) -> int:
-    from conclave.store.heads import key_from_env
-    from conclave.store.verify import verify_store
-
     key = key_from_env()
     try:
         report = verify_store(layout, ids, key=key, against=against)

@@ -13,8 +13,11 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from conclave.cli import _is_override
 from conclave.commands.arguments import CommandParser, port
 from conclave.errors import UsageError
+from conclave.guard import Roots
+from conclave.home import default_home
 from conclave.signals import termination_as_interrupt
 
 if TYPE_CHECKING:
@@ -43,9 +46,6 @@ def run(argv: list[str]) -> int:
         from conclave.extras import install_hint
 
         raise UsageError(f"the MCP server needs the mcp extra: {install_hint('mcp')}") from None
-    from conclave.cli import _is_override
-    from conclave.guard import Roots
-    from conclave.home import default_home
     from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S
     from conclave.mcp_server.server import ServerConfig, build_server, print_to_stderr
 

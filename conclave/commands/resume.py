@@ -10,8 +10,14 @@ import sys
 from typing import TYPE_CHECKING
 
 from conclave.commands.arguments import CommandParser
+from conclave.commands.logs import resolve_id
+from conclave.config import check_against_plugins
+from conclave.engine.entry import run_from_cli
 from conclave.errors import UsageError
+from conclave.plugins import get_plugins
 from conclave.store.paths import StoreLayout, default_home
+from conclave.store.recorder import Recorder
+from conclave.store.resume import latest_interrupted, load_resume_point
 
 if TYPE_CHECKING:
     from conclave.store.resume import ResumePoint
@@ -22,8 +28,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("id", nargs="?", help="consultation id or unique prefix (default: the latest interrupted)")
     args = parser.parse_args(argv)
 
-    from conclave.commands.logs import resolve_id
-    from conclave.store.resume import latest_interrupted, load_resume_point
 
     layout = StoreLayout(default_home())
     cid = resolve_id(layout, args.id) if args.id else latest_interrupted(layout)
@@ -45,11 +49,6 @@ def restored_summary(point: ResumePoint) -> str:
 
 
 def _continue(layout: StoreLayout, point: ResumePoint) -> int:
-    from conclave.config import check_against_plugins
-    from conclave.engine.entry import run_from_cli
-    from conclave.plugins import get_plugins
-    from conclave.store.recorder import Recorder
-
     check_against_plugins(point.settings, get_plugins())
     recorder = Recorder(layout.home)
     try:

@@ -21,6 +21,7 @@ from conclave.errors import UsageError
 from conclave.guard import Door, Roots
 from conclave.home import default_home
 from conclave.signals import termination_as_interrupt
+from conclave.web.server import serve
 
 
 def run(argv: list[str]) -> int:
@@ -35,7 +36,6 @@ def run(argv: list[str]) -> int:
     for override in args.overrides:
         if not _is_override(override):
             raise UsageError(f"not an override: {override!r} (expected key=value)")
-    from conclave.web.server import serve  # aiohttp's server and the engine: only when serving
 
     door = Door("the web form", Roots.of(args.allow_dir), tuple(args.overrides))
     door.compose("check", [])  # the server's own overrides must compose: fail at start, not on the first form

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from conclave.commands.arguments import CommandParser
+from conclave.commands.logs import resolve_id
 from conclave.errors import UsageError
+from conclave.render.console import _print_markdown
+from conclave.render.html import render_html
+from conclave.render.journal_view import artifact_entries, result_from_records
+from conclave.render.jsonld import to_jsonld
+from conclave.render.markdown import render_markdown
+from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout, default_home
 
 FORMATS = ("markdown", "json", "html")
@@ -26,9 +33,6 @@ def run(argv: list[str]) -> int:
     if args.format not in FORMATS:
         raise UsageError(f"--format: {args.format!r} is not one of {', '.join(FORMATS)}")
 
-    from conclave.commands.logs import resolve_id
-    from conclave.render.journal_view import artifact_entries, result_from_records
-    from conclave.store.journal import read_records
 
     layout = StoreLayout(default_home())
     cid = resolve_id(layout, args.id)
@@ -52,8 +56,6 @@ def run(argv: list[str]) -> int:
         print(f"conclave show: wrote {args.output}", file=sys.stderr)
         return 0
     if args.format == "markdown":
-        from conclave.render.console import _print_markdown
-
         _print_markdown(text, sys.stdout)
     else:
         sys.stdout.write(text)
@@ -63,13 +65,9 @@ def run(argv: list[str]) -> int:
 def _render(fmt: str, result: dict[str, Any], records: list[dict[str, Any]], only_round: int | None,
             entries: list[Any]) -> str:
     if fmt == "html":
-        from conclave.render.html import render_html
-
         return render_html(result, records, only_round=only_round)
     if fmt == "json":
         if only_round is None:
-            from conclave.render.jsonld import to_jsonld
-
             document: Any = to_jsonld(result)
         else:
             document = {
@@ -78,6 +76,5 @@ def _render(fmt: str, result: dict[str, Any], records: list[dict[str, Any]], onl
                               for e in entries if e.round_number == only_round],
             }
         return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    from conclave.render.markdown import render_markdown
 
     return render_markdown(result, records, only_round=only_round)

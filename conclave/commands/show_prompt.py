@@ -15,8 +15,26 @@ import contextlib
 import json
 from typing import Any
 
+from conclave.api import compose_settings
+from conclave.cli import _is_override
 from conclave.commands.arguments import CommandParser
+from conclave.engine.extraction import json_instruction
+from conclave.engine.inputs import prepare_inputs
+from conclave.engine.interaction import Interaction
+from conclave.engine.labels import JudgeLabels
+from conclave.engine.play import call_spec, own_inputs, participants, shared_inputs
+from conclave.engine.resume import restore_rounds
+from conclave.engine.rounds import Plan, RoundType
+from conclave.engine.session import Session, prompt_json
+from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError, UsageError
+from conclave.events import EventBus
+from conclave.home import default_home
+from conclave.plugins import get_plugins
+from conclave.quality.objection import OBJECTION, objection_round
+from conclave.store.paths import StoreLayout
+from conclave.store.resume import load_resume_point
+from conclave.task import name_user_settings
 
 
 def run(argv: list[str]) -> int:
@@ -47,23 +65,9 @@ def run(argv: list[str]) -> int:
 def render(round_name: str, rest: list[str], *, source: str | None = None, agent: str | None = None
            ) -> list[dict[str, Any]]:
     """The calls round ``round_name`` would make (one per agent on the agents' seat, one for the judge)."""
-    from conclave.cli import _is_override
-    from conclave.engine.extraction import json_instruction
-    from conclave.engine.labels import JudgeLabels
-    from conclave.engine.play import call_spec, own_inputs, participants, shared_inputs
-    from conclave.engine.resume import restore_rounds
-    from conclave.engine.rounds import Plan, RoundType
-    from conclave.engine.session import Session, prompt_json
-    from conclave.events import EventBus
-    from conclave.plugins import get_plugins
-
     plugins = get_plugins()
     resume_from: dict[str, Any] = {}
     if source is not None:
-        from conclave.home import default_home
-        from conclave.store.paths import StoreLayout
-        from conclave.store.resume import load_resume_point
-
         if rest:
             raise UsageError("--from ID takes its question and config from that consultation; "
                              "drop the question and overrides")
@@ -71,9 +75,6 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
         settings, resume_from = point.settings, point.resume_from
         question = settings.question or ""
     else:
-        from conclave.api import compose_settings
-        from conclave.task import name_user_settings
-
         words = [a for a in rest if not _is_override(a)]
         if len(words) > 1:
             raise UsageError(f"takes one question; quote it (got {len(words)} words: {words[0]!r}, …)")
@@ -86,15 +87,15 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
     question, context = _inputs(settings, question)
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     labels = JudgeLabels(settings.agents, int(resume_from.get("shuffle_seed") or 0), resume_from.get("labels"))
-    session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=None,  # type: ignore[arg-type]
-                      bus=EventBus("show-prompt"), labels=labels, question=question,
-                      context_text=context)
+    session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy,
+                                  pool=None,  # type: ignore[arg-type]
+                                  bus=EventBus("show-prompt"), labels=labels, question=question,
+                                  context_text=context))
     if source is not None:
         session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
         session.quality.groupthink.replay_plan(session, resume_from)  # objection rounds it played
     restored = restore_rounds(session, resume_from)
     steps = session.plan.steps()
-    from conclave.quality.objection import OBJECTION, objection_round
 
     if round_name == OBJECTION.name and all(s.type.name != OBJECTION.name for s in steps):
         # never planned: shown where a groupthink firing after the first round puts it
@@ -181,8 +182,5 @@ def _describe(placeholder: str, spec: Any) -> str:
 
 def _inputs(settings: Any, question: str) -> tuple[str, str]:
     """The question and context a consultation would send: scrubbed, context files and project summary loaded."""
-    from conclave.engine.inputs import prepare_inputs
-    from conclave.engine.interaction import Interaction
-
     inputs = prepare_inputs(settings, Interaction.non_interactive(), None)
     return (inputs.question if settings.question else question), inputs.context

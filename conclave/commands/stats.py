@@ -7,7 +7,9 @@ import json
 import sys
 
 from conclave.commands.arguments import CommandParser
+from conclave.store.index import connect
 from conclave.store.paths import StoreLayout, default_home
+from conclave.store.stats import compute_stats, period_from_args, render_text
 
 
 def run(argv: list[str]) -> int:
@@ -20,8 +22,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
 
-    from conclave.store.index import connect
-    from conclave.store.stats import compute_stats, period_from_args, render_text
 
     chosen = period_from_args(week=args.week, month=args.month, all_time=args.all_time)
     db = connect(StoreLayout(default_home()).index_path)

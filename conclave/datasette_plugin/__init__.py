@@ -18,7 +18,6 @@ Other databases served by the same Datasette are left alone.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -31,7 +30,15 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
-MIGRATION_SET = "conclave.index"
+from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
+from conclave.datasette_plugin.eval_page import eval_page
+from conclave.render.charts import bar_chart
+from conclave.render.html import report_fragment, stylesheet
+from conclave.render.journal_view import result_from_records
+from conclave.render.nodes import Facts, to_html
+from conclave.render.renderers import Context, render_artifact
+from conclave.store.journal import live_status, read_records
+
 CSS_URL = "/-/conclave/conclave.css"
 
 #: the columns a table page opens on (about ten), per table; Datasette always adds the primary key in front
@@ -50,40 +57,6 @@ JSON_COLUMNS = {"prompt_versions", "limits", "config"}
 
 
 # ------------------------------------------------------------------------------------------------ detection
-
-
-_INDEX_FILES: set[str] = set()  # paths known to be conclave indexes (a file never stops being one)
-
-
-def _is_index_file(path: str) -> bool:
-    if path in _INDEX_FILES:
-        return True
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return False
-    try:
-        row = conn.execute("select 1 from _sqlite_migrations where migration_set = ? limit 1",
-                           [MIGRATION_SET]).fetchone()
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    if row is not None:
-        _INDEX_FILES.add(path)
-    return row is not None
-
-
-def conclave_databases(datasette: Any) -> list[str]:
-    """Names of the served databases that are conclave indexes."""
-    names = []
-    for name, db in datasette.databases.items():
-        path = getattr(db, "path", None)
-        if not path or not Path(path).exists():
-            continue
-        if _is_index_file(str(path)):
-            names.append(name)
-    return names
 
 
 def _is_conclave(datasette: Any, database: str | None) -> bool:
@@ -254,8 +227,6 @@ def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, da
         except ValueError:
             return None
         if isinstance(data, Mapping) and all(not isinstance(v, Mapping | list) for v in data.values()):
-            from conclave.render.nodes import Facts, to_html
-
             facts = to_html([Facts([(str(k), str(v)) for k, v in data.items()])])
             return Markup(f'<div class="cv-cell cv-clamp">{facts}</div>')
         return None
@@ -276,9 +247,6 @@ def _row_get(row: Any, key: str) -> Any:
 
 
 def _artifact_cell(value: str, schema: Any) -> Any:
-    from conclave.render.nodes import to_html
-    from conclave.render.renderers import Context, render_artifact
-
     try:
         artifact = json.loads(value)
     except ValueError:
@@ -296,21 +264,13 @@ def register_routes() -> list[tuple[str, Any]]:
     return [
         (r"^/-/conclave/conclave\.css$", _css),
         (r"^/-/conclave$", _dashboard),
-        (r"^/-/conclave/eval$", _eval_page),  # before the consultation route, which would take "eval" as an id
+        (r"^/-/conclave/eval$", eval_page),  # before the consultation route, which would take "eval" as an id
         (r"^/-/conclave/(?P<cid>[A-Za-z0-9_.-]+)/journal\.json$", _journal_json),
         (r"^/-/conclave/(?P<cid>[A-Za-z0-9_.-]+)$", _consultation),
     ]
 
 
-async def _eval_page(datasette: Any, request: Any) -> Response:
-    from conclave.datasette_plugin.eval_page import eval_page
-
-    return await eval_page(datasette, request)
-
-
 async def _css() -> Response:
-    from conclave.render.html import stylesheet
-
     return Response(stylesheet() + _DATASETTE_CSS, content_type="text/css; charset=utf-8",
                     headers={"cache-control": "max-age=300"})
 
@@ -363,7 +323,6 @@ def shown_status(db: Any, cid: str, status: Any) -> Any:
     path = getattr(db, "path", None)
     if status != "running" or not path:
         return status
-    from conclave.store.journal import live_status
 
     return live_status(status, Path(path).parent / "journal" / f"{cid}.jsonl")
 
@@ -372,8 +331,6 @@ async def records_for(db: Any, cid: str) -> tuple[list[dict[str, Any]], str]:
     """The consultation's journal records, or records rebuilt from the index tables; and which it was."""
     path = journal_path(db, cid)
     if path is not None:
-        from conclave.store.journal import read_records
-
         return read_records(path), "journal"
     return await _records_from_index(db, cid), "index"
 
@@ -411,18 +368,11 @@ async def _records_from_index(db: Any, cid: str) -> list[dict[str, Any]]:
     return records
 
 
-def _page(datasette: Any, title: str, body: str, request: Any) -> Any:
-    return datasette.render_template("conclave_page.html", {"title": title, "body": Markup(body)}, request=request)
-
-
 async def _consultation(datasette: Any, request: Any) -> Response:
-    from conclave.render.html import report_fragment
-    from conclave.render.journal_view import result_from_records
-
     cid = request.url_vars["cid"]
     found = await _find(datasette, cid)
     if found is None:
-        return Response.html(await _page(datasette, "Not found", f"<p>No consultation {escape(cid)}.</p>", request),
+        return Response.html(await page(datasette, "Not found", f"<p>No consultation {escape(cid)}.</p>", request),
                              status=404)
     name, db = found
     records, source = await records_for(db, cid)
@@ -459,7 +409,7 @@ async def _consultation(datasette: Any, request: Any) -> Response:
                '<p class="cv-muted">The journal was not found next to this index; this page was rebuilt from the '
                "index tables.</p>"))
     question = " ".join(str(result.get("question") or cid).split())
-    return Response.html(await _page(datasette, question[:90], body, request))
+    return Response.html(await page(datasette, question[:90], body, request))
 
 
 async def _journal_json(datasette: Any, request: Any) -> Response:
@@ -482,12 +432,6 @@ CHARTS = [
 ]
 
 
-async def chart_rows(datasette: Any, database: str, query: str) -> list[dict[str, Any]]:
-    """The rows of one of the canned queries the charts draw (the same SQL a user can open and edit)."""
-    sql = datasette.metadata("queries", database=database)[query]["sql"]
-    return [dict(r) for r in (await datasette.databases[database].execute(sql)).rows]
-
-
 def _bucket(low: float) -> str:
     """``0.8`` → ``80–89%``; the top bucket includes 100%."""
     return f"{low * 100:.0f}–{'100' if low >= 0.9 else f'{low * 100 + 9:.0f}'}%"
@@ -502,11 +446,9 @@ def _usd(value: Any) -> str:
 
 
 async def _dashboard(datasette: Any, request: Any) -> Response:
-    from conclave.render.charts import bar_chart
-
     names = conclave_databases(datasette)
     if not names:
-        return Response.html(await _page(datasette, "conclave", "<p>No conclave index is being served.</p>",
+        return Response.html(await page(datasette, "conclave", "<p>No conclave index is being served.</p>",
                                          request), status=404)
     parts = []
     for name in names:
@@ -549,4 +491,4 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
             f'<p><a href="{base}/consultations">Browse and facet all consultations</a></p></section>'
             f'<section class="cv-section"><h2>Charts</h2><div class="cv-grid">{"".join(charts)}</div></section>')
     body = '<div class="cv-report"><h1>Conclave dashboard</h1>' + "".join(parts) + "</div>"
-    return Response.html(await _page(datasette, "Conclave dashboard", body, request))
+    return Response.html(await page(datasette, "Conclave dashboard", body, request))

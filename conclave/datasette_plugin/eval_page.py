@@ -14,7 +14,8 @@ from typing import Any
 from datasette.utils.asgi import Response
 from markupsafe import escape
 
-from conclave.eval.charts import reliability_diagram
+from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
+from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, reliability_diagram
 from conclave.eval.report import TOY_EVAL, swept_keys, swept_values, toy_run
 from conclave.eval.summary import correct_across
 from conclave.panel import TOY_BANNER
@@ -23,13 +24,11 @@ QUERY = "eval_accuracy_vs_cost"
 
 
 async def eval_page(datasette: Any, request: Any) -> Response:
-    from conclave.datasette_plugin import _page, chart_rows, conclave_databases
-
     names = [n for n in conclave_databases(datasette) if await _has_runs(datasette, n)]
     if not names:
         body = ('<div class="cv-report"><h1>Evaluations</h1><p>No evaluation runs in the index yet: '
                 "<code>conclave eval arithmetic</code> runs one.</p></div>")
-        return Response.html(await _page(datasette, "Evaluations", body, request))
+        return Response.html(await page(datasette, "Evaluations", body, request))
     name = request.args.get("db") if request.args.get("db") in names else names[0]
     base = datasette.urls.database(name)
     rows = await chart_rows(datasette, name, QUERY)
@@ -42,10 +41,10 @@ async def eval_page(datasette: Any, request: Any) -> Response:
     if not chosen:
         what = f"sweep {sweep_id}" if sweep_id else f"run {run_id}"
         body = f'<div class="cv-report"><h1>Evaluations</h1><p>No {escape(what)} in {escape(name)}.</p></div>'
-        return Response.html(await _page(datasette, "Evaluations", body, request), status=404)
+        return Response.html(await page(datasette, "Evaluations", body, request), status=404)
     body = await _body(datasette, name, base, chosen, runs, sweep_id)
     title = f"Evaluation sweep {sweep_id}" if sweep_id else f"Evaluation {run_id}"
-    return Response.html(await _page(datasette, title, body, request))
+    return Response.html(await page(datasette, title, body, request))
 
 
 async def _has_runs(datasette: Any, name: str) -> bool:
@@ -77,8 +76,6 @@ def _list(value: Any) -> list[str]:
 
 def points(chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chart points (:mod:`conclave.eval.charts`) of the chosen runs, each labelled with its swept values."""
-    from conclave.eval.report import swept_keys, swept_values
-
     keys = [k for k in swept_keys(chosen) if k not in ("eval.sweep_id",)]
     ordered = sorted(chosen, key=lambda r: tuple(swept_values(r, keys).values()))
     out = []
@@ -95,8 +92,6 @@ def points(chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def _body(datasette: Any, name: str, base: str, chosen: list[dict[str, Any]],
                 runs: dict[str, dict[str, Any]], sweep_id: str | None) -> str:
-    from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost
-
     drawn = points(chosen)
     db = datasette.databases[name]
     ids = [r["run_id"] for r in chosen]

@@ -20,6 +20,17 @@ from typing import TYPE_CHECKING, Any
 from conclave import artifacts
 from conclave.engine.conformity import conformity_record
 from conclave.engine.cost import CostEstimate, SpentSoFar, spent
+from conclave.engine.result import (
+    AgentRecord,
+    Artifacts,
+    ConsultationResult,
+    CostRecord,
+    EarlyTerminationRecord,
+    JudgeRecord,
+    RoundRecord,
+    TokenRecord,
+    TransitionRecord,
+)
 from conclave.engine.session import Session
 from conclave.engine.state import ConsultState, StateMachine
 
@@ -63,18 +74,6 @@ def assemble_result(
     prior: SpentSoFar | None = None,
 ) -> ConsultationResult:
     """The result; ``prior`` is what earlier runs of a resumed consultation were billed (None: a first run)."""
-    from conclave.engine.result import (
-        AgentRecord,
-        Artifacts,
-        ConsultationResult,
-        CostRecord,
-        EarlyTerminationRecord,
-        JudgeRecord,
-        RoundRecord,
-        TokenRecord,
-        TransitionRecord,
-    )
-
     record, settings, labels = session.record, session.settings, session.labels
     substitutions = [dict(s) for s in getattr(session.pool, "substitutions", [])]
     if session.judge.substitution is not None:

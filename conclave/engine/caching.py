@@ -37,6 +37,7 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.http import approx_tokens
+from conclave.quality.objection import OBJECTION, QUICK_ROUNDS
 
 if TYPE_CHECKING:
     from conclave.engine.session import Session
@@ -76,8 +77,6 @@ def _insertable_schemas(session: Session) -> list[str]:
     """Schemas of rounds the engine may insert while the consultation runs (the critical objection round, when
     groupthink detection can add one): they are in the hint from the start, so a call of such a round sends the same
     tool list as every other call and reads the cached prefix instead of writing a new one."""
-    from conclave.quality.objection import OBJECTION, QUICK_ROUNDS
-
     quality = session.settings.quality
     groupthink = quality.groupthink
     if (quality.stage == "on" and groupthink.enabled and groupthink.max_objection_rounds > 0

@@ -14,6 +14,8 @@ from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from conclave.config import Settings
 from conclave.engine.cost import CostEstimate
 from conclave.engine.interaction import Interaction
@@ -94,8 +96,6 @@ def round_up_to_cent(amount: float) -> float:
 
 def store_always_allow(home: Path, threshold: float) -> Path:
     """Merge ``cost.always_allow_under: threshold`` into ``$CONCLAVE_HOME/conf/user/settings.yaml`` (atomically)."""
-    import yaml
-
     path = home / USER_SETTINGS
     data: dict[str, Any] = {}
     if path.exists():

@@ -32,6 +32,7 @@ from conclave.engine.play import call_spec
 from conclave.engine.rounds import Plan, RoundType, catalogue_of
 from conclave.engine.session import Session
 from conclave.providers.base import Usage
+from conclave.tokens import count_tokens
 
 if TYPE_CHECKING:
     from conclave.providers.pool import ProviderPool
@@ -152,8 +153,6 @@ def price_calls(
     """Size and price ``planned``: input = ``count`` (the real tokenizer by default) of the prompt + the carried
     artifacts + message overhead; output = the call's ``max_tokens`` cap. Touches nothing but the price table,
     so it may run in a worker thread."""
-    from conclave.tokens import count_tokens
-
     counter = count or count_tokens
     estimate = CostEstimate()
     planned = list(planned)

@@ -12,7 +12,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from conclave.config import Settings
+from conclave.engine.interaction import Interaction
+from conclave.engine.runner import Consultation
 from conclave.events import Subscriber
+from conclave.plugins import get_plugins
+from conclave.render.console import print_result
+from conclave.signals import termination_as_interrupt
+from conclave.store.recorder import Recorder
+from conclave.web.server import run_watched
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -35,13 +42,6 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     ``subscribers`` receive the events before the plugins' subscribers do; ``resume`` carries ``resume_from``,
     ``consultation_id`` and ``first_seq`` for ``conclave resume``.
     """
-    from conclave.engine.interaction import Interaction
-    from conclave.engine.runner import Consultation
-    from conclave.plugins import get_plugins
-    from conclave.render.console import print_result
-    from conclave.signals import termination_as_interrupt
-    from conclave.store.recorder import Recorder
-
     plugins = get_plugins()
     owned = recorder is None
     # the index is written once round 1 is under way: SQLite is no part of the path to the first request
@@ -58,8 +58,6 @@ def run_from_cli(settings: Settings, *, recorder: Any = None, verb: str = "start
     try:
         with termination_as_interrupt():  # SIGTERM and SIGHUP end it as Ctrl-C does
             if settings.live:
-                from conclave.web.server import run_watched
-
                 result = asyncio.run(run_watched(consultation, settings.home, settings.live_port))
             else:
                 result = asyncio.run(consultation.run())

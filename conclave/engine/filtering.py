@@ -20,8 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from conclave.artifact_filter import limits_for, token_efficiency_stats
 from conclave.config import Settings
+from conclave.engine.record import prompt_json
 from conclave.events import FILTER_APPLIED, EventBus
+from conclave.tokens import count_tokens
 
 if TYPE_CHECKING:
     from conclave.plugins import Plugins
@@ -51,8 +54,6 @@ class ArtifactFiltering:
 
     def limits(self, section: str, artifact: dict[str, Any]) -> dict[str, int]:
         """The limits of ``filtering.<section>`` that apply to ``artifact``."""
-        from conclave.artifact_filter import limits_for
-
         return limits_for(artifact, self._settings.filtering.section(section))
 
     def apply(
@@ -75,7 +76,6 @@ class ArtifactFiltering:
         """
         if not self.enabled or self._bypass:
             return artifact
-        from conclave.tokens import count_tokens
 
         artifact_type = str(artifact.get("artifact_type", ""))
         limits = self.limits(section, artifact)
@@ -97,7 +97,6 @@ class ArtifactFiltering:
             self._filtered[key] = (artifact, filtered, error)  # the artifact kept alive, so its id stays its own
         if self._unrecorded:
             return filtered
-        from conclave.engine.session import prompt_json  # the JSON exactly as prompts show it
 
         before = count_tokens(prompt_json(view(artifact)))
         after = count_tokens(prompt_json(view(filtered)))
@@ -194,8 +193,6 @@ class ArtifactFiltering:
     def count_call(self, sent: str, unfiltered: str, model: str | None = None) -> None:
         """Count one call: ``sent`` is its prompt as sent, ``unfiltered`` the same call rendered with filtering
         off (both: system prompt, newline, user message with its JSON instruction), with ``model``'s tokenizer."""
-        from conclave.tokens import count_tokens
-
         used = count_tokens(sent, model)
         whole = used if unfiltered == sent else count_tokens(unfiltered, model)
         self.sent_tokens += used
@@ -205,6 +202,5 @@ class ArtifactFiltering:
         """``token_efficiency_stats``, or None when nothing was filtered (filtering off, or no later round ran)."""
         if not self.filtered_rounds:
             return None
-        from conclave.artifact_filter import token_efficiency_stats
 
         return token_efficiency_stats(self.unfiltered_tokens, self.sent_tokens, self.filtered_rounds)

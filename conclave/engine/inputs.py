@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from conclave.config import Settings
+from conclave.engine.context import cut_notices, load_context
 from conclave.engine.interaction import Interaction
+from conclave.scrub import scrub
+from conclave.store.redact import key_values, key_variables
 
 
 @dataclass(frozen=True)
@@ -27,8 +30,6 @@ def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str
                    environ: Mapping[str, str] | None = None) -> Inputs:
     """Load the context (raises ``ConfigError`` for a bad file) and scrub question and context of secrets and of
     the provider key values set in ``environ`` (the process environment by default)."""
-    from conclave.engine.context import cut_notices, load_context
-
     bundle = load_context(settings, stdin_text)
     for notice in cut_notices(bundle.sources):
         interaction.warn(notice)
@@ -37,8 +38,6 @@ def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str
     if not settings.scrub:
         interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
         return Inputs(question, context, {"total": 0, "by_type": {}}, sources)
-    from conclave.scrub import scrub
-    from conclave.store.redact import key_values, key_variables
 
     keys = key_values(environ, key_variables(settings))
     question, report = scrub(question, keys)

@@ -22,13 +22,16 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from conclave.engine.caching import cached_definitions
 from conclave.engine.calls import CallSpec
 from conclave.engine.cost import MESSAGE_OVERHEAD_TOKENS, empty_values
+from conclave.engine.extraction import json_instruction, request_schema
 from conclave.engine.play import call_spec
 from conclave.engine.session import Session
 from conclave.errors import ConfigError
 from conclave.providers.base import ProviderError
 from conclave.providers.pricing import ContextLimits
+from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
 
 #: bytes that bound the round's schema or an endpoint's whole tool list (OpenAI's, every schema strict, is ~25 KB:
 #: a test keeps it under this): a prompt that fits with them is not asked for its schema, so none is loaded
@@ -50,9 +53,6 @@ class _TooLong:
 def check_context_windows(session: Session) -> None:
     """Raise :class:`ConfigError` (one line) naming the seat, its provider/model, its largest prompt's tokens and
     the model's limit, and what to do, when a seat's fixed prompt cannot fit its model."""
-    from conclave.engine.extraction import json_instruction, request_schema
-    from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
-
     counted: dict[tuple[str, str], int] = {}
     schemas: dict[str, str] = {}
 
@@ -119,9 +119,6 @@ def _definitions(session: Session, spec: CallSpec) -> str:
     """The tool list the endpoint sends before a cached context (it holds the round's schema), or ``""`` when it
     sends the round's schema alone. The stable prefix is sized by its UTF-8 bound: a larger prefix is cached, and
     carries the list, sooner."""
-    from conclave.engine.caching import cached_definitions
-    from conclave.tokens import utf8_upper_bound
-
     if spec.cache is None:
         return ""
     stable = spec.cache.split(spec.system)[0]

@@ -24,8 +24,9 @@ from conclave import artifacts
 from conclave.engine.caching import warm_prompt_caches
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import header_for, json_instruction
+from conclave.engine.record import RoundOutput, prompt_json
 from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
-from conclave.engine.session import RoundOutput, Session, prompt_json
+from conclave.engine.session import Session
 
 T = TypeVar("T")
 

@@ -36,6 +36,7 @@ from conclave.quality import coverage
 from conclave.quality.anchors import anchor_prompt, assign_anchors
 from conclave.quality.claims import RULES, check_rules, claims_of, unlabelled_points
 from conclave.quality.grounding import agent_text, check_grounding
+from conclave.quality.objection import GroupthinkMonitor
 from conclave.quality.state import DebateState
 from conclave.quality.verification import judge_results, prompt_list, questions_for, run_checkers
 
@@ -43,18 +44,11 @@ if TYPE_CHECKING:
     from conclave.engine.rounds import Step
     from conclave.engine.session import Session
 
-
 _PLACEHOLDERS = ("debate_state", "verification_questions")
 _CLAIM_IDS = re.compile(r'"claim_ids": \[([^\]]*)\]')  # a judge's statement's claim ids, in prompt JSON
 _STATE_ID = re.compile(r"\bC[1-9][0-9]*\b")
 #: fields of a first-round position that later replies inherit unless they restate them
 CARRIED = ("alternatives", "failure_modes", "uncertainties")
-#: artifact fields later rounds are not shown (the state block carries claims and evidence; the rest is record)
-RECORD_ONLY = frozenset({"claims", "references", "alternatives", "failure_modes", "uncertainties", "retracts",
-                         "verification"})
-#: synthesis fields for the judge's later rounds only: how round 1 was covered matters to the verdict, while an agent
-#: gets the claims those fields name in its DEBATE STATE block
-AGENTS_NOT_SHOWN = frozenset({"partial_coverage", "unique_insights", "blind_spots"})
 
 
 class QualityLayer:
@@ -76,7 +70,6 @@ class QualityLayer:
         #: round number -> what the synthesis of that round left unaccounted (rule violations)
         self.coverage: dict[int, list[dict[str, Any]]] = {}
         self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
-        from conclave.quality.objection import GroupthinkMonitor
 
         #: the groupthink detectors and the objection rounds they cause (a controller of its own)
         self.groupthink = GroupthinkMonitor(session)

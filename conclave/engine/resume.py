@@ -16,27 +16,14 @@ current one (:func:`conclave.artifacts.upgrade`); the journal itself is never re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conclave.artifacts import in_schema_order, upgrade
 from conclave.engine.rounds import VERDICT_ROUND, Step
-from conclave.engine.session import RoundOutput, Session
 
-
-def round_runs(source: Mapping[str, Any]) -> dict[int, list[dict[str, Any]]]:
-    """Round number -> the artifact payloads of its completed run (either form of ``resume_from``)."""
-    if source.get("rounds"):
-        return {int(n): list(payloads) for n, payloads in source["rounds"].items() if payloads}
-    runs: dict[int, list[dict[str, Any]]] = {}
-    if source.get("round_1"):
-        runs[1] = [{"agent": a, "artifact": x, "round_type": "independent"} for a, x in source["round_1"].items()]
-    if source.get("round_2"):
-        runs[2] = [{"agent": None, "artifact": source["round_2"], "round_type": "synthesis"}]
-    if source.get("round_3"):
-        replies = source.get("round_3_replies") or {}
-        runs[3] = [{"agent": a, "artifact": x, "round_type": "cross_exam_replies"} for a, x in replies.items()]
-        runs[3].append({"agent": None, "artifact": source["round_3"], "round_type": "cross_exam"})
-    return runs
+if TYPE_CHECKING:
+    from conclave.engine.session import Session
+from conclave.engine.record import RoundOutput, round_runs
 
 
 def restore_rounds(session: Session, source: Mapping[str, Any]) -> set[int]:

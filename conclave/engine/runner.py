@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from conclave import __version__, artifacts
+from conclave import artifacts
 from conclave.config import Settings
 from conclave.engine.assemble import Provenance, assemble_result
 from conclave.engine.consent import decide_consent, store_always_allow
@@ -46,6 +46,7 @@ from conclave.engine.cost import (
     price_calls,
     spent,
 )
+from conclave.engine.extraction import request_schema
 from conclave.engine.ids import config_hash, config_snapshot, new_consultation_id
 from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
@@ -53,8 +54,9 @@ from conclave.engine.labels import JudgeLabels, new_seed
 from conclave.engine.limits import check_context_windows
 from conclave.engine.play import derive_verdict, play
 from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_rounds
-from conclave.engine.rounds import SYNTHESIS, PlanChange, Step
+from conclave.engine.rounds import SYNTHESIS, Plan, PlanChange, Step
 from conclave.engine.session import Session
+from conclave.engine.session_layers import with_layers
 from conclave.engine.state import ConsultState, StateMachine, Transition
 from conclave.engine.termination import decide_early_termination
 from conclave.engine.vote_gate import aggregator_name, ballots_of, synthesis_from_vote
@@ -77,7 +79,13 @@ from conclave.events import (
     EventBus,
     Subscriber,
 )
+from conclave.plugins import get_plugins
 from conclave.providers.base import ProviderError
+from conclave.providers.hedge_memory import HedgeMemory
+from conclave.providers.pool import ProviderPool
+from conclave.quality.exit import ExitController, max_plan
+from conclave.tokens import utf8_upper_bound
+from conclave.version import __version__
 
 if TYPE_CHECKING:
     from conclave.engine.result import ConsultationResult
@@ -132,8 +140,6 @@ class Consultation:
         stream: bool = False,
     ) -> None:
         if plugins is None:
-            from conclave.plugins import get_plugins
-
             plugins = get_plugins()
         self.settings = settings
         self.plugins = plugins
@@ -149,7 +155,6 @@ class Consultation:
         self.machine = StateMachine(self._on_transition)
         #: called after every round with (session, its steps, restored round numbers); a controller may end or
         #: extend the plan through ``session.plan.end_here`` / ``session.plan.insert_next``
-        from conclave.quality.exit import ExitController
 
         #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
         self.exit = ExitController.from_resume(self.interaction, self.resume_from)
@@ -175,19 +180,6 @@ class Consultation:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> ConsultationResult:
-        # The code a consultation runs is loaded before its clock starts (process start-up, not the
-        # consultation's work): the provider pool, and what prepares its inputs and its session (the scrubber,
-        # the safety rules, the quality layer, the context window).
-        import conclave.engine.context
-        import conclave.engine.quality
-        import conclave.engine.safety
-        import conclave.quality.objection
-        import conclave.quality.similarity
-        import conclave.quality.summarize
-        import conclave.schemas
-        import conclave.scrub  # noqa: F401
-        from conclave.providers.pool import ProviderPool
-
         started, created_at = time.monotonic(), artifacts.now_iso()
         strategy = self.plugins.strategies.get(self.settings.mode.strategy)(self.settings.mode.options)
         problems = strategy.panel_problems(list(self.settings.agents))
@@ -197,7 +189,6 @@ class Consultation:
         stored_seed = self.resume_from.get("shuffle_seed")
         seed = int(stored_seed) if stored_seed is not None else new_seed()  # 0 is a seed like any other
         labels = JudgeLabels(self.settings.agents, seed, self.resume_from.get("labels"))
-        from conclave.providers.hedge_memory import HedgeMemory
 
         # the home's hedging file: latency history that sets the hedge delay from the first call, and the shared
         # hedge budget
@@ -209,10 +200,10 @@ class Consultation:
             until_durable = getattr(self.recorder, "until_durable", None)
             if until_durable is not None:
                 pool.before_spending = functools.partial(until_durable, self.id)
-            session = Session(
+            session = with_layers(Session(
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
                 labels=labels, question=inputs.question, context_text=inputs.context,
-            )
+            ))
             session.stream = session.judge.stream = self._stream
             self.machine.follow(session.plan.states())
             session.judge.restore(self.resume_from.get("judge_fallback"))
@@ -416,10 +407,6 @@ class Consultation:
         about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
         round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
-        from conclave.engine.rounds import Plan
-        from conclave.quality.exit import max_plan
-        from conclave.tokens import utf8_upper_bound
-
         longest = Plan(max_plan(session))
         numbers = longest.numbers()
         self._estimated_rounds = len(numbers)
@@ -494,8 +481,6 @@ class Consultation:
         def prepare_requests() -> None:
             """The schemas as requests carry them: inlined, then in each seat's provider's form (a warm-up: a
             failure is met again, and reported, by the request that needs the schema)."""
-            from conclave.engine.extraction import request_schema
-
             try:
                 schemas = [request_schema(name) for name in names]
                 for provider, model in providers:

@@ -31,6 +31,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from conclave.engine.calls import JUDGE, CallSpec, ask_for_artifact
+from conclave.engine.cost import PlannedText
+from conclave.engine.extraction import json_instruction
+from conclave.engine.prompt_template import load_template
+from conclave.engine.record import prompt_json
 from conclave.events import SAFETY_CHECKED
 from conclave.quality.safety import RESPONSE_TRIGGER_KINDS, TIER_NAMES, Hit, Rules, Scan, artifact_text
 
@@ -54,8 +58,6 @@ SELF_HARM_HELP = (" If you are thinking about harming yourself, please reach out
 
 
 def _template() -> Any:
-    from conclave.engine.prompt_template import load_template
-
     return load_template("conclave.quality", "prompts", "safety", TEMPLATE)
 
 
@@ -209,8 +211,6 @@ class SafetyGuard:
                         allow_substitution=False)
 
     def _step_text(self, step: Step) -> str:
-        from conclave.engine.session import prompt_json
-
         session = self.session
         output = session.record.output(step.type.name)
         if output is None:
@@ -373,9 +373,6 @@ class SafetyGuard:
     def planned_texts(self, numbers: list[int]) -> list[PlannedText]:
         """The full evaluations known before round 1: the question's, and each step's that the watch level asks
         for; the answers they read are counted at their producers' output caps."""
-        from conclave.engine.cost import PlannedText
-        from conclave.engine.extraction import json_instruction
-
         if not self.enabled or self.cfg.max_tier < 3:
             return []
         session = self.session

@@ -6,25 +6,29 @@ The record holds artifacts with real agent names; :class:`Session` helpers produ
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from conclave.config import AgentSpec, Settings, resolve_provider
+from conclave.engine.caching import prompt_cache_for
 from conclave.engine.calls import CallOutcome
 from conclave.engine.filtering import ArtifactFiltering
 from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
+from conclave.engine.record import AGENTS_NOT_SHOWN, RECORD_ONLY, Record, prompt_json
 from conclave.engine.rounds import Plan
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, EventBus
 
 if TYPE_CHECKING:
+    from conclave.engine.quality import QualityLayer
+    from conclave.engine.safety import SafetyGuard
     from conclave.plugins import Plugins
     from conclave.providers.base import PromptCache
     from conclave.providers.pool import ProviderPool
+    from conclave.quality.summarize import ContextWindow
 
 
 @dataclass
@@ -51,74 +55,15 @@ class AgentState:
             self.raw_text = outcome.raw_text or self.raw_text
 
 
-@dataclass
-class RoundOutput:
-    """What one round type produced the last time it was played: each agent's artifact, or the judge's."""
-
-    number: int
-    by_agent: dict[str, dict[str, Any]] = field(default_factory=dict)
-    judge: dict[str, Any] | None = None
-    missing: list[str] = field(default_factory=list)  # agents asked who gave no valid answer
-
-
-@dataclass
-class Record:
-    """Everything the consultation has produced so far (names, not labels), by round type.
-
-    ``outputs`` keeps the latest run of each round type; the ``round_*`` properties read the standard
-    round types under the names the result and the report use.
-    """
-
-    outputs: dict[str, RoundOutput] = field(default_factory=dict)
-    verdict: dict[str, Any] | None = None
-    completed_rounds: int = 0
-    early_termination: dict[str, Any] | None = None
-    vote_gate: dict[str, Any] | None = None  # the vote gate's decision after round 1 (:mod:`.vote_gate`)
-    abort_reason: str | None = None
-    #: present agents who gave no answer in the latest agents' round after the first (the judge is told)
-    missing_replies: list[str] = field(default_factory=list)
-    #: every step played or restored, in play order: (round type name, its output) — the result's ``rounds``
-    played: list[tuple[str, RoundOutput]] = field(default_factory=list)
-
-    def put(self, round_type: str, output: RoundOutput) -> RoundOutput:
-        """Record what a step of ``round_type`` produced: the latest of its type, and one more step played."""
-        self.outputs[round_type] = output
-        self.played.append((round_type, output))
-        return output
-
-    def output(self, round_type: str) -> RoundOutput | None:
-        return self.outputs.get(round_type)
-
-    def by_agent(self, round_type: str) -> dict[str, dict[str, Any]]:
-        out = self.outputs.get(round_type)
-        return out.by_agent if out is not None else {}
-
-    def judged(self, round_type: str) -> dict[str, Any] | None:
-        out = self.outputs.get(round_type)
-        return out.judge if out is not None else None
-
-    @property
-    def round_1(self) -> dict[str, dict[str, Any]]:
-        return self.by_agent("independent")
-
-    @property
-    def round_2(self) -> dict[str, Any] | None:
-        return self.judged("synthesis")
-
-    @property
-    def round_3_replies(self) -> dict[str, dict[str, Any]]:
-        return self.by_agent("cross_exam_replies")
-
-    @property
-    def round_3(self) -> dict[str, Any] | None:
-        return self.judged("cross_exam")
-
-    @property
-    def round_4(self) -> dict[str, Any] | None:
-        return self.judged("verdict")
-
-
 class Session:
+    """What the rounds of one consultation share. Its layers — ``quality``, ``safety`` and ``context`` (what each
+    call shows of earlier rounds, summarized in long debates) — are set by
+    :func:`conclave.engine.session_layers.with_layers`."""
+
+    quality: QualityLayer
+    safety: SafetyGuard
+    context: ContextWindow
+
     def __init__(
         self,
         *,
@@ -147,15 +92,6 @@ class Session:
         self.judge = JudgeSeat(settings, self.native)
         self.filtering = ArtifactFiltering(settings, plugins, bus)
         self.stream = False  # publish answers as they stream in (``agent:chunk``): the live view, the terminal
-        from conclave.engine.quality import QualityLayer
-
-        self.quality = QualityLayer(self)
-        from conclave.engine.safety import SafetyGuard
-
-        self.safety = SafetyGuard(self)
-        from conclave.quality.summarize import ContextWindow
-
-        self.context = ContextWindow(self)  # what each call shows of earlier rounds (summarized in long debates)
         self._prompt_cache: PromptCache | None = None
         self._prompt_cache_known = False
 
@@ -163,8 +99,6 @@ class Session:
     def prompt_cache(self) -> PromptCache | None:
         """The caching hint every call of this consultation carries (None without a context)."""
         if not self._prompt_cache_known:
-            from conclave.engine.caching import prompt_cache_for
-
             self._prompt_cache, self._prompt_cache_known = prompt_cache_for(self), True
         return self._prompt_cache
 
@@ -237,8 +171,6 @@ class Session:
         """One stored artifact as later rounds see it: under labels, without its quality record — claims and
         references reach later rounds once, under their ids, in the DEBATE STATE block; checks stay in the record.
         Agents are not shown the synthesis' account of round-1 coverage (the claims behind it are in their block)."""
-        from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY
-
         hidden = RECORD_ONLY | AGENTS_NOT_SHOWN if seat == "agents" else RECORD_ONLY
         return {k: v for k, v in self.labels.judge_view(artifact).items() if k not in hidden}
 
@@ -266,8 +198,3 @@ class Session:
             status=status,
         )
         self.safety.note_artifact(round_number, round_type or schema, agent, artifact)  # tier 1 on every answer
-
-
-def prompt_json(obj: Any) -> str:
-    """JSON as sent in prompts: compact separators (tokens cost money), non-ASCII kept readable."""
-    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))

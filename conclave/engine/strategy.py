@@ -38,6 +38,7 @@ consultation, agents' and judge's, so providers can cache it; the seat's own ins
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import fmean
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -183,7 +184,6 @@ class Strategy:
 def consensus_confidence(synthesis: Mapping[str, Any]) -> float:
     """Mean confidence of the synthesis' consensus points; 0 when it has none."""
     values = [float(p.get("confidence", 0)) for p in synthesis.get("consensus_points", [])]
-    from statistics import fmean  # imports decimal and fractions: only when a confidence is averaged
 
     return fmean(values) if values else 0.0
 

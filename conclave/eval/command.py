@@ -9,11 +9,27 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import tempfile
 from typing import Any
 
+from hydra.plugins.sweeper import Sweeper
+
+from conclave.cli import _split_question, hydra_quote
 from conclave.commands.arguments import CommandParser
-from conclave.errors import UsageError
+from conclave.compose import hydra_error_message
+from conclave.engine.consent import decide_consent
+from conclave.engine.cost import CostEstimate
+from conclave.engine.interaction import Interaction
+from conclave.errors import ConclaveError, UsageError
+from conclave.eval import hydra_task, store
+from conclave.eval.hydra_task import eval_entry
+from conclave.eval.report import FORMATS, render, render_sweep
+from conclave.eval.runner import new_run_id, remember
+from conclave.home import default_home
+from conclave.hydra_app import prepare_hydra, report_error, worst_exit
+from conclave.panel import offline_panel_blocked, panel_override
 
 USAGE = __doc__ or ""
 
@@ -31,11 +47,6 @@ def run(argv: list[str]) -> int:
 
 def evaluate(argv: list[str]) -> int:
     """Compose the configuration with Hydra (overrides, sweeps, launchers) and run the eval task."""
-    from conclave.cli import _split_question, hydra_quote
-    from conclave.eval import store
-    from conclave.home import default_home
-    from conclave.panel import offline_panel_blocked, panel_override
-
     flags, overrides, spec = _split_question(argv)
     multirun = any(f in ("-m", "--multirun") for f in flags)
     extra = ["+eval=default"]
@@ -50,8 +61,6 @@ def evaluate(argv: list[str]) -> int:
         if given:
             sweep_id = given[-1]
         else:
-            from conclave.eval.runner import new_run_id
-
             sweep_id = "sw" + new_run_id()[2:]
             extra.append(f"eval.sweep_id={sweep_id}")
     panel = panel_override(overrides, os.environ, default_home())
@@ -72,8 +81,6 @@ def evaluate(argv: list[str]) -> int:
         runs = [store.read_run(home, r) for r in store.run_ids(home)]
         runs = [r for r in runs if r.get("sweep_id") == sweep_id]
         if runs:
-            from conclave.eval.report import render_sweep
-
             sys.stdout.write(render_sweep(sweep_id, runs, "markdown"))
             if any(r.get("status") != "complete" for r in runs):
                 code = max(code, 1)
@@ -88,18 +95,9 @@ def sweep_gate(flags: list[str], overrides: list[str], sweep_id: str | None) -> 
     """A sweep's whole estimate through the cost gate once, before any job runs: every job is composed and
     estimated in this process (Hydra's basic launcher, nothing spent), then the sum is approved, asked about or
     refused exactly like one run's. None: approved, go; else the exit code (1 refused, 2 a configuration error)."""
-    import tempfile
-
-    from conclave.engine.consent import decide_consent
-    from conclave.engine.cost import CostEstimate
-    from conclave.engine.interaction import Interaction
-    from conclave.eval import hydra_task
-    from conclave.eval.runner import remember
-
     # the user's launcher (joblib, Ray, SLURM) and its settings are for the real jobs; estimating runs here
     local = [o for o in overrides if not o.lstrip("+~").startswith(("hydra/launcher=", "hydra.launcher."))]
     hydra_task.ESTIMATES.clear()
-    from hydra.plugins.sweeper import Sweeper
 
     # The sweeper composes every job once to check the batch and once more to launch it; composing is most of
     # this pass's time, and launching finds the same errors, so the check is left to the real sweep.
@@ -137,11 +135,6 @@ def sweep_gate(flags: list[str], overrides: list[str], sweep_id: str | None) -> 
 
 def run_task(flags: list[str], overrides: list[str]) -> int:
     """Hand ``flags`` and ``overrides`` to Hydra with the eval task; configuration errors become one line, exit 2."""
-    from conclave.cli import _hydra_error_message
-    from conclave.errors import ConclaveError
-    from conclave.eval.hydra_task import eval_entry
-    from conclave.hydra_app import prepare_hydra, report_error, worst_exit
-
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         prepare_hydra()
@@ -157,7 +150,7 @@ def run_task(flags: list[str], overrides: list[str]) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (2 if exc.code else 0)
     except Exception as exc:
-        message = _hydra_error_message(exc)
+        message = hydra_error_message(exc)
         if message is None:
             raise
         print(f"conclave: {message}", file=sys.stderr)
@@ -169,8 +162,6 @@ def resume(argv: list[str]) -> int:
     parser = CommandParser(prog="conclave eval resume", description="Continue an interrupted run.")
     parser.add_argument("run_id")
     args = parser.parse_args(argv)
-    from conclave.eval import store
-    from conclave.home import default_home
 
     run = store.read_run(default_home(), args.run_id)
     if run.get("status") == "complete":
@@ -183,16 +174,12 @@ def resume(argv: list[str]) -> int:
 
 
 def report(argv: list[str]) -> int:
-    from conclave.eval.report import FORMATS, render, render_sweep
-
     parser = CommandParser(prog="conclave eval report", description="Report an evaluation run or sweep.")
     parser.add_argument("run", help="a run id, a sweep id, or 'latest'")
     parser.add_argument("--format", default="markdown")
     args = parser.parse_args(argv)
     if args.format not in FORMATS:
         raise UsageError(f"--format: {args.format!r} is not one of: {', '.join(FORMATS)}")
-    from conclave.eval import store
-    from conclave.home import default_home
 
     home = default_home()
     ids = store.run_ids(home)
@@ -214,8 +201,6 @@ def report(argv: list[str]) -> int:
 
 def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows in natural item-id order ("arith-0-2" before "arith-0-10"), whatever order they finished in."""
-    import re
-
     def key(row: dict[str, Any]) -> list[Any]:
         return [(0, int(part), "") if part.isdigit() else (1, 0, part)
                 for part in re.split(r"(\d+)", str(row["item_id"])) if part]

@@ -6,12 +6,20 @@ submitit launchers can run it in their own worker processes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from conclave.hydra_app import CONFIG_MODULE
+from conclave.compose import CONFIG_MODULE
+from conclave.config import check_against_plugins, settings_from_dictconfig
+from conclave.engine.interaction import Interaction
+from conclave.errors import ConclaveError
+from conclave.eval import runner
+from conclave.hydra_app import record_exit, report_error
+from conclave.plugins import get_plugins
 
 #: what the jobs of a sweep's estimating pass found, in job order: (settings, estimate, items to run); the pass runs
 #: its jobs in this process (the basic launcher), so the parent reads them here
@@ -20,15 +28,6 @@ ESTIMATES: list[tuple[Any, Any, int]] = []
 
 @hydra.main(config_path=CONFIG_MODULE, config_name="config", version_base="1.3")
 def eval_entry(cfg: DictConfig) -> Any:
-    from hydra.core.hydra_config import HydraConfig
-
-    from conclave.config import check_against_plugins, settings_from_dictconfig
-    from conclave.engine.interaction import Interaction
-    from conclave.errors import ConclaveError
-    from conclave.eval import runner
-    from conclave.hydra_app import record_exit, report_error
-    from conclave.plugins import get_plugins
-
     try:
         # resolved while the eval section is still there, so e.g. home=…/${eval.sweep_id}/job-${hydra:job.num} works
         OmegaConf.resolve(cfg)
@@ -44,8 +43,6 @@ def eval_entry(cfg: DictConfig) -> Any:
         check_against_plugins(settings, plugins)
         evaluation = runner.prepare(settings, options, plugins)
         if options.estimate_only:
-            import asyncio
-
             estimate = asyncio.run(runner.estimate_run(evaluation.settings, evaluation.items, plugins, evaluation))
             ESTIMATES.append((evaluation.settings, estimate, len(evaluation.items)))
             record_exit(0)

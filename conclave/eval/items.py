@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conclave.errors import UsageError
+from conclave.eval.scoring import choice_index
 from conclave.extras import install_hint
 
 Kind = Literal["exact", "numeric", "choice", "yes_no"]
@@ -117,8 +118,6 @@ def item_from_dict(data: Any, where: str) -> Item:
 
 
 def _choice_index(answer: str, choices: list[str]) -> int | None:
-    from conclave.eval.scoring import choice_index
-
     return choice_index(answer, choices)
 
 

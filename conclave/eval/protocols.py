@@ -44,7 +44,9 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.engine.aggregation import AggregationContext, Ballot
+from conclave.engine.strategy import consensus_confidence
 from conclave.eval.items import Item
+from conclave.eval.quality_arm import figures
 from conclave.eval.scoring import canonical, is_correct
 from conclave.plugins import get_plugins
 
@@ -258,7 +260,6 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     right_1 = {a: is_correct(ans, item) for a, ans in round_1.items()}
     flips_rw = sum(1 for a, ans in round_3.items() if right_1.get(a) and not is_correct(ans, item))
     flips_wr = sum(1 for a, ans in round_3.items() if a in right_1 and not right_1[a] and is_correct(ans, item))
-    from conclave.eval.quality_arm import figures
 
     layer = {name: found for name, found in (
         ("single", figures(result, (1,), (single_agent,))), ("vote", figures(result, (1,))),
@@ -278,8 +279,6 @@ def add_quality(scored: ItemResult, arm: Mapping[str, Any] | None, arm_capture: 
     """Score the quality protocol from its consultation ``arm`` (None: it could not run, the protocol is wrong).
     Its cost, tokens and wall time are the arm's rounds plus, when reused, the base's round 1 (paid once, by the
     base consultation)."""
-    from conclave.eval.quality_arm import figures
-
     item = scored.item
     if arm is None or arm_capture is None:
         scored.protocols["quality"] = Outcome(None, False, None, None, 0, 0.0)
@@ -456,6 +455,5 @@ def _confidence(artifact: Mapping[str, Any] | None) -> float | None:
 def _consensus(synthesis: Mapping[str, Any] | None) -> float | None:
     if not isinstance(synthesis, Mapping):
         return None
-    from conclave.engine.strategy import consensus_confidence
 
     return round(consensus_confidence(synthesis), 4)

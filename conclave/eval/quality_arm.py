@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from conclave.config import Settings, settings_from_container
+from conclave.engine.cost import planned_texts
+from conclave.engine.quality import metrics
 from conclave.errors import ConfigError
 
 #: switches that turn the acting part of the quality layer on: key -> (value for the arm, value for the base)
@@ -83,8 +85,6 @@ def apply(settings: Settings, overrides: Mapping[str, Any], where: str) -> Setti
 
 def round_one_calls(session: Any) -> list[tuple[str, str, str, str]]:
     """What round 1 sends, call by call: (provider, model, schema, prompt)."""
-    from conclave.engine.cost import planned_texts
-
     first = session.plan.numbers()[0]
     return [(t.spec.provider, t.spec.model, str(t.spec.schema_name), t.text) for t in planned_texts(session, [first])]
 
@@ -113,7 +113,6 @@ def figures(result: Mapping[str, Any] | None, rounds: Iterable[int] | None = Non
     quality = (result or {}).get("quality")
     if not isinstance(quality, Mapping):
         return None
-    from conclave.engine.quality import metrics
 
     wanted = None if rounds is None else {str(n) for n in rounds}
     who = None if agents is None else set(agents)

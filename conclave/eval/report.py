@@ -10,7 +10,7 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from conclave.eval.charts import reliability_diagram
+from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary, reliability_diagram
 from conclave.eval.protocols import PROTOCOLS
 from conclave.eval.summary import correct_across, summarise
 from conclave.panel import TOY_BANNER, toy_seats
@@ -323,8 +323,6 @@ def render_sweep(sweep_id: str, runs: Sequence[dict[str, Any]], fmt: str) -> str
             cells = " | ".join(f"{_pct(v['accuracy'])} ± {_pct(v['spread'])}" for v in group["protocols"].values())
             lines.append(f"| {group['point'] or 'all'} | {group['seeds']} | {cells} |")
     if fmt == "html":
-        from conclave.eval.charts import accuracy_vs_cost, points_from_summary
-
         def label(run: dict[str, Any]) -> str:
             return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in swept_values(run, keys).items())
 
@@ -402,8 +400,6 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
 
 def accuracy_cost_chart(summary: dict[str, Any], *, toy: bool = False) -> str:
     """Inline SVG: accuracy against cost per item, and accuracy with its 95% interval, per protocol."""
-    from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, points_from_summary
-
     points = points_from_summary(summary)
     return accuracy_vs_cost(points, toy=toy) + "\n" + accuracy_intervals(points, toy=toy)
 

@@ -21,10 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conclave.config import Settings
 from conclave.engine.aggregation import AggregationContext, Ballot
+from conclave.engine.consent import decide_consent, store_always_allow
+from conclave.engine.cost import CostEstimate, estimate_cost
+from conclave.engine.ids import config_hash, config_snapshot
+from conclave.engine.inputs import prepare_inputs
 from conclave.engine.interaction import Interaction
+from conclave.engine.labels import JudgeLabels
+from conclave.engine.rounds import Plan
 from conclave.engine.runner import Consultation
+from conclave.engine.session import Session
+from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError, UsageError
-from conclave.eval import store
+from conclave.eval import quality_arm, store
 from conclave.eval.items import Item, load_set
 from conclave.eval.protocols import (
     Capture,
@@ -37,8 +45,13 @@ from conclave.eval.protocols import (
     spent_in,
 )
 from conclave.eval.quality_arm import resume_point, round_one_calls
+from conclave.eval.report import render
 from conclave.eval.summary import run_columns, summarise
+from conclave.events import EventBus
+from conclave.providers.pool import ProviderPool
+from conclave.quality.exit import max_plan
 from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
 from conclave.store.resume import load_resume_point
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -174,7 +187,6 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
         # the protocols compare fixed debates: the quality detectors record what they would do (shadow) without
         # adding rounds, unless quality.stage is given on the command line
         settings = settings.model_copy(update={"quality": settings.quality.model_copy(update={"stage": "shadow"})})
-    from conclave.eval import quality_arm
 
     arm_overrides, base_overrides, off = quality_arm.resolve(options.quality, settings, options.overrides)
     settings = quality_arm.apply(settings, base_overrides, "eval.quality")
@@ -219,9 +231,6 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                     err: TextIO | None = None) -> int:
     """:func:`run` inside a running event loop."""
     out, err = out or sys.stdout, err or sys.stderr
-    from conclave.engine.consent import decide_consent
-    from conclave.engine.ids import config_hash, config_snapshot
-    from conclave.store.recorder import Recorder
 
     home = ev.settings.home
     run = _load_or_start(ev)
@@ -318,7 +327,6 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
             store.index_run(home, run)
         except Exception as exc:
             print(f"conclave eval: warning: index write failed ({exc})", file=err)
-    from conclave.eval.report import render
 
     if matched is not None:
         shown_ratio = "unknown" if matched.ratio() is None else f"{matched.ratio():.3f}"
@@ -497,8 +505,6 @@ async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any
 def remember(consent: Any, home: Any, err: TextIO) -> None:
     """The user answered "always": store the new ``cost.always_allow_under`` in the user settings."""
     if consent.new_threshold is not None:
-        from conclave.engine.consent import store_always_allow
-
         path = store_always_allow(home, consent.new_threshold)
         print(f"conclave eval: cost.always_allow_under={consent.new_threshold:.2f} saved in {path}", file=err)
 
@@ -508,29 +514,18 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed;
     with a quality arm (``ev.arm``), its calls too — round 1 left out when the arm reuses the base's, which this
     decides and records in ``ev.reuse_round_1``."""
-    from conclave.engine.cost import CostEstimate, estimate_cost
-    from conclave.engine.labels import JudgeLabels
-    from conclave.engine.rounds import Plan
-    from conclave.engine.session import Session
-    from conclave.events import EventBus
-    from conclave.providers.pool import ProviderPool
-    from conclave.quality.exit import max_plan
-
     strategy = plugins.strategies.get(settings.mode.strategy)(settings.mode.options)
     bus = EventBus("eval-estimate")
     labels = JudgeLabels(settings.agents, 0, None)
     context = ""
     if settings.context or settings.project:
-        from conclave.engine.inputs import prepare_inputs
-        from conclave.engine.interaction import Interaction
-
         context = prepare_inputs(settings, Interaction.non_interactive()).context
     total = CostEstimate()
     arm = ev.arm if ev is not None else None
     async with ProviderPool(settings, plugins, bus) as pool:
         for item in items:
-            session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
-                              labels=labels, question=item.question, context_text=context)
+            session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
+                                          bus=bus, labels=labels, question=item.question, context_text=context))
             # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
             longest = Plan(max_plan(session))
             whole = estimate_cost(session, longest.numbers(), plan=longest)
@@ -562,10 +557,12 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
             arm_strategy = plugins.strategies.get(arm.mode.strategy)(arm.mode.options)
             async with ProviderPool(arm, plugins, bus) as arm_pool:
                 for index, item in enumerate(items or ev.items[:1]):
-                    base_session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
-                                           bus=bus, labels=labels, question=item.question, context_text=context)
-                    arm_session = Session(settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool,
-                                          bus=bus, labels=labels, question=item.question, context_text=context)
+                    base_session = with_layers(Session(
+                        settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus, labels=labels,
+                        question=item.question, context_text=context))
+                    arm_session = with_layers(Session(
+                        settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool, bus=bus, labels=labels,
+                        question=item.question, context_text=context))
                     if index == 0:  # the same rule for every item: only the question differs, in both alike
                         ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
                     if items:

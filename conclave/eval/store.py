@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from conclave.errors import UsageError
+from conclave.store.index import connect, write_txn
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _JSON_COLUMNS = ("answers", "overrides", "swept", "panel", "summary", "quality_layer", "quality_overrides")
@@ -104,8 +105,6 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 def index_run(home: Path, run: dict[str, Any], items: list[dict[str, Any]] | None = None) -> None:
     """Upsert the run's row (and ``items``) into the index, in one write transaction."""
-    from conclave.store.index import connect, write_txn
-
     db = connect(Path(home) / "index.db")
     try:
         with write_txn(db):
@@ -135,8 +134,6 @@ def _replace(db: Any, table: str, row: dict[str, Any]) -> None:
 
 
 def index_item(home: Path, run_id: str, row: dict[str, Any], db: Any = None) -> None:
-    from conclave.store.index import connect, write_txn
-
     owned = db is None
     db = connect(Path(home) / "index.db") if owned else db
     try:
@@ -153,7 +150,6 @@ def reindex(home: Path) -> int:
     ids = run_ids(home)
     if not ids:
         return 0
-    from conclave.store.index import connect, write_txn
 
     db = connect(Path(home) / "index.db")
     try:

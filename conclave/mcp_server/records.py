@@ -12,14 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from conclave import events as ev
+from conclave.commands.logs import resolve_id as resolve
 from conclave.errors import UsageError
+from conclave.store.journal import read_journal
+from conclave.store.journal_file import live_status
 from conclave.store.paths import StoreLayout
+from conclave.store.verify import verify_store
 
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:
     """The consultation ``prefix`` names (a unique prefix is enough); a usage error otherwise."""
-    from conclave.commands.logs import resolve_id as resolve
-
     return resolve(layout, prefix)
 
 
@@ -37,8 +39,6 @@ def sessions_text(rows: list[dict[str, Any]]) -> str:
 
 
 def journal(layout: StoreLayout, cid: str) -> list[dict[str, Any]]:
-    from conclave.store.journal import read_journal
-
     path = layout.journal_path(cid)
     if not path.exists():
         raise UsageError(f"no consultation {cid!r} in {layout.journal_dir}")
@@ -54,8 +54,6 @@ def final_result(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 def consultation(layout: StoreLayout, cid: str) -> dict[str, Any]:
     """One consultation: what was asked, its panel, its rounds and, once it ended, its result (``interrupted``
     when it never ended and no process writes it any more)."""
-    from conclave.store.journal_file import live_status
-
     records = journal(layout, cid)
     started: dict[str, Any] = next((r["data"] for r in records if r["type"] == ev.CONSULTATION_STARTED), {})
     result = final_result(records)
@@ -164,8 +162,6 @@ def round_text(details: Mapping[str, Any]) -> str:
 
 def audit_record(layout: StoreLayout, cid: str) -> dict[str, Any]:
     """What an auditor needs to trust a verdict without rerunning it, read from the verified journal."""
-    from conclave.store.verify import verify_store
-
     records = journal(layout, cid)
     started = next((r["data"] for r in records if r["type"] == ev.CONSULTATION_STARTED), None)
     if started is None:

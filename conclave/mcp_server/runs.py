@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from conclave import events as ev
 
 log = logging.getLogger(__name__)
@@ -146,8 +148,6 @@ async def run_with_progress(consultation: Any, bridge: ProgressBridge,
     """Run ``consultation`` while ``bridge`` reports progress; a cancellation of the caller cancels the engine once
     (calling ``on_cancel`` first) and waits for it to save what it has (its partial result is in
     ``consultation.result``)."""
-    import anyio
-
     pump = asyncio.create_task(bridge.pump()) if bridge.report is not None else None
     task = asyncio.create_task(consultation.run())
     try:

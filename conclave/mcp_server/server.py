@@ -20,18 +20,29 @@ from typing import Annotated, Any, Literal
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from conclave import __version__
-from conclave.cli import hydra_quote
+from conclave.compose import hydra_quote
+from conclave.config import check_against_plugins
+from conclave.engine.consent import round_up_to_cent
+from conclave.engine.interaction import Interaction
+from conclave.engine.runner import Consultation
 from conclave.errors import ConclaveError, ConfigError
 from conclave.guard import Door, Roots, approval_for, split_context
 from conclave.mcp_server import records
 from conclave.mcp_server.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
 from conclave.mcp_server.schemas import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
+from conclave.plugins import get_plugins
+from conclave.render.markdown import render_markdown
+from conclave.store.index import connect
+from conclave.store.indexer import RESUMED
 from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
+from conclave.store.resume import latest_interrupted, load_resume_point
 from conclave.store.sessions import sessions
-from conclave.store.verify import RESUMABLE_STATUSES
+from conclave.store.stats import compute_stats, period_from_args, render_text
+from conclave.store.verify import RESUMABLE_STATUSES, verify_store
+from conclave.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +230,6 @@ def consult_output(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def result_content(result: dict[str, Any], fmt: str) -> CallToolResult:
-    from conclave.render.markdown import render_markdown
-
     blocks = []
     if fmt in ("markdown", "both"):
         text = render_markdown(result)
@@ -240,8 +249,6 @@ def refusal_reason(consultation: Any) -> str:
 
 def refusal_error(consultation: Any, bridge: ProgressBridge) -> ToolError:
     """The refusal as a tool error that says how an MCP client approves the estimate."""
-    from conclave.engine.consent import round_up_to_cent
-
     estimate = bridge.estimated_cost
     budget = "the dollars you approve" if estimate is None else f"{round_up_to_cent(estimate):.2f}"
     return ToolError(f"{refusal_reason(consultation)} Over MCP, call again with max_cost: {budget}.")
@@ -262,11 +269,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
 
     async def run_consultation(ctx: Context[Any, Any, Any], settings: Any, *, stdin_text: str | None = None,
                                **resume: Any) -> tuple[Any, ProgressBridge]:
-        from conclave.engine.interaction import Interaction
-        from conclave.engine.runner import Consultation
-        from conclave.plugins import get_plugins
-        from conclave.store.recorder import Recorder
-
         plugins = get_plugins()
         recorder = Recorder(settings.home)
         origin = {"origin": "mcp", "client": client_info(ctx)}
@@ -295,7 +297,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     async def approved_by_elicitation(ctx: Context[Any, Any, Any], message: str) -> bool:
         """Ask the user through the client to approve the estimate (only when the client supports elicitation)."""
         from mcp.types import ClientCapabilities, ElicitationCapability
-        from pydantic import BaseModel
 
         class Approval(BaseModel):
             approve: bool = Field(description="Spend the estimated cost and run the consultation")
@@ -393,12 +394,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         format: Annotated[Literal["markdown", "json", "both"], Field(description=(
             "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
     ) -> Annotated[CallToolResult, ConsultOutput]:
-        from conclave.config import check_against_plugins
-        from conclave.plugins import get_plugins
-        from conclave.store.indexer import RESUMED
-        from conclave.store.recorder import Recorder
-        from conclave.store.resume import latest_interrupted, load_resume_point
-
         try:
             if not id:  # a consultation cancelled a moment ago is the one to continue: wait until it is saved
                 await config.settled()
@@ -484,9 +479,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         period: Annotated[str, Field(description="all (default), week (last 7 days), month (last 30 days) or "
                                                  "a calendar month YYYY-MM.")] = "all",
     ) -> Annotated[CallToolResult, dict[str, Any]]:
-        from conclave.store.index import connect
-        from conclave.store.stats import compute_stats, period_from_args, render_text
-
         try:
             if period not in ("all", "week", "month") and not period[:4].isdigit():
                 raise ConfigError([f"period: {period!r} is not one of: all, week, month, YYYY-MM"])
@@ -510,8 +502,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     async def conclave_verify(
         id: Annotated[str | None, Field(description="Consultation id or unique prefix; default: all.")] = None,
     ) -> Annotated[CallToolResult, VerifyOutput]:
-        from conclave.store.verify import verify_store
-
         try:
             report = verify_store(layout, [records.resolve_id(layout, id)] if id else None)
         except ConclaveError as exc:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from conclave.errors import ConclaveError
+from conclave.providers.pricing import ContextLimits, PriceTable
 
 if TYPE_CHECKING:
     import aiohttp
 
     from conclave.config import ProviderSettings
-    from conclave.providers.pricing import ContextLimits
 
 
 @dataclass(frozen=True)
@@ -376,8 +376,6 @@ class Provider(abc.ABC):
         small is not asked (:meth:`ProviderPool.backup_for`)."""
         if self.costs_nothing():
             return None
-        from conclave.providers.pricing import PriceTable
-
         return PriceTable.load().context_limits((self.name, self.settings.api), model)
 
     def context_window(self, model: str) -> int | None:

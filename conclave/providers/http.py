@@ -16,6 +16,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import aiohttp
+
 from conclave.providers.base import (
     AuthError,
     BadRequestError,
@@ -167,8 +169,6 @@ class HTTPProvider(Provider):
 
     async def post_json(self, url: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
         """POST ``body``; return the decoded JSON object or raise the mapped :class:`ProviderError`."""
-        import aiohttp
-
         headers = self.headers(model)
         try:
             async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
@@ -181,8 +181,6 @@ class HTTPProvider(Provider):
 
     async def get_json(self, url: str, *, timeout_s: float, model: str = "") -> dict[str, Any]:
         """GET ``url`` (models lists) with its own timeout; errors mapped like :meth:`post_json`."""
-        import aiohttp
-
         headers = self.headers(model)
         headers.pop("Content-Type")
         try:
@@ -203,8 +201,6 @@ class HTTPProvider(Provider):
     async def post_sse(self, url: str, body: Mapping[str, Any],
                        model: str) -> AsyncGenerator[tuple[str, str], None]:
         """POST ``body`` and yield the answer's server-sent events; close it with ``contextlib.aclosing``."""
-        import aiohttp
-
         headers = self.headers(model)
         headers["Accept"] = "text/event-stream"
         try:
@@ -305,8 +301,6 @@ class HTTPProvider(Provider):
 
     def transport_error(self, exc: BaseException, model: str) -> ProviderError:
         """A typed error for a failure below HTTP (refused, reset, dropped mid-body, read timeout)."""
-        import aiohttp
-
         kw: dict[str, Any] = {"provider": self.name, "model": model}
         where = urlsplit(self.base_url).netloc or self.base_url
         if isinstance(exc, aiohttp.ServerTimeoutError):

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
+from jsonschema import Draft202012Validator
 
 from conclave import events
+from conclave.artifacts import ArtifactParseError, extract_json
 from conclave.config import Settings, resolve_provider
 from conclave.providers.base import (
     WARMUP_AGENT,
@@ -710,10 +712,6 @@ class ProviderPool:
 
 def _valid_test_answer(completion: Completion) -> str | None:
     """None when the test call's answer is a valid :data:`TEST_SCHEMA` object; otherwise what is wrong with it."""
-    from jsonschema import Draft202012Validator
-
-    from conclave.artifacts import ArtifactParseError, extract_json
-
     obj: Any = completion.parsed
     if obj is None:
         try:

@@ -21,11 +21,13 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conclave.plugins import get_plugins
-from conclave.providers.base import Usage
 from conclave.yamlload import load_packaged
+
+if TYPE_CHECKING:
+    from conclave.providers.base import Usage
 
 MILLION = 1_000_000
 

@@ -30,9 +30,13 @@ last one.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from statistics import fmean
 from typing import TYPE_CHECKING, Any
+
+from conclave.engine.rounds import Plan
 
 if TYPE_CHECKING:
     from conclave.config import ExitSettings
@@ -96,7 +100,6 @@ def position_change(before: str, after: str) -> float:
     """The share of a position's words that changed: 1 − difflib's ratio over lower-cased word lists."""
     if not before and not after:
         return 0.0
-    import difflib
 
     return 1.0 - difflib.SequenceMatcher(None, before.lower().split(), after.lower().split(),
                                          autojunk=False).ratio()
@@ -111,7 +114,6 @@ def change(before: Mapping[str, Standing], after: Mapping[str, Standing]) -> flo
         confidence = abs(b.confidence - a.confidence) if a.confidence is not None and b.confidence is not None \
             else 0.0
         moves.append(max(confidence, position_change(a.position, b.position), vote_move(a.vote, b.vote)))
-    from statistics import fmean  # imports decimal and fractions: only once a round has moved
 
     return round(fmean(moves), 4) if moves else None
 
@@ -281,7 +283,6 @@ def max_plan(session: Session) -> list[RoundType]:
     types = list(session.plan.types)
     if not session.settings.may_repeat or shadow_stage(session):
         return types
-    from conclave.engine.rounds import Plan
 
     groups = Plan(types).rounds()
     at = next((i for i, g in enumerate(groups) if g[0].type.name == REPLIES), None)

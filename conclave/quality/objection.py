@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from conclave.engine.record import prompt_json, round_runs
 from conclave.engine.rounds import Input, RoundType
 from conclave.events import GROUPTHINK_CHECK, OBJECTION_OUTCOME
 from conclave.quality.claims import claims_of
@@ -122,7 +123,6 @@ class GroupthinkMonitor:
             return ""
         outcome = next((o for o in self.objections if o["round_number"] == output.number), {})
         order = [name for name in session.labels.order() if name in output.by_agent]
-        from conclave.engine.session import prompt_json
 
         body = prompt_json({session.labels.label(n): session.view(output.by_agent[n]) for n in order})
         why = (outcome.get("trigger") or {}).get("why", "")
@@ -213,8 +213,6 @@ class GroupthinkMonitor:
     def replay_plan(session: Session, source: Mapping[str, Any]) -> bool:
         """On resume, before rounds are restored: put the objection rounds an earlier run played back into the plan
         where it played them, so their answers are restored, not paid for again. True when the plan changed."""
-        from conclave.engine.resume import round_runs
-
         changed = False
         for number, payloads in sorted(round_runs(source).items()):
             if not any(p.get("round_type") == OBJECTION.name for p in payloads):

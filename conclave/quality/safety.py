@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from conclave.yamlload import load_packaged_toml
+
 TIER_NAMES = {1: "lightweight", 2: "triggered", 3: "full-evaluation"}
 #: the kinds of tier-2 trigger; ``mode`` comes from the config, the others from patterns
 TRIGGER_KINDS = ("mode", "topic", "intent", "context")
@@ -210,8 +212,6 @@ def compile_pattern(pattern: str) -> Any:
 @functools.cache
 def builtin_rules() -> tuple[Rule, ...]:
     """The rules of ``safety_rules.toml``, in file order (block rules first)."""
-    from conclave.yamlload import load_packaged_toml
-
     data = load_packaged_toml(resources.files("conclave.quality").joinpath("safety_rules.toml"))
     out = []
     for spec in data.get("block", []):

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from conclave.quality.claims import claims_of
+from conclave.tokens import count_tokens
 
 STATUSES = ("accepted", "contested", "retracted", "open")
 EVIDENCE_KINDS = ("citation", "tool_output", "calculation")
@@ -234,8 +235,6 @@ class DebateState:
         sources cited by the claims shown (the judge's seat); otherwise only their ids appear on the claim lines.
         Oldest settled claims are compressed first, then dropped; then the oldest open or contested ones."""
         if count is None:
-            from conclave.tokens import count_tokens
-
             count = count_tokens
         measure = count
         lines: dict[str, int] = {}

@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
+from conclave.engine.record import prompt_json
+from conclave.quality.exit import standing_of
+from conclave.tokens import count_tokens
+
 if TYPE_CHECKING:
     from conclave.engine.rounds import RoundType, Step
     from conclave.engine.session import Session
@@ -192,8 +196,6 @@ class ContextWindow:
         """Round ``k`` in full as round ``number`` shows ``agent`` (None: the judge): its replies and the judge's
         artifact, each filtered as shown again (``filtering.replies``, ``filtering.round4``); ``agent``'s own
         reply whole."""
-        from conclave.engine.session import prompt_json
-
         session, played = self.session, self.played[k]
         body: dict[str, Any] = {}
         if played.agents:
@@ -221,7 +223,6 @@ class ContextWindow:
             return shown
         if not isinstance(artifact, dict):
             return shown
-        from conclave.quality.exit import standing_of
 
         standing = standing_of(artifact)
         ids = [c.id for c in self.session.quality.state.claims.values()
@@ -234,8 +235,6 @@ class ContextWindow:
 
     def round_summary(self, k: int) -> str:
         """Round ``k`` as a structured summary under ``summarization.summary_tokens`` tokens (real tokenizer)."""
-        from conclave.tokens import count_tokens
-
         # every call of a round shows the same summary (its unfiltered counterpart, when savings are counted,
         # its own)
         key = (k, self.session.quality.state.round, self.session.filtering.filtering,
@@ -255,8 +254,6 @@ class ContextWindow:
 
     def _summary_text(self, k: int, words: int, max_ids: int | None) -> str:
         """Round ``k`` summarized; the judge's artifact as filtering keeps it (its top-ranked items first)."""
-        from conclave.quality.exit import standing_of
-
         session, played = self.session, self.played[k]
         state = session.quality.state
         label = session.labels.label
@@ -298,8 +295,6 @@ class ContextWindow:
         return "\n".join(lines)
 
     def _previous_standings(self, k: int) -> dict[str, Any]:
-        from conclave.quality.exit import standing_of
-
         earlier = [j for j in self.played if j < k and self.played[j].agents]
         if not earlier:
             return {}
@@ -316,8 +311,6 @@ class ContextWindow:
 
     def _fit(self, round_type: RoundType, number: int, values: dict[str, str], template: str) -> str:
         """Cut the full artifacts' strings until the user message is under the budget; the message sent."""
-        from conclave.tokens import count_tokens
-
         budget = self.session.settings.summarization.budget_tokens
         message = self._message(round_type, values, template)
         if count_tokens(message) <= budget:
@@ -363,8 +356,6 @@ class ContextWindow:
     def summary(self) -> dict[str, Any]:
         """Context tokens per round (every real call's user message, real tokenizer), with and without
         summarization; ``saved``: the share summarization removed over the rounds it applied to."""
-        from conclave.tokens import count_tokens
-
         per: dict[int, dict[str, Any]] = {}
         cache = self._counts
 
@@ -439,8 +430,6 @@ def _cut(value: Any, words: int) -> Any:
 
 def _cut_json(text: str, words: int) -> str:
     """A JSON-valued template value with its strings cut; other values (the question, labels) as they are."""
-    from conclave.engine.session import prompt_json
-
     stripped = text.strip()
     if not stripped.startswith(("{", "[")):
         return text

@@ -8,6 +8,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from conclave.errors import ConclaveError
+from conclave.render.html import render_html
+from conclave.render.jsonld import to_jsonld
+from conclave.render.markdown import render_markdown
+from conclave.store.journal import read_records
+from conclave.store.paths import StoreLayout
+
 OutputFormat = Literal["markdown", "json", "both", "html"]
 FORMATS = ("markdown", "json", "both", "html")
 
@@ -32,9 +39,6 @@ def _journal_records(result: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     cid = result.get("consultation_id")
     if _report_home is None or not isinstance(cid, str):
         return None
-    from conclave.errors import ConclaveError
-    from conclave.store.journal import read_records
-    from conclave.store.paths import StoreLayout
 
     try:
         path = StoreLayout(_report_home).journal_path(cid)
@@ -54,18 +58,12 @@ def print_result(result: Mapping[str, Any], fmt: OutputFormat, stream: TextIO,
         records = _journal_records(result)
     label = sweep_label(_sweep_label)
     if fmt == "html":
-        from conclave.render.html import render_html
-
         stream.write(render_html(result, records, label=label))
     if fmt in ("markdown", "both"):
-        from conclave.render.markdown import render_markdown  # imported here: not on the path to round 1
-
         _print_markdown(render_markdown(result, records, label=label), stream)
     if fmt == "both":
         stream.write("---\n")
     if fmt in ("json", "both"):
-        from conclave.render.jsonld import to_jsonld
-
         document = to_jsonld(result)
         if _sweep_label:
             document["sweep"] = dict(_sweep_label)

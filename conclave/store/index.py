@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlite_utils import Database
+
 from conclave.errors import StorageError, UsageError
 from conclave.store.indexer import Batch, build_batch, refresh_totals
 from conclave.store.journal import live_status, os_cause, parse_records
+from conclave.store.migrations import READ_OPTIONAL, apply_all_but_deferred, migrations
 from conclave.store.paths import StoreLayout, check_consultation_id
 from conclave.store.rollups import refresh_days
 
@@ -39,10 +42,6 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
     Raises :class:`IndexOpenError` (one line naming the path and the cause) when the index cannot be opened: a
     full disk, a read-only or missing home, something else where the file should be, a file that is not an index.
     """
-    from sqlite_utils import Database
-
-    from conclave.store.migrations import migrations
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except FileExistsError as exc:  # what mkdir says when a file stands where a directory should be
@@ -88,10 +87,6 @@ def _connect_read_only(path: Path, failure: sqlite3.Error, timeout: float) -> An
     (nobody writes it while its directory is read-only, unless another user may write there: then a read can
     see a half-written commit, and says so as an error, never as data).
     Raises :class:`IndexOpenError` when neither works, or when the index needs migrating (which writes)."""
-    from sqlite_utils import Database
-
-    from conclave.store.migrations import READ_OPTIONAL, migrations
-
     wal = path.with_name(path.name + "-wal")
     modes = ["mode=ro"] + ([] if wal.exists() and wal.stat().st_size else ["immutable=1"])
     for mode in modes:
@@ -259,8 +254,6 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
     turns at the write lock, so one parses while another writes (0 = everything in this process). Journals are
     not verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
     """
-    from conclave.store.migrations import migrations
-
     started = time.perf_counter()
     _refuse_read_only(layout.index_path)
     db = _connect_or_recreate(layout.index_path)
@@ -343,8 +336,6 @@ def _recreate_schema(db: Any) -> None:
     """Drop everything and apply every migration but :data:`~conclave.store.migrations.REBUILD_DEFERRED`: the
     tables rows go to. Those stay pending until the rows are loaded; a process that connects meanwhile (or after
     a rebuild that died) applies them itself, so the index is never left without them."""
-    from conclave.store.migrations import apply_all_but_deferred, migrations
-
     with write_txn(db):
         conn = db.conn
         for (view,) in conn.execute("select name from sqlite_master where type = 'view'").fetchall():

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conclave.errors import StorageError, UsageError
+from conclave.eval.store import reindex
 from conclave.store.heads import HeadsLog
+from conclave.store.index import rebuild
 from conclave.store.journal import is_being_written
 from conclave.store.paths import StoreLayout
+from conclave.store.verify import verify_store
 
 
 @dataclass
@@ -65,12 +68,9 @@ def merge_homes(target: Path, sources: list[Path]) -> MergeReport:
                 target_heads.append(cid, seq, hash_)
             report.copied += 1
         report.eval_runs += _merge_eval(Path(source), Path(target), report)
-    from conclave.store.index import rebuild
-    from conclave.store.verify import verify_store
 
     rebuilt = rebuild(layout)
     report.consultations = rebuilt.consultations
-    from conclave.eval.store import reindex
 
     reindex(layout.home)
     verified = verify_store(layout)

@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlite_utils import Migrations
 
+from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES, refresh_all_days
+
 migrations = Migrations("conclave.index")
 
 #: ``index rebuild`` applies every other migration, loads every row, then applies these: building the search
@@ -181,7 +183,6 @@ from consultations where early_terminated = 1
 def m004_stats(db: Any) -> None:
     # `conclave stats` reads daily rollups (see rollups.py); medians walk a sorted index to its middle (all time)
     # or sort one period's values: it never scans every consultation or call.
-    from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES
 
     def columns(figures: dict[str, str]) -> dict[str, type]:
         return {name: float if name in FLOAT_FIGURES else int for name in figures}
@@ -384,7 +385,6 @@ def m013_providers_cache_tokens(db: Any) -> None:
     for column in ("cached_input_tokens", "cache_write_tokens"):
         if column not in db["provider_daily"].columns_dict:
             db["provider_daily"].add_column(column, int)
-    from conclave.store.rollups import refresh_all_days
 
     refresh_all_days(db.conn)
 

@@ -32,7 +32,9 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
-from conclave.store.journal import JournalError, JournalWriter
+from conclave.store.index import IndexWriter
+from conclave.store.indexer import RESUMED
+from conclave.store.journal import JournalError, JournalWriter, read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 
@@ -242,8 +244,6 @@ class Recorder:
         """Record ``consultation:resumed`` (``data``) and catch the index up with the journal, whatever the run
         before could not index (a full disk). In this order: the record opens the journal's writer, which cuts
         off records no head covers, so those never reach the index."""
-        from conclave.store.indexer import RESUMED
-
         self.record(consultation_id, RESUMED, data)
         self.reindex(consultation_id)
 
@@ -251,8 +251,6 @@ class Recorder:
         """Index every record of ``consultation_id``'s journal again at the next flush (``conclave resume``):
         whatever the run before could not index (a full disk, a locked index) catches up. Rows are keyed by
         journal position, so records indexed already are only rewritten as they were."""
-        from conclave.store.journal import read_records
-
         self._pending[:0] = read_records(self.layout.journal_path(consultation_id))
 
     def close(self) -> None:
@@ -283,8 +281,6 @@ class Recorder:
             return
         try:
             if self._index is None:
-                from conclave.store.index import IndexWriter
-
                 self._index = IndexWriter(self.layout.index_path)
             # Parsed back from the lines, so the live index sees exactly what ``index rebuild`` will read.
             self._pending = [json.loads(r) if isinstance(r, bytes) else r for r in self._pending]

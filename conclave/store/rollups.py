@@ -8,6 +8,7 @@ whole days of the rollup plus, for a rolling window that starts mid-day, the raw
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -83,8 +84,6 @@ _REFRESH = (
 
 def refresh_days(conn: Any, consultation_ids: list[str]) -> None:
     """Recompute both rollups for every day on which one of ``consultation_ids`` started."""
-    import json
-
     days = [{"day": day} for (day,) in conn.execute(_TOUCHED_DAYS, [json.dumps(consultation_ids)])]
     for sql in _REFRESH:
         conn.executemany(sql, days)

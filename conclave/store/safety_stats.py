@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from conclave.store.period_sql import period_where
+
 
 def safety_figures(conn: Any, since: str | None, until: str | None) -> dict[str, Any]:
-    from conclave.store.stats import period_where
-
     where, params = period_where(since, until)
     tiers = dict(conn.execute(
         f"select c.safety_tier, count(*) from consultations c {where} "

@@ -13,6 +13,7 @@ from typing import Any
 
 from conclave.errors import UsageError
 from conclave.store.indexer import iso
+from conclave.store.period_sql import period_where
 from conclave.store.rollups import (
     CONFIDENCE_BUCKETS,
     CONSULTATION_FIGURES,
@@ -152,16 +153,6 @@ def exit_figures(conn: Any, period: Period) -> dict[str, Any]:
         "context_tokens_unsummarized": whole,
         "context_saved": _ratio(whole - sent, whole),
     }
-
-
-def period_where(since: str | None, until: str | None, column: str = "c.started_at") -> tuple[str, list[str]]:
-    """``where …`` (or "") restricting ``column`` to [since, until), and its parameters."""
-    clauses, params = [], []
-    for op, bound in ((">=", since), ("<", until)):
-        if bound is not None:
-            clauses.append(f"{column} {op} ?")
-            params.append(bound)
-    return (f"where {' and '.join(clauses)}" if clauses else ""), params
 
 
 def groupthink_figures(conn: Any, period: Period) -> dict[str, Any]:

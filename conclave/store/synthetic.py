@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from conclave import events as ev
+from conclave.artifact_filter import token_efficiency_stats
 
 PANEL = (
     ("security", "security", "openai", "gpt-4o"),
@@ -195,8 +196,6 @@ class _Stream:
     def token_efficiency_stats(self) -> dict[str, Any] | None:
         """As the engine reports it (None when no round filtered): the input of the rounds after the synthesis as
         sent, and what filtering saved there (here: what the filter events say they removed)."""
-        from conclave.artifact_filter import token_efficiency_stats
-
         filtered = [e.data for e in self.out if e.type == ev.FILTER_APPLIED]
         if not filtered:
             return None

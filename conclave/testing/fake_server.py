@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from conclave.config import Settings
 from conclave.testing.prompt_cache import CacheUse, PromptCacheModel
 from conclave.testing.schema_instances import instance_for
 
@@ -328,8 +329,6 @@ class FakeProviderServer:
     def settings(self, **overrides: Any) -> Any:
         """A minimal valid :class:`~conclave.config.Settings` on this fake: agents on openai, anthropic and gemini,
         judge on openai. ``overrides`` replace top-level keys."""
-        from conclave.config import Settings
-
         data: dict[str, Any] = {
             "question": "What should we do?",
             "agents": {

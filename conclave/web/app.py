@@ -36,7 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
-from conclave.cli import hydra_quote
+from conclave.compose import hydra_quote
 from conclave.errors import UsageError
 from conclave.render.html import render_html
 from conclave.render.journal_view import result_from_records

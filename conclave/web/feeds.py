@@ -17,6 +17,7 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.errors import UsageError
+from conclave.store.journal import is_being_written
 from conclave.store.paths import StoreLayout
 
 #: how often a journal written by another process is checked for appended records
@@ -148,8 +149,6 @@ def _read_from(path: Path, offset: int) -> bytes:
 
 
 def _is_being_written(path: Path) -> bool:
-    from conclave.store.journal import is_being_written
-
     try:
         return bool(is_being_written(path))
     except OSError:

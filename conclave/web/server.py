@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from conclave import events as ev
-from conclave.api import config_groups
+from conclave.compose import config_groups
 from conclave.engine.ids import new_consultation_id
 from conclave.engine.interaction import Interaction
 from conclave.engine.runner import Consultation

@@ -1,0 +1,185 @@
+"""The shape of the source tree, computed with ast: the module graph is a DAG, imports sit at module top,
+and no module reaches into the private names of the packages we depend on."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("conclave", "plugins")
+MAX_IMPORTS_IN_FUNCTIONS = 120
+GUARDED = frozenset({"hydra", "omegaconf", "pydantic", "asyncio", "threading", "atexit", "_imp", "pluggy"})
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the source tree by dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def type_checking_nodes(tree: ast.Module) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            ids.update(id(n) for n in ast.walk(node))
+    return ids
+
+
+def function_nodes(tree: ast.Module) -> set[int]:
+    """ids of the nodes inside a function or method body."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            ids.update(id(n) for n in ast.walk(node) if n is not node)
+    return ids
+
+
+def imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    skip = type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skip:
+            yield node
+
+
+def targets(name: str, path: Path, node: ast.Import | ast.ImportFrom, known: dict[str, Path]) -> list[str]:
+    """The dotted names an import statement loads (``from a import b`` loads ``a.b`` when that is a module)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = name.split(".")
+        if path.name != "__init__.py":
+            parts = parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    edges: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in imports(tree):
+            for target in targets(name, path, node, known):
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges[name].add(target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_module_graph_has_no_cycles() -> None:
+    """Counting imports inside functions too: a module never needs one that needs it back."""
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_sees_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_imports_sit_at_module_top() -> None:
+    """Only optional heavy packages are imported inside functions, at the command that needs them."""
+    inside: list[str] = []
+    for name, path in modules().items():
+        if not name.startswith("conclave"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_function = function_nodes(tree)
+        inside += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in imports(tree) if id(n) in in_function]
+    assert len(inside) <= MAX_IMPORTS_IN_FUNCTIONS, f"{len(inside)} imports inside functions: {inside[:20]} ..."
+
+
+def private_uses(tree: ast.Module) -> list[str]:
+    """``_``-prefixed names reached in a guarded package: imported from it, or read off a module bound to it."""
+    bound: dict[str, str] = {}  # local name -> the guarded module it is bound to
+    uses: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in GUARDED:
+                    if any(p.startswith("_") for p in parts[1:]):
+                        uses.append(alias.name)
+                    bound[alias.asname or parts[0]] = (alias.asname and alias.name) or parts[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            parts = node.module.split(".")
+            if parts[0] in GUARDED:
+                if any(p.startswith("_") for p in parts[1:]):
+                    uses.append(node.module)
+                uses += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+                for alias in node.names:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                uses.append(".".join([bound[value.id], *reversed(chain)]))
+    return uses
+
+
+def test_no_private_names_of_other_packages() -> None:
+    found = []
+    for path in modules().values():
+        found += [f"{path.relative_to(ROOT)}: {u}" for u in private_uses(ast.parse(path.read_text(encoding="utf-8")))]
+    assert found == []
+
+
+def test_the_private_name_check_sees_one() -> None:
+    source = "import threading\nimport atexit as ax\nfrom pydantic.plugin import _loader\nthreading._shutdown()\nax._run_exitfuncs()\n"
+    assert sorted(private_uses(ast.parse(source))) == ["atexit._run_exitfuncs", "pydantic.plugin._loader",
+                                                        "threading._shutdown"]
