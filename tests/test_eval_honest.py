@@ -76,7 +76,9 @@ async def test_items_whose_verdict_failed_are_accounted_for_and_headlined_apart(
 async def test_a_vote_of_three_agents_at_0_6_lands_within_its_interval_of_0_648(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     panel = AnswerPanel({name: 0.6 for name in PERSONAS.values()}, seed=11)
-    ev, code, _, err = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=500, concurrency=16)
+    # the vote gate off: every item plays its synthesis, so the request count below is exact
+    ev, code, _, err = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=500, concurrency=16,
+                                      settings_extra={"cost": {"auto_approve": True}, "selective": {"enabled": False}})
     assert code == 0, err
     vote = store.read_run(conclave_env, ev.run_id)["summary"]["protocols"]["vote"]
     theory = 0.6**3 + 3 * 0.6**2 * 0.4  # 0.648
