@@ -31,15 +31,17 @@ def seats(accuracy: tuple[Any, Any, Any], **knobs: Any) -> list[WorldAgent]:
 
 
 async def run_world(fake: FakeProviderServer, home: Path, world: PanelWorld, *, n: int = 40,
-                    item_set: str = "arithmetic") -> list[dict[str, Any]]:
-    """The world's rows of one `conclave eval` run of ``n`` items (full debate, rounds=4)."""
+                    item_set: str = "arithmetic", judge_verdict: bool = False) -> list[dict[str, Any]]:
+    """The world's rows of one `conclave eval` run of ``n`` items (full debate, rounds=4; ``judge_verdict``: the
+    judge also records the cross-examination and writes a verdict beside the final aggregate)."""
     fake.reset()
     world.install(fake)
     settings = fake.settings(
         question="eval", rounds=4, home=str(home), hedging={"enabled": False}, cost={"auto_approve": True},
         agents={a.key: {"persona": a.key, "provider": "openai", "model": a.model} for a in world.agents},
         personas={a.key: {"name": a.name, "focus": "arithmetic"} for a in world.agents},
-        judge={"provider": "openai", "model": world.judge_model}, mode={"strategy": "answer"})
+        judge={"provider": "openai", "model": world.judge_model}, mode={"strategy": "answer"},
+        selective={"judge_verdict": judge_verdict})
     plugins = get_plugins()
     evaluation = prepare(settings, EvalOptions(set=item_set, n=n, seed=3, concurrency=8), plugins)
     code = await run_async(evaluation, plugins, Interaction.non_interactive(), out=io.StringIO(), err=io.StringIO())
@@ -230,7 +232,7 @@ async def test_only_a_switch_to_the_right_answer_brings_evidence(fake_provider_s
     seen = {}
     for label, (accuracy, supported) in cases.items():
         world = PanelWorld(seats(accuracy, conformity=1.0), supported_switch=supported)
-        rows = await run_world(fake, tmp_path / label.replace(" ", "-"), world, n=6)
+        rows = await run_world(fake, tmp_path / label.replace(" ", "-"), world, n=6, judge_verdict=True)
         assert all(r["answers"]["round_3"]["alpha"] == r["judge_answer"] for r in rows)  # alpha always switched
         seen[label] = judge_saw_new_claims()
     assert seen == {"to the truth": 6, "unsupported": 0, "to a wrong answer": 0}

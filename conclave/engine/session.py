@@ -18,6 +18,7 @@ from conclave.engine.filtering import ArtifactFiltering
 from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.rounds import Plan
+from conclave.engine.settle import JUDGE_ROUNDS, skips_judge
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, EventBus
 
@@ -74,6 +75,7 @@ class Record:
     completed_rounds: int = 0
     early_termination: dict[str, Any] | None = None
     vote_gate: dict[str, Any] | None = None  # the vote gate's decision after round 1 (:mod:`.vote_gate`)
+    final_aggregate: dict[str, Any] | None = None  # the answer decided after cross-examination (:mod:`.settle`)
     abort_reason: str | None = None
     #: present agents who gave no answer in the latest agents' round after the first (the judge is told)
     missing_replies: list[str] = field(default_factory=list)
@@ -132,7 +134,11 @@ class Session:
         self.question = question
         self.context_text = context_text
         self.record = Record()
-        self.plan = Plan(strategy.plan)
+        # the aggregate decides after cross-examination and no judge verdict is asked for: the judge's record of
+        # the exchange and its verdict are not played
+        skipped = JUDGE_ROUNDS if skips_judge(settings, strategy) else ()
+        self.plan = Plan(t for t in strategy.plan if t.name not in skipped)
+        self.judge_skipped = bool(skipped)  # the round cap still counts the verdict's round (quality.exit)
         self.plan.cut_to_stage(settings.planned_rounds)
         self.planned_rounds = len(self.plan.rounds())  # before any controller changes the plan
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}

@@ -299,7 +299,9 @@ def round_cap(session: Session) -> int:
     """Rounds in all, the verdict included: ``exit.round_cap``, or when null the strategy's default (answer
     mode: 4, one cross-examination round)."""
     cap = session.settings.exit.round_cap
-    return cap if cap is not None else session.strategy.default_round_cap
+    cap = cap if cap is not None else session.strategy.default_round_cap
+    # the aggregate decides in place of the judge's verdict (conclave.engine.settle): its round still counts
+    return cap - 1 if getattr(session, "judge_skipped", False) else cap
 
 
 def shadow_stage(session: Session) -> bool:
