@@ -43,8 +43,9 @@ def _judge_titles(fake: FakeProviderServer) -> list[str]:
 async def test_a_supported_switch_decides_and_no_judge_verdict_is_paid_for(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     # the security expert is wrong alone; it switches to the truth with a cited re-derivation
-    result, seen = await _consult(fake_provider_server, _world((0.0, 1.0, 1.0), supported=1.0))
-    assert result.status == "complete" and result.vote_gate is not None and not result.vote_gate["decided"]
+    result, seen = await _consult(fake_provider_server, _world((0.0, 1.0, 1.0), supported=1.0),
+                                  "selective.enabled=false")  # debated whatever the gate would say
+    assert result.status == "complete" and result.vote_gate is None
     final = result.final_aggregate
     assert final is not None and final["answer"] == TRUTH and final["aggregator"] == "confidence"
     assert final["answers"]["security"]["answer"] == TRUTH  # the supported switch counts
@@ -76,7 +77,7 @@ async def test_asked_for_the_judge_verdict_is_kept_beside_the_aggregate_and_a_di
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     # the judge always takes the first answer it is shown: it may side against the aggregate
     world = _world((0.0, 1.0, 1.0), supported=1.0, judge_position_bias=1.0)
-    result, _ = await _consult(fake_provider_server, world, "selective.judge_verdict=true")
+    result, _ = await _consult(fake_provider_server, world, "selective.judge_verdict=true", "selective.enabled=false")
     titles = _judge_titles(fake_provider_server)
     assert any("Verdict" in t for t in titles) and any("Cross-exam" in t for t in titles)
     final = result.final_aggregate
@@ -96,7 +97,23 @@ async def test_asked_for_the_judge_verdict_is_kept_beside_the_aggregate_and_a_di
 
 async def test_with_anti_conformity_off_the_judge_decides_as_before(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
-    result, _ = await _consult(fake_provider_server, _world((0.0, 1.0, 1.0), supported=1.0), "anti_conformity=false")
+    result, _ = await _consult(fake_provider_server, _world((0.0, 1.0, 1.0), supported=1.0), "anti_conformity=false",
+                               "selective.enabled=false")
     assert result.final_aggregate is None
     assert any("Verdict" in t for t in _judge_titles(fake_provider_server))
     assert result.verdict is not None and result.artifacts.round_4 is not None
+
+
+async def test_the_gate_asks_confidence_of_the_answers_backers_not_of_the_dissent(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    # informative confidence: right answers state 0.80-0.95, wrong ones 0.50-0.70; the floor sits between them
+    knobs = ("aggregator=plurality", "selective.tau=0.6", "exit.min_confidence=0.75")
+    result, _ = await _consult(fake_provider_server, _world((1.0, 1.0, 0.0), supported=0.0), *knobs)
+    gate = result.vote_gate
+    assert gate is not None and gate["decided"] and gate["low_confidence"] == []  # an unsure dissenter is outvoted
+    assert result.completed_rounds == 1 and result.verdict is not None and result.verdict["final_answer"] == TRUTH
+    fake_provider_server.requests.clear()
+    result, _ = await _consult(fake_provider_server, _world((1.0, 0.0, 0.0), supported=0.0), *knobs)
+    gate = result.vote_gate
+    assert gate is not None and not gate["decided"] and gate["reason"] == "low_confidence"
+    assert sorted(gate["low_confidence"]) == ["architect", "pragmatist"]  # the unsure majority is debated
