@@ -36,6 +36,10 @@ async def _consult(fake: FakeProviderServer, world: PanelWorld, *extra: str) -> 
     return result, seen
 
 
+def _user(request: Any) -> str:
+    return "\n".join(str(m.get("content")) for m in (request.json or {}).get("messages", []) if m.get("role") == "user")
+
+
 def _judge_titles(fake: FakeProviderServer) -> list[str]:
     return [str((r.schema or {}).get("title")) for r in fake.requests_for("gpt-4.1")]
 
@@ -51,9 +55,16 @@ async def test_a_supported_switch_decides_and_no_judge_verdict_is_paid_for(
     assert final["answers"]["security"]["answer"] == TRUTH  # the supported switch counts
     assert set(final["supporters"]) == {"security", "architect", "pragmatist"}
     assert final["judge_verdict"] is False and final["agrees_with_judge"] is None
-    # the judge synthesised round 1 only: no cross-examination record, no verdict call
-    titles = _judge_titles(fake_provider_server)
-    assert len(titles) == 1 and "Synthesis" in titles[0]
+    # cross-examination on the peers' round-1 answers: no synthesis, no cross-examination record, no verdict call
+    assert _judge_titles(fake_provider_server) == [] and result.completed_rounds == 2
+    assert result.prompt_versions["round_3_peers"].startswith("answer/round3_peers@")
+    # each agent saw the panel's round-1 answers under neutral labels, without a persona, seat or model name
+    replies = [r for r in fake_provider_server.requests if "The panel's round-1 answers" in _user(r)]
+    assert len(replies) == 3
+    for request in replies:
+        shown = _user(request).split("The panel's round-1 answers, as JSON:", 1)[1].split("\n\n", 1)[0]
+        assert f'"final_answer": "{TRUTH}"' in shown and f'"final_answer": "{LURE}"' in shown
+        assert all(name not in shown for seat in PANEL_SEATS for name in seat) and '"Agent A"' in shown
     assert result.verdict is not None and result.verdict["final_answer"] == TRUTH  # derived from the aggregate
     (event,) = [e.data for e in seen if e.type == FINAL_AGGREGATE]
     assert artifacts.validate("final_aggregate", event) == [] and event == final

@@ -32,8 +32,8 @@ def seats(accuracy: tuple[Any, Any, Any], **knobs: Any) -> list[WorldAgent]:
 
 async def run_world(fake: FakeProviderServer, home: Path, world: PanelWorld, *, n: int = 40,
                     item_set: str = "arithmetic", judge_verdict: bool = False) -> list[dict[str, Any]]:
-    """The world's rows of one `conclave eval` run of ``n`` items (full debate, rounds=4; ``judge_verdict``: the
-    judge also records the cross-examination and writes a verdict beside the final aggregate)."""
+    """The world's rows of one `conclave eval` run of ``n`` items (every item debated, rounds=4; ``judge_verdict``:
+    the judge also records the cross-examination and writes a verdict beside the final aggregate)."""
     fake.reset()
     world.install(fake)
     settings = fake.settings(
@@ -41,7 +41,7 @@ async def run_world(fake: FakeProviderServer, home: Path, world: PanelWorld, *, 
         agents={a.key: {"persona": a.key, "provider": "openai", "model": a.model} for a in world.agents},
         personas={a.key: {"name": a.name, "focus": "arithmetic"} for a in world.agents},
         judge={"provider": "openai", "model": world.judge_model}, mode={"strategy": "answer"},
-        selective={"judge_verdict": judge_verdict})
+        selective={"enabled": False, "judge_verdict": judge_verdict})
     plugins = get_plugins()
     evaluation = prepare(settings, EvalOptions(set=item_set, n=n, seed=3, concurrency=8), plugins)
     code = await run_async(evaluation, plugins, Interaction.non_interactive(), out=io.StringIO(), err=io.StringIO())

@@ -137,8 +137,12 @@ class Session:
         # the aggregate decides after cross-examination and no judge verdict is asked for: the judge's record of
         # the exchange and its verdict are not played
         skipped = JUDGE_ROUNDS if skips_judge(settings, strategy) else ()
-        self.plan = Plan(t for t in strategy.plan if t.name not in skipped)
-        self.judge_skipped = bool(skipped)  # the round cap still counts the verdict's round (quality.exit)
+        full = settings.rounds is None and not settings.quick  # the full debate, not a cut one
+        types = strategy.short_plan if skipped and full and strategy.short_plan else \
+            [t for t in strategy.plan if t.name not in skipped]
+        self.plan = Plan(types)
+        #: rounds of the strategy's plan this one does not play: the round cap still counts them (quality.exit)
+        self.rounds_not_played = len(Plan(strategy.plan).rounds()) - len(self.plan.rounds()) if skipped else 0
         self.plan.cut_to_stage(settings.planned_rounds)
         self.planned_rounds = len(self.plan.rounds())  # before any controller changes the plan
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}

@@ -300,8 +300,8 @@ def round_cap(session: Session) -> int:
     mode: 4, one cross-examination round)."""
     cap = session.settings.exit.round_cap
     cap = cap if cap is not None else session.strategy.default_round_cap
-    # the aggregate decides in place of the judge's verdict (conclave.engine.settle): its round still counts
-    return cap - 1 if getattr(session, "judge_skipped", False) else cap
+    # the aggregate decides in place of the judge (conclave.engine.settle): the rounds it skips still count
+    return cap - getattr(session, "rounds_not_played", 0)
 
 
 def shadow_stage(session: Session) -> bool:
