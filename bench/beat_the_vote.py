@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from conclave.eval.scoring import is_correct
 from conclave.home import default_home
 from conclave.testing.fake_server import FakeProviderServer
 from conclave.testing.panel_world import WORLDS, panel_overrides, standard_world
@@ -41,6 +42,11 @@ from conclave.testing.panel_world import WORLDS, panel_overrides, standard_world
 #: the rows of the table, in order; a protocol the installed conclave does not score prints "not available"
 PROTOCOLS = ("vote", "single", "single_best", "judge", "judge_pick", "vote_weighted", "vote_learned", "sc_best",
              "debate")
+#: the protocols read from the judge's synthesis of round 1: the default answer protocol plays none (its
+#: cross-examination is on the peers' answers), so they come from a second run of the same items with every item
+#: synthesised (the gate off, the judge's verdict asked for); round 1 replays exactly, so the pairs hold
+JUDGE_PROTOCOLS = ("judge", "judge_pick")
+JUDGE_RUN = ("selective.enabled=false", "selective.judge_verdict=true")
 #: the switches of issue 25 that "today's default" (the plain debate) turns off, where this conclave has them
 NEW_SWITCHES = ("selective.enabled", "anti_conformity", "anonymous_peers")
 FAKE_KEYS = {"OPENAI_API_KEY": "sk-bench-0000", "ANTHROPIC_API_KEY": "sk-ant-bench", "GEMINI_API_KEY": "bench"}
@@ -98,6 +104,33 @@ def with_single_best(rows: list[dict[str, Any]]) -> str | None:
     return best
 
 
+def merge_judge(rows: list[dict[str, Any]], judged: Sequence[dict[str, Any]]) -> None:
+    """Replace the :data:`JUDGE_PROTOCOLS` columns of ``rows`` by those of the same items in ``judged``."""
+    by_item = {str(r["item_id"]): r for r in judged}
+    for row in rows:
+        other = by_item.get(str(row["item_id"]), {})
+        for key in [k for k in row if k.startswith(tuple(f"{p}_" for p in JUDGE_PROTOCOLS))]:
+            del row[key]
+        row.update({k: v for k, v in other.items() if k.startswith(tuple(f"{p}_" for p in JUDGE_PROTOCOLS))})
+
+
+def counted_flips(rows: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """(right→wrong, wrong→right) changes between each agent's round-1 answer and the answer that counts for the
+    aggregate after cross-examination (the effective answers of anti-conformity)."""
+    r_w = w_r = 0
+    for row in rows:
+        answers = row.get("answers") or {}
+        item = {"kind": row.get("kind") or "exact", "answer": row.get("expected")}
+        for agent, after in (answers.get("round_3_effective") or {}).items():
+            before = (answers.get("round_1") or {}).get(agent)
+            if before is None or after is None:
+                continue
+            was, now = is_correct(before, item), is_correct(after, item)
+            r_w += int(was and not now)
+            w_r += int(now and not was)
+    return r_w, w_r
+
+
 def protocols_of(rows: Sequence[dict[str, Any]]) -> list[str]:
     """:data:`PROTOCOLS` in order, each agent's single protocol after ``single``, and any other protocol the rows
     score (``vote_matched``, ``quality``, …) at the end."""
@@ -145,8 +178,11 @@ def goals(runs: dict[str, list[dict[str, Any]]], baseline: list[dict[str, Any]] 
         r_w = sum(int(r.get("right_to_wrong") or 0) for r in conformist)
         w_r = sum(int(r.get("wrong_to_right") or 0) for r in conformist)
         ratio = r_w / w_r if w_r else math.inf if r_w else 0.0
-        lines.append(f"- right→wrong ÷ wrong→right flips, conformist world: {r_w} ÷ {w_r} = {ratio:.2f} "
-                     f"(goal ≤ 1/3: {verdict(ratio <= 1 / 3)})")
+        c_rw, c_wr = counted_flips(conformist)
+        counted = c_rw / c_wr if c_wr else math.inf if c_rw else 0.0
+        lines.append(f"- right→wrong ÷ wrong→right flips, conformist world: counted for the answer (anti-conformity) "
+                     f"{c_rw} ÷ {c_wr} = {counted:.2f} (goal ≤ 1/3: {verdict(counted <= 1 / 3)}); as shown in the "
+                     f"replies {r_w} ÷ {w_r} = {ratio:.2f}")
     for world, rows in runs.items():
         diff, vote, debate = paired(rows, "debate"), figures(rows, "vote"), figures(rows, "debate")
         if diff and vote and debate and vote["tokens"]:
@@ -261,9 +297,13 @@ async def simulated(args: argparse.Namespace) -> None:
     baseline: list[dict[str, Any]] | None = None
     always: list[dict[str, Any]] | None = None
     switches: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="beat-the-vote-") as home:
-        env = environment(home, fake=True)
+    with tempfile.TemporaryDirectory(prefix="beat-the-vote-") as top:
         for name in args.worlds:
+            # a home per world: learned weights learn from this world's graded history only (the seats are the
+            # same in every world, their accuracies are not)
+            home = os.path.join(top, name)
+            os.makedirs(home)
+            env = environment(home, fake=True)
             world = standard_world(name, latency=args.latency)
             async with FakeProviderServer() as fake:
                 world.install(fake)
@@ -273,9 +313,13 @@ async def simulated(args: argparse.Namespace) -> None:
                 started = time.perf_counter()
                 runs[name] = await run_eval(f"world-{name}", args.items, overrides, env, home, args.concurrency)
                 wall = time.perf_counter() - started
+                if "selective.enabled" in switches:
+                    merge_judge(runs[name], await run_eval(f"world-{name}-judge", args.items,
+                                                           [*overrides, *JUDGE_RUN], env, home, args.concurrency))
                 print(*table(f"{name} world", runs[name]), sep="\n")
-                print(f"(one `conclave eval` process: {wall:.0f} s wall, {len(runs[name]) / wall:.1f} items/s)",
-                      flush=True)
+                print(f"(one `conclave eval` process: {wall:.0f} s wall, {len(runs[name]) / wall:.1f} items/s; "
+                      f"{', '.join(JUDGE_PROTOCOLS)} from a second run with every item synthesised: "
+                      f"{' '.join(JUDGE_RUN)})", flush=True)
                 if name == "independent":
                     off = [f"{s}=false" for s in switches]
                     baseline = await run_eval("world-independent-today", args.items, [*overrides, *off], env, home,
