@@ -136,13 +136,14 @@ class Session:
         self.record = Record()
         # the aggregate decides after cross-examination and no judge verdict is asked for: the judge's record of
         # the exchange and its verdict are not played
-        skipped = JUDGE_ROUNDS if skips_judge(settings, strategy) else ()
-        full = settings.rounds is None and not settings.quick  # the full debate, not a cut one
-        types = strategy.short_plan if skipped and full and strategy.short_plan else \
-            [t for t in strategy.plan if t.name not in skipped]
+        # the full debate (``rounds`` and ``quick`` not given) whose answer the aggregate decides, with no judge
+        # verdict asked for, is the strategy's short plan; ``rounds=N`` plays the stages it names, the judge's too
+        short = skips_judge(settings, strategy) and settings.rounds is None and not settings.quick
+        types = (strategy.short_plan or [t for t in strategy.plan if t.name not in JUDGE_ROUNDS]) if short \
+            else strategy.plan
         self.plan = Plan(types)
         #: rounds of the strategy's plan this one does not play: the round cap still counts them (quality.exit)
-        self.rounds_not_played = len(Plan(strategy.plan).rounds()) - len(self.plan.rounds()) if skipped else 0
+        self.rounds_not_played = len(Plan(strategy.plan).rounds()) - len(self.plan.rounds()) if short else 0
         self.plan.cut_to_stage(settings.planned_rounds)
         self.planned_rounds = len(self.plan.rounds())  # before any controller changes the plan
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}

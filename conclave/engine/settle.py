@@ -5,11 +5,12 @@ answer that counts (:func:`conclave.engine.conformity.effective_answers`: a chan
 otherwise its earlier answer stands), with the confidence it stated with that answer, goes through the configured
 aggregator (``aggregator``; answer mode: ``confidence``). The picked answer is the consultation's answer.
 
-Without ``selective.judge_verdict`` the judge writes no verdict in such a debate (no cross-examination judgement and
-no verdict call): the verdict is derived from the aggregate, every string from the agents' answers. With it the
-judge's verdict is kept as written (its text and dissent) beside the aggregate, and the record says whether the two
-agree. The record is the result's ``final_aggregate`` (schema ``final_aggregate``), the ``vote:final`` event and a
-line of the report.
+Without ``selective.judge_verdict`` the full debate of such a strategy is its short plan (answer mode: one
+cross-examination on the peers' round-1 answers; no synthesis, no cross-examination judgement, no verdict call) and
+the verdict is derived from the aggregate, every string from the agents' answers. With it, or with ``rounds=N``
+naming the judge's stages, the judge's verdict is kept as written (its text and dissent) beside the aggregate, and
+the record says whether the two agree. The record is the result's ``final_aggregate`` (schema
+``final_aggregate``), the ``vote:final`` event and a line of the report.
 """
 
 from __future__ import annotations
