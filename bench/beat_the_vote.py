@@ -339,6 +339,12 @@ async def real(args: argparse.Namespace, home: str) -> None:
     run_id = f"beat-the-vote-{os.getpid()}"
     rows = await run_eval(run_id, args.items, args.override, env, here, args.concurrency, capture=False,
                           item_set=args.set)
+    # the default answer protocol debates without a synthesis: a debated item has no judge answer, which is not
+    # a wrong one, so those rows are left out
+    if any(int(r.get("rounds_completed") or 0) > 1 and r.get("judge_status") != "completed" for r in rows):
+        merge_judge(rows, [])
+        print(f"({', '.join(JUDGE_PROTOCOLS)}: debated items were not synthesised; add "
+              f"{' '.join('--override ' + o for o in JUDGE_RUN)} for them, paid)")
     print(*table("real panel", rows), sep="\n")
     print(*goals({"real panel": rows}, None, switches), sep="\n")
     print(f"\nthe run: conclave eval report {run_id} (CONCLAVE_HOME={home})")
