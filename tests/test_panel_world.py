@@ -186,9 +186,13 @@ def test_the_bench_runs_conclave_eval_in_the_worlds_and_prints_the_table(tmp_pat
     out = done.stdout
     assert out.startswith("# Beat the vote — SIMULATED WORLDS") and "not the accuracy of any real model" in out
     assert "## independent world: 6 item(s)" in out and "## strong_weak world: 6 item(s)" in out
-    for protocol in ("vote", "single", "judge", "debate"):
-        assert any(line.startswith(f"{protocol} ") and "%" in line for line in out.splitlines())
+    for protocol in ("vote", "single", "judge", "debate", "vote_weighted", "vote_learned", "judge_pick", "sc_best",
+                     "single_best"):
+        assert any(line.startswith(f"{protocol} ") and "%" in line for line in out.splitlines()), protocol
+    assert "not available" not in out
     assert "## Goals (issue 25)" in out and "default − vote, independent:" in out
+    goals = out.split("## Goals (issue 25)", 1)[1].splitlines()
+    assert all("met)" in line for line in goals if line.startswith("- ") and "goal" in line)
 
 
 async def test_the_bench_on_a_real_panel_prints_the_same_table(fake_provider_server: FakeProviderServer,
