@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from conclave.eval.scoring import is_correct
 from conclave.home import default_home
 from conclave.testing.fake_server import FakeProviderServer
 from conclave.testing.panel_world import WORLDS, panel_overrides, standard_world
@@ -41,6 +42,11 @@ from conclave.testing.panel_world import WORLDS, panel_overrides, standard_world
 #: the rows of the table, in order; a protocol the installed conclave does not score prints "not available"
 PROTOCOLS = ("vote", "single", "single_best", "judge", "judge_pick", "vote_weighted", "vote_learned", "sc_best",
              "debate")
+#: the protocols read from the judge's synthesis of round 1: the default answer protocol plays none (its
+#: cross-examination is on the peers' answers), so they come from a second run of the same items with every item
+#: synthesised (the gate off, the judge's verdict asked for); round 1 replays exactly, so the pairs hold
+JUDGE_PROTOCOLS = ("judge", "judge_pick")
+JUDGE_RUN = ("selective.enabled=false", "selective.judge_verdict=true")
 #: the switches of issue 25 that "today's default" (the plain debate) turns off, where this conclave has them
 NEW_SWITCHES = ("selective.enabled", "anti_conformity", "anonymous_peers")
 FAKE_KEYS = {"OPENAI_API_KEY": "sk-bench-0000", "ANTHROPIC_API_KEY": "sk-ant-bench", "GEMINI_API_KEY": "bench"}
@@ -83,6 +89,48 @@ def decided_after_round_1(row: dict[str, Any]) -> bool:
     return int(row.get("rounds_completed") or 0) == 1
 
 
+def with_single_best(rows: list[dict[str, Any]]) -> str | None:
+    """Add the ``single_best`` columns to ``rows``: the single agent with the most right answers over the run (a
+    hindsight pick, as in `conclave eval report`); its name, or None without per-agent rows."""
+    agents = sorted({k[len("single_"): -len("_correct")] for r in rows for k in r
+                     if k.startswith("single_") and k.endswith("_correct") and k != "single_correct"} - {"best"})
+    if not agents:
+        return None
+    best = max(agents, key=lambda a: (sum(int(r.get(f"single_{a}_correct") or 0) for r in rows), -agents.index(a)))
+    for row in rows:
+        for field in ("correct", "tokens", "cost"):
+            if f"single_{best}_{field}" in row:
+                row[f"single_best_{field}"] = row[f"single_{best}_{field}"]
+    return best
+
+
+def merge_judge(rows: list[dict[str, Any]], judged: Sequence[dict[str, Any]]) -> None:
+    """Replace the :data:`JUDGE_PROTOCOLS` columns of ``rows`` by those of the same items in ``judged``."""
+    by_item = {str(r["item_id"]): r for r in judged}
+    for row in rows:
+        other = by_item.get(str(row["item_id"]), {})
+        for key in [k for k in row if k.startswith(tuple(f"{p}_" for p in JUDGE_PROTOCOLS))]:
+            del row[key]
+        row.update({k: v for k, v in other.items() if k.startswith(tuple(f"{p}_" for p in JUDGE_PROTOCOLS))})
+
+
+def counted_flips(rows: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """(right→wrong, wrong→right) changes between each agent's round-1 answer and the answer that counts for the
+    aggregate after cross-examination (the effective answers of anti-conformity)."""
+    r_w = w_r = 0
+    for row in rows:
+        answers = row.get("answers") or {}
+        item = {"kind": row.get("kind") or "exact", "answer": row.get("expected")}
+        for agent, after in (answers.get("round_3_effective") or {}).items():
+            before = (answers.get("round_1") or {}).get(agent)
+            if before is None or after is None:
+                continue
+            was, now = is_correct(before, item), is_correct(after, item)
+            r_w += int(was and not now)
+            w_r += int(now and not was)
+    return r_w, w_r
+
+
 def protocols_of(rows: Sequence[dict[str, Any]]) -> list[str]:
     """:data:`PROTOCOLS` in order, each agent's single protocol after ``single``, and any other protocol the rows
     score (``vote_matched``, ``quality``, …) at the end."""
@@ -92,7 +140,8 @@ def protocols_of(rows: Sequence[dict[str, Any]]) -> list[str]:
     return names + [p for p in scored if p not in names]
 
 
-def table(label: str, rows: Sequence[dict[str, Any]]) -> list[str]:
+def table(label: str, rows: list[dict[str, Any]]) -> list[str]:
+    best = with_single_best(rows)
     width = max(14, *(len(p) + 1 for p in protocols_of(rows)))
     lines = [f"\n## {label}: {len(rows)} item(s)", "",
              f"{'protocol':<{width}} {'accuracy':>9} {'tokens/item':>12} {'$/item':>10}   {'vs vote (95% CI)':<28}"]
@@ -106,13 +155,14 @@ def table(label: str, rows: Sequence[dict[str, Any]]) -> list[str]:
         versus = "—" if protocol == "vote" or diff is None else \
             f"{diff[0]:+6.1f} pp [{diff[1]:+.1f}, {diff[2]:+.1f}]"
         lines.append(f"{protocol:<{width}} {100 * found['accuracy']:>8.1f}% {found['tokens']:>12.0f} {dollars:>10}   "
-                     f"{versus:<28}")
+                     f"{versus:<28}" + (f" (hindsight: {best})" if protocol == "single_best" else ""))
     return lines
 
 
 def goals(runs: dict[str, list[dict[str, Any]]], baseline: list[dict[str, Any]] | None,
-          switches: Sequence[str]) -> list[str]:
-    """The figures of issue 25's goals table, from the runs by world (and the independent world's baseline run)."""
+          switches: Sequence[str], always: list[dict[str, Any]] | None = None) -> list[str]:
+    """The figures of issue 25's goals table, from the runs by world, the independent world's baseline run
+    (today's default: the new switches off) and its always-debating run (the default with the gate off)."""
     lines = ["", "## Goals (issue 25)", ""]
 
     def verdict(ok: bool) -> str:
@@ -128,8 +178,11 @@ def goals(runs: dict[str, list[dict[str, Any]]], baseline: list[dict[str, Any]] 
         r_w = sum(int(r.get("right_to_wrong") or 0) for r in conformist)
         w_r = sum(int(r.get("wrong_to_right") or 0) for r in conformist)
         ratio = r_w / w_r if w_r else math.inf if r_w else 0.0
-        lines.append(f"- right→wrong ÷ wrong→right flips, conformist world: {r_w} ÷ {w_r} = {ratio:.2f} "
-                     f"(goal ≤ 1/3: {verdict(ratio <= 1 / 3)})")
+        c_rw, c_wr = counted_flips(conformist)
+        counted = c_rw / c_wr if c_wr else math.inf if c_rw else 0.0
+        lines.append(f"- right→wrong ÷ wrong→right flips, conformist world: counted for the answer (anti-conformity) "
+                     f"{c_rw} ÷ {c_wr} = {counted:.2f} (goal ≤ 1/3: {verdict(counted <= 1 / 3)}); as shown in the "
+                     f"replies {r_w} ÷ {w_r} = {ratio:.2f}")
     for world, rows in runs.items():
         diff, vote, debate = paired(rows, "debate"), figures(rows, "vote"), figures(rows, "debate")
         if diff and vote and debate and vote["tokens"]:
@@ -141,11 +194,11 @@ def goals(runs: dict[str, list[dict[str, Any]]], baseline: list[dict[str, Any]] 
     if independent:
         share = sum(decided_after_round_1(r) for r in independent) / len(independent)
         line = f"- decided after round 1, independent world: {100 * share:.1f}% of items"
-        if baseline and "selective.enabled" in switches:
-            lost = 100 * ((figures(baseline, "debate") or {"accuracy": 0})["accuracy"] -
+        if always and "selective.enabled" in switches:
+            lost = 100 * ((figures(always, "debate") or {"accuracy": 0})["accuracy"] -
                           (figures(independent, "debate") or {"accuracy": 0})["accuracy"])
-            line += f"; accuracy lost vs always debating {lost:+.1f} pp (goal ≥ 60%, ≤ 0.5 pp: " \
-                    f"{verdict(share >= 0.6 and lost <= 0.5)})"
+            line += f"; accuracy lost vs always debating (selective.enabled=false) {lost:+.1f} pp (goal ≥ 60%, " \
+                    f"≤ 0.5 pp: {verdict(share >= 0.6 and lost <= 0.5)})"
         else:
             line += " (selective.enabled is not available here: the round-1 gate does not exist, nothing is decided " \
                     "after round 1; goal ≥ 60%: NOT met)"
@@ -222,7 +275,7 @@ async def available_switches(overrides: Sequence[str], env: dict[str, str], cwd:
 async def run_eval(run_id: str, items: int, extra: Sequence[str], env: dict[str, str], cwd: str,
                    concurrency: int, *, capture: bool = True, item_set: str = "arithmetic") -> list[dict[str, Any]]:
     args = ["eval", item_set, f"eval.n={items}", "eval.seed=25", f"eval.run_id={run_id}",
-            f"eval.concurrency={concurrency}", "mode=answer", *extra]
+            f"eval.concurrency={concurrency}", "eval.sc_best=true", "mode=answer", *extra]
     code, _ = await conclave(args, env, cwd, capture=capture)
     path = Path(env["CONCLAVE_HOME"]) / "eval" / run_id / "items.jsonl"
     if not path.is_file():
@@ -242,10 +295,15 @@ async def simulated(args: argparse.Namespace) -> None:
     print(f"worlds: {', '.join(args.worlds)} · {args.items} item(s) per world · fake latency {args.latency}s")
     runs: dict[str, list[dict[str, Any]]] = {}
     baseline: list[dict[str, Any]] | None = None
+    always: list[dict[str, Any]] | None = None
     switches: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="beat-the-vote-") as home:
-        env = environment(home, fake=True)
+    with tempfile.TemporaryDirectory(prefix="beat-the-vote-") as top:
         for name in args.worlds:
+            # a home per world: learned weights learn from this world's graded history only (the seats are the
+            # same in every world, their accuracies are not)
+            home = os.path.join(top, name)
+            os.makedirs(home)
+            env = environment(home, fake=True)
             world = standard_world(name, latency=args.latency)
             async with FakeProviderServer() as fake:
                 world.install(fake)
@@ -255,14 +313,21 @@ async def simulated(args: argparse.Namespace) -> None:
                 started = time.perf_counter()
                 runs[name] = await run_eval(f"world-{name}", args.items, overrides, env, home, args.concurrency)
                 wall = time.perf_counter() - started
+                if "selective.enabled" in switches:
+                    merge_judge(runs[name], await run_eval(f"world-{name}-judge", args.items,
+                                                           [*overrides, *JUDGE_RUN], env, home, args.concurrency))
                 print(*table(f"{name} world", runs[name]), sep="\n")
-                print(f"(one `conclave eval` process: {wall:.0f} s wall, {len(runs[name]) / wall:.1f} items/s)",
-                      flush=True)
+                print(f"(one `conclave eval` process: {wall:.0f} s wall, {len(runs[name]) / wall:.1f} items/s; "
+                      f"{', '.join(JUDGE_PROTOCOLS)} from a second run with every item synthesised: "
+                      f"{' '.join(JUDGE_RUN)})", flush=True)
                 if name == "independent":
                     off = [f"{s}=false" for s in switches]
                     baseline = await run_eval("world-independent-today", args.items, [*overrides, *off], env, home,
                                               args.concurrency)
-    print(*goals(runs, baseline, switches), sep="\n")
+                    if "selective.enabled" in switches:
+                        always = await run_eval("world-independent-always", args.items,
+                                                [*overrides, "selective.enabled=false"], env, home, args.concurrency)
+    print(*goals(runs, baseline, switches, always), sep="\n")
     print(f"\n{NOTICE}")
 
 
@@ -274,6 +339,12 @@ async def real(args: argparse.Namespace, home: str) -> None:
     run_id = f"beat-the-vote-{os.getpid()}"
     rows = await run_eval(run_id, args.items, args.override, env, here, args.concurrency, capture=False,
                           item_set=args.set)
+    # the default answer protocol debates without a synthesis: a debated item has no judge answer, which is not
+    # a wrong one, so those rows are left out
+    if any(int(r.get("rounds_completed") or 0) > 1 and r.get("judge_status") != "completed" for r in rows):
+        merge_judge(rows, [])
+        print(f"({', '.join(JUDGE_PROTOCOLS)}: debated items were not synthesised; add "
+              f"{' '.join('--override ' + o for o in JUDGE_RUN)} for them, paid)")
     print(*table("real panel", rows), sep="\n")
     print(*goals({"real panel": rows}, None, switches), sep="\n")
     print(f"\nthe run: conclave eval report {run_id} (CONCLAVE_HOME={home})")

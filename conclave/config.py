@@ -160,6 +160,9 @@ class SelectiveSettings(StrictModel):
     enabled: bool | None = None
     #: the weighted agreement at which the vote decides (0-1)
     tau: Annotated[float, Field(ge=0.0, le=1.0)] = 0.8
+    #: where the aggregate of the effective answers decides after cross-examination (anti-conformity on, answer
+    #: mode): also ask the judge for its cross-examination record and verdict, kept beside the aggregate
+    judge_verdict: bool = False
 
     @field_validator("tau", mode="before")
     @classmethod

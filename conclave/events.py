@@ -72,6 +72,9 @@ early_termination:decided              offered, accepted, confidence, threshold,
 vote:gate                              the vote gate after round 1 (schema ``vote_gate``): decided, reason, tau,
                                        agreement, aggregator, weights, basis, note, answer, supporters, answers
                                        (conclave.engine.vote_gate)
+vote:final                             the final aggregate after cross-examination (schema ``final_aggregate``):
+                                       aggregator, weights, answer, supporters, the answers that count, the judge's
+                                       verdict answer and whether it agrees (conclave.engine.settle)
 cost:gate_triggered                    estimated_cost, actual_cost, abort_ratio, phase
 consultation:resumed                   restored_rounds [n], spent {cost, input_tokens, output_tokens,
                                        cached_input_tokens, by_provider {provider: cost}, unknown_prices}, from_seq
@@ -130,6 +133,8 @@ EARLY_TERMINATION = "early_termination:decided"
 PLAN_CHANGED = "plan:changed"
 #: the vote gate after round 1: whether the aggregated answer decided (schema ``vote_gate``)
 VOTE_GATE = "vote:gate"
+#: the final aggregate after cross-examination: the answer the user gets (schema ``final_aggregate``)
+FINAL_AGGREGATE = "vote:final"
 EXIT_EVALUATED = "exit:evaluated"
 COST_GATE_TRIGGERED = "cost:gate_triggered"
 CONSULTATION_RESUMED = "consultation:resumed"

@@ -16,13 +16,20 @@ it does not ask U3 and U4 (:attr:`AnswerStrategy.not_applicable_questions` says 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from conclave.artifacts import schemas_in
-from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
+from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT, Input
 from conclave.engine.strategy import Strategy
 from conclave.hookspecs import hookimpl
 from conclave.quality.verification import Question
+
+#: cross-examination on the panel's round-1 answers themselves (under each agent's neutral labels), with no
+#: synthesis before it: what answer mode plays when the aggregate decides
+PEER_REPLIES = replace(
+    CROSS_EXAM_REPLIES.with_schema("cross_exam_reply_answer"), template="round3_peers", prompt_key="round_3_peers",
+    inputs={"own_position": Input("independent", "own"), "peers": Input("independent", "each_by_label")})
 
 
 class AnswerStrategy(Strategy):
@@ -40,6 +47,9 @@ class AnswerStrategy(Strategy):
         CROSS_EXAM,
         VERDICT.with_schema("verdict_answer"),
     )
+    # the aggregate of the answers that count decides (anti-conformity, selective.judge_verdict=false): one call
+    # per agent on its peers' round-1 answers, no synthesis, no judge's record, no verdict call
+    short_plan = (INDEPENDENT.with_schema("independent_answer"), PEER_REPLIES)
     allows_early_termination = True
     # short by default: one cross-examination round (rounds 1-4) unless exit.round_cap raises it; easy questions
     # are decided by the confidence-weighted vote after round 1

@@ -37,7 +37,8 @@ async def test_every_round_asks_for_a_final_answer_and_the_verdict_has_one(
     AnswerPanel({"Security Expert": 1.0, "Systems Architect": 1.0, "Pragmatic Engineer": 0.0}).install(fake)
     # a confident panel citing nothing fires early convergence; this test is about the answer fields of the four
     # standard rounds, so the detectors only record (the objection round has its own tests)
-    overrides = [*fake.overrides(), *PANEL, "cost.auto_approve=true", "mode=answer", "quality.stage=shadow"]
+    overrides = [*fake.overrides(), *PANEL, "cost.auto_approve=true", "mode=answer", "quality.stage=shadow",
+                 "selective.judge_verdict=true"]  # the judge's verdict round too, beside the final aggregate
     seen: list[Any] = []
     result = await conclave.consult_async(QUESTION, overrides, subscribers=[seen.append])
     filtered = [e.data for e in seen if e.type == FILTER_APPLIED]
@@ -114,7 +115,8 @@ async def test_an_answer_consultation_labels_numbers_checks_and_indexes_claims(
     fake = fake_provider_server
     _script_quality_panel(fake)
     recorder = Recorder(tmp_path)
-    run = await run_consultation(fake, "mode=answer", "quality.stage=shadow", recorder=recorder)
+    run = await run_consultation(fake, "mode=answer", "quality.stage=shadow", "selective.judge_verdict=true",
+                                 recorder=recorder)
     recorder.close()
     result, quality = run.result, run.result.quality
     assert result.status == "complete" and result.strategy == "answer" and quality is not None

@@ -31,15 +31,17 @@ def seats(accuracy: tuple[Any, Any, Any], **knobs: Any) -> list[WorldAgent]:
 
 
 async def run_world(fake: FakeProviderServer, home: Path, world: PanelWorld, *, n: int = 40,
-                    item_set: str = "arithmetic") -> list[dict[str, Any]]:
-    """The world's rows of one `conclave eval` run of ``n`` items (full debate, rounds=4)."""
+                    item_set: str = "arithmetic", judge_verdict: bool = False) -> list[dict[str, Any]]:
+    """The world's rows of one `conclave eval` run of ``n`` items (every item debated, rounds=4; ``judge_verdict``:
+    the judge also records the cross-examination and writes a verdict beside the final aggregate)."""
     fake.reset()
     world.install(fake)
     settings = fake.settings(
         question="eval", rounds=4, home=str(home), hedging={"enabled": False}, cost={"auto_approve": True},
         agents={a.key: {"persona": a.key, "provider": "openai", "model": a.model} for a in world.agents},
         personas={a.key: {"name": a.name, "focus": "arithmetic"} for a in world.agents},
-        judge={"provider": "openai", "model": world.judge_model}, mode={"strategy": "answer"})
+        judge={"provider": "openai", "model": world.judge_model}, mode={"strategy": "answer"},
+        selective={"enabled": False, "judge_verdict": judge_verdict})
     plugins = get_plugins()
     evaluation = prepare(settings, EvalOptions(set=item_set, n=n, seed=3, concurrency=8), plugins)
     code = await run_async(evaluation, plugins, Interaction.non_interactive(), out=io.StringIO(), err=io.StringIO())
@@ -184,9 +186,13 @@ def test_the_bench_runs_conclave_eval_in_the_worlds_and_prints_the_table(tmp_pat
     out = done.stdout
     assert out.startswith("# Beat the vote — SIMULATED WORLDS") and "not the accuracy of any real model" in out
     assert "## independent world: 6 item(s)" in out and "## strong_weak world: 6 item(s)" in out
-    for protocol in ("vote", "single", "judge", "debate"):
-        assert any(line.startswith(f"{protocol} ") and "%" in line for line in out.splitlines())
+    for protocol in ("vote", "single", "judge", "debate", "vote_weighted", "vote_learned", "judge_pick", "sc_best",
+                     "single_best"):
+        assert any(line.startswith(f"{protocol} ") and "%" in line for line in out.splitlines()), protocol
+    assert "not available" not in out
     assert "## Goals (issue 25)" in out and "default − vote, independent:" in out
+    goals = out.split("## Goals (issue 25)", 1)[1].splitlines()
+    assert all("met)" in line for line in goals if line.startswith("- ") and "goal" in line)
 
 
 async def test_the_bench_on_a_real_panel_prints_the_same_table(fake_provider_server: FakeProviderServer,
@@ -230,7 +236,7 @@ async def test_only_a_switch_to_the_right_answer_brings_evidence(fake_provider_s
     seen = {}
     for label, (accuracy, supported) in cases.items():
         world = PanelWorld(seats(accuracy, conformity=1.0), supported_switch=supported)
-        rows = await run_world(fake, tmp_path / label.replace(" ", "-"), world, n=6)
+        rows = await run_world(fake, tmp_path / label.replace(" ", "-"), world, n=6, judge_verdict=True)
         assert all(r["answers"]["round_3"]["alpha"] == r["judge_answer"] for r in rows)  # alpha always switched
         seen[label] = judge_saw_new_claims()
     assert seen == {"to the truth": 6, "unsupported": 0, "to a wrong answer": 0}

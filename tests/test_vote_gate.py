@@ -63,7 +63,8 @@ async def test_a_split_panel_is_debated_and_the_gate_says_why(
     result, _ = await _consult(fake_provider_server, (1.0, 1.0, 0.0), "quality.stage=shadow")
     gate = result.vote_gate
     assert not gate["decided"] and gate["reason"] == "below_tau" and gate["agreement"] == pytest.approx(0.6667)
-    assert result.completed_rounds == 4 and result.verdict is not None  # the debate ran to its verdict
+    # the debate ran one cross-examination; the aggregate of the answers that count decided (no judge verdict)
+    assert result.completed_rounds == 2 and result.final_aggregate is not None and result.verdict is not None
     assert "debated: the vote after round 1 did not decide (2 of 3 agree, weight 0.67 &lt; 0.8" in \
         " ".join(render_markdown(result.as_dict()).split())
 
@@ -76,7 +77,7 @@ async def test_tau_is_a_plain_key_and_the_gate_can_be_switched_off(
     fake_provider_server.requests.clear()
     result, _ = await _consult(fake_provider_server, (1.0, 1.0, 1.0), "selective.enabled=false",
                                "quality.stage=shadow")
-    assert result.vote_gate is None and result.completed_rounds == 4
+    assert result.vote_gate is None and result.completed_rounds == 2
 
 
 async def test_converge_mode_uses_the_similarity_of_positions_when_enabled(
@@ -135,7 +136,9 @@ async def test_the_estimate_covers_the_full_plan_and_says_the_vote_may_stop_afte
     run = await run_consultation(fake, *PANEL, "mode=answer", "cost.always_allow_under=0", question=QUESTION,
                                  base=(), interaction=Interaction(True, ask=answering(asked, "y")))
     estimate = run.of(COST_ESTIMATED)[-1]
-    assert estimate["rounds"] == [1, 2, 3, 4]  # answer mode: one cross-examination round, the whole plan estimated
+    # answer mode: one cross-examination round on the peers' answers, the whole plan estimated (the aggregate
+    # decides: no synthesis, no verdict call)
+    assert estimate["rounds"] == [1, 2]
     assert estimate["may_stop_after_round"] == 1 and 0 < estimate["round_1_cost"] < estimate["estimated_cost"]
     assert len(asked) == 1 and "if the panel agrees after round 1 the vote decides there, for about $" in asked[0]
     assert run.result.completed_rounds == 1 and run.result.cost.estimated == estimate["estimated_cost"]
@@ -144,8 +147,11 @@ async def test_the_estimate_covers_the_full_plan_and_says_the_vote_may_stop_afte
 async def test_answer_mode_plays_one_cross_examination_unless_the_cap_is_raised(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     _, seen = await _consult(fake_provider_server, (1.0, 1.0, 0.0), "quality.stage=shadow")
-    assert [e.data["rounds"] for e in seen if e.type == COST_ESTIMATED][-1] == [1, 2, 3, 4]
+    assert [e.data["rounds"] for e in seen if e.type == COST_ESTIMATED][-1] == [1, 2]
+    # the cap counts the synthesis' and the verdict's rounds even when the aggregate decides in their place
     _, seen = await _consult(fake_provider_server, (1.0, 1.0, 0.0), "exit.round_cap=6")
+    assert [e.data["rounds"] for e in seen if e.type == COST_ESTIMATED][-1] == [1, 2, 3, 4]
+    _, seen = await _consult(fake_provider_server, (1.0, 1.0, 0.0), "exit.round_cap=6", "selective.judge_verdict=true")
     assert [e.data["rounds"] for e in seen if e.type == COST_ESTIMATED][-1] == [1, 2, 3, 4, 5, 6]
 
 

@@ -169,6 +169,7 @@ def assemble_result(
         config_hash=provenance.config_hash,
         transitions=[TransitionRecord.model_validate(t.as_dict()) for t in machine.transitions],
         vote_gate=record.vote_gate,
+        final_aggregate=record.final_aggregate,
     )
 
 

@@ -40,6 +40,7 @@ class Record:
     completed_rounds: int = 0
     early_termination: dict[str, Any] | None = None
     vote_gate: dict[str, Any] | None = None  # the vote gate's decision after round 1 (:mod:`.vote_gate`)
+    final_aggregate: dict[str, Any] | None = None  # the answer decided after cross-examination (:mod:`.settle`)
     abort_reason: str | None = None
     #: present agents who gave no answer in the latest agents' round after the first (the judge is told)
     missing_replies: list[str] = field(default_factory=list)

@@ -174,6 +174,10 @@ class ConsultationResult(_Frozen):
     #: the vote gate after round 1 (:mod:`conclave.engine.vote_gate`): decided or debated, with its inputs, the
     #: aggregator and its weights, and tau; None when the gate is off
     vote_gate: dict[str, Any] | None = None
+    #: the answer decided after cross-examination from the answers that count (:mod:`conclave.engine.settle`,
+    #: schema ``final_aggregate``): the aggregator, its weights, and the judge's verdict answer beside it; None
+    #: when no aggregate decided (the vote gate did, anti-conformity is off, or no answer was cross-examined)
+    final_aggregate: dict[str, Any] | None = None
     #: context tokens per round, with and without summarization (:mod:`conclave.quality.summarize`)
     context: dict[str, Any] | None = None
 

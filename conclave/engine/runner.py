@@ -57,6 +57,8 @@ from conclave.engine.resume import interrupted_answers, restore_rounds, resumed_
 from conclave.engine.rounds import SYNTHESIS, Plan, PlanChange, Step
 from conclave.engine.session import Session
 from conclave.engine.session_layers import with_layers
+from conclave.engine.settle import decide as decide_final
+from conclave.engine.settle import settles, synthesis_of, with_judge
 from conclave.engine.state import ConsultState, StateMachine, Transition
 from conclave.engine.termination import decide_early_termination
 from conclave.engine.vote_gate import aggregator_name, ballots_of, synthesis_from_vote
@@ -69,6 +71,7 @@ from conclave.events import (
     COST_ESTIMATED,
     COST_GATE_TRIGGERED,
     EARLY_TERMINATION,
+    FINAL_AGGREGATE,
     PLAN_CHANGED,
     ROUND_COMPLETED,
     ROUND_INTERRUPTED,
@@ -323,6 +326,17 @@ class Consultation:
         if record.verdict is None and gate.get("decided"):
             derive_verdict(session, synthesis_from_vote(gate, ballots_of(session)))
             return "decided by the vote after round 1"
+        final = None
+        if settles(settings, session.strategy):
+            aggregator = self.plugins.aggregators.get(aggregator_name(settings, session.strategy))
+            final = decide_final(session, aggregator)
+        if final is not None:
+            if record.verdict is None:  # no judge verdict ran: the verdict is the aggregate's
+                derive_verdict(session, synthesis_of(final))
+            record.final_aggregate = final = with_judge(final, record.round_4)
+            self.bus.emit(FINAL_AGGREGATE, **final)
+            if record.round_4 is None:
+                return "decided by the aggregate after cross-examination"
         if record.verdict is None and record.round_2 is not None:
             derive_verdict(session)
         if early.get("accepted"):

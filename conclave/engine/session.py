@@ -19,6 +19,7 @@ from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
 from conclave.engine.record import AGENTS_NOT_SHOWN, RECORD_ONLY, Record, prompt_json
 from conclave.engine.rounds import Plan
+from conclave.engine.settle import JUDGE_ROUNDS, skips_judge
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, EventBus
 
@@ -85,7 +86,16 @@ class Session:
         self.question = question
         self.context_text = context_text
         self.record = Record()
-        self.plan = Plan(strategy.plan)
+        # the aggregate decides after cross-examination and no judge verdict is asked for: the judge's record of
+        # the exchange and its verdict are not played
+        # the full debate (``rounds`` and ``quick`` not given) whose answer the aggregate decides, with no judge
+        # verdict asked for, is the strategy's short plan; ``rounds=N`` plays the stages it names, the judge's too
+        short = skips_judge(settings, strategy) and settings.rounds is None and not settings.quick
+        types = (strategy.short_plan or [t for t in strategy.plan if t.name not in JUDGE_ROUNDS]) if short \
+            else strategy.plan
+        self.plan = Plan(types)
+        #: rounds of the strategy's plan this one does not play: the round cap still counts them (quality.exit)
+        self.rounds_not_played = len(Plan(strategy.plan).rounds()) - len(self.plan.rounds()) if short else 0
         self.plan.cut_to_stage(settings.planned_rounds)
         self.planned_rounds = len(self.plan.rounds())  # before any controller changes the plan
         self.agents = {name: AgentState(name, spec) for name, spec in settings.agents.items()}

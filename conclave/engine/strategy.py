@@ -72,6 +72,9 @@ class Strategy:
     prompt_dir: ClassVar[str] = ""
     #: the round types this strategy plays, in order
     plan: ClassVar[tuple[RoundType, ...]] = STANDARD_PLAN
+    #: the full debate when the aggregate of the answers that count decides and no judge verdict is asked for
+    #: (:mod:`conclave.engine.settle`); empty: ``plan`` without the judge's cross-examination record and verdict
+    short_plan: ClassVar[tuple[RoundType, ...]] = ()
     #: whether a strong consensus in the synthesis may end the consultation early
     allows_early_termination: ClassVar[bool] = False
     #: shown (via an event) when the strategy never stops early, e.g. "Explore mode: all rounds will execute"
@@ -123,7 +126,7 @@ class Strategy:
 
     def template_keys(self) -> dict[str, str]:
         """Template name -> ``prompt_versions`` key, for the system prompts and every round of the plan."""
-        return {**SYSTEM_TEMPLATES, **{t.template: t.prompt_key for t in self.plan}}
+        return {**SYSTEM_TEMPLATES, **{t.template: t.prompt_key for t in (*self.plan, *self.short_plan)}}
 
     def prompt_versions(self) -> dict[str, str]:
         """Every template's id, keyed ``round_1`` … ``round_4`` (plus ``round_3_judge`` and the system prompts)."""

@@ -1,8 +1,10 @@
 """The vote gate after round 1 (selective debate): decide on the aggregated answer when the panel agrees.
 
-The panel agrees when the weighted agreement behind the aggregator's pick is at least ``selective.tau`` and no
-agent flags a BLOCKER or a confidence below ``exit.min_confidence``. Then the plan ends after round 1 and the
-verdict is taken from the vote (every string from the round-1 answers); otherwise the debate runs. In
+The panel agrees when the weighted agreement behind the aggregator's pick is at least ``selective.tau``, no
+agent flags a BLOCKER and no agent backing the pick states a confidence below ``exit.min_confidence`` (a
+dissenter's low confidence is already in the weights: it is what lets the panel decide against it). Then the
+plan ends after round 1 and the verdict is taken from the vote (every string from the round-1 answers); otherwise
+the debate runs. In
 ``mode=answer`` answers agree when their normalised ``final_answer`` is equal; in other modes when their
 positions are similar (``quality.groupthink.cluster_similarity``). The decision — its inputs, weights and ``tau``
 — is the ``vote:gate`` event (schema ``vote_gate``), the result's ``vote_gate`` and a line of the report.
@@ -66,9 +68,9 @@ def decide(session: Session, aggregator: Any, *, has_final_answer: bool) -> dict
         compared = "position_similarity"
     result: Aggregate = aggregator.aggregate(ballots, groups, AggregationContext(home=settings.home))
     tau, floor = settings.selective.tau, settings.exit.min_confidence
-    low = [b.agent for b in ballots if b.confidence is None or b.confidence < floor]
     blockers = [a for a, x in session.record.round_1.items() if x.get("vote") == "BLOCKER"]
     supporters = [ballots[i].agent for i in groups[result.group]] if result.group is not None else []
+    low = [b.agent for b in ballots if b.agent in supporters and (b.confidence is None or b.confidence < floor)]
     if len(ballots) < 2:
         reason = "too_few_answers"
     elif result.group is None:

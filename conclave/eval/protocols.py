@@ -7,8 +7,9 @@ single     one agent's round-1 ``final_answer``                  that agent's ro
 vote       the most common round-1 answer (self-consistency)     round 1
 judge      the round-2 synthesis' ``final_answer`` (an item the  rounds 1 and 2 (a ``rounds=2`` run)
            vote gate decided unanimously: the one answer)
-debate     the verdict's ``final_answer`` (derived from round 2  every round the consultation ran
-           when it stopped early)
+debate     the answer the user gets: the final aggregate of the  every round the consultation ran
+           answers that count after cross-examination when
+           one decided, else the verdict's ``final_answer``
 quality    the verdict of the same debate with the quality       round 1 (reused when its calls are the
            layer on (``eval.quality``, :mod:`.quality_arm`),     same, else its own) + the arm's rounds
            forked from the item's own round 1
@@ -236,7 +237,10 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
     through_synthesis = next((n for n, d in sorted(capture.rounds.items()) if d.get("round_type") == "synthesis"), 2)
     protocols["judge"] = Outcome(judge_answer, is_correct(judge_answer, item), _consensus(synthesis),
                                  *cost_of([n for n in sorted(capture.rounds) if n <= through_synthesis] or (1, 2)))
-    debate_answer = _answer(verdict) if result.get("status") in ("complete", "completed_degraded") else None
+    # the answer the user gets: the final aggregate after cross-examination when one decided, else the verdict's
+    final = result.get("final_aggregate") or {}
+    decided = final.get("answer") if final.get("answer") is not None else _answer(verdict)
+    debate_answer = decided if result.get("status") in ("complete", "completed_degraded") else None
     early = bool((result.get("early_termination") or {}).get("accepted"))
     statuses.update(vote="completed" if round_ok(1) and round_1 else "failed",
                     judge="completed" if judge_answer is not None else "failed",

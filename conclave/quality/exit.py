@@ -300,7 +300,9 @@ def round_cap(session: Session) -> int:
     """Rounds in all, the verdict included: ``exit.round_cap``, or when null the strategy's default (answer
     mode: 4, one cross-examination round)."""
     cap = session.settings.exit.round_cap
-    return cap if cap is not None else session.strategy.default_round_cap
+    cap = cap if cap is not None else session.strategy.default_round_cap
+    # the aggregate decides in place of the judge (conclave.engine.settle): the rounds it skips still count
+    return cap - getattr(session, "rounds_not_played", 0)
 
 
 def shadow_stage(session: Session) -> bool:

@@ -62,8 +62,8 @@ def build_report(result: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
     if only_round is not None:
         return [*_header(result, label), *_round_sections(result, records, entries, only_round)]
     nodes: list[Node] = [*_header(result, label)]
-    for part in (_verdict(result), _dissent(result), _vote_gate(result), _early_termination(result), _exit(result),
-                 _panel(result)):
+    for part in (_verdict(result), _dissent(result), _vote_gate(result), _final_aggregate(result),
+                 _early_termination(result), _exit(result), _panel(result)):
         if part is not None:
             nodes.append(part)
     nodes += _round_sections(result, records, entries, None)
@@ -168,6 +168,23 @@ def _vote_gate(result: Mapping[str, Any]) -> Note | None:
         text += " Weights: " + ", ".join(f"{a} {float(w):.2f}" for a, w in weights.items())
         text += f" ({gate.get('note')})." if gate.get("note") else "."
     return Note(text, tone="ok" if gate.get("decided") else "info")
+
+
+def _final_aggregate(result: Mapping[str, Any]) -> Note | None:
+    """The answer decided after cross-examination from the answers that count, its weights, and whether the
+    judge's verdict agrees (a disagreement is said, and the aggregate's answer is the one given)."""
+    final = _map(result.get("final_aggregate"))
+    if not final.get("summary"):
+        return None
+    text = str(final["summary"]) + "."
+    weights = _map(final.get("weights"))
+    if weights:
+        text += " Weights: " + ", ".join(f"{a} {float(w):.2f}" for a, w in weights.items())
+        text += f" ({final.get('note')})." if final.get("note") else "."
+    disagrees = final.get("agrees_with_judge") is False
+    if disagrees:
+        text += f" The answer given is the aggregate's, {final.get('answer')}; the verdict above is the judge's."
+    return Note(text, tone="warn" if disagrees else "info")
 
 
 def _early_termination(result: Mapping[str, Any]) -> Note | None:

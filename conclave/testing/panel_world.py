@@ -15,8 +15,9 @@ The world is numbers, not prose:
   shown next to a name the world knows (another agent's persona name, seat key or model) and ``confidence_boost``
   when it is shown with a confidence ≥ 0.8;
 - **evidence for a switch**: a cross-examination reply cites nothing (no claims, references or challenges), except
-  that an agent switching to the right answer introduces one new claim carrying the working with chance
-  ``supported_switch`` — a conformist switch to a wrong answer never brings evidence;
+  that an agent switching to the right answer introduces one new claim carrying the working, citing a new source
+  (its re-derivation), with chance ``supported_switch`` — a conformist switch to a wrong answer never brings
+  evidence;
 - a **judge** that, for each answer it gives, picks the first answer shown with chance ``judge_position_bias``, else
   the longest with ``judge_length_bias``, else the right one (when shown) with ``judge_skill``, else the plurality.
 
@@ -218,13 +219,17 @@ class PanelWorld:
             self.log[(agent.name, text, "switched")] = switched
             now = target if switched and target is not None else own
             claims: list[dict[str, Any]] = []
+            references: list[dict[str, Any]] = []
             if switched and now == self.truth(text) and self.draw("support", agent.name, text) < self.supported_switch:
-                claims = [{"id": "1", "text": f"Redoing the working step by step gives {now}.", "label": "INFER",
-                           "citations": []}]
+                # evidence, not a bare assertion: the re-derivation is a source of its own the claim cites
+                claims = [{"id": "1", "text": f"Redoing the working step by step gives {now}.", "label": "FACT",
+                           "citations": [1]}]
+                references = [{"id": 1, "title": f"Step-by-step re-derivation of {text}", "snippet": working}]
             self.log[(agent.name, text, "supported")] = bool(claims)
             # agreeing: the exit controller ends the debate after one cross-examination
             body.update(revised_position=f"My answer is {now}.", final_answer=now, vote="ACCEPT",
-                        confidence=confidence, defense=working, claims=claims, references=[], challenges=[])
+                        confidence=confidence, defense=working, claims=claims, references=references,
+                        challenges=[])
         else:
             answer, confidence = self.first_answer(agent, text)
             body.update(position=f"The answer is {answer}.", final_answer=answer, confidence=confidence,
