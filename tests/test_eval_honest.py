@@ -109,7 +109,8 @@ async def test_the_points_of_a_sweep_pay_round_one_once_per_item(
     for threshold in (0.8, 0.85, 0.9):
         ev, code, _, err = await evaluate(
             fake, conclave_env, panel, rounds=2, n=n, concurrency=16, sweep_id="sw-paired",
-            settings_extra={"cost": {"auto_approve": True}, "early_termination": {"threshold": threshold}},
+            settings_extra={"cost": {"auto_approve": True}, "early_termination": {"threshold": threshold},
+                            "selective": {"enabled": False}},  # every item synthesised: exact counts
             overrides=[f"early_termination.threshold={threshold}"])
         assert code == 0, err
         runs.append(ev.run_id)

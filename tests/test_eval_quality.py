@@ -180,7 +180,9 @@ async def test_the_matched_vote_stops_against_an_endpoint_that_repeats_itself(
         fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
     fake = fake_provider_server
     panel = AnswerPanel({n: 0.5 for n in PERSONAS.values()})  # the same answer to every re-sample
-    ev, code, _, err = await evaluate(fake, conclave_env, panel, n=4, matched_vote=True, concurrency=1)
+    # the vote gate off: every item plays the full debate, so the request count below is exact
+    ev, code, _, err = await evaluate(fake, conclave_env, panel, n=4, matched_vote=True, concurrency=1,
+                                      settings_extra={"cost": {"auto_approve": True}, "selective": {"enabled": False}})
     assert code == 0, err
     assert len(fake.requests) == 4 * 9 + 3 * REPEAT_PROBE  # two copies paid, then no more
     assert err.count("conclave eval: matched vote stopped: the endpoint returned round 1 unchanged") == 1

@@ -30,7 +30,9 @@ from conclave.config import ProviderSettings, settings_from_container
 from conclave.providers.base import Completion, CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
 
-ARTIFACT_SCHEMAS = [name for name in artifacts.schema_names() if name != "common"]
+#: records the engine writes itself (the vote gate, the final aggregate): no model is asked for them
+ENGINE_RECORDS = {"common", "vote_gate", "final_aggregate"}
+ARTIFACT_SCHEMAS = [name for name in artifacts.schema_names() if name not in ENGINE_RECORDS]
 QUESTION = "Should a small team store user passwords with bcrypt or with argon2?"
 
 

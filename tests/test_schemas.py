@@ -39,7 +39,7 @@ ARTIFACTS = [
     "safety_evaluation", "synthesis", "synthesis_answer", "verdict", "verdict_answer", "verdict_explore",
 ]
 #: records the engine writes (not model answers): schema-checked when made, no fixtures or generators
-RECORDS = ["vote_gate"]
+RECORDS = ["final_aggregate", "vote_gate"]
 # The only properties a schema may leave out of ``required``.
 OPTIONAL = {
     ("verdict", "$.properties.per_agent_contributions"),

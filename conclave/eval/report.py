@@ -86,6 +86,8 @@ def ordered(protocols: Mapping[str, Any]) -> list[str]:
 
 def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
     lines = [f"# Evaluation {run['run_id']} · {run.get('set_spec')} · {summary.get('items', 0)} item(s)", ""]
+    if toy_run(run):  # before the headline: a toy panel's figures are no answer
+        lines += [f"> **⚠ {TOY_BANNER}**", ">", f"> {TOY_EVAL}", ""]
     # the answer first
     lines += [f"**{summary.get('verdict_line', '')}**", ""]
     if summary.get("with_failures"):
@@ -93,8 +95,6 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
                   f"({', '.join(summary.get('failed_item_ids') or []) or 'none whole'}). Headlines are on the items "
                   "every compared protocol completed; the intent-to-treat figure (a failure counted wrong) is beside "
                   "them. Per-protocol counts are under *Every item accounted for*.", ""]
-    if toy_run(run):
-        lines += [f"> **⚠ {TOY_BANNER}**", ">", f"> {TOY_EVAL}", ""]
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
     for key in ("matched_line", "quality_line"):
