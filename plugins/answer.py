@@ -16,12 +16,24 @@ it does not ask U3 and U4 (:attr:`AnswerStrategy.not_applicable_questions` says 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy
 from conclave.hookspecs import hookimpl
 from conclave.quality.verification import Question
+
+
+class AnswerOptions(BaseModel):
+    """``mode.options`` of answer mode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the only final answers allowed (a multiple-choice item's letters, set per item by ``conclave eval``): every
+    #: ``final_answer`` is constrained to them in the structured-output schema, and another answer is re-asked
+    choices: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
 
 class AnswerStrategy(Strategy):
@@ -38,6 +50,7 @@ class AnswerStrategy(Strategy):
         VERDICT.with_schema("verdict_answer"),
     )
     allows_early_termination = True
+    Options = AnswerOptions
     verification_questions = (
         Question("AN1", "mode-specific", "Does the working shown derive the final_answer, with no gap or "
                  "contradicting step?"),
@@ -50,6 +63,10 @@ class AnswerStrategy(Strategy):
         "U4": "an answer is not a plan: it has no failure modes to mitigate; where it could be wrong is U5's "
               "uncertainties",
     }
+
+    @property
+    def allowed_answers(self) -> tuple[str, ...]:
+        return tuple(self.options.choices) if isinstance(self.options, AnswerOptions) else ()
 
     def verdict_from_synthesis(self, synthesis: Mapping[str, Any]) -> dict[str, Any]:
         """Converge's derived verdict (its evidence tied to the consensus points' claim ids), answering with the

@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from conclave.config import Settings
 from conclave.errors import ConfigError, UsageError
 from conclave.eval import store
-from conclave.eval.items import Item, load_set
+from conclave.eval.items import Item
 from conclave.eval.protocols import Capture, ItemResult, score
+from conclave.eval.sources import SourceOptions, load
 from conclave.eval.summary import run_columns, summarise
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -34,6 +35,11 @@ class EvalOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     set: Annotated[str, Field(min_length=1)] = "arithmetic"
+    #: a benchmark file's column per field (question, answer, choices, id; null = the field's own name)
+    columns: dict[str, str | list[str] | None] = Field(default_factory=dict)
+    answer_format: str = "auto"  # how the gold answers are written (conclave.eval.sources.ANSWER_FORMATS)
+    split: str | None = None  # a saved DatasetDict's split (null: test, or its only split)
+    shuffle_choices: bool = False  # shuffle each item's choices (seeded): for files whose right choice is always first
     n: Annotated[int, Field(ge=0)] | None = None  # items; null = 20 (3 on the offline local panel); 0 = whole set
     seed: int = 0
     concurrency: Annotated[int, Field(ge=1, le=64)] = 4  # items in flight at once in this process
@@ -99,7 +105,8 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
         raise ConfigError([f"eval.single_agent: {single!r} is not on the panel; allowed: {', '.join(settings.agents)}"])
     local = all(a.provider == "local" for a in settings.agents.values())
     n = options.n if options.n is not None else (DEFAULT_ITEMS_LOCAL if local else DEFAULT_ITEMS)
-    items = load_set(options.set, n=n, seed=options.seed)
+    items = load(options.set, n=n, seed=options.seed, options=SourceOptions(
+        options.columns, options.answer_format, options.split, options.shuffle_choices))
     run_id = store.check_run_id(options.run_id) if options.run_id else new_run_id()
     if not any(o.lstrip("+~").startswith("quality.stage=") for o in options.overrides):
         # the protocols compare fixed debates: the quality detectors record what they would do (shadow) without
@@ -254,7 +261,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
 
     capture = Capture()
     consultation = Consultation(
-        settings.model_copy(update={"question": item.question}), plugins=plugins,
+        asking(settings, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
     )
     base = (await consultation.run()).as_dict()
@@ -262,7 +269,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     if extra:
         from conclave.eval.protocols import add_matched_vote
 
-        one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
+        one_round = asking(settings, item).model_copy(update={"rounds": 1, "quick": False})
         captures = [Capture() for _ in range(extra)]
         samples = await asyncio.gather(*(
             Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[c],
@@ -279,11 +286,21 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
         return scored
     arm_capture = Capture()
     fork = Consultation(
-        arm.model_copy(update={"question": item.question}), plugins=plugins,
+        asking(arm, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=start,
     )
     add_quality(scored, (await fork.run()).as_dict(), arm_capture, capture, reuse)
     return scored
+
+
+def asking(settings: Settings, item: Item) -> Settings:
+    """``settings`` for ``item``'s consultation: its prompt (a multiple-choice item's options included) and, for a
+    multiple-choice item, answers constrained to its option letters."""
+    update: dict[str, Any] = {"question": item.prompt}
+    if item.choices:
+        options = {**settings.mode.options, "choices": item.letters}
+        update["mode"] = settings.mode.model_copy(update={"options": options})
+    return settings.model_copy(update=update)
 
 
 def remember(consent: Any, home: Any, err: TextIO) -> None:
@@ -321,7 +338,7 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     async with ProviderPool(settings, plugins, bus) as pool:
         for item in items:
             session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus,
-                              labels=labels, question=item.question, context_text=context)
+                              labels=labels, question=item.prompt, context_text=context)
             # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
             longest = Plan(max_plan(session))
             whole = estimate_cost(session, longest.numbers(), plan=longest)
@@ -339,9 +356,9 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
             async with ProviderPool(arm, plugins, bus) as arm_pool:
                 for index, item in enumerate(items or ev.items[:1]):
                     base_session = Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
-                                           bus=bus, labels=labels, question=item.question, context_text=context)
+                                           bus=bus, labels=labels, question=item.prompt, context_text=context)
                     arm_session = Session(settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool,
-                                          bus=bus, labels=labels, question=item.question, context_text=context)
+                                          bus=bus, labels=labels, question=item.prompt, context_text=context)
                     if index == 0:  # the same rule for every item: only the question differs, in both alike
                         ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
                     if items:
