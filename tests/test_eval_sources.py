@@ -230,3 +230,23 @@ async def test_a_bad_benchmark_file_stops_the_cli_with_one_line_and_spends_nothi
     assert process.returncode == 2 and len(lines) == 1, err.decode()
     assert lines[0].startswith(f"conclave: {message}")
     assert out == b"" and fake_provider_server.requests == []  # nothing asked, nothing spent
+
+
+async def test_an_answer_outside_the_letters_is_re_asked_quoting_them(
+        fake_provider_server: FakeProviderServer, conclave_env: Path, tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "capital.jsonl", [
+        {"question": "Capital of France?", "choices": ["London", "Paris", "Rome", "Madrid"], "answer": "Paris"}])
+    calls: list[str] = []
+
+    def truth(question: str) -> str:  # the first answer names the choice by its text, as models do
+        calls.append(question)
+        return "Paris" if len(calls) == 1 else _letter_truth(question)
+
+    panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()}, truth=truth)
+    _, code, out, err = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=0, set=str(path),
+                                       answer_format="text")
+    assert code == 0, err
+    reasks = [r for r in fake_provider_server.requests_for("gpt-4o")
+              if "$.final_answer: 'Paris' is not one of ['A', 'B', 'C', 'D']" in json.dumps(r.json)]
+    assert len(reasks) == 1
+    assert "| round-1 majority vote | 1/1 = 100.0% |" in out and "| single agent | 1/1 = 100.0% |" in out
