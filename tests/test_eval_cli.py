@@ -206,13 +206,17 @@ async def test_a_ray_sweep_on_a_local_instance_journals_per_worker_and_merges(
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    code, _, err = await _conclave(
+    code, out, err = await _conclave(
         "eval", "-m", "arithmetic", "eval.n=2", "eval.seed=1,2", "rounds=2", "cost.auto_approve=true",
         "eval.sweep_id=sw-ray", f"home={conclave_env}/" + "${eval.sweep_id}/job-${hydra:job.num}",
-        "hydra/launcher=conclave_ray_local", "+hydra.launcher.ray.init.num_cpus=2", *PANEL,
+        "hydra/launcher=conclave_ray_local", "+hydra.launcher.ray.init.num_cpus=2", "output.format=json", *PANEL,
         *fake_provider_server.overrides(), home=conclave_env, limit=600)
     assert code == 0, err
     assert "Started a local Ray instance" in err and "ran in other data homes" in err
+    # the parent prints the result, read from the workers' homes: parseable, no Ray `(_run_job pid=…)` prefix
+    report = json.loads(out)
+    assert report["sweep_id"] == "sw-ray" and report["swept"] == ["eval.seed"]
+    assert [r["summary"]["protocols"]["debate"]["correct"] for r in report["runs"]] == [2, 2]
     workers = sorted((conclave_env / "sw-ray").iterdir())
     assert [w.name for w in workers] == ["job-0", "job-1"]
     merged = run_conclave("index", "merge", *map(str, workers), home=conclave_env)
