@@ -61,7 +61,8 @@ async def sweep(items: int, points: int, per_second: float, burst: int, latency:
     paid = limit.paid
     return {
         "exit_code": process.returncode, "items": items * points, "items_complete": complete,
-        "item_statuses": statuses, "points_complete": runs, "points": points, "calls_paid": paid, "rate_limited_429": limit.limited,
+        "item_statuses": statuses, "points_complete": runs, "points": points, "calls_paid": paid,
+        "rate_limited_429": limit.limited,
         "retry_share": round(limit.limited / paid, 4) if paid else None, "paid_twice": limit.paid_twice,
         "wall_s": round(wall, 1), "per_second": per_second, "burst": burst, "latency_s": latency,
         "stderr_tail": err.decode()[-3000:],
