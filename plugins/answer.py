@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from conclave.artifacts import schemas_in
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT, Input
@@ -30,6 +32,16 @@ from conclave.quality.verification import Question
 PEER_REPLIES = replace(
     CROSS_EXAM_REPLIES.with_schema("cross_exam_reply_answer"), template="round3_peers", prompt_key="round_3_peers",
     inputs={"own_position": Input("independent", "own"), "peers": Input("independent", "each_by_label")})
+
+
+class AnswerOptions(BaseModel):
+    """``mode.options`` of answer mode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the only final answers allowed (a multiple-choice item's letters, set per item by ``conclave eval``): every
+    #: ``final_answer`` is constrained to them in the structured-output schema, and another answer is re-asked
+    choices: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
 
 class AnswerStrategy(Strategy):
@@ -56,6 +68,7 @@ class AnswerStrategy(Strategy):
     default_round_cap = 4
     selective_by_default = True
     default_aggregator = "confidence"
+    Options = AnswerOptions
     verification_questions = (
         Question("AN1", "mode-specific", "Does the working shown derive the final_answer, with no gap or "
                  "contradicting step?"),
@@ -68,6 +81,10 @@ class AnswerStrategy(Strategy):
         "U4": "an answer is not a plan: it has no failure modes to mitigate; where it could be wrong is U5's "
               "uncertainties",
     }
+
+    @property
+    def allowed_answers(self) -> tuple[str, ...]:
+        return tuple(self.options.choices) if isinstance(self.options, AnswerOptions) else ()
 
     def verdict_from_synthesis(self, synthesis: Mapping[str, Any]) -> dict[str, Any]:
         """Converge's derived verdict (its evidence tied to the consensus points' claim ids), answering with the

@@ -208,13 +208,17 @@ async def test_a_ray_sweep_on_a_local_instance_journals_per_worker_and_merges(
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    code, _, err = await _conclave(
+    code, out, err = await _conclave(
         "eval", "-m", "arithmetic", "eval.n=2", "eval.seed=1,2", "rounds=2", "cost.auto_approve=true",
         "eval.sweep_id=sw-ray", f"home={conclave_env}/" + "${eval.sweep_id}/job-${hydra:job.num}",
-        "hydra/launcher=conclave_ray_local", "+hydra.launcher.ray.init.num_cpus=2", *PANEL,
+        "hydra/launcher=conclave_ray_local", "+hydra.launcher.ray.init.num_cpus=2", "output.format=json", *PANEL,
         *fake_provider_server.overrides(), home=conclave_env, limit=600)
     assert code == 0, err
     assert "Started a local Ray instance" in err and "ran in other data homes" in err
+    # the parent prints the result, read from the workers' homes: parseable, no Ray `(_run_job pid=…)` prefix
+    report = json.loads(out)
+    assert report["sweep_id"] == "sw-ray" and report["swept"] == ["eval.seed"]
+    assert [r["summary"]["protocols"]["debate"]["correct"] for r in report["runs"]] == [2, 2]
     workers = sorted((conclave_env / "sw-ray").iterdir())
     assert [w.name for w in workers] == ["job-0", "job-1"]
     merged = run_conclave("index", "merge", *map(str, workers), home=conclave_env)
@@ -222,6 +226,32 @@ async def test_a_ray_sweep_on_a_local_instance_journals_per_worker_and_merges(
     report = run_conclave("eval", "report", "sw-ray", home=conclave_env)
     assert report.returncode == 0 and "swept: eval.seed" in report.stdout
     assert report.stdout.count("| 100.0% | 100.0% | 100.0% | 100.0% |") == 2
+
+
+async def test_a_submitit_sweep_runs_through_the_slurm_launchers_machinery_and_reports_json(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    # hydra-submitit-launcher is optional (conclave[slurm]); submitit_local is the SLURM launcher's machinery
+    # (pickled task, job folders, results collected by the parent) with local processes in place of sbatch
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake_provider_server)
+    code, out, err = await _conclave(
+        "eval", "-m", "arithmetic", "eval.n=2", "eval.seed=1,2", "rounds=2", "cost.auto_approve=true",
+        "hydra/launcher=submitit_local", "output.format=json", *PANEL, *fake_provider_server.overrides(),
+        home=conclave_env, limit=600)
+    assert code == 0, err
+    report = json.loads(out)
+    assert [r["swept"] for r in report["runs"]] == [{"eval.seed": "1"}, {"eval.seed": "2"}]
+    assert all(r["status"] == "complete" for r in report["runs"])
+
+
+def test_the_slurm_launcher_is_configured(tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    result = run_conclave("eval", "arithmetic", "agents=openai_only", "hydra/launcher=conclave_slurm",
+                          "hydra.launcher.partition=gpu", "--cfg", "hydra", home=tmp_path,
+                          env={"OPENAI_API_KEY": "sk-test"})
+    assert result.returncode == 0, result.stderr
+    launcher = result.stdout.split("  launcher:\n", 1)[1]
+    assert "SlurmLauncher" in launcher and "partition: gpu" in launcher and "timeout_min: 240" in launcher
 
 
 async def test_optuna_searches_a_threshold_for_the_objective(fake_provider_server: FakeProviderServer,

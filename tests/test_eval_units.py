@@ -122,7 +122,7 @@ def test_a_jsonl_set_loads_with_every_kind(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("line", "message"), [
     ('{"id": "1", "question": "q", "answer": "a", "kind": "fuzzy"}',
-     "set.jsonl:1: kind: 'fuzzy' is not one of: exact, numeric, choice, yes_no"),
+     "set.jsonl:1: kind: 'fuzzy' is not one of: exact, numeric, choice, yes_no, math"),
     ('{"id": "1", "question": "q"}', "set.jsonl:1: answer: required, a non-empty string"),
     ('{"id": "1", "question": "q", "answer": "C", "kind": "choice", "choices": ["x", "y"]}',
      "set.jsonl:1: answer: 'C' is neither a choice letter nor one of the choices"),
@@ -139,7 +139,8 @@ def test_a_bad_jsonl_line_is_named_with_its_key(tmp_path: Path, line: str, messa
 
 
 def test_an_unknown_set_names_what_is_allowed() -> None:
-    with pytest.raises(UsageError, match=r"allowed: a path to a \.jsonl file, arithmetic, gym:<task>"):
+    with pytest.raises(UsageError, match=r"allowed: a path to a \.jsonl, \.csv, \.parquet or \.arrow file or a saved "
+                                         r"dataset directory, arithmetic, gym:<task>"):
         load_set("nonsense", n=1, seed=0)
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from conclave.engine.extraction import (
     Extraction,
     Status,
+    answer_errors,
+    constrained,
     extract,
     header_for,
     json_instruction,
@@ -47,6 +49,8 @@ class CallSpec:
     agent_id: str | None = None  # set on the artifact header when its schema has ``agent_id``
     allow_substitution: bool = True  # whether the pool may answer with a backup model
     cache: PromptCache | None = None  # the consultation's shared prefix (None: no caching hints)
+    #: the only ``final_answer`` values allowed (a multiple-choice item's letters): an enum in the schema sent
+    answers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -91,7 +95,7 @@ async def ask_for_artifact(
         model=spec.model,
         system=spec.system,
         messages=(Message("user", f"{spec.user.rstrip()}\n\n{json_instruction(spec.schema_name, native)}"),),
-        json_schema=request_schema(spec.schema_name),
+        json_schema=constrained(request_schema(spec.schema_name), spec.answers),
         schema_name=spec.schema_name,
         max_tokens=spec.max_tokens,
         cache=spec.cache,
@@ -100,7 +104,7 @@ async def ask_for_artifact(
     try:
         on_chunk = _chunk_publisher(bus, spec) if stream and bus is not None else None
         completion = await _complete(pool, spec, request, outcome, on_chunk)
-        result = extract(completion.text, completion.parsed, spec.schema_name, header)
+        result = _checked(extract(completion.text, completion.parsed, spec.schema_name, header), spec)
         if not result.ok:
             outcome.errors = result.errors
             answer = completion.text or json.dumps(completion.parsed or {}, ensure_ascii=False)
@@ -122,7 +126,7 @@ async def ask_for_artifact(
             )
             outcome.reasked = True
             completion = await _complete(pool, reask_spec, retry, outcome, on_chunk)
-            result = extract(completion.text, completion.parsed, spec.schema_name, header)
+            result = _checked(extract(completion.text, completion.parsed, spec.schema_name, header), spec)
             if result.ok:
                 result = Extraction(result.artifact, "reasked")
         if result.ok:
@@ -151,6 +155,12 @@ async def ask_for_artifact(
             raw_text=None if outcome.ok else outcome.raw_text,
         )
     return outcome
+
+
+def _checked(result: Extraction, spec: CallSpec) -> Extraction:
+    """``result``, failed when its ``final_answer`` is not one of ``spec.answers`` (so the re-ask quotes why)."""
+    errors = answer_errors(result.artifact, spec.answers) if result.artifact is not None else ()
+    return Extraction(None, None, errors) if errors else result
 
 
 def _chunk_publisher(bus: EventBus, spec: CallSpec) -> Callable[[str], None]:

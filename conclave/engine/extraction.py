@@ -168,6 +168,23 @@ def request_schema(schema_name: str) -> dict[str, Any]:
     return result
 
 
+def constrained(schema: dict[str, Any], answers: Sequence[str]) -> dict[str, Any]:
+    """``schema`` with its ``final_answer`` limited to ``answers`` (an ``enum``), e.g. a multiple-choice item's
+    letters; unchanged without ``answers`` or without a ``final_answer`` field."""
+    props = schema.get("properties")
+    if not answers or not isinstance(props, dict) or not isinstance(props.get("final_answer"), dict):
+        return schema
+    final = {k: v for k, v in props["final_answer"].items() if k not in ("pattern", "minLength", "maxLength")}
+    return {**schema, "properties": {**props, "final_answer": {**final, "enum": list(answers)}}}
+
+
+def answer_errors(artifact: Mapping[str, Any], answers: Sequence[str]) -> tuple[str, ...]:
+    """The error a re-ask quotes when an artifact's ``final_answer`` is not one of the allowed ``answers``."""
+    if not answers or "final_answer" not in artifact or artifact["final_answer"] in answers:
+        return ()
+    return (f"$.final_answer: {artifact['final_answer']!r} is not one of {list(answers)!r}",)
+
+
 def _inline_refs(node: Any, document: Mapping[str, Any]) -> Any:
     """A copy of ``node`` with ``$ref``s (``file.schema.json#/pointer`` or ``#/pointer``) replaced by their
     targets; ``document`` is the file ``node`` belongs to. Artifact schemas are not recursive."""

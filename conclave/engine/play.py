@@ -95,6 +95,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
             round_number=number,
             max_tokens=round_type.max_tokens,
             cache=session.prompt_cache,
+            answers=session.strategy.allowed_answers,
         )
     assert agent is not None
     spec = session.settings.agents[agent]
@@ -111,6 +112,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         max_tokens=round_type.max_tokens,
         agent_id=agent,
         cache=session.prompt_cache,
+        answers=session.strategy.allowed_answers,
     )
 
 

@@ -111,6 +111,11 @@ class Strategy:
         verdict = self.round_type(VERDICT_ROUND)
         return verdict.schema if verdict is not None else "verdict"
 
+    @property
+    def allowed_answers(self) -> tuple[str, ...]:
+        """The only ``final_answer`` values this consultation accepts (empty: any); sent as an ``enum``."""
+        return ()
+
     # ------------------------------------------------------------------------------------- templates
 
     def template(self, name: str) -> PromptTemplate:

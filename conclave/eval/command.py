@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
@@ -77,18 +79,44 @@ def evaluate(argv: list[str]) -> int:
         everything.append("eval.approved=true")
     code = run_task(flags, everything)
     if sweep_id is not None and code != 2:
+        # The report is printed here, by the parent, from the runs' files: a launcher's workers (Ray prefixes every
+        # line they print with its pid) never write the result, and workers with their own homes are read there.
         home = default_home()
-        runs = [store.read_run(home, r) for r in store.run_ids(home)]
-        runs = [r for r in runs if r.get("sweep_id") == sweep_id]
+        runs = sweep_runs([home], sweep_id)
+        elsewhere = not runs
+        if elsewhere:
+            runs = sweep_runs(worker_homes(everything, sweep_id), sweep_id)
         if runs:
-            sys.stdout.write(render_sweep(sweep_id, runs, "markdown"))
+            sys.stdout.write(render_sweep(sweep_id, runs, report_format(everything)))
             if any(r.get("status") != "complete" for r in runs):
                 code = max(code, 1)
-        elif code == 0:
-            # the workers wrote to their own homes (home=…): their runs join this one by merging
+        if elsewhere and code in (0, 1):
+            # the workers wrote to their own homes (home=…): their journals and index join this one by merging
             print(f"conclave eval: sweep {sweep_id} ran in other data homes; bring them here with "
                   f"`conclave index merge HOME…`, then `conclave eval report {sweep_id}`", file=sys.stderr)
     return code
+
+
+def sweep_runs(homes: list[Path], sweep_id: str) -> list[dict[str, Any]]:
+    """The runs of ``sweep_id`` found in ``homes``."""
+    runs = [store.read_run(home, r) for home in homes for r in store.run_ids(home)]
+    return [r for r in runs if r.get("sweep_id") == sweep_id]
+
+
+def worker_homes(overrides: list[str], sweep_id: str) -> list[Path]:
+    """The data homes a sweep's workers wrote to when ``home=`` names one per job (``…/${eval.sweep_id}/job-
+    ${hydra:job.num}``): ``${eval.sweep_id}`` is this sweep, any other interpolation matches anything."""
+    given = [o.partition("=")[2].strip("'\"") for o in overrides if o.lstrip("+").startswith("home=")]
+    if not given or "${" not in given[-1]:
+        return []
+    pattern = re.sub(r"\$\{[^}]*\}", "*", given[-1].replace("${eval.sweep_id}", sweep_id))
+    return [Path(p) for p in sorted(glob.glob(os.path.expanduser(pattern))) if Path(p).is_dir()]
+
+
+def report_format(overrides: list[str]) -> str:
+    """The sweep report's format: ``json`` with ``output.format=json`` (the last such override), else Markdown."""
+    given = [o.partition("=")[2].strip("'\" ").lower() for o in overrides if o.startswith("output.format=")]
+    return "json" if given and given[-1] == "json" else "markdown"
 
 
 def sweep_gate(flags: list[str], overrides: list[str], sweep_id: str | None) -> int | None:

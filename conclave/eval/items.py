@@ -1,4 +1,5 @@
-"""Evaluation items: a JSONL set ``{id, question, answer, choices?, kind}`` or a built-in generator.
+"""Evaluation items: a JSONL set ``{id, question, answer, choices?, kind}``, a benchmark file read through a column
+map (CSV, Parquet, a ``datasets`` dataset saved to disk: :mod:`conclave.eval.sources`), or a built-in generator.
 
 Generators are seeded and offline: ``arithmetic`` (Du et al. 2023: ``a+b*c+d-e*f`` with integers below 30) and
 ``gym:<task>`` (a procedural task of the ``reasoning-gym`` package, installed with the ``eval`` extra).
@@ -16,8 +17,10 @@ from conclave.errors import UsageError
 from conclave.eval.scoring import choice_index
 from conclave.extras import install_hint
 
-Kind = Literal["exact", "numeric", "choice", "yes_no"]
-KINDS: tuple[str, ...] = ("exact", "numeric", "choice", "yes_no")
+Kind = Literal["exact", "numeric", "choice", "yes_no", "math"]
+KINDS: tuple[str, ...] = ("exact", "numeric", "choice", "yes_no", "math")
+#: the letters that name choices, A for the first; a multiple-choice item has at most this many
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 GENERATORS = ("arithmetic", "gym:<task>")
 #: reasoning-gym tasks known to give short, exactly scorable answers (any other gym task may be named too)
 GYM_TASKS = ("basic_arithmetic", "chain_sum", "leg_counting", "gcd", "word_sorting")
@@ -32,6 +35,20 @@ class Item:
     answer: str
     kind: Kind = "exact"
     choices: list[str] = field(default_factory=list)
+
+    @property
+    def letters(self) -> list[str]:
+        """The letters naming this item's choices (A, B, …); empty for an item without choices."""
+        return list(LETTERS[:len(self.choices)])
+
+    @property
+    def prompt(self) -> str:
+        """What the panel is asked: the question, and for a multiple-choice item its lettered options."""
+        if not self.choices:
+            return self.question
+        options = "\n".join(f"{letter}. {choice}" for letter, choice in zip(self.letters, self.choices, strict=True))
+        return (f"{self.question}\n\nOptions:\n{options}\n\n"
+                f"Answer with the letter of one option ({self.letters[0]}–{self.letters[-1]}).")
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -51,7 +68,8 @@ def load_set(spec: str, *, n: int, seed: int) -> list[Item]:
     if path.suffix == ".jsonl" or path.exists():
         items = read_jsonl(path)
         return items[:n] if n else items
-    raise UsageError(f"eval set {spec!r}: not a .jsonl file nor a generator; allowed: a path to a .jsonl file, "
+    raise UsageError(f"eval set {spec!r}: not a file nor a generator; allowed: a path to a .jsonl, .csv, .parquet "
+                     "or .arrow file or a saved dataset directory, "
                      f"{', '.join(GENERATORS)} (gym tasks such as {', '.join(GYM_TASKS)})")
 
 
@@ -102,11 +120,14 @@ def item_from_dict(data: Any, where: str) -> Item:
     choices = data.get("choices") or []
     if not isinstance(choices, list) or not all(isinstance(c, str) and c.strip() for c in choices):
         raise UsageError(f"{where}: choices: a list of non-empty strings")
-    if kind == "choice" and len(choices) < 2:
-        raise UsageError(f"{where}: choices: kind 'choice' needs at least 2 choices")
+    if kind == "choice" and not 2 <= len(choices) <= len(LETTERS):
+        raise UsageError(f"{where}: choices: kind 'choice' needs 2 to {len(LETTERS)} choices, got {len(choices)}")
     answer = str(data["answer"]).strip()
-    if kind == "choice" and _choice_index(answer, choices) is None:
-        raise UsageError(f"{where}: answer: {answer!r} is neither a choice letter nor one of the choices")
+    if kind == "choice":
+        index = choice_index(answer, choices)
+        if index is None:
+            raise UsageError(f"{where}: answer: {answer!r} is neither a choice letter nor one of the choices")
+        answer = LETTERS[index]  # the gold letter: what the constrained answer schema allows
     if kind == "yes_no" and answer.lower() not in ("yes", "no"):
         raise UsageError(f"{where}: answer: kind 'yes_no' needs 'yes' or 'no', got {answer!r}")
     if kind == "numeric":
@@ -115,10 +136,6 @@ def item_from_dict(data: Any, where: str) -> Item:
         except ValueError:
             raise UsageError(f"{where}: answer: kind 'numeric' needs a number, got {answer!r}") from None
     return Item(id=str(data["id"]).strip(), question=data["question"], answer=answer, kind=kind, choices=choices)
-
-
-def _choice_index(answer: str, choices: list[str]) -> int | None:
-    return choice_index(answer, choices)
 
 
 def arithmetic(n: int, seed: int) -> list[Item]:

@@ -33,7 +33,7 @@ from conclave.engine.session import Session
 from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError, UsageError
 from conclave.eval import quality_arm, store
-from conclave.eval.items import Item, load_set
+from conclave.eval.items import Item
 from conclave.eval.protocols import (
     Capture,
     ItemResult,
@@ -46,6 +46,7 @@ from conclave.eval.protocols import (
 )
 from conclave.eval.quality_arm import resume_point, round_one_calls
 from conclave.eval.report import render
+from conclave.eval.sources import SourceOptions, load
 from conclave.eval.summary import run_columns, summarise
 from conclave.events import EventBus
 from conclave.providers.pool import ProviderPool
@@ -65,6 +66,11 @@ class EvalOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     set: Annotated[str, Field(min_length=1)] = "arithmetic"
+    #: a benchmark file's column per field (question, answer, choices, id; null = the field's own name)
+    columns: dict[str, str | list[str] | None] = Field(default_factory=dict)
+    answer_format: str = "auto"  # how the gold answers are written (conclave.eval.sources.ANSWER_FORMATS)
+    split: str | None = None  # a saved DatasetDict's split (null: test, or its only split)
+    shuffle_choices: bool = False  # shuffle each item's choices (seeded): for files whose right choice is always first
     n: Annotated[int, Field(ge=0)] | None = None  # items; null = 20 (3 on the offline local panel); 0 = whole set
     seed: int = 0
     concurrency: Annotated[int, Field(ge=1, le=64)] = 4  # items in flight at once in this process
@@ -181,7 +187,8 @@ def prepare(settings: Settings, options: EvalOptions, plugins: Any) -> EvalRun:
         raise ConfigError([f"eval.single_agent: {single!r} is not on the panel; allowed: {', '.join(settings.agents)}"])
     local = all(a.provider == "local" for a in settings.agents.values())
     n = options.n if options.n is not None else (DEFAULT_ITEMS_LOCAL if local else DEFAULT_ITEMS)
-    items = load_set(options.set, n=n, seed=options.seed)
+    items = load(options.set, n=n, seed=options.seed, options=SourceOptions(
+        options.columns, options.answer_format, options.split, options.shuffle_choices))
     run_id = store.check_run_id(options.run_id) if options.run_id else new_run_id()
     if not any(o.lstrip("+~").startswith("quality.stage=") for o in options.overrides):
         # the protocols compare fixed debates: the quality detectors record what they would do (shadow) without
@@ -358,7 +365,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     start = restored_round_1(settings.home, paired, first) if paired else None
     capture = Capture()
     consultation = Consultation(
-        settings.model_copy(update={"question": item.question}), plugins=plugins,
+        asking(settings, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
         resume_from=start,
     )
@@ -390,7 +397,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
         return scored
     arm_capture = Capture()
     arm_run = Consultation(
-        arm.model_copy(update={"question": item.question}), plugins=plugins,
+        asking(arm, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=fork,
     )
     add_quality(scored, (await arm_run.run()).as_dict(), arm_capture, capture, reuse)
@@ -402,7 +409,7 @@ async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, rec
     """Draw independent round-1 samples of the panel, one at a time, while one more brings the run's matched
     vote closer to the debates' billed tokens (or dollars); stop, for this item and the rest of the run, when the
     first samples repeat round 1 exactly."""
-    one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False})
+    one_round = asking(settings, item).model_copy(update={"rounds": 1, "quick": False})
     debate = sum(matched.size(d) for d in capture.rounds.values())
     vote = matched.size(capture.rounds.get(1))
     per_sample = vote
@@ -491,8 +498,7 @@ async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any
         if size < 2:
             break
         copies = {f"{best}_{k + 1}": spec for k in range(size)}
-        one_round = settings.model_copy(update={"question": item.question, "rounds": 1, "quick": False,
-                                                "agents": copies})
+        one_round = asking(settings, item).model_copy(update={"rounds": 1, "quick": False, "agents": copies})
         captures.append(Capture())
         samples.append((await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
                                            subscribers=[captures[-1]], recorder=recorder).run()).as_dict())
@@ -500,6 +506,16 @@ async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any
         spent += int(used.get("input_tokens") or 0) + int(used.get("output_tokens") or 0)
         drawn += size
     add_sc_best(scored, best, samples, captures, capture)
+
+
+def asking(settings: Settings, item: Item) -> Settings:
+    """``settings`` for ``item``'s consultation: its prompt (a multiple-choice item's options included) and, for a
+    multiple-choice item, answers constrained to its option letters."""
+    update: dict[str, Any] = {"question": item.prompt}
+    if item.choices:
+        options = {**settings.mode.options, "choices": item.letters}
+        update["mode"] = settings.mode.model_copy(update={"options": options})
+    return settings.model_copy(update=update)
 
 
 def remember(consent: Any, home: Any, err: TextIO) -> None:
@@ -525,7 +541,7 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
     async with ProviderPool(settings, plugins, bus) as pool:
         for item in items:
             session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
-                                          bus=bus, labels=labels, question=item.question, context_text=context))
+                                          bus=bus, labels=labels, question=item.prompt, context_text=context))
             # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
             longest = Plan(max_plan(session))
             whole = estimate_cost(session, longest.numbers(), plan=longest)
@@ -559,10 +575,10 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                 for index, item in enumerate(items or ev.items[:1]):
                     base_session = with_layers(Session(
                         settings=settings, plugins=plugins, strategy=strategy, pool=pool, bus=bus, labels=labels,
-                        question=item.question, context_text=context))
+                        question=item.prompt, context_text=context))
                     arm_session = with_layers(Session(
                         settings=arm, plugins=plugins, strategy=arm_strategy, pool=arm_pool, bus=bus, labels=labels,
-                        question=item.question, context_text=context))
+                        question=item.prompt, context_text=context))
                     if index == 0:  # the same rule for every item: only the question differs, in both alike
                         ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
                     if items:

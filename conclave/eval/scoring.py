@@ -1,7 +1,11 @@
-"""Scorers per item kind, and the canonical form that lets answers vote together ("42" and "42.0" are one vote).
+r"""Scorers per item kind, and the canonical form that lets answers vote together ("42" and "42.0" are one vote).
 
 - ``numeric``: the last number in the answer (thousands separators allowed) equals the expected one within a
-  relative tolerance of 1e-6; "the answer is 42." scores as 42.
+  relative tolerance of 1e-6; "the answer is 42." scores as 42. GSM8K's ``#### 42`` and MATH's ``\boxed{42}`` are
+  read first when present; units and currency are ignored ("12 m/s^2", "$1,200", "45%"), and ``3 × 10^8`` is 3e8.
+- ``math``: MATH's answers — the content of the last ``\boxed{}`` (or the whole answer), compared as LaTeX with
+  spacing, ``\left``/``\right``, ``\dfrac``/``\tfrac``, ``\text{}``, degree signs and surrounding ``$`` ignored;
+  two plain numbers compare as numbers.
 - ``choice``: a choice letter (``B``, ``(b)``, ``B.``) or the text of a choice; scored by index.
 - ``yes_no``: the first word, yes/true or no/false.
 - ``exact``: case, surrounding whitespace and punctuation, and inner runs of whitespace are ignored.
@@ -18,11 +22,43 @@ from typing import Any
 _NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+−]?\.\d+")
 _LETTER = re.compile(r"^\(?([A-Za-z])[).:]?$")
 _STRIP = string.whitespace + string.punctuation.replace("-", "").replace("+", "")
+_GSM8K = re.compile(r"####\s*(.+?)\s*$", re.S)
+_SCIENTIFIC = re.compile(r"(\d+(?:\.\d+)?)\s*(?:×|x|\*|\\times|\\cdot)\s*10\s*\^\s*\{?\s*([-−+]?\d+)\s*\}?")
+#: an exponent written on a unit ("m/s^2", "cm²", "km^{3}"): not the answer's number
+_UNIT_POWER = re.compile(r"(?<=[A-Za-z)])\s*\^\s*\{?[-−]?\d+\}?|[²³]")
+
+
+def boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{…}`` (or ``\\fbox{…}``) in ``text``, braces balanced; None if none."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    depth, begin = 0, text.index("{", start)
+    for index in range(begin, len(text)):
+        if text[index] == "{":
+            depth += 1
+        elif text[index] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[begin + 1:index].strip()
+    return None
+
+
+def final_part(text: str) -> str:
+    """What a worked answer concludes with: after GSM8K's last ``####``, else inside the last ``\\boxed{}``."""
+    marked = _GSM8K.search(text)
+    if marked and "####" not in marked.group(1):
+        return marked.group(1)
+    inner = boxed(text)
+    return text if inner is None else inner
 
 
 def parse_number(text: str) -> float | None:
-    """The last number in ``text``; None when there is none."""
-    found = _NUMBER.findall(text.replace("−", "-"))
+    """The number ``text`` ends with (see the module's ``numeric``); None when there is none."""
+    text = final_part(text).replace("−", "-")
+    text = _SCIENTIFIC.sub(lambda m: f"{m.group(1)}e{m.group(2)}", text)
+    text = _UNIT_POWER.sub("", text)
+    found = _NUMBER.findall(text)
     if not found:
         return None
     try:
@@ -64,6 +100,21 @@ def yes_no(text: str) -> str | None:
     return None
 
 
+def math_form(text: str) -> str | None:
+    """MATH's comparable form of an answer (see the module's ``math``); None when nothing is left."""
+    form = final_part(text).strip().strip("$").strip()
+    form = re.sub(r"\\text\{\s*([^{}]*?)\s*\}|\\mathrm\{\s*([^{}]*?)\s*\}", lambda m: m.group(1) or m.group(2) or "",
+                  form)
+    form = re.sub(r"\\left|\\right|\\[,;:! ]|\\displaystyle", "", form)
+    form = re.sub(r"\\[dt]frac", r"\\frac", form)
+    form = re.sub(r"\^\s*\{?\\circ\}?|°", "", form)
+    form = "".join(form.split()).rstrip(".")
+    if re.fullmatch(r"[-+]?\d[\d,]*(?:\.\d+)?", form):
+        value = float(form.replace(",", ""))
+        return str(int(value)) if value == int(value) else repr(value)
+    return form or None
+
+
 def normalise(text: str) -> str:
     return " ".join(text.strip().strip(_STRIP).casefold().split())
 
@@ -78,6 +129,8 @@ def canonical(answer: str | None, kind: str, choices: list[str] | None = None) -
         if value is None:
             return None
         return str(int(value)) if value == int(value) and abs(value) < 1e15 else repr(value)
+    if kind == "math":
+        return math_form(answer)
     if kind == "choice":
         index = choice_index(answer, list(choices or []))
         return None if index is None else chr(ord("A") + index)

@@ -40,12 +40,14 @@ from conclave.providers.base import (
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
+    RateLimitedError,
     SubstitutionRefusedError,
     Usage,
 )
 from conclave.providers.health import HealthStatus, HealthTracker
 from conclave.providers.hedge_memory import HedgeMemory
 from conclave.providers.hedging import HISTORY_QUANTILE, MIN_HISTORY, HedgeBudget, hedge_after, race
+from conclave.providers.pacing import pacer_for
 from conclave.providers.pricing import PriceTable
 from conclave.providers.probe import TEST_PROMPT, TEST_SCHEMA, CallCheck, ProbeResult, probe, test_request
 from conclave.providers.retry import RetryPolicy, call_with_retries
@@ -538,6 +540,16 @@ class ProviderPool:
 
     async def _attempt(self, call: _Call, instance: Provider, request: CompletionRequest, number: int,
                        remaining: float, hedge: bool) -> Completion:
+        endpoint = instance.endpoint()
+        pacer = pacer_for(endpoint) if endpoint else None
+        if pacer is not None:  # under a rate limit, requests to the endpoint are spaced (never past the deadline)
+            while (wait_s := pacer.take()) > 0:
+                if wait_s >= remaining:  # a refusal of our own, as the endpoint would answer: transient, not a hang
+                    raise RateLimitedError(f"{instance.name}: paced under its rate limit past the call's deadline",
+                                           retry_after_s=wait_s, provider=instance.name, model=request.model)
+                await asyncio.sleep(wait_s)
+                remaining -= wait_s
+            pace = pacer.cuts
         started_at, t0 = time.time(), time.perf_counter()
         token = object()
         streamed: list[str] = []
@@ -558,6 +570,8 @@ class ProviderPool:
                          usage=_abandoned_usage(instance, request, streamed))
             raise error from None
         except ProviderError as exc:
+            if pacer is not None and exc.outcome == "rate_limited":
+                pacer.refused(pace, exc.retry_after_s)
             usage = _abandoned_usage(instance, request, streamed) if exc.billed else None
             self._record(call, instance.name, request.model, number, started_at, t0, hedge, error=exc, usage=usage)
             raise
@@ -568,6 +582,8 @@ class ProviderPool:
         finally:
             if call.gate is not None:
                 call.gate.release(token)
+        if pacer is not None:
+            pacer.answered()
         self._record(call, instance.name, request.model, number, started_at, t0, hedge, usage=completion.usage,
                      estimated=False)
         return replace(completion, provider=instance.name)

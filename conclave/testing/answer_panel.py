@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
+from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
 from conclave.testing.schema_instances import instance_for
 
 _PERSONA = re.compile(r"You are (.+?), one member")
@@ -61,9 +61,12 @@ class AnswerPanel:
         truth = self.truth(question)
         return truth if self.right(persona, question) else wrong_answer(truth)
 
-    def install(self, fake: FakeProviderServer, *, agent_model: str = "gpt-4o", judge_model: str = "gpt-4.1") -> None:
-        fake.script(agent_model, self._agent)
-        fake.script(judge_model, self._judge)
+    def install(self, fake: FakeProviderServer, *, agent_model: str = "gpt-4o", judge_model: str = "gpt-4.1",
+                gate: Callable[[RecordedRequest], Fault | None] | None = None) -> None:
+        """Script both models on ``fake``; ``gate`` sees every request first and may answer it with a fault
+        instead (a rate limit: :class:`conclave.testing.rate_limit.RateLimit`)."""
+        fake.script(agent_model, self._agent if gate is None else _gated(gate, self._agent))
+        fake.script(judge_model, self._judge if gate is None else _gated(gate, self._judge))
 
     # ------------------------------------------------------------------------------------------ replies
 
@@ -106,6 +109,11 @@ class AnswerPanel:
             top = _most_common(answers)
             body.update(final_answer=top, recommendation=f"The answer is {top}.", confidence=self.verdict_confidence)
         return Reply(json=body, latency=self.latency)
+
+
+def _gated(gate: Callable[[RecordedRequest], Fault | None],
+           reply: Callable[[RecordedRequest], Reply]) -> Callable[[RecordedRequest], Reply | Fault]:
+    return lambda request: gate(request) or reply(request)
 
 
 def wrong_answer(truth: str) -> str:

@@ -1,0 +1,102 @@
+"""An unattended `conclave eval` sweep against a rate-limited provider (the fake server answering 429 with
+Retry-After from a token bucket, as a hosted API limits a key), run as users run it: one `conclave eval -m`
+process, its points in parallel joblib workers sharing one CONCLAVE_HOME.
+
+Prints: whether the sweep finished on its own (exit 0, every item of every point complete), calls answered (paid),
+429s and retries as a share of the calls, requests paid twice (an identical request answered more than once), and
+the wall time. Goals: completes; retries ≤ 10% of calls; nothing paid twice.
+
+    python bench/eval_ratelimit.py [--items 1000] [--points 3] [--per-second 40] [--burst 20] [--latency 0.05]
+    python bench/eval_ratelimit.py --items 20 --json      # the test's smaller version; the figures as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from conclave.testing.answer_panel import AnswerPanel
+from conclave.testing.fake_server import FakeProviderServer
+from conclave.testing.rate_limit import RateLimit
+
+PANEL = ["agents.security.provider=openai", "agents.security.model=gpt-4o",
+         "agents.pragmatist.provider=openai", "agents.pragmatist.model=gpt-4o", "judge.model=gpt-4.1"]
+NAMES = ("Security Expert", "Systems Architect", "Pragmatic Engineer")
+# only the panel's provider has a key: no backup provider (the fake does not script one) takes its calls
+KEYS = {"OPENAI_API_KEY": "sk-bench-0000"}
+
+
+async def sweep(items: int, points: int, per_second: float, burst: int, latency: float,
+                extra: list[str]) -> dict[str, Any]:
+    """Run the sweep and measure it (see the module docstring)."""
+    limit = RateLimit(per_second, burst)
+    async with FakeProviderServer() as fake:
+        AnswerPanel({name: 0.7 for name in NAMES}, latency=latency).install(fake, gate=limit)
+        with tempfile.TemporaryDirectory() as home:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_") and not k.endswith("_API_KEY")}
+            env.update(KEYS, CONCLAVE_HOME=home, CONCLAVE_PROGRESS="0", CONCLAVE_SWEEP_DIR=f"{home}/multirun")
+            seeds = ",".join(str(s) for s in range(1, points + 1))
+            args = ["eval", "-m", "arithmetic", f"eval.n={items}", f"eval.seed={seeds}", "rounds=2",
+                    "cost.auto_approve=true", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={points}", *PANEL,
+                    *fake.overrides(), *extra]
+            started = time.perf_counter()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "conclave", *args, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=home)
+            _, err = await process.communicate()
+            wall = time.perf_counter() - started
+            db = sqlite3.connect(Path(home) / "index.db")
+            statuses = dict(db.execute("select status, count(*) from eval_items group by status").fetchall())
+            complete = statuses.get("complete", 0)
+            runs = db.execute("select count(*) from eval_runs where status = 'complete'").fetchone()[0]
+            db.close()
+    paid = limit.paid
+    return {
+        "exit_code": process.returncode, "items": items * points, "items_complete": complete,
+        "item_statuses": statuses, "points_complete": runs, "points": points, "calls_paid": paid,
+        "rate_limited_429": limit.limited,
+        "retry_share": round(limit.limited / paid, 4) if paid else None, "paid_twice": limit.paid_twice,
+        "wall_s": round(wall, 1), "per_second": per_second, "burst": burst, "latency_s": latency,
+        "stderr_tail": err.decode()[-3000:],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=1000, help="items per point")
+    parser.add_argument("--points", type=int, default=3)
+    parser.add_argument("--per-second", type=float, default=40.0, help="the provider's request rate limit")
+    parser.add_argument("--burst", type=int, default=20, help="requests the limit lets through at once")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per answered call")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("overrides", nargs="*", help="further conclave overrides (e.g. eval.concurrency=2)")
+    args = parser.parse_args()
+    figures = asyncio.run(sweep(args.items, args.points, args.per_second, args.burst, args.latency, args.overrides))
+    if args.json:
+        print(json.dumps(figures))
+        return
+    finished = figures["exit_code"] == 0 and figures["items_complete"] == figures["items"]
+    share = figures["retry_share"] or 0.0
+    print(f"conclave eval sweep under a rate limit of {args.per_second:g} req/s (burst {args.burst}), "
+          f"{args.latency * 1000:.0f} ms per call: {args.items} items × {args.points} points, joblib workers")
+    print(f"{'finished unattended':<24} {'yes' if finished else 'NO'} (exit {figures['exit_code']}, "
+          f"{figures['items_complete']}/{figures['items']} items, {figures['points_complete']}/{args.points} points)")
+    print(f"{'calls paid':<24} {figures['calls_paid']}")
+    print(f"{'429s (retries)':<24} {figures['rate_limited_429']} = {100 * share:.1f}% of calls "
+          f"(goal ≤ 10%: {'met' if share <= 0.10 else 'NOT met'})")
+    print(f"{'paid twice':<24} {figures['paid_twice']} (goal 0: {'met' if figures['paid_twice'] == 0 else 'NOT met'})")
+    print(f"{'wall':<24} {figures['wall_s']} s ({figures['calls_paid'] / max(figures['wall_s'], 1e-9):.1f} calls/s)")
+    if figures["stderr_tail"]:
+        print(figures["stderr_tail"], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
