@@ -551,10 +551,11 @@ async def test_a_key_across_the_message_cut_leaves_no_fragment(conclave_env, plu
     monkeypatch.setenv(KEY_VARS[provider], key)
     model = MODELS[provider]
     errors: list[str] = []
-    async with FakeProviderServer() as fake:
-        fake.script(model, [Fault.http(status, "x" * n + key) for n in PADDINGS])
-        settings = fake.settings(providers=_single_attempt(fake), hedging={"enabled": False})
-        for _ in PADDINGS:  # a pool per call: a model that failed for good is not asked again by the same pool
+    for n in PADDINGS:  # a server per call: a 429 paces its endpoint for the loop (providers/pacing.py)
+        async with FakeProviderServer() as fake:
+            fake.script(model, Fault.http(status, "x" * n + key))
+            settings = fake.settings(providers=_single_attempt(fake), hedging={"enabled": False})
+            # a pool per call: a model that failed for good is not asked again by the same pool
             async with ProviderPool(settings, plugins) as pool:
                 with pytest.raises(ProviderError) as caught:
                     await pool.complete(agent="a", provider=provider, request=_request(model), round_number=1,

@@ -2,7 +2,8 @@
 
 Honouring each call's Retry-After alone is not enough when many calls run at once (an eval runs several items,
 each with a panel): every waiting call comes back together and most are refused again. A rate limit belongs to the
-endpoint (the key), not to one call or one consultation, so the pace is kept per endpoint for the whole process.
+endpoint (the key), not to one call or one consultation, so the pace is kept per endpoint for everything the
+process runs on its event loop.
 The rule is TCP's: on a 429 the request rate is halved (once per burst of refusals: a refusal of a request
 scheduled before the last cut does not cut again) and no request starts before the Retry-After; every answer
 raises the rate a little. An endpoint that never answers 429 is never paced.
@@ -10,7 +11,9 @@ raises the rate a little. An endpoint that never answers 429 is never paced.
 
 from __future__ import annotations
 
+import asyncio
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -62,9 +65,12 @@ class Pacer:
                 self.interval = 0.0
 
 
-_PACERS: dict[str, Pacer] = {}
+#: event loop -> endpoint -> its pacer. Everything a process runs on one loop shares an endpoint's pace (an
+#: evaluation's concurrent items, a server's consultations); a new loop (the next CLI command, the next test) starts
+#: unpaced, so one burst of refusals does not slow unrelated work for the rest of the process.
+_PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Pacer]] = weakref.WeakKeyDictionary()
 
 
 def pacer_for(endpoint: str) -> Pacer:
-    """The process-wide pacer of ``endpoint`` (a base URL)."""
-    return _PACERS.setdefault(endpoint, Pacer())
+    """The pacer of ``endpoint`` (a base URL) on the running event loop."""
+    return _PACERS.setdefault(asyncio.get_running_loop(), {}).setdefault(endpoint, Pacer())
