@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
+from conclave.config.home import default_home
 from conclave.eval.scoring import is_correct
-from conclave.home import default_home
 from conclave.testing.fake_server import FakeProviderServer
 from conclave.testing.panel_world import WORLDS, panel_overrides, standard_world
 

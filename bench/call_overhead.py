@@ -19,7 +19,7 @@ from typing import Any, cast
 import aiohttp
 
 from conclave.events import EventBus
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
 from conclave.testing.fake_server import FakeProviderServer, Reply

@@ -32,8 +32,8 @@ CONTEXTS = {"none": ("letters", 0), "10 KB": ("letters", 10_000), "100 KB": ("le
 async def measure(runs: int) -> list[tuple[str, list[float], list[float], bool]]:
     from test_context_limits import letters, session_for
 
-    from conclave.engine.cost import planned_texts, price_calls
-    from conclave.engine.limits import check_context_windows
+    from conclave.engine.cost.estimate import planned_texts, price_calls
+    from conclave.engine.cost.limits import check_context_windows
     from conclave.errors import ConfigError
     from conclave.testing.fake_server import FakeProviderServer
     from conclave.tokens import utf8_upper_bound

@@ -31,7 +31,7 @@ QUESTION = "Should the billing service move to event sourcing?"
 
 async def one_run(overrides: list[str], rounds: int) -> tuple[float, str]:
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
 
     settings = compose_settings(QUESTION, [*overrides, "cost.auto_approve=true", "judge.model=gpt-4.1",
                                            f"rounds={rounds}"])

@@ -59,10 +59,10 @@ async def _overhead(items: int, rounds: int, repeats: int) -> tuple[float, float
     import statistics
 
     from conclave.engine.interaction import Interaction
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
+    from conclave.eval.evaluate import EvalOptions, prepare, run_async
     from conclave.eval.items import arithmetic
-    from conclave.eval.runner import EvalOptions, prepare, run_async
-    from conclave.plugins import get_plugins
+    from conclave.plugin_manager import get_plugins
     from conclave.store.recorder import Recorder
     from conclave.testing.answer_panel import AnswerPanel
     from conclave.testing.fake_server import FakeProviderServer
@@ -109,8 +109,8 @@ async def _overhead(items: int, rounds: int, repeats: int) -> tuple[float, float
 async def _matched_ratio(items: int, rounds: int) -> tuple[float | None, str]:
     """The matched vote's billed-token ratio over ``items`` items, and the line the run printed about it."""
     from conclave.engine.interaction import Interaction
-    from conclave.eval.runner import EvalOptions, prepare, run_async
-    from conclave.plugins import get_plugins
+    from conclave.eval.evaluate import EvalOptions, prepare, run_async
+    from conclave.plugin_manager import get_plugins
     from conclave.testing.answer_panel import AnswerPanel
     from conclave.testing.fake_server import FakeProviderServer
 

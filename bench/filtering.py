@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conclave.artifacts import check, current_version
-from conclave.config import RepliesFilter, Round3Filter, Round4Filter
+from conclave.artifacts.schema_registry import check, current_version
+from conclave.config.settings import RepliesFilter, Round3Filter, Round4Filter
 from conclave.engine.session import prompt_json
 from conclave.tokens import count_tokens, tokenizer_backend
 
@@ -270,7 +270,7 @@ async def play(debate: dict[str, Any], fake: Any, agent: Callable[[str], Callabl
     """Run ``debate``'s panel through the engine on the fake server — agent ``name`` answered by ``agent(name)``,
     the judge by ``judge`` — with the debate's own shuffle seed; the consultation's result."""
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
 
     fake.reset()
     panel = ["~agents"]
@@ -335,7 +335,7 @@ _TITLES: dict[str, str] = {}
 
 def _titles(request_schema: Any) -> dict[str, str]:
     if not _TITLES:
-        from conclave.artifacts import schema_names
+        from conclave.artifacts.schema_registry import schema_names
 
         _TITLES.update({request_schema(n)["title"]: n for n in schema_names() if n != "common"})
     return _TITLES

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
 from conclave.providers.retry import RetryPolicy

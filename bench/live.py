@@ -45,11 +45,11 @@ async def _view(url: str, out: str) -> None:
 
 async def _consult(overrides: list[str], home: Path, watched: bool) -> tuple[float, list[float]]:
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.doors.web.app import make_app
+    from conclave.doors.web.feeds import Feeds
+    from conclave.doors.web.serving import start_site
+    from conclave.engine.run import Consultation
     from conclave.store.paths import StoreLayout
-    from conclave.web.app import make_app
-    from conclave.web.feeds import Feeds
-    from conclave.web.server import start_site
 
     settings = compose_settings(QUESTION, [*overrides, "cost.auto_approve=true", "judge.model=gpt-4.1"])
     consultation = Consultation(settings, stream=watched)

@@ -50,7 +50,7 @@ def main() -> None:
 
     from conclave_plugins.local import GenerationJob, LocalRuntime
 
-    from conclave import artifacts
+    from conclave.artifacts import schema_registry as artifacts
 
     runtime = LocalRuntime(model_file(args.model_path))
     messages = round1_messages()

@@ -34,7 +34,7 @@ from conclave.engine.quality import AGENTS_NOT_SHOWN, RECORD_ONLY, claim_ids_in
 from conclave.engine.session import prompt_json
 from conclave.quality.anchors import ANCHORS, anchor_prompt
 from conclave.quality.claims import check_rules, claims_of
-from conclave.quality.state import DebateState
+from conclave.quality.debate_state import DebateState
 from conclave.quality.verification import UNIVERSAL, prompt_list, run_checkers
 from conclave.tokens import count_tokens
 

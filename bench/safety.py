@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Any
 
-from conclave.quality.safety import RESPONSE_TRIGGER_KINDS, Rules, artifact_text
+from conclave.quality.safety_rules import RESPONSE_TRIGGER_KINDS, Rules, artifact_text
 
 ORDINARY = ("billing", "events", "replay", "audit", "outbox", "latency", "throughput", "team", "cost", "migration",
             "schema", "projection", "risk", "vendor", "rollout", "budget", "compliance", "storage", "queue")
@@ -95,7 +95,7 @@ def part_one(repeat: int) -> list[tuple[str, str, float, float, float, float]]:
 async def one_run(latency: float) -> tuple[float, float, int]:
     """(tier-1 ms per response, processing ms per response, responses) of one 4-round consultation."""
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
     from conclave.events import AGENT_COMPLETED, SAFETY_CHECKED
     from conclave.testing.fake_server import FakeProviderServer, Reply
     from conclave.testing.schema_instances import instance_for

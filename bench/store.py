@@ -3,7 +3,7 @@
     python bench/store.py [--consultations 100000] [--home DIR] [--realistic-sample 2000] [--full-size]
     python bench/store.py --home DIR --reuse [--rebuild-runs 3]   # again, on the journals already in DIR
 
-Synthetic consultations (``conclave.store.synthetic``: ~44 events each, deterministic) are journaled with the
+Synthetic consultations (``conclave.testing.synthetic_events``: ~44 events each, deterministic) are journaled with the
 production :class:`~conclave.store.journal.JournalWriter`. The first ``--realistic-sample`` are made durable the
 way a live run is (fsync + head at every round start and end); the rest fsync once per consultation so a 100k
 corpus can be built in reasonable time. Then the index is rebuilt from the journals (best of
@@ -39,13 +39,13 @@ from pathlib import Path
 
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
-from conclave.store.index import RebuildReport, connect, rebuild
 from conclave.store.journal import JournalWriter
 from conclave.store.paths import StoreLayout
+from conclave.store.period_stats import compute_stats, period_from_args
 from conclave.store.redact import Redactor
-from conclave.store.stats import compute_stats, period_from_args
-from conclave.store.synthetic import synthetic_events
+from conclave.store.sqlite_index import RebuildReport, connect, rebuild
 from conclave.store.verify import verify_store
+from conclave.testing.synthetic_events import synthetic_events
 
 SPACING_S = 120.0  # 100k consultations then span ~139 days, so --week and --month select real subsets
 

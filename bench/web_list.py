@@ -21,9 +21,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from conclave.commands.browse import free_port, wait_until_up
+from conclave.cli.commands.browse import free_port, wait_until_up
 from conclave.store.recorder import Recorder
-from conclave.store.synthetic import synthetic_events
+from conclave.testing.synthetic_events import synthetic_events
 
 TOKEN = "bench-token"
 GOAL_S = 0.2

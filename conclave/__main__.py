@@ -1,3 +1,3 @@
-from conclave.cli import run
+from conclave.cli.main import run
 
 run()

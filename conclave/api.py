@@ -15,9 +15,9 @@ from typing import Any
 from conclave.compose import compose_settings, config_groups
 from conclave.engine.interaction import Interaction
 from conclave.engine.result import ConsultationResult
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.events import Subscriber
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 from conclave.store.recorder import Recorder
 
 __all__ = ["ConsultationResult", "compose_settings", "config_groups", "consult", "consult_async"]

@@ -24,11 +24,11 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from conclave.config import Settings, check_against_plugins, settings_from_dictconfig
+from conclave.cli.panel import offline_panel_blocked, zero_config_overrides
+from conclave.config.home import default_home
+from conclave.config.settings import Settings, check_against_plugins, settings_from_dictconfig
 from conclave.errors import ConfigError
-from conclave.home import default_home
-from conclave.panel import offline_panel_blocked, zero_config_overrides
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 from conclave.quoting import SHELL_COMPLETION_HINT, hydra_quote
 
 CONFIG_MODULE = "pkg://conclave.conf"

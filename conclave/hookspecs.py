@@ -72,8 +72,8 @@ def register_config_paths(register: Register) -> None:
 @hookspec
 def register_schemas(register: Register) -> None:
     """Register the JSON Schemas of a plugin's own artifacts: ``register("verdict_explore", schema)``, e.g. every
-    file of a package with :func:`conclave.artifacts.schemas_in`. A round type names one as its ``schema``; it is
-    validated, sent as structured output and listed by ``conclave schemas`` like a core schema."""
+    file of a package with :func:`conclave.artifacts.schema_registry.schemas_in`. A round type names one as its
+    ``schema``; it is validated, sent as structured output and listed by ``conclave schemas`` like a core schema."""
 
 
 @hookspec

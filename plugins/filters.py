@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from conclave.artifact_filter import ArtifactFilter, stable_rank
+from conclave.artifacts.artifact_filter import ArtifactFilter, stable_rank
 from conclave.hookspecs import hookimpl
 
 SEVERITY_KEYWORDS = (

@@ -37,7 +37,7 @@ from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from conclave.artifacts import drop_null_optionals, strict_variant
+from conclave.artifacts.schema_registry import drop_null_optionals, strict_variant
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
     CacheRule,

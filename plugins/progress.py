@@ -21,7 +21,7 @@ from math import fsum  # statistics.fmean's sum, without importing statistics (d
 from typing import Any, TextIO
 
 from conclave import events as ev
-from conclave.artifact_filter import FILTERING_OFF_NOTICE
+from conclave.artifacts.artifact_filter import FILTERING_OFF_NOTICE
 from conclave.hookspecs import hookimpl
 
 ROUND_LABELS = {

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conclave.commands.browse import free_port, wait_until_up
+from conclave.cli.commands.browse import free_port, wait_until_up
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from conclave.engine.interaction import Interaction
-from conclave.eval.runner import EvalOptions, EvalRun, prepare, run_async
-from conclave.plugins import get_plugins
+from conclave.eval.evaluate import EvalOptions, EvalRun, prepare, run_async
+from conclave.plugin_manager import get_plugins
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer
 

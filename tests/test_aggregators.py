@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conclave.engine.aggregation import AggregationContext, Ballot, answer_groups
-from conclave.plugins import get_plugins
-from conclave.store.index import connect
+from conclave.plugin_manager import get_plugins
+from conclave.store.sqlite_index import connect
 
 PANEL = [("strong", "Security Expert"), ("weak1", "Systems Architect"), ("weak2", "Pragmatic Engineer")]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, by_schema, requests_with, run_consultation
 
-from conclave.commands.show_prompt import render
+from conclave.cli.commands.show_prompt import render
 from conclave.engine.labels import JudgeLabels
 from conclave.events import CONSULTATION_STARTED
 from conclave.render.markdown import render_markdown

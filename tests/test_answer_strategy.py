@@ -10,9 +10,9 @@ from typing import Any
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, by_schema, requests_with, run_consultation, texts
 
 import conclave
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.events import FILTER_APPLIED
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder

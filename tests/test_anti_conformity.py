@@ -12,9 +12,9 @@ from eval_helpers import evaluate
 
 import conclave
 from conclave.engine.conformity import effective_answers
-from conclave.eval import store
+from conclave.eval import run_store as store
 from conclave.events import CONSULTATION_COMPLETED
-from conclave.quality.state import DebateState
+from conclave.quality.debate_state import DebateState
 from conclave.render.markdown import render_markdown
 from conclave.testing.answer_panel import AnswerPanel, arithmetic_truth
 from conclave.testing.fake_server import FakeProviderServer

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conclave.store.recorder import Recorder
-from conclave.store.synthetic import synthetic_events
+from conclave.testing.synthetic_events import synthetic_events
 
 CANNED = {"costliest_consultations", "dissent_by_agent", "early_terminations_by_threshold", "provider_failures",
           "savings_by_filter_limits", "spending_per_day", "spending_per_provider", "confidence_distribution",

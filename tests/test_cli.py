@@ -12,7 +12,7 @@ from cli_helpers import run_conclave
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conclave.cli import _split_question, hydra_quote
+from conclave.cli.main import _split_question, hydra_quote
 
 AWKWARD_QUESTIONS = [
     "Should we use X, or Y?",
@@ -227,7 +227,7 @@ def test_zero_config_panel_follows_the_keys_present(tmp_path: Path) -> None:
 
 
 def test_offline_panel_notice_is_printed_once_for_a_valid_run(tmp_path: Path) -> None:
-    from conclave.panel import LOCAL_PANEL_NOTICE
+    from conclave.cli.panel import LOCAL_PANEL_NOTICE
 
     invalid = run_conclave("Q?", "rounds=9", home=tmp_path)  # a config error stays one line, notice or not
     assert invalid.stderr.splitlines() == ["conclave: rounds: input should be less than or equal to 4 (got 9)"]

@@ -1,5 +1,5 @@
 """One source per default: the composed default configuration (``conf/``) and the pydantic models of
-:mod:`conclave.config` cannot disagree, and no default names an option that does not exist."""
+:mod:`conclave.config.settings` cannot disagree, and no default names an option that does not exist."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from pydantic import BaseModel
 
-from conclave.config import SafetySettings, Settings, settings_from_container
-from conclave.plugins import get_plugins
+from conclave.config.settings import SafetySettings, Settings, settings_from_container
+from conclave.plugin_manager import get_plugins
 
 #: keys whose YAML value is an interpolation of the environment, resolved at start (the model's default is the
 #: same place, computed: ``default_home()``)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_conclave
 
-from conclave.config import Settings, settings_from_container
+from conclave.config.settings import Settings, settings_from_container
 from conclave.errors import ConfigError
 
 # keys for the default panel's providers, so the default (not the offline) panel is composed

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conclave.config import Settings
+from conclave.config.settings import Settings
 from conclave.engine.context import (
     MAX_FILE_BYTES,
     MAX_OMITTED_LISTED,

@@ -18,19 +18,19 @@ import pytest
 from cli_helpers import clean_env
 from test_engine_support import BASE_OVERRIDES, QUESTION
 
-from conclave import artifacts
 from conclave.api import compose_settings
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.caching import cached_definitions
 from conclave.engine.calls import CallSpec
+from conclave.engine.cost.limits import DEFINITIONS_ALLOWANCE, check_context_windows
 from conclave.engine.extraction import request_schema
 from conclave.engine.judge import JudgeSeat
 from conclave.engine.labels import JudgeLabels
-from conclave.engine.limits import DEFINITIONS_ALLOWANCE, check_context_windows
 from conclave.engine.session import Session
 from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError
 from conclave.events import EventBus
-from conclave.plugins import get_plugins, load_plugins
+from conclave.plugin_manager import get_plugins, load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
 from conclave.providers.pricing import ContextLimits, PriceTable, parse_sheet

@@ -378,7 +378,7 @@ def test_a_killed_consultation_reads_interrupted_and_a_written_one_running(tmp_p
     from conclave.store.journal import JournalWriter
     from conclave.store.recorder import Recorder
     from conclave.store.redact import Redactor
-    from conclave.store.synthetic import synthetic_events
+    from conclave.testing.synthetic_events import synthetic_events
 
     events = synthetic_events(3)
     recorder = Recorder(tmp_path)

@@ -9,7 +9,7 @@ from test_index import dump
 
 from conclave import events as ev
 from conclave.store.recorder import Recorder
-from conclave.store.synthetic import synthetic_events
+from conclave.testing.synthetic_events import synthetic_events
 
 
 def test_the_index_is_written_once_round_1_is_under_way_and_ends_the_same(tmp_path: Path) -> None:

@@ -256,7 +256,7 @@ async def test_round_2_waits_for_the_exact_count_only_when_the_spend_could_reach
     which then stops the consultation before round 2 spends anything."""
     import time
 
-    from conclave.engine import runner
+    from conclave.engine import run as runner
 
     fake = fake_provider_server
     exact = runner.price_calls

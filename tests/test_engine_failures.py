@@ -26,7 +26,7 @@ from test_engine_support import (
 
 from conclave.api import compose_settings
 from conclave.engine.extraction import extract, header_for
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.errors import ConfigError
 from conclave.render.markdown import render_markdown
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
@@ -120,7 +120,7 @@ async def test_when_the_replacement_judge_fails_too_the_result_is_partial(fake_p
     script_panel(fake)
     fake.script(JUDGE_MODEL, Fault.server_error(500))
     probe = compose_settings("q", [*fake.overrides(), "judge.model=gpt-4.1"])
-    from conclave.plugins import get_plugins
+    from conclave.plugin_manager import get_plugins
     from conclave.providers.pool import ProviderPool
 
     async with ProviderPool(probe, get_plugins()) as pool:

@@ -11,7 +11,7 @@ from test_engine_support import by_schema, independent, schema_of
 
 from conclave.api import compose_settings
 from conclave.engine.result import ConsultationResult
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.events import Event
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.testing.schema_instances import instance_for

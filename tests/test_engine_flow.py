@@ -18,7 +18,7 @@ from test_engine_support import (
     texts,
 )
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.events import ROUND_ARTIFACT
 from conclave.testing.fake_server import FakeProviderServer
 from conclave.tokens import count_tokens

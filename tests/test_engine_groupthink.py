@@ -122,7 +122,7 @@ async def test_an_objection_round_that_brings_nothing_new_escalates_with_a_banne
     assert row == ("on", 1, 1, 1) and objection == [(0, 0, 1)]
     import sqlite_utils
 
-    from conclave.store.stats import Period, compute_stats, render_text
+    from conclave.store.period_stats import Period, compute_stats, render_text
 
     stats = compute_stats(sqlite_utils.Database(StoreLayout(tmp_path).index_path), Period("all time"))
     assert stats["groupthink"] == {"firings": {"early_convergence": 1, "stagnation": 0}, "acted": 1,
@@ -181,7 +181,7 @@ async def test_a_panel_that_disagrees_runs_no_objection_round(fake_provider_serv
 
 async def test_a_resumed_run_restores_the_objection_round_instead_of_paying_again(
         fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
-    from conclave.store.resume import load_resume_point
+    from conclave.store.resume_points import load_resume_point
 
     fake = fake_provider_server
     script(fake, productive_objection)
@@ -209,7 +209,7 @@ async def test_a_debate_that_stops_moving_stagnates_and_must_object_before_the_v
 
     from conclave.api import compose_settings
     from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
 
     fake = fake_provider_server
     for name, model in AGENT_MODELS.items():
@@ -242,7 +242,7 @@ async def test_a_debate_that_stops_moving_stagnates_and_must_object_before_the_v
 
 
 def test_show_prompt_shows_the_objection_round_where_a_firing_after_round_1_puts_it(conclave_env: Path) -> None:
-    from conclave.commands.show_prompt import render
+    from conclave.cli.commands.show_prompt import render
 
     calls = render("objection", ["Should we shard the users table?", "agents=default"], agent="architect")
     (call,) = calls

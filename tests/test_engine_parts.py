@@ -13,9 +13,9 @@ import yaml
 from conclave_plugins.strategies import ConvergeStrategy, ExploreStrategy
 from test_engine_support import answering
 
-from conclave import artifacts
-from conclave.engine.consent import decide_consent, round_up_to_cent, store_always_allow
-from conclave.engine.cost import CostEstimate, PlannedCall
+from conclave.artifacts import schema_registry as artifacts
+from conclave.engine.cost.consent import decide_consent, round_up_to_cent, store_always_allow
+from conclave.engine.cost.estimate import CostEstimate, PlannedCall
 from conclave.engine.extraction import extract, header_for, request_schema
 from conclave.engine.interaction import Interaction
 from conclave.engine.labels import JudgeLabels

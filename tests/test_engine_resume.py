@@ -20,13 +20,13 @@ from test_engine_support import (
     texts,
 )
 
-from conclave import artifacts
 from conclave.api import compose_settings
-from conclave.engine.runner import Consultation
+from conclave.artifacts import schema_registry as artifacts
+from conclave.engine.run import Consultation
 from conclave.events import ROUND_ARTIFACT, ROUND_COMPLETED, ROUND_INTERRUPTED, Event
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.resume import load_resume_point
+from conclave.store.resume_points import load_resume_point
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest
 
 JUDGED = {

@@ -109,7 +109,7 @@ async def test_a_controller_repeats_cross_examination_in_a_running_consultation(
     """The documented call: a controller inserts a second cross-examination; it is played, journaled as
     ``plan:changed``, numbered 4, and the verdict moves to round 5."""
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
 
     fake = fake_provider_server
     script_panel(fake)
@@ -172,7 +172,7 @@ async def test_show_prompt_from_a_journal_shows_the_exact_verdict_messages(
     fake_provider_server: FakeProviderServer, conclave_env: Any
 ) -> None:
     """With ``--from``, a past consultation's inputs fill the template: what its verdict round was sent."""
-    from conclave.commands.show_prompt import render
+    from conclave.cli.commands.show_prompt import render
     from conclave.store.recorder import Recorder
 
     fake = fake_provider_server

@@ -14,7 +14,7 @@ from test_engine_support import AGENT_MODELS, BASE_OVERRIDES, QUESTION, requests
 import conclave
 from conclave.engine.strategy import TEMPLATE_KEYS
 from conclave.errors import ConfigError
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.testing.fake_server import FakeProviderServer
 
 PLUGIN = '''

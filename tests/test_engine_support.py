@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from conclave import artifacts
 from conclave.api import compose_settings
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.extraction import request_schema
 from conclave.engine.interaction import Interaction
 from conclave.engine.result import ConsultationResult
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.events import Event
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.testing.schema_instances import instance_for

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from test_engine_support import JUDGE_MODEL, answering, requests_with, run_consultation, script_panel, synthesis
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.interaction import Interaction
 from conclave.testing.fake_server import FakeProviderServer
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from eval_helpers import PERSONAS, evaluate
 
-from conclave.eval import store
+from conclave.eval import run_store as store
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer
 

@@ -14,7 +14,7 @@ import pytest
 from cli_helpers import run_conclave
 from eval_helpers import PERSONAS, evaluate
 
-from conclave.eval import store
+from conclave.eval import run_store as store
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer
 

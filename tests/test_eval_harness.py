@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from eval_helpers import PERSONAS, evaluate
 
-from conclave.eval import store
+from conclave.eval import run_store as store
 from conclave.testing.answer_panel import AnswerPanel, arithmetic_truth
 from conclave.testing.fake_server import FakeProviderServer, Fault
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from eval_helpers import PERSONAS, evaluate
 
-from conclave.eval import store
+from conclave.eval import run_store as store
 from conclave.eval.items import arithmetic
-from conclave.eval.report import render, render_sweep
-from conclave.eval.stats import detectable_pp, holm, newcombe_paired
+from conclave.eval.run_report import render, render_sweep
+from conclave.eval.significance import detectable_pp, holm, newcombe_paired
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest
 

@@ -12,9 +12,10 @@ import pytest
 from eval_helpers import PERSONAS, evaluate, panel_settings
 
 from conclave.errors import ConfigError
-from conclave.eval import quality_arm, store
-from conclave.eval.runner import REPEAT_PROBE, EvalOptions, prepare
-from conclave.plugins import get_plugins
+from conclave.eval import quality_arm
+from conclave.eval import run_store as store
+from conclave.eval.evaluate import REPEAT_PROBE, EvalOptions, prepare
+from conclave.plugin_manager import get_plugins
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
 from conclave.testing.answer_panel import AnswerPanel, arithmetic_truth

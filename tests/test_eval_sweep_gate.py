@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conclave.eval import store
+from conclave.eval import run_store as store
 from conclave.eval.command import run as eval_command
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer

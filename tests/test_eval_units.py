@@ -10,9 +10,9 @@ import pytest
 from conclave.errors import UsageError
 from conclave.eval.items import Item, arithmetic, load_set, read_jsonl
 from conclave.eval.protocols import majority
-from conclave.eval.report import render, render_sweep, swept_keys
+from conclave.eval.run_report import render, render_sweep, swept_keys
 from conclave.eval.scoring import canonical, is_correct
-from conclave.eval.stats import brier, clopper_pearson, ece, mcnemar_exact, reliability_table, wilson
+from conclave.eval.significance import brier, clopper_pearson, ece, mcnemar_exact, reliability_table, wilson
 from conclave.eval.summary import summarise
 
 # ------------------------------------------------------------------------------------------------ scorers

@@ -27,16 +27,16 @@ from test_engine_support import (
 )
 
 from conclave.api import compose_settings
-from conclave.config import ExitSettings
+from conclave.config.settings import ExitSettings
 from conclave.engine.interaction import Interaction
 from conclave.engine.rounds import STANDARD_PLAN, Plan
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, Event
 from conclave.quality.exit import Standing, change, consensus, max_plan, plateau, position_change
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.resume import load_resume_point
+from conclave.store.resume_points import load_resume_point
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
 
 BASE = ("cost.auto_approve=true", f"judge.model={JUDGE_MODEL}")  # rounds left to the exit controller
@@ -372,8 +372,8 @@ async def test_the_index_and_stats_hold_exit_reasons_rounds_and_context_tokens(
         fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
     import sqlite3
 
-    from conclave.store.index import connect
-    from conclave.store.stats import compute_stats, period_from_args, render_text
+    from conclave.store.period_stats import compute_stats, period_from_args, render_text
+    from conclave.store.sqlite_index import connect
 
     fake = fake_provider_server
     script_votes(fake, _blocker, _swinging)

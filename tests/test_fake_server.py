@@ -10,7 +10,7 @@ import aiohttp
 import jsonschema
 import pytest
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.extraction import request_schema
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
 from conclave.testing.schema_instances import instance_for

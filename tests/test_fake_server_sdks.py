@@ -173,7 +173,7 @@ def _cached_request(model: str, schema: bool = True) -> Any:
 
 
 def _ours(cls: Any, api: str, fake: FakeProviderServer) -> Any:
-    from conclave.config import ProviderSettings
+    from conclave.config.settings import ProviderSettings
 
     return cls(api, ProviderSettings(api=api, base_url=fake.base_url(api), prompt_cache="on"), None, environ={})
 

@@ -14,7 +14,7 @@ from conclave.api import compose_settings
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT, Input
 from conclave.engine.strategy import Strategy
 from conclave.errors import ConfigError
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.testing.fake_server import FakeProviderServer
 
 POINTS = [(f"point {i}", ["Agent A", "Agent B"], c) for i, c in enumerate([0.55, 0.95, 0.65])]

@@ -11,9 +11,9 @@ from conclave_plugins.filters import TopNArtifactFilter, severity_score, substan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conclave.artifact_filter import FILTERING_OFF_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
-from conclave.artifacts import ArtifactValidationError, current_version, validate
-from conclave.plugins import load_plugins
+from conclave.artifacts.artifact_filter import FILTERING_OFF_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
+from conclave.artifacts.schema_registry import ArtifactValidationError, current_version, validate
+from conclave.plugin_manager import load_plugins
 
 HEADER = {"schema_version": current_version(), "created_at": "2025-12-28T14:00:30.000Z"}
 

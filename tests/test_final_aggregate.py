@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import conclave
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.events import FINAL_AGGREGATE
 from conclave.render.markdown import render_markdown
 from conclave.testing.answer_panel import arithmetic_truth

@@ -33,8 +33,8 @@ from browser_support import needs_browser, screenshot, serving
 from cli_helpers import clean_env, run_conclave
 
 from conclave import __version__
-from conclave.panel import TOY_BANNER
-from conclave.plugins import ENTRY_POINT_GROUP
+from conclave.cli.panel import TOY_BANNER
+from conclave.plugin_manager import ENTRY_POINT_GROUP
 from conclave.store.paths import StoreLayout
 
 
@@ -191,7 +191,7 @@ def test_a_custom_all_local_panel_runs_without_a_key(tmp_path: Path) -> None:
 
 
 def test_a_judge_half_given_is_completed_from_the_agents() -> None:
-    from conclave.config import settings_from_container
+    from conclave.config.settings import settings_from_container
 
     agent = {"persona": "security", "provider": "openai", "model": "gpt-4o-mini"}
     base = {
@@ -273,7 +273,7 @@ def test_logs_list_says_when_it_is_empty(tmp_path: Path) -> None:
 
 def test_logs_list_has_a_header(tmp_path: Path) -> None:
     from conclave.store.recorder import Recorder
-    from conclave.store.synthetic import consultation_id, synthetic_events
+    from conclave.testing.synthetic_events import consultation_id, synthetic_events
 
     recorder = Recorder(tmp_path)
     for event in synthetic_events(1):
@@ -400,7 +400,7 @@ def test_every_door_stops_before_the_run_without_a_key_or_the_runtime(without_lo
 def test_the_local_providers_own_error_names_the_install_command(without_local: str, tmp_path: Path) -> None:
     # what `conclave doctor` reports, and a run that names agents=local through a door without the CLI's check
     code = ("import asyncio, conclave_plugins.local as local\n"
-            "from conclave.config import ProviderSettings\n"
+            "from conclave.config.settings import ProviderSettings\n"
             "p = local.LocalProvider('local', ProviderSettings(api='local'), None, environ={})\n"
             "try:\n    asyncio.run(p.list_models())\n"
             "except local.LocalRuntimeMissingError as exc:\n    print(exc.outcome, exc.retryable, exc)\n")
@@ -504,7 +504,7 @@ def test_the_live_view_says_it(toy_run: tuple[Path, str, str], browser: Any) -> 
 def record_toy_panel(home: Path, run_id: str) -> dict[str, Any]:
     """Make ``run_id``'s record say what an offline-panel run records: every seat and the judge on the packaged
     model (run.json and its index row, as `conclave eval` writes them)."""
-    from conclave.eval import store
+    from conclave.eval import run_store as store
 
     run = store.read_run(home, run_id)
     run["panel"] = {name: {**seat, "provider": "local", "model": "gemma-3-270m"}
@@ -519,8 +519,8 @@ def record_toy_panel(home: Path, run_id: str) -> dict[str, Any]:
 
 
 def test_the_eval_report_and_its_charts_say_it(eval_home: Any) -> None:
-    from conclave.eval import store
-    from conclave.eval.report import render
+    from conclave.eval import run_store as store
+    from conclave.eval.run_report import render
 
     home, run_id = eval_home.home, eval_home.lone_run
     rows = store.read_items(home, run_id)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conclave.config import GroupthinkSettings
+from conclave.config.settings import GroupthinkSettings
 from conclave.quality.claims import claims_of
 from conclave.quality.groupthink import StagnationDetector, check_early_convergence, is_new
 from conclave.quality.similarity import best_match, clusters, premise_overlap

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conclave.api import compose_settings, config_groups
+from conclave.config.guard import Door, Roots, approval_for, check_outside_overrides, split_context
 from conclave.errors import ConfigError
-from conclave.guard import Door, Roots, approval_for, check_outside_overrides, split_context
 
 SECRET = "sk-proj-guard-test-" + "Q" * 32
 GROUPS = {"agents": ["default", "local", "openai_only"], "mode": ["converge", "explore"],

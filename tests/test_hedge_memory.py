@@ -14,7 +14,7 @@ import pytest
 
 from conclave import events
 from conclave.events import EventBus
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.hedge_memory import MAX_MODELS, SAMPLES_PER_MODEL, HedgeMemory
 from conclave.providers.hedging import HedgeBudget

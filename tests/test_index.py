@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from conclave import events as ev
-from conclave.store import index as index_module
-from conclave.store.index import connect, rebuild, settle_killed_rounds
+from conclave.store import sqlite_index as index_module
 from conclave.store.indexer import RESUMED
 from conclave.store.migrations import REBUILD_DEFERRED, VIEWS, migrations
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.synthetic import consultation_id, synthetic_events
+from conclave.store.sqlite_index import connect, rebuild, settle_killed_rounds
+from conclave.testing.synthetic_events import consultation_id, synthetic_events
 
 TABLES = ("consultations", "agents", "rounds", "agent_rounds", "calls", "artifacts", "transitions",
           "filters_applied", "substitutions", "consultation_daily", "provider_daily", "config_snapshots")
@@ -176,7 +176,7 @@ WORKER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from conclave.store.recorder import Recorder
-    from conclave.store.synthetic import synthetic_events
+    from conclave.testing.synthetic_events import synthetic_events
     home, first, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     recorder = Recorder(home)
     for n in range(first, first + count):
@@ -667,7 +667,7 @@ def test_a_writer_waits_a_moment_for_a_reader_looking_whether_its_journal_is_wri
 def test_the_mcp_tools_call_a_killed_consultation_interrupted(tmp_path: Path) -> None:
     """conclave_sessions / conclave_show read the same rule as `logs list`: a client polling for the end of a
     killed consultation is told it is interrupted (and can resume it), not that it runs."""
-    from conclave.mcp_server import records
+    from conclave.doors.mcp import records
     from conclave.store.sessions import sessions
 
     killed = _killed_in_round(8, 2)

@@ -18,8 +18,8 @@ from conclave.store.journal import JournalError, JournalWriter, last_record, rea
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.redact import KEY_ENV_VARS, Redactor
-from conclave.store.synthetic import synthetic_events
 from conclave.store.verify import verify_store
+from conclave.testing.synthetic_events import synthetic_events
 
 
 def writer(home: Path, cid: str = "c-test", redactor: Redactor | None = None) -> JournalWriter:
@@ -384,7 +384,7 @@ def test_cancelling_a_request_that_waits_for_the_journal_never_cancels_the_write
 
 
 def test_a_recorder_wrapped_for_the_mcp_server_keeps_the_wait_before_each_request(tmp_path: Path) -> None:
-    from conclave.mcp_server.runs import OriginRecorder
+    from conclave.doors.mcp.runs import OriginRecorder
 
     recorder = Recorder(tmp_path, index=False)
     wrapped = OriginRecorder(recorder, {"origin": "mcp"})

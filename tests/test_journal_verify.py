@@ -195,7 +195,7 @@ def test_logs_show_without_a_heads_log_shows_the_journal_as_verify_judges_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """With no heads log every record is 'after the last head'; verify reports the missing log once, and `logs
     show` must not call each record an appended forgery."""
-    from conclave.cli import main
+    from conclave.cli.main import main
 
     finished(tmp_path).close()
     StoreLayout(tmp_path).heads_path.unlink()
@@ -337,8 +337,8 @@ def test_verify_and_the_journal_writer_do_not_import_each_other() -> None:
 def test_a_resume_indexes_only_the_records_a_head_covers(tmp_path: Path) -> None:
     """``conclave resume`` catches the index up from the journal after its writer has cut off records no head
     covers: a forged transition appended to a partial journal never reaches the index."""
-    from conclave.store.index import connect
     from conclave.store.recorder import Recorder
+    from conclave.store.sqlite_index import connect
 
     finished(tmp_path, "partial").close()
     layout = StoreLayout(tmp_path)

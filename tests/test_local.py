@@ -25,8 +25,8 @@ from conclave_plugins.local.model import (
     shared_models_dir,
 )
 
-from conclave import artifacts
-from conclave.config import ProviderSettings, settings_from_container
+from conclave.artifacts import schema_registry as artifacts
+from conclave.config.settings import ProviderSettings, settings_from_container
 from conclave.providers.base import Completion, CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
 
@@ -227,7 +227,7 @@ async def test_the_real_model_answers_every_schema_validly(model_file: Path, mod
 
 @needs_llama
 async def test_usage_latency_and_attempts_through_the_pool(model_file: Path, model_home: Path) -> None:
-    from conclave.plugins import load_plugins
+    from conclave.plugin_manager import load_plugins
 
     plugins = load_plugins() if "local" in load_plugins().providers else load_plugins([("local", local)])
     agent = {"persona": "security", "provider": "local", "model": "gemma-3-270m"}
@@ -381,7 +381,7 @@ def test_the_chat_format_is_read_from_the_gguf_header(model_file: Path, tmp_path
 async def test_a_two_round_consultation_runs_offline(model_cache: Path, model_home: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from conclave.api import consult_async
-    from conclave.plugins import load_plugins
+    from conclave.plugin_manager import load_plugins
 
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "XAI_API_KEY",
                 "MISTRAL_API_KEY"):

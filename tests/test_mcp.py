@@ -30,9 +30,9 @@ from mcp.types import (
 )
 
 from conclave import events as ev
-from conclave.store.index import connect
 from conclave.store.journal import read_journal
 from conclave.store.paths import StoreLayout
+from conclave.store.sqlite_index import connect
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.testing.pytest_plugin import FAKE_KEYS
 
 pytest.importorskip("llama_cpp.server", reason="needs llama-cpp-python[server] (pip install 'conclave[local]')")

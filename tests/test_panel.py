@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conclave.api import compose_settings
-from conclave.panel import CORE_PROVIDERS, LOCAL_PANEL_NOTICE, PANELS, SECONDARY_PANELS, choose_panel
+from conclave.cli.panel import CORE_PROVIDERS, LOCAL_PANEL_NOTICE, PANELS, SECONDARY_PANELS, choose_panel
 
 KEYS = {
     "openai": "OPENAI_API_KEY",

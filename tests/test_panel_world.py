@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from conclave.engine.interaction import Interaction
-from conclave.eval import store
-from conclave.eval.runner import EvalOptions, prepare, run_async
-from conclave.plugins import get_plugins
+from conclave.eval import run_store as store
+from conclave.eval.evaluate import EvalOptions, prepare, run_async
+from conclave.plugin_manager import get_plugins
 from conclave.testing.fake_server import FakeProviderServer
 from conclave.testing.panel_world import PanelWorld, Shown, WorldAgent, panel_overrides, shown_answers, standard_world
 

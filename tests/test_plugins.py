@@ -12,7 +12,7 @@ from cli_helpers import run_conclave
 from conclave import hookimpl
 from conclave.errors import PluginError
 from conclave.hookspecs import all_hook_names
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 
 BUILTIN_ENTRY_POINTS = {"openai", "anthropic", "gemini", "strategies", "filters", "aggregators", "progress"}
 
@@ -97,7 +97,7 @@ def test_registration_goes_through_pluggy_so_hook_monitoring_sees_every_call(mon
     """Hooks are called through ``pm.hook`` (tracing and monitoring work), one plugin at a time."""
     import pluggy
 
-    from conclave.plugins import Plugins, build_plugin_manager
+    from conclave.plugin_manager import Plugins, build_plugin_manager
 
     monkeypatch.setenv("CONCLAVE_PLUGINS", "")
     pm, dists = build_plugin_manager([("one", _plugin(register_providers=lambda register: register("p1", object))),

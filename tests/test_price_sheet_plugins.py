@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_external_plugin import plugin_site  # noqa: F401  (the pip-installed example plugin, a fixture)
 
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 from conclave.providers import pricing
 
 

@@ -14,7 +14,7 @@ from conclave_plugins.progress import ProgressView, progress_factory, short_erro
 
 from conclave import events as ev
 from conclave.events import EventBus
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 
 RESULT = json.loads((Path(__file__).parent / "fixtures" / "results" / "converge_complete.json").read_text())
 

@@ -13,13 +13,13 @@ import aiohttp
 import pytest
 from test_engine_support import QUESTION, Run, run_consultation
 
-from conclave.config import ProviderSettings
+from conclave.config.settings import ProviderSettings
 from conclave.engine.caching import WARMUP_AGENT
 from conclave.providers.base import CompletionRequest, Message, PromptCache, Usage
 from conclave.providers.pricing import ModelPrice, PriceTable
-from conclave.store.index import connect
 from conclave.store.paths import StoreLayout
-from conclave.store.stats import compute_stats, period_from_args
+from conclave.store.period_stats import compute_stats, period_from_args
+from conclave.store.sqlite_index import connect
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
 from conclave.testing.prompt_cache import PromptCacheModel
 from plugins.anthropic import AnthropicProvider
@@ -331,7 +331,7 @@ async def test_a_gemini_model_with_one_seat_is_left_to_the_implicit_cache(
 async def test_a_warm_up_is_sent_only_where_one_write_and_the_reads_cost_less_than_a_write_per_seat(
         fake_provider_server: FakeProviderServer, conclave_env: Any) -> None:
     from conclave.engine.caching import warm_up_pays
-    from conclave.plugins import load_plugins
+    from conclave.plugin_manager import load_plugins
     from conclave.providers.pool import ProviderPool
 
     async with ProviderPool(fake_provider_server.settings(), load_plugins()) as pool:

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from test_engine_support import JUDGE_MODEL, run_consultation
 
-from conclave.config import ProviderSettings
+from conclave.config.settings import ProviderSettings
 from conclave.providers.base import CompletionRequest, Message, PromptCache
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from plugins.openai import OpenAIProvider

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from conclave import artifacts
-from conclave.config import ProviderSettings
+from conclave.artifacts import schema_registry as artifacts
+from conclave.config.settings import ProviderSettings
 from conclave.engine.extraction import request_schema
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.providers.base import (
     AuthError,
     BadRequestError,

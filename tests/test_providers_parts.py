@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conclave.config import HedgingSettings
+from conclave.config.settings import HedgingSettings
 from conclave.providers.base import (
     AuthError,
     CompletionRequest,

@@ -9,7 +9,7 @@ import pytest
 
 from conclave import events
 from conclave.events import EventBus
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.providers.base import (
     AuthError,
     BadRequestError,

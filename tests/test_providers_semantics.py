@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from conclave_plugins.gemini import GEMINI_KEYWORDS
 
-from conclave.config import ProviderSettings
+from conclave.config.settings import ProviderSettings
 from conclave.events import EventBus
-from conclave.plugins import load_plugins
+from conclave.plugin_manager import load_plugins
 from conclave.providers.base import (
     CompletionRequest,
     Message,

@@ -22,7 +22,7 @@ from test_engine_support import (
 
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.resume import load_resume_point
+from conclave.store.resume_points import load_resume_point
 from conclave.testing.fake_server import FakeProviderServer
 
 # agents in name order: architect, pragmatist, security — the order their claims are numbered in
@@ -260,7 +260,7 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
                              "where id = ?", (cid,)).fetchone()
         coverage = db.execute("select round_number, claims, agents, claims_unaccounted, positions_unaccounted "
                               "from synthesis_coverage where consultation_id = ?", (cid,)).fetchall()
-        from conclave.store.stats import Period, quality_figures
+        from conclave.store.period_stats import Period, quality_figures
 
         stats = quality_figures(db, Period("all time"))
     assert claims == [("C1", "architect", "contested"), ("C2", "architect", "retracted"),

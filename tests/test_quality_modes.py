@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, requests_with, run_consultation, script_panel, texts
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.testing.fake_server import FakeProviderServer
 
 
@@ -105,7 +105,7 @@ def test_every_built_in_mode_is_in_the_quality_layer(mode: str) -> None:
     """Agents' artifacts require claims and references, agents get the labelling rules, round 3 sees the DEBATE
     STATE, the synthesis accounts for claims, the verdict ties evidence to them, two questions of its own."""
     from conclave.engine.rounds import VERDICT_ROUND
-    from conclave.plugins import get_plugins
+    from conclave.plugin_manager import get_plugins
     from conclave.quality.verification import UNIVERSAL
 
     strategy = get_plugins().strategies.get(mode)(None)

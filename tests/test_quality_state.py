@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from conclave.quality.anchors import ANCHORS, anchor_prompt, assign_anchors
-from conclave.quality.state import DebateState
+from conclave.quality.debate_state import DebateState
 from conclave.quality.verification import UNIVERSAL, judge_results, questions_for, run_checkers
 from conclave.tokens import count_tokens
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conclave.artifacts import upgrade, validate
+from conclave.artifacts.schema_registry import upgrade, validate
 from conclave.render.console import print_result
 from conclave.render.jsonld import to_jsonld
 from conclave.render.markdown import render_markdown

@@ -13,7 +13,7 @@ from test_engine_support import BASE_OVERRIDES, QUESTION, run_consultation, scri
 from conclave.api import compose_settings
 from conclave.engine.result import ConsultationResult
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.testing.fake_server import FakeProviderServer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"

@@ -17,19 +17,19 @@ import pytest
 from cli_helpers import clean_env, run_conclave
 
 from conclave import events as ev
-from conclave.config import Settings
+from conclave.config.settings import Settings
 from conclave.errors import UsageError
 from conclave.store.heads import HeadsLog
-from conclave.store.index import connect
 from conclave.store.journal import JournalError, JournalWriter, read_journal, read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.redact import Redactor
-from conclave.store.resume import interrupted_round, latest_interrupted, load_resume_point
-from conclave.store.synthetic import consultation_id, synthetic_events
+from conclave.store.resume_points import interrupted_round, latest_interrupted, load_resume_point
+from conclave.store.sqlite_index import connect
 from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
+from conclave.testing.synthetic_events import consultation_id, synthetic_events
 
 CONFIG: dict[str, Any] = {
     "question": "Should we shard the database?",
@@ -386,7 +386,7 @@ def killed_after_round_2(self):
         os.kill(os.getpid(), signal.SIGKILL)
 
 JournalWriter.write_out = killed_after_round_2
-from conclave.cli import main
+from conclave.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

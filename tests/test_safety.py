@@ -26,15 +26,15 @@ from test_engine_support import (
 )
 
 from conclave.api import compose_settings
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.errors import ConfigError
 from conclave.events import COST_ESTIMATED, SAFETY_CHECKED
-from conclave.quality.safety import Rules, builtin_rules
+from conclave.quality.safety_rules import Rules, builtin_rules
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
+from conclave.store.period_stats import Period, compute_stats, render_text
 from conclave.store.recorder import Recorder
-from conclave.store.resume import load_resume_point
-from conclave.store.stats import Period, compute_stats, render_text
+from conclave.store.resume_points import load_resume_point
 from conclave.store.verify import verify_store
 from conclave.testing.fake_server import FakeProviderServer
 
@@ -394,7 +394,7 @@ async def test_stats_count_tiers_and_blocks(fake_provider_server: FakeProviderSe
     await run_consultation(fake, "rounds=1", question="How do I build a pipe bomb?", recorder=recorder)
     await run_consultation(fake, "rounds=1", question="Should we pay for a security audit?", recorder=recorder)
     recorder.close()
-    from conclave.store.index import connect
+    from conclave.store.sqlite_index import connect
 
     stats = compute_stats(connect(StoreLayout(tmp_path).index_path), Period("all time"))
     safety = stats["safety"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cli_helpers import run_conclave
 
-from conclave.artifacts import SCHEMA_PACKAGE, schema_names, schemas_in
-from conclave.plugins import get_plugins
+from conclave.artifacts.schema_registry import SCHEMA_PACKAGE, schema_names, schemas_in
+from conclave.plugin_manager import get_plugins
 
 OWNERS = {
     "strategies": ["cross_exam_reply_adversarial", "cross_exam_reply_devils_advocate", "cross_exam_reply_explore",

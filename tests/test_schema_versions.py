@@ -16,13 +16,13 @@ from typing import Any
 
 from test_engine_support import AGENT_MODELS, requests_with, texts
 
-from conclave import artifacts
-from conclave.engine.runner import Consultation
-from conclave.store.index import rebuild
+from conclave.artifacts import schema_registry as artifacts
+from conclave.engine.run import Consultation
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.resume import load_resume_point
+from conclave.store.resume_points import load_resume_point
+from conclave.store.sqlite_index import rebuild
 from conclave.store.verify import verify_store
 from conclave.testing.fake_server import FakeProviderServer
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from conclave.artifacts import (
+from conclave.artifacts.schema_registry import (
     ArtifactParseError,
     ArtifactValidationError,
     check,
@@ -275,7 +275,7 @@ def test_invalid_fixture_fails_for_the_reason_in_its_name(fixture: str) -> None:
 def test_the_inlined_validator_reports_what_the_registry_validator_reports(fixture: str) -> None:
     from jsonschema import Draft202012Validator
 
-    from conclave import artifacts
+    from conclave.artifacts import schema_registry as artifacts
 
     name, instance = _schema_of(fixture), _load(FIXTURES / fixture)
     by_registry = Draft202012Validator(artifacts.get_schema(name), registry=artifacts._registry(),
@@ -680,7 +680,7 @@ def test_an_answer_leaving_out_a_list_added_in_1_1_reads_as_naming_none() -> Non
 
 
 def test_a_stored_1_0_artifact_upgrades_to_the_current_version_and_nothing_else_changes() -> None:
-    from conclave.artifacts import upgrade
+    from conclave.artifacts.schema_registry import upgrade
 
     old = _load(FIXTURES / "synthesis.valid.json") | {"schema_version": "1.0"}
     for key in ("partial_coverage", "unique_insights", "blind_spots"):

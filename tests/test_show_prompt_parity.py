@@ -10,7 +10,7 @@ from typing import Any
 from cli_helpers import run_conclave
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, run_consultation, schema_of, script_panel
 
-from conclave.commands.show_prompt import render
+from conclave.cli.commands.show_prompt import render
 from conclave.store.recorder import Recorder
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest
 

@@ -14,11 +14,11 @@ import pytest
 
 from conclave import events as ev
 from conclave.errors import UsageError
-from conclave.store.index import connect
 from conclave.store.paths import StoreLayout
+from conclave.store.period_stats import compute_stats, period_from_args
 from conclave.store.recorder import Recorder
-from conclave.store.stats import compute_stats, period_from_args
-from conclave.store.synthetic import synthetic_events
+from conclave.store.sqlite_index import connect
+from conclave.testing.synthetic_events import synthetic_events
 
 NOW = datetime(2026, 3, 15, 12, 0, tzinfo=UTC)
 DAY = 86400.0

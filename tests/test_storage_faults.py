@@ -85,8 +85,8 @@ def test_an_index_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path) ->
 def test_a_home_that_is_a_file_is_one_line_for_the_commands_that_read_it(tmp_path: Path) -> None:
     from conclave.errors import StorageError
     from conclave.store.heads import HeadsLog
-    from conclave.store.index import IndexOpenError, connect
     from conclave.store.paths import StoreLayout
+    from conclave.store.sqlite_index import IndexOpenError, connect
 
     home = tmp_path / "home"
     home.write_text("not a directory\n")
@@ -100,7 +100,7 @@ def test_a_home_that_is_a_file_is_one_line_for_the_commands_that_read_it(tmp_pat
 
 
 def test_an_index_that_is_not_a_database_says_how_to_recreate_it(tmp_path: Path) -> None:
-    from conclave.store.index import IndexOpenError, connect
+    from conclave.store.sqlite_index import IndexOpenError, connect
 
     path = tmp_path / "index.db"
     path.write_text("not a database, but long enough to look like a file header\n" * 4)
@@ -179,7 +179,7 @@ def test_the_start_of_a_consultation_is_durable_before_anything_is_spent(tmp_pat
     from conclave.store.heads import HeadsLog
     from conclave.store.paths import StoreLayout
     from conclave.store.recorder import Recorder
-    from conclave.store.synthetic import synthetic_events
+    from conclave.testing.synthetic_events import synthetic_events
 
     started = synthetic_events(1)[0]
     assert started.type == ev.CONSULTATION_STARTED
@@ -205,7 +205,7 @@ async def test_a_journal_the_disk_refuses_mid_run_still_ends_run_with_the_partia
     from test_engine_support import JUDGE_MODEL, by_schema, script_panel
 
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
     from conclave.store.paths import StoreLayout
     from conclave.store.recorder import Recorder
     from conclave.store.verify import verify_store
@@ -295,7 +295,7 @@ async def test_a_read_only_home_still_lists_and_counts_its_consultations(
     from test_engine_support import JUDGE_MODEL, script_panel
 
     from conclave.api import compose_settings
-    from conclave.engine.runner import Consultation
+    from conclave.engine.run import Consultation
     from conclave.store.recorder import Recorder
 
     if WITHOUT_OVERRIDE is None:
@@ -340,7 +340,7 @@ def test_a_recorder_shared_by_consultations_stops_only_the_one_whose_journal_fai
 
     from conclave.store.journal import JournalError
     from conclave.store.recorder import Recorder
-    from conclave.store.synthetic import synthetic_events
+    from conclave.testing.synthetic_events import synthetic_events
 
     a, b, c = synthetic_events(1), synthetic_events(2), synthetic_events(3)
     start = next(i for i, e in enumerate(b) if e.type == ev.ROUND_STARTED) + 1

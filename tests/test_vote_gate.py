@@ -12,7 +12,7 @@ from cli_helpers import run_conclave
 from test_engine_support import answering, run_consultation
 
 import conclave
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.interaction import Interaction
 from conclave.events import COST_ESTIMATED, VOTE_GATE
 from conclave.render.markdown import render_markdown

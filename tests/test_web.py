@@ -18,19 +18,19 @@ from cli_helpers import clean_env
 from test_engine_support import AGENT_MODELS, BASE_OVERRIDES, JUDGE_MODEL, QUESTION, script_panel
 
 from conclave.api import compose_settings
+from conclave.config.guard import Door, Roots
+from conclave.doors.web.app import RateLimits, make_app
+from conclave.doors.web.feeds import Feeds
+from conclave.doors.web.serving import LocalStarter
 from conclave.engine.ids import new_consultation_id
-from conclave.engine.runner import Consultation
-from conclave.guard import Door, Roots
+from conclave.engine.run import Consultation
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.synthetic import consultation_id as synthetic_consultation_id
-from conclave.store.synthetic import synthetic_events
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
-from conclave.web.app import RateLimits, make_app
-from conclave.web.feeds import Feeds
-from conclave.web.server import LocalStarter
+from conclave.testing.synthetic_events import consultation_id as synthetic_consultation_id
+from conclave.testing.synthetic_events import synthetic_events
 
 TOKEN = "t0ken-for-tests-only"
 CLI = [sys.executable, "-m", "conclave"]

@@ -32,7 +32,7 @@ from markupsafe import Markup, escape
 
 from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
 from conclave.datasette_plugin.eval_page import eval_page
-from conclave.render.charts import bar_chart
+from conclave.render.bar_charts import bar_chart
 from conclave.render.html import report_fragment, stylesheet
 from conclave.render.journal_view import result_from_records
 from conclave.render.nodes import Facts, to_html

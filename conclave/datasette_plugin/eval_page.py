@@ -14,11 +14,11 @@ from typing import Any
 from datasette.utils.asgi import Response
 from markupsafe import escape
 
+from conclave.cli.panel import TOY_BANNER
 from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
 from conclave.eval.charts import accuracy_intervals, accuracy_vs_cost, reliability_diagram
-from conclave.eval.report import TOY_EVAL, swept_keys, swept_values, toy_run
+from conclave.eval.run_report import TOY_EVAL, swept_keys, swept_values, toy_run
 from conclave.eval.summary import correct_across
-from conclave.panel import TOY_BANNER
 
 QUERY = "eval_accuracy_vs_cost"
 

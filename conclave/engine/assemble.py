@@ -3,7 +3,7 @@
 Status: ``complete``; ``completed_degraded`` when it completed but the judge fallback was used, an agent was
 absent or missed round 3, or any call was answered by a substitute; ``partial`` when it stopped with at least
 one round-1 artifact; ``aborted`` when it stopped with none; ``blocked`` when the safety evaluator stopped it
-(:mod:`conclave.engine.safety`).
+(:mod:`conclave.engine.safety_gate`).
 
 Cost and tokens (``cost.actual``, ``cost.by_provider``, ``cost.unknown_prices``, ``tokens``) cover every billed
 call of the consultation across all its runs: a resumed run adds what its earlier runs spent (``prior``, from the
@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.conformity import conformity_record
-from conclave.engine.cost import CostEstimate, SpentSoFar, spent
+from conclave.engine.cost.estimate import CostEstimate, SpentSoFar, spent
 from conclave.engine.result import (
     AgentRecord,
     Artifacts,

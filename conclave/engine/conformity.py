@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from conclave.quality.state import DebateState
+from conclave.quality.debate_state import DebateState
 
 if TYPE_CHECKING:
     from conclave.engine.session import Session

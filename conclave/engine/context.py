@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from conclave.errors import ConfigError
 
 if TYPE_CHECKING:
-    from conclave.config import Settings
+    from conclave.config.settings import Settings
 
 MAX_PROJECT_FILES = 100
 MAX_FILE_BYTES = 100 * 1024

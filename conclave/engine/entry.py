@@ -11,15 +11,15 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from conclave.config import Settings
+from conclave.config.settings import Settings
+from conclave.doors.web.serving import run_watched
 from conclave.engine.interaction import Interaction
-from conclave.engine.runner import Consultation
+from conclave.engine.run import Consultation
 from conclave.events import Subscriber
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 from conclave.render.console import print_result
 from conclave.signals import termination_as_interrupt
 from conclave.store.recorder import Recorder
-from conclave.web.server import run_watched
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from conclave.artifact_filter import limits_for, token_efficiency_stats
-from conclave.config import Settings
+from conclave.artifacts.artifact_filter import limits_for, token_efficiency_stats
+from conclave.config.settings import Settings
 from conclave.engine.record import prompt_json
 from conclave.events import FILTER_APPLIED, EventBus
 from conclave.tokens import count_tokens
 
 if TYPE_CHECKING:
-    from conclave.plugins import Plugins
+    from conclave.plugin_manager import Plugins
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from conclave.config import Settings
+from conclave.config.settings import Settings
 from conclave.engine.context import cut_notices, load_context
 from conclave.engine.interaction import Interaction
 from conclave.scrub import scrub

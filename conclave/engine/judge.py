@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from conclave.config import Settings
+from conclave.config.settings import Settings
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import request_schema
 from conclave.events import PROVIDER_SUBSTITUTED, EventBus

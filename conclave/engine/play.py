@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.caching import warm_prompt_caches
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import header_for, json_instruction

@@ -35,9 +35,9 @@ from conclave.events import COVERAGE, DEBATE_STATE, GROUNDING, QUALITY_CHECKS
 from conclave.quality import coverage
 from conclave.quality.anchors import anchor_prompt, assign_anchors
 from conclave.quality.claims import RULES, check_rules, claims_of, unlabelled_points
+from conclave.quality.debate_state import DebateState
 from conclave.quality.grounding import agent_text, check_grounding
 from conclave.quality.objection import GroupthinkMonitor
-from conclave.quality.state import DebateState
 from conclave.quality.verification import judge_results, prompt_list, questions_for, run_checkers
 
 if TYPE_CHECKING:

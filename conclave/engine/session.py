@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from conclave.config import AgentSpec, Settings, resolve_provider
+from conclave.config.settings import AgentSpec, Settings, resolve_provider
 from conclave.engine.caching import prompt_cache_for
 from conclave.engine.calls import CallOutcome
 from conclave.engine.filtering import ArtifactFiltering
@@ -25,8 +25,8 @@ from conclave.events import ROUND_ARTIFACT, EventBus
 
 if TYPE_CHECKING:
     from conclave.engine.quality import QualityLayer
-    from conclave.engine.safety import SafetyGuard
-    from conclave.plugins import Plugins
+    from conclave.engine.safety_gate import SafetyGuard
+    from conclave.plugin_manager import Plugins
     from conclave.providers.base import PromptCache
     from conclave.providers.pool import ProviderPool
     from conclave.quality.summarize import ContextWindow

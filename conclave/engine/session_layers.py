@@ -8,7 +8,7 @@ import the record types, and adding a detector or a controller touches its layer
 from __future__ import annotations
 
 from conclave.engine.quality import QualityLayer
-from conclave.engine.safety import SafetyGuard
+from conclave.engine.safety_gate import SafetyGuard
 from conclave.engine.session import Session
 from conclave.quality.summarize import ContextWindow
 

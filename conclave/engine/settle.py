@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.aggregation import AggregationContext, Ballot, answer_groups, normalise
 from conclave.engine.conformity import answer_of, anti_conformity_on, effective_answers
 from conclave.engine.extraction import header_for

@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from conclave.config import Persona
+from conclave.config.settings import Persona
 from conclave.engine.prompt_template import PromptTemplate, TemplateError, load_template
 from conclave.engine.rounds import STANDARD_PLAN, VERDICT_ROUND, RoundType
 from conclave.quality.verification import Question

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conclave.config import Settings
+from conclave.config.settings import Settings
 from conclave.engine.interaction import Interaction
 from conclave.engine.strategy import Strategy, consensus_confidence
 

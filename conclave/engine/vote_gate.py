@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from conclave import artifacts
+from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.aggregation import (
     Aggregate,
     AggregationContext,

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conclave.panel import TOY_BANNER
+from conclave.cli.panel import TOY_BANNER
 
 #: one colour per protocol (colour-blind-safe Okabe-Ito hues), in the order the legend lists them
 COLOURS = {"single": "#E69F00", "vote": "#56B4E9", "judge": "#009E73", "debate": "#D55E00", "quality": "#CC79A7",

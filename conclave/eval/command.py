@@ -18,20 +18,21 @@ from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 
-from conclave.cli import _split_question, hydra_quote
-from conclave.commands.arguments import CommandParser
+from conclave.cli.commands.arguments import CommandParser
+from conclave.cli.hydra_app import prepare_hydra, report_error, worst_exit
+from conclave.cli.main import _split_question, hydra_quote
+from conclave.cli.panel import offline_panel_blocked, panel_override
 from conclave.compose import hydra_error_message
-from conclave.engine.consent import decide_consent
-from conclave.engine.cost import CostEstimate
+from conclave.config.home import default_home
+from conclave.engine.cost.consent import decide_consent
+from conclave.engine.cost.estimate import CostEstimate
 from conclave.engine.interaction import Interaction
 from conclave.errors import ConclaveError, UsageError
-from conclave.eval import hydra_task, store
+from conclave.eval import hydra_task
+from conclave.eval import run_store as store
+from conclave.eval.evaluate import new_run_id, remember
 from conclave.eval.hydra_task import eval_entry
-from conclave.eval.report import FORMATS, render, render_sweep
-from conclave.eval.runner import new_run_id, remember
-from conclave.home import default_home
-from conclave.hydra_app import prepare_hydra, report_error, worst_exit
-from conclave.panel import offline_panel_blocked, panel_override
+from conclave.eval.run_report import FORMATS, render, render_sweep
 
 USAGE = __doc__ or ""
 

@@ -13,13 +13,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from conclave.cli.hydra_app import record_exit, report_error
 from conclave.compose import CONFIG_MODULE
-from conclave.config import check_against_plugins, settings_from_dictconfig
+from conclave.config.settings import check_against_plugins, settings_from_dictconfig
 from conclave.engine.interaction import Interaction
 from conclave.errors import ConclaveError
-from conclave.eval import runner
-from conclave.hydra_app import record_exit, report_error
-from conclave.plugins import get_plugins
+from conclave.eval import evaluate as runner
+from conclave.plugin_manager import get_plugins
 
 #: what the jobs of a sweep's estimating pass found, in job order: (settings, estimate, items to run); the pass runs
 #: its jobs in this process (the basic launcher), so the parent reads them here

@@ -49,7 +49,7 @@ from conclave.engine.strategy import consensus_confidence
 from conclave.eval.items import Item
 from conclave.eval.quality_arm import figures
 from conclave.eval.scoring import canonical, is_correct
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 
 PROTOCOLS = ("single", "vote", "judge", "debate", "quality", "vote_matched", "vote_weighted", "vote_learned",
              "judge_pick", "sc_best")

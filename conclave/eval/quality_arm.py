@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conclave.config import Settings, settings_from_container
-from conclave.engine.cost import planned_texts
+from conclave.config.settings import Settings, settings_from_container
+from conclave.engine.cost.estimate import planned_texts
 from conclave.engine.quality import metrics
 from conclave.errors import ConfigError
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from conclave.eval import quality_arm
 from conclave.eval.protocols import BASE_PROTOCOLS, PROTOCOLS
-from conclave.eval.stats import (
+from conclave.eval.significance import (
     brier,
     clopper_pearson,
     detectable_pp,

@@ -19,7 +19,7 @@ from conclave.providers.pricing import ContextLimits, PriceTable
 if TYPE_CHECKING:
     import aiohttp
 
-    from conclave.config import ProviderSettings
+    from conclave.config.settings import ProviderSettings
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ class Provider(abc.ABC):
         (the registered price sheets, by this provider's name, then its ``api``). None — no check, the provider
         rejects what does not fit — when the sheet gives no figure, and for a free endpoint (a server on this
         machine answering under a hosted model's name has a window of its own). A prompt that cannot fit is
-        refused before the consultation starts (:mod:`conclave.engine.limits`), and a backup whose limits are too
+        refused before the consultation starts (:mod:`conclave.engine.cost.limits`), and a backup whose limits are too
         small is not asked (:meth:`ProviderPool.backup_for`)."""
         if self.costs_nothing():
             return None

@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from conclave.config import HedgingSettings
+from conclave.config.settings import HedgingSettings
 from conclave.providers.base import ProviderError
 
 if TYPE_CHECKING:

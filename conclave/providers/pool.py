@@ -27,8 +27,8 @@ import aiohttp
 from jsonschema import Draft202012Validator
 
 from conclave import events
-from conclave.artifacts import ArtifactParseError, extract_json
-from conclave.config import Settings, resolve_provider
+from conclave.artifacts.schema_registry import ArtifactParseError, extract_json
+from conclave.config.settings import Settings, resolve_provider
 from conclave.providers.base import (
     WARMUP_AGENT,
     Attempt,
@@ -56,7 +56,7 @@ from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
 
 if TYPE_CHECKING:
     from conclave.events import EventBus
-    from conclave.plugins import Plugins
+    from conclave.plugin_manager import Plugins
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conclave.plugins import get_plugins
+from conclave.plugin_manager import get_plugins
 from conclave.yamlload import load_packaged
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from conclave.home import default_home
+from conclave.config.home import default_home
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from conclave.engine.rounds import Plan
 
 if TYPE_CHECKING:
-    from conclave.config import ExitSettings
+    from conclave.config.settings import ExitSettings
     from conclave.engine.interaction import Interaction
     from conclave.engine.rounds import RoundType, Step
     from conclave.engine.session import Session

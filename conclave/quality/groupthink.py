@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 from typing import Any
 
-from conclave.config import GroupthinkSettings
+from conclave.config.settings import GroupthinkSettings
 from conclave.quality.claims import claims_of
 from conclave.quality.similarity import best_match, best_matches, clusters, premise_overlap
 

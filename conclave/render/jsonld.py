@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conclave.panel import TOY_BANNER, TOY_DETAIL, is_toy_result
+from conclave.cli.panel import TOY_BANNER, TOY_DETAIL, is_toy_result
 
 VOCABULARY = "https://conclave.dev/ns#"
 
@@ -36,7 +36,7 @@ CONTEXT: dict[str, Any] = {
 
 def to_jsonld(result: Mapping[str, Any]) -> dict[str, Any]:
     """``result`` unchanged, preceded by ``@context``, ``@type`` ``conclave:Consultation`` and ``@id``, and by a
-    ``notice`` when the toy offline panel answered (:func:`conclave.panel.is_toy_result`)."""
+    ``notice`` when the toy offline panel answered (:func:`conclave.cli.panel.is_toy_result`)."""
     notice = {"notice": f"{TOY_BANNER} {TOY_DETAIL}"} if is_toy_result(result) else {}
     return {
         "@context": CONTEXT,

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from conclave.panel import TOY_BANNER, TOY_DETAIL, is_toy_result
+from conclave.cli.panel import TOY_BANNER, TOY_DETAIL, is_toy_result
 from conclave.render import journal_view as jv
 from conclave.render.debate_value import CHANGE_LABELS, debate_value
 from conclave.render.nodes import Bullets, Card, Facts, Node, Note, Para, Section, Table, one_line
 from conclave.render.renderers import Context, dissent_lines, pct, render_artifact, title_of
-from conclave.render.safety import safety_section, withhold
+from conclave.render.safety_report import safety_section, withhold
 
 _BANNERS = {
     "completed_degraded": ("⚠", "Completed, degraded.", "warn"),

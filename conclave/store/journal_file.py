@@ -165,7 +165,7 @@ def live_status(status: str | None, path: Path) -> str | None:
     (SIGKILL, a crash, a power cut) before it could record the end. Any other status is returned as it is.
 
     The one rule for a run that nothing is writing any more: ``logs list`` and ``logs show``, the index's rounds
-    table (:func:`~conclave.store.index.settle_killed_rounds`) and the Datasette pages all read it from here."""
+    table (:func:`~conclave.store.sqlite_index.settle_killed_rounds`) and the Datasette pages all read it from here."""
     if status != "running":
         return status
     try:

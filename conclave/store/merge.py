@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conclave.errors import StorageError, UsageError
-from conclave.eval.store import reindex
+from conclave.eval.run_store import reindex
 from conclave.store.heads import HeadsLog
-from conclave.store.index import rebuild
 from conclave.store.journal import is_being_written
 from conclave.store.paths import StoreLayout
+from conclave.store.sqlite_index import rebuild
 from conclave.store.verify import verify_store
 
 

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from conclave.config.home import default_home as default_home  # re-exported: the one rule for the data home
 from conclave.errors import UsageError
-from conclave.home import default_home as default_home  # re-exported: the one rule for the data home
 
 # Consultation ids become file names: keep them to a safe alphabet so an id can never escape the journal dir.
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

@@ -32,11 +32,11 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
-from conclave.store.index import IndexWriter
 from conclave.store.indexer import RESUMED
 from conclave.store.journal import JournalError, JournalWriter, read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
+from conclave.store.sqlite_index import IndexWriter
 
 log = logging.getLogger(__name__)
 

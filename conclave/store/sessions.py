@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from conclave.errors import UsageError
-from conclave.store.index import connect
 from conclave.store.journal_file import live_status
 from conclave.store.paths import StoreLayout
+from conclave.store.sqlite_index import connect
 from conclave.store.verify import RESUMABLE_STATUSES
 
 SESSION_COLUMNS = ("id", "started_at", "status", "mode", "question", "rounds_completed", "planned_rounds",

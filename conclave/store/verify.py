@@ -97,7 +97,7 @@ def _link(line: JournalLine) -> _Link | None:
                  record_hash(record) == record["hash"])
 
 
-# Final statuses after which a journal may only continue with ``consultation:resumed`` (see store/resume.py).
+# Final statuses after which a journal may only continue with ``consultation:resumed`` (see store/resume_points.py).
 #: the ended statuses a resume continues (cancelled, Ctrl-C, failed): what ``conclave resume`` picks from
 RESUMABLE_STATUSES = frozenset({"partial", "aborted"})
 _COMPLETED = b'"type":"consultation:completed"'

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from conclave.config import Settings
+from conclave.config.settings import Settings
 from conclave.testing.prompt_cache import CacheUse, PromptCacheModel
 from conclave.testing.schema_instances import instance_for
 
@@ -327,8 +327,8 @@ class FakeProviderServer:
                                  f"providers.{name}.prompt_cache={entry['prompt_cache']}")]
 
     def settings(self, **overrides: Any) -> Any:
-        """A minimal valid :class:`~conclave.config.Settings` on this fake: agents on openai, anthropic and gemini,
-        judge on openai. ``overrides`` replace top-level keys."""
+        """A minimal valid :class:`~conclave.config.settings.Settings` on this fake: agents on openai, anthropic and
+        gemini, judge on openai. ``overrides`` replace top-level keys."""
         data: dict[str, Any] = {
             "question": "What should we do?",
             "agents": {

@@ -123,7 +123,7 @@ class LocalRuntime:
 
     def generate(self, job: GenerationJob) -> Generation:
         """Run ``job`` to completion, the token budget or cancellation (raises :class:`_Cancelled`)."""
-        from conclave import artifacts
+        from conclave.artifacts import schema_registry as artifacts
 
         from .sampling import build_grammar
 

@@ -81,7 +81,7 @@ def build_grammar(schema: Mapping[str, Any], *, max_tokens: int, now: str,
 
 
 def _shipped_document(uri: str) -> Mapping[str, Any]:
-    from conclave import artifacts
+    from conclave.artifacts import schema_registry as artifacts
 
     for name in artifacts.schema_names():
         document = artifacts.get_schema(name)

@@ -1,0 +1,48 @@
+"""``conclave serve [--port N] [--host ADDR] [--allow-dir DIR …] [OVERRIDES …]``: the live web view of this
+machine's consultations.
+
+Lists consultations, starts one from a form, and shows any of them live, with each one's formatted report. The
+form offers what a person picks on a page: the question, a registered panel and mode, the rounds, and context
+files from the working directory or an ``--allow-dir``. Everything else — provider endpoints and keys, the data
+home, approval — is this command line's (OVERRIDES apply to every consultation the form starts); the cost gate asks
+in the page. Binds 127.0.0.1 unless ``--host`` says otherwise; every route needs the session token printed with
+the URL (``CONCLAVE_WEB_TOKEN`` sets it), and requests from other origins are refused. Ctrl-C, SIGTERM and
+SIGHUP stop it; a consultation it was running is saved as ``partial`` and continues with ``conclave resume``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from conclave.cli.commands.arguments import CommandParser, port
+from conclave.cli.main import _is_override
+from conclave.config.guard import Door, Roots
+from conclave.config.home import default_home
+from conclave.doors.web.serving import serve
+from conclave.errors import UsageError
+from conclave.signals import termination_as_interrupt
+
+
+def run(argv: list[str]) -> int:
+    parser = CommandParser(prog="conclave serve", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=port, default=8765, help="port (default 8765; 0 = any free port)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine)")
+    parser.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
+                        help="another directory context files may come from (besides the working directory)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every consultation")
+    args = parser.parse_args(argv)
+    for override in args.overrides:
+        if not _is_override(override):
+            raise UsageError(f"not an override: {override!r} (expected key=value)")
+
+    door = Door("the web form", Roots.of(args.allow_dir), tuple(args.overrides))
+    door.compose("check", [])  # the server's own overrides must compose: fail at start, not on the first form
+    try:
+        with termination_as_interrupt():
+            asyncio.run(serve(default_home(), args.host, args.port, door))
+    except KeyboardInterrupt:
+        print("conclave serve: stopped", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,1 @@
+"""What a consultation may spend: the estimate, the consent gate, and the pre-flight limits."""

@@ -1,0 +1,163 @@
+"""Where evaluation runs live: ``$CONCLAVE_HOME/eval/<run_id>/`` (the truth) and the index tables (for browsing).
+
+``run.json`` holds the run's definition and, once finished, its summary (written atomically); ``items.jsonl``
+gets one fsynced line per finished item, so an interrupted run resumes with exactly the items it has not
+finished. Index writes take ``BEGIN IMMEDIATE`` like every other index writer, so parallel processes
+(a joblib sweep) writing one home queue instead of losing rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conclave.errors import UsageError
+from conclave.store.sqlite_index import connect, write_txn
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_JSON_COLUMNS = ("answers", "overrides", "swept", "panel", "summary", "quality_layer", "quality_overrides")
+
+
+def eval_dir(home: Path) -> Path:
+    return Path(home) / "eval"
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"eval.run_id: invalid run id {run_id!r} (letters, digits, '_', '.', '-')")
+    return run_id
+
+
+def run_dir(home: Path, run_id: str) -> Path:
+    return eval_dir(home) / check_run_id(run_id)
+
+
+def run_ids(home: Path) -> list[str]:
+    root = eval_dir(home)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "run.json").is_file())
+
+
+def write_run(home: Path, run: dict[str, Any]) -> None:
+    """Write ``run.json`` atomically (temp file, fsync, rename)."""
+    directory = run_dir(home, run["run_id"])
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".run.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(run, handle, ensure_ascii=False, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, directory / "run.json")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_run(home: Path, run_id: str) -> dict[str, Any]:
+    path = run_dir(home, run_id) / "run.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        known = run_ids(home)
+        hint = f"; known runs: {', '.join(known[-5:])}" if known else "; no eval runs in this home"
+        raise UsageError(f"eval run {run_id!r} not found under {eval_dir(home)}{hint}") from None
+    return data
+
+
+def append_item(home: Path, run_id: str, row: dict[str, Any]) -> None:
+    """Append one finished item's row; durable when this returns."""
+    path = run_dir(home, run_id) / "items.jsonl"
+    line = (json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_items(home: Path, run_id: str) -> list[dict[str, Any]]:
+    """Finished items of a run, one per item id (a later line wins); a torn last line is ignored."""
+    path = run_dir(home, run_id) / "items.jsonl"
+    rows: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[str(row["item_id"])] = row
+    return list(rows.values())
+
+
+# ------------------------------------------------------------------------------------------------ the index
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (json.dumps(v, ensure_ascii=False, sort_keys=True) if k in _JSON_COLUMNS and v is not None
+                and not isinstance(v, str) else v) for k, v in row.items()}
+
+
+def index_run(home: Path, run: dict[str, Any], items: list[dict[str, Any]] | None = None) -> None:
+    """Upsert the run's row (and ``items``) into the index, in one write transaction."""
+    db = connect(Path(home) / "index.db")
+    try:
+        with write_txn(db):
+            _upsert_run(db, run)
+            for row in items or []:
+                _upsert_item(db, run["run_id"], row)
+    finally:
+        db.close()
+
+
+def _upsert_run(db: Any, run: dict[str, Any]) -> None:
+    _replace(db, "eval_runs", run)
+
+
+def _upsert_item(db: Any, run_id: str, row: dict[str, Any]) -> None:
+    _replace(db, "eval_items", {**row, "run_id": run_id})
+
+
+def _replace(db: Any, table: str, row: dict[str, Any]) -> None:
+    # Plain SQL inside the caller's BEGIN IMMEDIATE: sqlite-utils' upsert would commit it early. Rows are always
+    # written whole, so replacing is an upsert.
+    columns = [c for c in db[table].columns_dict if c in row]
+    data = _flat({c: row[c] for c in columns})
+    names = ", ".join(f"[{c}]" for c in columns)
+    marks = ", ".join("?" * len(columns))
+    db.conn.execute(f"insert or replace into [{table}] ({names}) values ({marks})", [data[c] for c in columns])
+
+
+def index_item(home: Path, run_id: str, row: dict[str, Any], db: Any = None) -> None:
+    owned = db is None
+    db = connect(Path(home) / "index.db") if owned else db
+    try:
+        with write_txn(db):
+            _upsert_item(db, run_id, row)
+    finally:
+        if owned:
+            db.close()
+
+
+def reindex(home: Path) -> int:
+    """Refill ``eval_runs`` and ``eval_items`` from the run files (after ``conclave index rebuild``); the number
+    of runs indexed."""
+    ids = run_ids(home)
+    if not ids:
+        return 0
+
+    db = connect(Path(home) / "index.db")
+    try:
+        with write_txn(db):
+            for run_id in ids:
+                _upsert_run(db, read_run(home, run_id))
+                for row in read_items(home, run_id):
+                    _upsert_item(db, run_id, row)
+    finally:
+        db.close()
+    return len(ids)
