@@ -194,8 +194,10 @@ async def test_choices_reach_the_model_and_its_answer_is_constrained_to_their_le
         {"question": "Capital of France?", "options": ["London", "Paris", "Rome", "Madrid"], "answer": "B"},
         {"question": "Capital of Italy?", "options": ["London", "Paris", "Rome", "Madrid"], "answer": "C"}])
     panel = AnswerPanel({name: 1.0 for name in PERSONAS.values()}, truth=_letter_truth)
+    # the vote gate off: a unanimous panel would otherwise be decided after round 1, and the judge never asked
     _, code, out, err = await evaluate(fake_provider_server, conclave_env, panel, rounds=2, n=0,
-                                       set=str(path), columns={"choices": "options"})
+                                       set=str(path), columns={"choices": "options"},
+                                       settings_extra={"cost": {"auto_approve": True}, "selective": {"enabled": False}})
     assert code == 0, err
     asked = fake_provider_server.requests_for("gpt-4o")
     assert asked

@@ -532,7 +532,7 @@ def test_the_eval_report_and_its_charts_say_it(eval_home: Any) -> None:
     page = render(toy, rows, "html")
     assert page.index(TOY_BANNER) < page.index("debate vs vote")
     charts = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    assert len(charts) == 2 and all(TOY_BANNER in chart for chart in charts)  # a chart copied out keeps it
+    assert len(charts) == 3 and all(TOY_BANNER in chart for chart in charts)  # a chart copied out keeps it (accuracy, cost, reliability)
     assert json.loads(render(toy, rows, "json"))["notice"].startswith(TOY_BANNER)
 
 

@@ -363,13 +363,13 @@ def pool_seeds(runs: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict
 
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     toy = toy_run(run)
-    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>",
-            f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>"]
+    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>"]
+    if toy:  # before the headline: a toy panel's figures are no answer
+        body.append(f"<p class=danger><strong>⚠ {html.escape(TOY_BANNER)}</strong> {html.escape(TOY_EVAL)}</p>")
+    body.append(f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>")
     if summary.get("with_failures"):
         body.append(f"<p class=danger><strong>This run has failures</strong>: {summary.get('failed_items', 0)} "
                     "item(s) failed; headlines are on the items every compared protocol completed.</p>")
-    if toy:
-        body.append(f"<p class=danger><strong>⚠ {html.escape(TOY_BANNER)}</strong> {html.escape(TOY_EVAL)}</p>")
     for key in ("matched_line", "quality_line"):
         if summary.get(key):
             body.append(f"<p><strong>{html.escape(summary[key])}</strong></p>")
