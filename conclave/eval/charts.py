@@ -222,10 +222,11 @@ def reliability_diagram(calibration: Mapping[str, Any], bins: str = "10 equal-wi
     """Inline SVG: accuracy against mean stated confidence per bin, one series per protocol (its one stated
     meaning in the legend), marker area by the bin's items; the diagonal is perfect calibration. The bins are
     stated under the chart."""
-    left, right, top = 52, 16, 34
+    left, top = 52, 34
     plot = size - left - top
     series = [(name, cal) for name, cal in calibration.items() if cal.get("reliability")]
     height = size + 18 * len(series) + 10
+    width = 720  # the plot stays square at the left; the axis label and the legend's stated meanings need the width
     title = "Reliability diagram"
 
     def x(value: float) -> float:
@@ -234,15 +235,15 @@ def reliability_diagram(calibration: Mapping[str, Any], bins: str = "10 equal-wi
     def y(value: float) -> float:
         return top + (1 - value) * plot
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="cv-reliability" width="{size + right}" '
-             f'height="{height}" viewBox="0 0 {size + right} {height}" role="img" aria-label="{title}">',
-             f'<rect width="{size + right}" height="{height}" fill="#fff"/>', _title(title, left, toy),
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="cv-reliability" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{title}">',
+             f'<rect width="{width}" height="{height}" fill="#fff"/>', _title(title, left, toy),
              f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(1)}" stroke="#9ca3af" stroke-dasharray="4 3"/>',
              f'<rect x="{left}" y="{top}" width="{plot}" height="{plot}" fill="none" stroke="#d1d5db"/>']
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         parts.append(f'<text x="{x(tick):.1f}" y="{y(0) + 16:.1f}" text-anchor="middle" {FONT}>{tick:g}</text>')
         parts.append(f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" {FONT}>{tick:g}</text>')
-    parts.append(f'<text x="{x(0.5):.1f}" y="{y(0) + 34:.1f}" text-anchor="middle" {FONT}>mean stated confidence '
+    parts.append(f'<text x="{left}" y="{y(0) + 34:.1f}" {FONT}>mean stated confidence '
                  f"({html.escape(bins)})</text>")
     parts.append(f'<text x="14" y="{y(0.5):.1f}" transform="rotate(-90 14 {y(0.5):.1f})" text-anchor="middle" '
                  f"{FONT}>accuracy</text>")
