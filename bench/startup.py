@@ -1,7 +1,8 @@
 """Start-up cost: median of N cold runs of `python -c "import conclave"` and `conclave --help`.
 
 Each run is a fresh interpreter (the OS page cache stays warm; .pyc files exist after the first run).
-Goals on the 2-core reference machine: import <= 0.25 s, --help <= 1.0 s.
+Goals on the 2-core reference machine: import <= 0.25 s, --help <= 1.0 s. A last line names the provider/HTTP
+packages `conclave --help` imports (none expected: provider plugins send through the pool's HTTP client).
 
     python bench/startup.py [--runs 10]
 """
@@ -15,6 +16,8 @@ import sys
 import time
 
 GOALS = {"import conclave": 0.25, "conclave --help": 1.0, "python -c pass (floor)": None}
+#: packages only a command that calls a provider (or validates artifacts) needs
+HEAVY = ("aiohttp", "jsonschema", "conclave.providers.transport", "conclave.providers.pool")
 
 
 def _time(cmd: list[str], runs: int) -> list[float]:
@@ -46,6 +49,10 @@ def main() -> None:
         verdict = "" if goal is None else ("ok" if median <= goal else "OVER")
         print(f"{name:<24} {median:>9.3f} {min(samples):>7.3f} {max(samples):>7.3f} "
               f"{'' if goal is None else f'{goal:.2f}':>7}  {median / floor:>7.1f}x {verdict}")
+    trace = subprocess.run([sys.executable, "-X", "importtime", "-m", "conclave", "--help"], capture_output=True,
+                           text=True, check=True).stderr
+    loaded = {line.rpartition("|")[2].strip() for line in trace.splitlines() if line.startswith("import time:")}
+    print(f"{'--help imports':<24} {', '.join(h for h in HEAVY if h in loaded) or 'none of ' + ', '.join(HEAVY)}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from conclave.providers.base import (
     ProviderError,
     QuotaExhaustedError,
     RateLimitedError,
+    TransportError,
     Usage,
 )
 from conclave.providers.http import HTTPProvider, approx_tokens, parse_object, parse_retry_after
@@ -180,15 +181,13 @@ class GeminiProvider(HTTPProvider):
 
     async def close(self) -> None:
         """Delete the cached contents this consultation created (they would expire on their own after the TTL)."""
-        import aiohttp
-
         created, self._created = self._created, []
         if self.session is None:
             return
         for name in created:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-                async with self.session.delete(f"{self.base_url}/{name}", headers=self.headers(""),
-                                               timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            with contextlib.suppress(TransportError, TimeoutError, OSError):
+                async with self.session.request("DELETE", f"{self.base_url}/{name}", headers=self.headers(""),
+                                                timeout_s=5) as resp:
                     await resp.read()
 
     def special_error(self, status: int, payload: Mapping[str, Any], message: str, headers: Mapping[str, str],

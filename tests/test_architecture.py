@@ -4,6 +4,9 @@ and no module reaches into the private names of the packages we depend on."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,3 +186,31 @@ def test_the_private_name_check_sees_one() -> None:
     source = "import threading\nimport atexit as ax\nfrom pydantic.plugin import _loader\nthreading._shutdown()\nax._run_exitfuncs()\n"
     assert sorted(private_uses(ast.parse(source))) == ["atexit._run_exitfuncs", "pydantic.plugin._loader",
                                                         "threading._shutdown"]
+
+
+def imported_at_start(*argv: str, home: Path) -> set[str]:
+    """Every module a ``conclave`` process imports, read from ``python -X importtime``."""
+    env = {**os.environ, "CONCLAVE_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "conclave", *argv], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    return {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_commands_that_call_no_provider_do_not_import_the_http_client(tmp_path: Path) -> None:
+    """--help and `plugins` load every plugin; provider plugins send through the pool's client, so aiohttp stays out."""
+    for argv in (["--help"], ["plugins"]):
+        loaded = imported_at_start(*argv, home=tmp_path)
+        assert "conclave.cli.task" in loaded or "conclave.plugin_manager" in loaded  # the reading worked
+        assert "aiohttp" not in loaded, argv
+        assert "conclave.providers.transport" not in loaded, argv
+
+
+def test_only_the_transport_speaks_http_among_providers_and_plugins() -> None:
+    """aiohttp is imported by the provider transport alone (the web door and the fake server serve HTTP)."""
+    importers, known = set(), modules()
+    for name, path in known.items():
+        for node in imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if any(loaded.split(".")[0] == "aiohttp" for loaded in targets(name, path, node, known)):
+                importers.add(name)
+    providers = {n for n in importers if not n.startswith(("conclave.doors.web", "conclave.testing"))}
+    assert providers == {"conclave.providers.transport"}

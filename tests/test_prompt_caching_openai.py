@@ -13,6 +13,7 @@ from test_engine_support import JUDGE_MODEL, run_consultation
 
 from conclave.config.settings import ProviderSettings
 from conclave.providers.base import CompletionRequest, Message, PromptCache
+from conclave.providers.transport import HTTPClient
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from plugins.openai import OpenAIProvider
 
@@ -42,7 +43,7 @@ async def _ask(fake: FakeProviderServer, *requests: CompletionRequest, stream: b
     """Each request's completion from the fake (streamed: its text pieces, then the completion)."""
     out: list[Any] = []
     async with aiohttp.ClientSession() as session:
-        provider = _provider(fake.base_url("openai"), "on", session=session)
+        provider = _provider(fake.base_url("openai"), "on", session=HTTPClient(session))
         for request in requests:
             if stream:
                 out.append([item async for item in provider.attempt_stream(request)])

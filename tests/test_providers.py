@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import pytest
 
 from conclave.artifacts import schema_registry as artifacts
@@ -34,6 +35,7 @@ from conclave.providers.base import (
 )
 from conclave.providers.pool import ProviderPool
 from conclave.providers.schema_hints import bounded_numbers_as_choices, capped_items
+from conclave.providers.transport import as_transport_error
 from conclave.testing.fake_server import FakeProviderServer, Fault, Reply, key_digest
 from conclave.testing.pytest_plugin import FAKE_KEYS
 
@@ -571,15 +573,13 @@ async def test_a_key_across_the_message_cut_leaves_no_fragment(conclave_env, plu
 
 
 def test_transport_and_in_band_errors_are_redacted(plugins):
-    import aiohttp
-
     key = REAL_LOOKING_KEYS["OPENAI_API_KEY"]
     cls = plugins.providers.get("openai")
     other = REAL_LOOKING_KEYS["ANTHROPIC_API_KEY"]
     instance = cls("openai", ProviderSettings(api="openai", api_key_env=["OPENAI_API_KEY"]), None,
                    environ={"OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": other})
     texts = [
-        str(instance.transport_error(aiohttp.ClientError(f"proxy said {key}"), "gpt-4o")),
+        str(instance.transport_error(as_transport_error(aiohttp.ClientError(f"proxy said {key}")), "gpt-4o")),
         str(instance.malformed(f"error event: bad key {key[:20]}", "gpt-4o")),  # an echoed prefix
         instance.redact(f"{key}{key[:12]} and {key[:30]}"),
         instance.redact(f"a proxy mixed up its keys: {other[:40]}"),  # another provider's key, cut short

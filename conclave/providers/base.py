@@ -1,6 +1,7 @@
 """The provider contract every provider plugin implements, and the typed errors they raise.
 
-A provider turns a :class:`CompletionRequest` into a :class:`Completion` over real HTTP (aiohttp). Retries,
+A provider turns a :class:`CompletionRequest` into a :class:`Completion` over real HTTP (through the pool's
+:class:`~conclave.providers.transport.HTTPClient`). Retries,
 hedging and substitution live above it (``conclave.providers.retry`` / ``hedging``); a provider makes exactly
 one HTTP attempt per :meth:`Provider.attempt` call and raises a :class:`ProviderError` subclass on failure.
 """
@@ -17,9 +18,8 @@ from conclave.errors import ConclaveError
 from conclave.providers.pricing import ContextLimits, PriceTable
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from conclave.config.settings import ProviderSettings
+    from conclave.providers.transport import HTTPClient
 
 
 @dataclass(frozen=True)
@@ -238,6 +238,16 @@ class ProviderTimeoutError(ProviderError):
     retryable = True
 
 
+class TransportError(Exception):
+    """A request failed below HTTP; ``kind`` is timeout (no data for too long), connect (refused, unreachable;
+    ``reason`` is the OS's), disconnected (closed before answering), payload (dropped mid-body) or other."""
+
+    def __init__(self, kind: Literal["timeout", "connect", "disconnected", "payload", "other"], reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
 class ConnectionFailedError(ProviderError):
     outcome = "connection"
     retryable = True
@@ -286,7 +296,7 @@ class Provider(abc.ABC):
         self,
         name: str,
         settings: ProviderSettings,
-        session: aiohttp.ClientSession | None,
+        session: HTTPClient | None,
         *,
         environ: Mapping[str, str] | None = None,
     ) -> None:

@@ -2,8 +2,9 @@
 
 Every failure leaves here as a typed :class:`~conclave.providers.base.ProviderError` whose message a user can act
 on and which never contains an API key, whole or in part: provider text is redacted before it is shortened. A key
-goes only to the vendor's own hosts unless ``providers.<name>.send_key`` says otherwise. aiohttp is imported inside
-the functions that use it, so loading a provider plugin (which every ``conclave`` command does) stays cheap.
+goes only to the vendor's own hosts unless ``providers.<name>.send_key`` says otherwise. Requests go out through the
+pool's :class:`~conclave.providers.transport.HTTPClient`, so this module (and a provider plugin) does not import
+aiohttp: loading plugins, which every ``conclave`` command does, stays cheap.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from collections.abc import AsyncGenerator, Iterable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from conclave.providers.base import (
     AuthError,
@@ -33,6 +32,7 @@ from conclave.providers.base import (
     QuotaExhaustedError,
     RateLimitedError,
     ServerError,
+    TransportError,
 )
 from conclave.providers.sse import iter_sse
 from conclave.providers.structured import is_local_url
@@ -46,7 +46,7 @@ MESSAGE_LIMIT = 300
 
 
 class HTTPProvider(Provider):
-    """A provider that speaks a JSON-over-HTTP API through the pool's shared aiohttp session.
+    """A provider that speaks a JSON-over-HTTP API through the pool's shared HTTP client.
 
     Subclasses set the defaults below, build the wire body and parse the answer; this class owns headers, keys,
     transport errors and HTTP status mapping.
@@ -171,11 +171,11 @@ class HTTPProvider(Provider):
         """POST ``body``; return the decoded JSON object or raise the mapped :class:`ProviderError`."""
         headers = self.headers(model)
         try:
-            async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
+            async with self._session().request("POST", url, data=self.encode(body), headers=headers) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise self.error_for(resp.status, raw, resp.headers, model)
-        except aiohttp.ClientError as exc:
+        except TransportError as exc:
             raise self.transport_error(exc, model) from exc
         return self.decode(raw, model)
 
@@ -184,18 +184,16 @@ class HTTPProvider(Provider):
         headers = self.headers(model)
         headers.pop("Content-Type")
         try:
-            async with self._session().get(
-                url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as resp:
+            async with self._session().request("GET", url, headers=headers, timeout_s=timeout_s) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise self.error_for(resp.status, raw, resp.headers, model)
-        except TimeoutError as exc:
+        except (TimeoutError, TransportError) as exc:
+            if isinstance(exc, TransportError) and exc.kind != "timeout":
+                raise self.transport_error(exc, model) from exc
             raise ProviderTimeoutError(
                 f"{self.name} did not answer within {timeout_s:g}s ({self.base_url})", provider=self.name
             ) from exc
-        except aiohttp.ClientError as exc:
-            raise self.transport_error(exc, model) from exc
         return self.decode(raw, model)
 
     async def post_sse(self, url: str, body: Mapping[str, Any],
@@ -204,12 +202,12 @@ class HTTPProvider(Provider):
         headers = self.headers(model)
         headers["Accept"] = "text/event-stream"
         try:
-            async with self._session().post(url, data=self.encode(body), headers=headers) as resp:
+            async with self._session().request("POST", url, data=self.encode(body), headers=headers) as resp:
                 if resp.status >= 400:
                     raise self.error_for(resp.status, await resp.read(), resp.headers, model)
                 async for event in iter_sse(resp.content):
                     yield event
-        except aiohttp.ClientError as exc:
+        except TransportError as exc:
             raise self.transport_error(exc, model) from exc
         except ValueError as exc:  # undecodable bytes or an over-long line
             raise MalformedResponseError(
@@ -299,22 +297,19 @@ class HTTPProvider(Provider):
             return ServerError(f"{self.name} failed serving {what} (HTTP {status}): {message}", **kw)
         return BadRequestError(f"{self.name} rejected the request for {what} (HTTP {status}): {message}", **kw)
 
-    def transport_error(self, exc: BaseException, model: str) -> ProviderError:
+    def transport_error(self, exc: TransportError, model: str) -> ProviderError:
         """A typed error for a failure below HTTP (refused, reset, dropped mid-body, read timeout)."""
         kw: dict[str, Any] = {"provider": self.name, "model": model}
         where = urlsplit(self.base_url).netloc or self.base_url
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return ProviderTimeoutError(f"{self.name} stopped sending data ({where}): {self.redact(str(exc))}", **kw)
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
-            return ConnectionFailedError(f"cannot reach {self.name} at {where}: {self.redact(reason)}", **kw)
-        if isinstance(exc, aiohttp.ServerDisconnectedError):
+        if exc.kind == "timeout":
+            return ProviderTimeoutError(f"{self.name} stopped sending data ({where}): {self.redact(exc.reason)}", **kw)
+        if exc.kind == "connect":
+            return ConnectionFailedError(f"cannot reach {self.name} at {where}: {self.redact(exc.reason)}", **kw)
+        if exc.kind == "disconnected":
             return ConnectionFailedError(f"{self.name} closed the connection before answering ({where})", **kw)
-        if isinstance(exc, aiohttp.ClientPayloadError):
+        if exc.kind == "payload":
             return ConnectionFailedError(f"{self.name} dropped the connection mid-answer ({where})", **kw)
-        return ConnectionFailedError(
-            f"connection to {self.name} failed ({where}): {type(exc).__name__}: {self.redact(str(exc))}", **kw
-        )
+        return ConnectionFailedError(f"connection to {self.name} failed ({where}): {self.redact(exc.reason)}", **kw)
 
     def truncated(self, what: str, model: str) -> MalformedResponseError:
         """A cut-off or empty answer: handled like a malformed one (retried, then re-asked), and possibly billed."""

@@ -23,7 +23,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-import aiohttp
 from jsonschema import Draft202012Validator
 
 from conclave import events
@@ -52,6 +51,7 @@ from conclave.providers.pricing import PriceTable
 from conclave.providers.probe import TEST_PROMPT, TEST_SCHEMA, CallCheck, ProbeResult, probe, test_request
 from conclave.providers.retry import RetryPolicy, call_with_retries
 from conclave.providers.tiers import Tiers
+from conclave.providers.transport import HTTPClient
 from conclave.tokens import count_tokens, encoding_name_for, utf8_upper_bound
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ class _Call:
 
 
 class ProviderPool:
-    """Per-consultation: one aiohttp.ClientSession, provider instances, retries, hedging, substitution, health,
-    pricing. Use as ``async with ProviderPool(settings, plugins, bus) as pool``."""
+    """Per-consultation: one HTTP client, provider instances, retries, hedging, substitution, health, pricing.
+    Use as ``async with ProviderPool(settings, plugins, bus) as pool``."""
 
     def __init__(
         self,
@@ -140,7 +140,7 @@ class ProviderPool:
                 self.health.seed(provider, model, latencies)
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._rng = rng or random.Random()
-        self._session: aiohttp.ClientSession | None = None
+        self._session: HTTPClient | None = None
         self._providers: dict[str, Provider] = {}
         self._attempts: list[Attempt] = []
         self._substitutions: list[dict[str, Any]] = []
@@ -158,8 +158,7 @@ class ProviderPool:
     # ------------------------------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> ProviderPool:
-        # No total timeout on the session: each call's deadline is enforced per attempt by the pool.
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        self._session = HTTPClient()
         for instance in self._providers.values():
             instance.session = self._session
         return self
