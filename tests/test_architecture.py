@@ -214,3 +214,20 @@ def test_only_the_transport_speaks_http_among_providers_and_plugins() -> None:
                 importers.add(name)
     providers = {n for n in importers if not n.startswith(("conclave.doors.web", "conclave.testing"))}
     assert providers == {"conclave.providers.transport"}
+
+
+#: quality modules that still take the whole Session; a ratchet: this set only shrinks
+WHOLE_SESSION_YET = {"conclave.quality.objection", "conclave.quality.summarize"}
+
+
+def test_quality_layers_get_narrow_inputs_not_the_session() -> None:
+    """quality/ imports no engine.session, not even for annotations: the runner hands a layer the values it uses."""
+    takes_session = set()
+    for name, path in modules().items():
+        if name.startswith("conclave.quality."):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):  # TYPE_CHECKING imports included
+                if isinstance(node, ast.ImportFrom) and node.module == "conclave.engine.session":
+                    takes_session.add(name)
+    assert takes_session <= WHOLE_SESSION_YET
+    assert "conclave.quality.exit" not in takes_session

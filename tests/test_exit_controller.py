@@ -33,7 +33,7 @@ from conclave.engine.rounds import STANDARD_PLAN, Plan
 from conclave.engine.run import Consultation
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, Event
-from conclave.quality.exit import Standing, change, consensus, max_plan, plateau, position_change
+from conclave.quality.exit import ExitLimits, Standing, change, consensus, max_plan, plateau, position_change
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.resume_points import load_resume_point
@@ -105,14 +105,15 @@ def _session(**changes: Any) -> Any:
     settings = type(_settings()).model_validate({**_settings().model_dump(), **changes})  # quick=true → rounds=2
     plan = Plan(STANDARD_PLAN)
     plan.cut_to_stage(settings.planned_rounds)
-    return SimpleNamespace(plan=plan, settings=settings, strategy=Strategy())  # the base strategy: cap 6
+    return SimpleNamespace(plan=plan, limits=ExitLimits.of(settings, Strategy().default_round_cap))  # cap 6
 
 
 @pytest.mark.parametrize(("changes", "rounds"), [
     ({}, 6), ({"exit": ExitSettings(round_cap=8)}, 8), ({"exit": ExitSettings(round_cap=4)}, 4), ({"rounds": 4}, 4),
     ({"rounds": 3}, 3), ({"quick": True}, 2)])
 def test_the_longest_plan_repeats_cross_examination_up_to_the_cap(changes: dict[str, Any], rounds: int) -> None:
-    longest = Plan(max_plan(_session(**changes)))
+    session = _session(**changes)
+    longest = Plan(max_plan(session.plan.types, session.limits))
     assert len(longest.numbers()) == rounds
     if rounds > 4:
         assert [t.name for t in longest][-1] == "verdict"

@@ -162,7 +162,7 @@ class Consultation:
         #: after each cross-examination round: consensus, convergence or the cap, else cross-examination repeats
         self.exit = ExitController.from_resume(self.interaction, self.resume_from)
         self.controllers: list[Controller] = [self._quality, self._history, self._vote_gate, self._groupthink,
-                                                 self._early_termination, self.exit]
+                                                 self._early_termination, self._exit]
         self.result: ConsultationResult | None = None
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
@@ -260,7 +260,9 @@ class Consultation:
         result = assemble_result(session, self.machine, provenance, self._budget, self._prior)
         completed = self.machine.state is S.COMPLETE
         result = result.model_copy(update={
-            "exit": self.exit.summary(session, completed, self._estimated_rounds),
+            "exit": self.exit.summary(session.exit_limits(), rounds_played=session.record.completed_rounds,
+                                      planned_rounds=session.planned_rounds, completed=completed,
+                                      estimated_rounds=self._estimated_rounds),
             "context": session.context.summary(),
         })
         self.result = result
@@ -421,7 +423,7 @@ class Consultation:
         about or refused. The abort-ratio budget (``self._budget``) is the exact estimate of every planned
         round: on a resumed run the restored rounds' calls were billed by an earlier run, and that counts too.
         """
-        longest = Plan(max_plan(session))
+        longest = Plan(max_plan(session.plan.types, session.exit_limits()))
         numbers = longest.numbers()
         self._estimated_rounds = len(numbers)
         rounds = [n for n in numbers if n not in restored]
@@ -567,6 +569,12 @@ class Consultation:
     def _quality(session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: the debate state, citation rules and verification (never stops a round)."""
         session.quality.after_round(session, steps, restored)
+
+    def _exit(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+        """After each cross-examination round: consensus, convergence or the cap, else cross-examination repeats."""
+        self.exit.after_round(steps, restored, record=session.record, plan=session.plan, present=session.present(),
+                              claims=session.quality.state.claims, limits=session.exit_limits(),
+                              emit=session.bus.emit)
 
     def _groupthink(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: the groupthink detectors; a firing inserts a critical objection round."""

@@ -22,6 +22,7 @@ from conclave.engine.rounds import Plan
 from conclave.engine.settle import JUDGE_ROUNDS, skips_judge
 from conclave.engine.strategy import Strategy
 from conclave.events import ROUND_ARTIFACT, EventBus
+from conclave.quality.exit import ExitLimits
 
 if TYPE_CHECKING:
     from conclave.engine.quality import QualityLayer
@@ -104,6 +105,10 @@ class Session:
         self.stream = False  # publish answers as they stream in (``agent:chunk``): the live view, the terminal
         self._prompt_cache: PromptCache | None = None
         self._prompt_cache_known = False
+
+    def exit_limits(self) -> ExitLimits:
+        """The exit controller's inputs: exit settings, whether cross-examination may repeat, the round cap."""
+        return ExitLimits.of(self.settings, self.strategy.default_round_cap, self.rounds_not_played)
 
     @property
     def prompt_cache(self) -> PromptCache | None:

@@ -544,7 +544,7 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
             session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
                                           bus=bus, labels=labels, question=item.prompt, context_text=context))
             # every round an item's debate may play, cross-examination repeats up to exit.round_cap included
-            longest = Plan(max_plan(session))
+            longest = Plan(max_plan(session.plan.types, session.exit_limits()))
             whole = estimate_cost(session, longest.numbers(), plan=longest)
             if ev is not None and ev.round_1_key is None:  # what round 1 sends: sweep points pair on it
                 calls = json.dumps([list(c) for c in round_one_calls(session)], ensure_ascii=False)
@@ -584,7 +584,7 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                         ev.reuse_round_1 = round_one_calls(base_session) == round_one_calls(arm_session)
                     if items:
                         first = 2 if ev.reuse_round_1 else 1
-                        arm_longest = Plan(max_plan(arm_session))
+                        arm_longest = Plan(max_plan(arm_session.plan.types, arm_session.exit_limits()))
                         numbers = [n for n in arm_longest.numbers() if n >= first]
                         total.calls.extend(estimate_cost(arm_session, numbers, plan=arm_longest).calls)
     return total

@@ -31,7 +31,7 @@ last one.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING, Any
 from conclave.engine.rounds import Plan
 
 if TYPE_CHECKING:
-    from conclave.config.settings import ExitSettings
+    from conclave.config.settings import ExitSettings, Settings
     from conclave.engine.interaction import Interaction
+    from conclave.engine.record import Record
     from conclave.engine.rounds import RoundType, Step
-    from conclave.engine.session import Session
+    from conclave.quality.debate_state import StateClaim
 
 VOTES = ("ACCEPT", "MINOR", "BLOCKER")
 REASONS = ("consensus", "convergence", "round-cap", "user-stop", "early-termination")
@@ -155,6 +156,26 @@ class Decision:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ExitLimits:
+    """What the controller reads of a consultation's settings: ``exit.*``, whether cross-examination may repeat at
+    all (``rounds=null``), the round cap (rounds in all, the verdict included), and the shadow stage."""
+
+    settings: ExitSettings
+    may_repeat: bool
+    cap: int
+    shadow: bool
+
+    @classmethod
+    def of(cls, settings: Settings, default_cap: int, rounds_not_played: int = 0) -> ExitLimits:
+        """``default_cap``: the strategy's cap when ``exit.round_cap`` is null (answer mode: 4, one
+        cross-examination round); ``rounds_not_played``: rounds the aggregate decides in place of the judge
+        (:mod:`conclave.engine.settle`), which still count."""
+        cap = settings.exit.round_cap if settings.exit.round_cap is not None else default_cap
+        shadow = getattr(settings.quality, "stage", "on") == "shadow"
+        return cls(settings.exit, settings.may_repeat, cap - rounds_not_played, shadow)
+
+
 @dataclass
 class ExitController:
     """The runner controller (see the module doc). ``recorded``: the ``exit:evaluated`` payloads of an earlier
@@ -173,13 +194,16 @@ class ExitController:
         recorded = {int(d["round_number"]): d for d in resume_from.get("exit") or [] if "round_number" in d}
         return cls(interaction, recorded)
 
-    def __call__(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+    def after_round(self, steps: list[Step], restored: set[int], *, record: Record, plan: Plan,
+                    present: Sequence[str], claims: Mapping[str, StateClaim], limits: ExitLimits,
+                    emit: Callable[..., Any]) -> None:
+        """After each round: ``present`` are the agents taking part, ``claims`` the debate state's claims, ``emit``
+        journals the decision; a repeat is inserted into ``plan``."""
         number = steps[0].number
-        record = session.record
         early = record.early_termination or {}
         if early.get("accepted") and self.reason is None:
             self.reason = "early-termination"
-        first = session.plan.types[0].name
+        first = plan.types[0].name
         if any(s.type.name == first for s in steps):
             self.history[number] = {a: standing_of(x) for a, x in record.by_agent(first).items()}
             return
@@ -188,33 +212,38 @@ class ExitController:
         output = record.output(REPLIES)
         if output is None or output.number != number:
             return
-        self._after_cross_exam(session, steps, number, output.by_agent, number in restored)
+        new_facts = sum(1 for c in claims.values() if c.introduced_round == number and c.label == "FACT")
+        to_come = [g for g in plan.rounds() if g[0].number > number]
+        decision = self._after_cross_exam(number, output.by_agent, number in restored, present, new_facts,
+                                          to_come, limits)
+        emit(EXIT_EVALUATED, **decision.as_dict())
+        if decision.action == "repeat" and not decision.shadow \
+                and not (to_come and to_come[0][0].type.name == REPLIES):
+            plan.insert_next([s.type for s in steps], _why(decision))
 
-    def _after_cross_exam(self, session: Session, steps: list[Step], number: int,
-                          replies: Mapping[str, Mapping[str, Any]], restored: bool) -> None:
-        settings = session.settings.exit
+    def _after_cross_exam(self, number: int, replies: Mapping[str, Mapping[str, Any]], restored: bool,
+                          present: Sequence[str], new_facts: int, to_come: list[list[Step]],
+                          limits: ExitLimits) -> Decision:
+        settings = limits.settings
         now = {a: standing_of(x) for a, x in replies.items()}
         before = self.history[max(self.history)] if self.history else {}
         self.history[number] = now
         latest: dict[str, float | None] = {}  # each agent's latest known confidence
         for n in sorted(self.history):
             latest.update({a: s.confidence for a, s in self.history[n].items() if s.confidence is not None})
-        present = session.present()
         found = consensus(now, present, latest, settings)
         self.deltas.append(change(before, now))
-        self.new_facts.append(sum(1 for c in session.quality.state.claims.values()
-                                  if c.introduced_round == number and c.label == "FACT"))
+        self.new_facts.append(new_facts)
         flat = plateau(self.deltas, self.new_facts, settings)
         reason = "consensus" if found["met"] else "convergence" if flat else None
-        to_come = [g for g in session.plan.rounds() if g[0].number > number]
         voted = any(s.vote for s in now.values())  # a strategy whose replies carry no vote never repeats
-        can_repeat = session.settings.may_repeat and voted and number + 1 + len(to_come) <= round_cap(session)
+        can_repeat = limits.may_repeat and voted and number + 1 + len(to_come) <= limits.cap
         decision = Decision(number, {a: s.vote for a, s in now.items()}, {a: s.confidence for a, s in now.items()},
                             found, self.deltas[-1], self.new_facts[-1], flat, reason, "stop", can_repeat)
         recorded = self.recorded.get(number) if restored else None
-        if shadow_stage(session):  # what it would do with repeats allowed and nobody to ask; the plan stays
+        if limits.shadow:  # what it would do with repeats allowed and nobody to ask; the plan stays
             decision.shadow = True
-            decision.can_repeat = voted and number + 1 + len(to_come) <= round_cap(session)
+            decision.can_repeat = voted and number + 1 + len(to_come) <= limits.cap
             self._decide(decision, settings, ask=False)
         elif recorded is not None:  # decided by an earlier run: the same again, nobody asked twice
             decision.reason, decision.action = recorded.get("reason"), str(recorded.get("action", "stop"))
@@ -223,10 +252,7 @@ class ExitController:
             self._decide(decision, settings)
         self.decisions.append(decision)
         self.reason = decision.reason if not decision.shadow or decision.action == "stop" else None
-        session.bus.emit(EXIT_EVALUATED, **decision.as_dict())
-        if decision.action == "repeat" and not decision.shadow \
-                and not (to_come and to_come[0][0].type.name == REPLIES):
-            session.plan.insert_next([s.type for s in steps], _why(decision))
+        return decision
 
     def _decide(self, decision: Decision, settings: ExitSettings, *, ask: bool = True) -> None:
         interactive = ask and self.interaction.interactive
@@ -263,25 +289,25 @@ class ExitController:
             return self.reason
         return "round-cap" if completed else None
 
-    def summary(self, session: Session, completed: bool, estimated_rounds: int | None) -> dict[str, Any]:
+    def summary(self, limits: ExitLimits, *, rounds_played: int, planned_rounds: int, completed: bool,
+                estimated_rounds: int | None) -> dict[str, Any]:
         """The result's ``exit`` record."""
         return {
             "reason": self.final_reason(completed),
-            "rounds_played": session.record.completed_rounds,
+            "rounds_played": rounds_played,
             "cross_exam_rounds": len(self.decisions),
-            "round_cap": round_cap(session) if session.settings.may_repeat
-            else session.planned_rounds,
+            "round_cap": limits.cap if limits.may_repeat else planned_rounds,
             "estimated_rounds": estimated_rounds,
-            "override": session.settings.exit.override,
+            "override": limits.settings.override,
             "decisions": [d.as_dict() for d in self.decisions],
         }
 
 
-def max_plan(session: Session) -> list[RoundType]:
+def max_plan(plan: Sequence[RoundType], limits: ExitLimits) -> list[RoundType]:
     """The longest plan the exit controller could play: the first cross-examination round repeated until the
     plan reaches the round cap (the consent gate's estimate). Without repeats, the plan as it is."""
-    types = list(session.plan.types)
-    if not session.settings.may_repeat or shadow_stage(session):
+    types = list(plan)
+    if not limits.may_repeat or limits.shadow:
         return types
 
     groups = Plan(types).rounds()
@@ -289,25 +315,12 @@ def max_plan(session: Session) -> list[RoundType]:
     if at is None:
         return types
     repeat = [s.type for s in groups[at]]
-    extra = max(0, round_cap(session) - len(groups))
+    extra = max(0, limits.cap - len(groups))
     groups_types: list[list[RoundType]] = [[s.type for s in g] for g in groups]
     for _ in range(extra):
         groups_types.insert(at + 1, list(repeat))
     return [t for g in groups_types for t in g]
 
-
-def round_cap(session: Session) -> int:
-    """Rounds in all, the verdict included: ``exit.round_cap``, or when null the strategy's default (answer
-    mode: 4, one cross-examination round)."""
-    cap = session.settings.exit.round_cap
-    cap = cap if cap is not None else session.strategy.default_round_cap
-    # the aggregate decides in place of the judge (conclave.engine.settle): the rounds it skips still count
-    return cap - getattr(session, "rounds_not_played", 0)
-
-
-def shadow_stage(session: Session) -> bool:
-    """``quality.stage=shadow``: the controller records what it would do and changes nothing (absent: on)."""
-    return getattr(session.settings.quality, "stage", "on") == "shadow"
 
 
 def _yes(answer: str | None) -> bool:
