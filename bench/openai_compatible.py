@@ -72,7 +72,8 @@ def consult(home: Path, overrides: list[str]) -> tuple[float, dict[str, Any]]:
 
 
 def round1_request(strict: bool) -> dict[str, Any]:
-    from conclave.artifacts.schema_registry import strict_variant
+    from conclave_plugins.openai import strict_variant
+
     from conclave.engine.extraction import json_instruction, request_schema
     from conclave.engine.rounds import INDEPENDENT
     from conclave.providers.schema_hints import (

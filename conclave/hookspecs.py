@@ -77,6 +77,12 @@ def register_schemas(register: Register) -> None:
 
 
 @hookspec
+def register_schema_dialects(register: Register) -> None:
+    """Register a provider's schema dialect: ``register("openai-strict", to_dialect)``, a function from an artifact
+    schema to the variant the provider's structured output accepts (``conclave schemas show NAME --dialect D``)."""
+
+
+@hookspec
 def register_price_sheets(register: Register) -> None:
     """Register the price sheet of each provider a plugin prices: ``register("openai", path)``, the path (or
     :mod:`importlib.resources` file) of a YAML sheet whose ``provider:`` is that name. Costs, estimates and context

@@ -29,6 +29,7 @@ REGISTRY_HOOKS = {
     "event_subscribers": "register_event_subscribers",
     "config_paths": "register_config_paths",
     "schemas": "register_schemas",
+    "schema_dialects": "register_schema_dialects",
     "price_sheets": "register_price_sheets",
 }
 
@@ -126,6 +127,14 @@ class Plugins:
     @property
     def schemas(self) -> Registry:
         return self.registries["schemas"]
+
+    @property
+    def schema_dialects(self) -> Registry:
+        return self.registries["schema_dialects"]
+
+    def key_variables(self) -> list[str]:
+        """Every environment variable a loaded provider plugin reads keys from (``Provider.KEY_VARIABLES``)."""
+        return list(dict.fromkeys(v for _, cls in self.providers.items() for v in getattr(cls, "KEY_VARIABLES", ())))
 
     @property
     def config_paths(self) -> list[str]:

@@ -67,6 +67,7 @@ class AnthropicProvider(HTTPProvider):
 
     DEFAULT_BASE_URL = "https://api.anthropic.com"
     DEFAULT_KEY_ENV = ("ANTHROPIC_API_KEY",)
+    KEY_VARIABLES = DEFAULT_KEY_ENV
     KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset({"api.anthropic.com"})
 
     def auth_headers(self, key: str) -> dict[str, str]:

@@ -72,6 +72,7 @@ class GeminiProvider(HTTPProvider):
 
     DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
     DEFAULT_KEY_ENV = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    KEY_VARIABLES = DEFAULT_KEY_ENV
     KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset({"generativelanguage.googleapis.com"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -28,6 +28,7 @@ caches and strict function calling are not documented to behave the same way, so
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import logging
@@ -37,7 +38,7 @@ from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from conclave.artifacts.schema_registry import drop_null_optionals, strict_variant
+from conclave.artifacts.schema_registry import deref, drop_null_optionals, resolver_for
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
     CacheRule,
@@ -74,6 +75,7 @@ class OpenAIProvider(HTTPProvider):
 
     DEFAULT_BASE_URL = f"https://{OPENAI_HOST}/v1"
     DEFAULT_KEY_ENV = ("OPENAI_API_KEY",)
+    KEY_VARIABLES = ("OPENAI_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY")  # the hosts it speaks to: OpenAI, xAI, Mistral
     KEYED_HOSTS: ClassVar[frozenset[str]] = frozenset({OPENAI_HOST, "api.x.ai", "api.mistral.ai"})
 
     def default_base_url(self) -> str:
@@ -459,6 +461,73 @@ def _usage(raw: Any) -> Usage:
 @hookimpl
 def register_providers(register: Any) -> None:
     register("openai", OpenAIProvider)
+
+
+@hookimpl
+def register_schema_dialects(register: Any) -> None:
+    register("openai-strict", strict_variant)
+
+
+# ------------------------------------------------------------------------------------- strict mode
+
+# Keywords outside the subset every strict-capable OpenAI model accepts. The answer is still validated against
+# the full schema afterwards, so dropping them loosens decoding, never acceptance.
+_STRICT_DROPPED = frozenset({
+    "$schema", "$id", "$defs", "$comment", "format", "pattern", "minLength", "maxLength", "minimum",
+    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
+})
+
+
+def strict_variant(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` for OpenAI ``response_format`` strict mode; the input is not modified.
+
+    Strict mode needs every property listed in ``required``, ``additionalProperties: false`` and no external
+    ``$ref``. So every ``$ref`` is inlined (the schema must not be recursive), every object requires all its
+    properties, optional properties become nullable (``null`` stands for "absent": pass the answer through
+    ``drop_null_optionals`` before ``validate``), ``const`` becomes a one-value ``enum`` and the keywords in
+    ``_STRICT_DROPPED`` are removed.
+    """
+    return _strictify(schema, resolver_for(schema))
+
+
+def _strictify(node: dict[str, Any], resolver: Any) -> dict[str, Any]:
+    node, resolver = deref(node, resolver)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _STRICT_DROPPED:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "properties":
+            out[key] = {prop: _strictify(sub, resolver) for prop, sub in value.items()}
+        elif key == "items" and isinstance(value, dict):
+            out[key] = _strictify(value, resolver)
+        elif key in ("anyOf", "allOf", "oneOf"):
+            out[key] = [_strictify(sub, resolver) for sub in value]
+        else:
+            out[key] = copy.deepcopy(value)
+    if "properties" in out:
+        required = set(node.get("required", ()))
+        out["properties"] = {
+            prop: sub if prop in required else _nullable(sub) for prop, sub in out["properties"].items()
+        }
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    kind = node.get("type")
+    if kind is None:
+        return {"anyOf": [node, {"type": "null"}]}
+    node = dict(node)
+    if isinstance(kind, str):
+        node["type"] = [kind, "null"]
+    elif "null" not in kind:
+        node["type"] = [*kind, "null"]
+    if "enum" in node and None not in node["enum"]:
+        node["enum"] = [*node["enum"], None]
+    return node
 
 
 @hookimpl

@@ -231,3 +231,13 @@ def test_quality_layers_get_narrow_inputs_not_the_session() -> None:
                     takes_session.add(name)
     assert takes_session <= WHOLE_SESSION_YET
     assert "conclave.quality.exit" not in takes_session
+
+
+def test_provider_key_names_and_schema_dialects_live_in_the_provider_plugins() -> None:
+    """The core asks the plugin manager (``Provider.KEY_VARIABLES``, ``register_schema_dialects``); it names no
+    provider's key variable and holds no provider's schema dialect."""
+    core = [p for n, p in modules().items() if n.startswith(("conclave.store", "conclave.providers",
+                                                              "conclave.artifacts", "conclave.engine"))]
+    for path in core:
+        text = path.read_text(encoding="utf-8")
+        assert "_API_KEY" not in text and "def strict_variant" not in text, path

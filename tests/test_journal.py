@@ -17,7 +17,7 @@ from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalError, JournalWriter, last_record, read_journal
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
-from conclave.store.redact import KEY_ENV_VARS, Redactor
+from conclave.store.redact import Redactor, key_variables
 from conclave.store.verify import verify_store
 from conclave.testing.synthetic_events import synthetic_events
 
@@ -143,7 +143,7 @@ KEYS = {
 
 
 def test_api_key_values_never_reach_the_journal_or_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert set(KEYS) == set(KEY_ENV_VARS)
+    assert set(KEYS) == set(key_variables())
     for name, value in KEYS.items():
         monkeypatch.setenv(name, value)
     recorder = Recorder(tmp_path)

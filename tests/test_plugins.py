@@ -28,7 +28,7 @@ def _plugin(**hooks: object) -> types.ModuleType:
 def test_hookspecs_are_the_documented_register_hooks() -> None:
     assert all_hook_names() == [
         "register_providers", "register_strategies", "register_filters", "register_aggregators",
-        "register_event_subscribers", "register_config_paths", "register_schemas",
+        "register_event_subscribers", "register_config_paths", "register_schemas", "register_schema_dialects",
         "register_price_sheets",
     ]
 
@@ -37,6 +37,19 @@ def test_builtins_load_through_the_entry_point_group(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("CONCLAVE_PLUGINS", raising=False)
     names = {info.name for info in load_plugins().info()}
     assert BUILTIN_ENTRY_POINTS <= names
+
+
+def test_provider_plugins_declare_their_key_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Core knows a key variable only because a provider plugin declares it (``Provider.KEY_VARIABLES``)."""
+    class AcmeProvider:
+        KEY_VARIABLES = ("ACME_API_KEY",)
+
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "anthropic")
+    plugins = load_plugins([("acme", _plugin(register_providers=lambda register: register("acme", AcmeProvider)))])
+    assert sorted(plugins.key_variables()) == ["ACME_API_KEY", "ANTHROPIC_API_KEY"]
+    monkeypatch.delenv("CONCLAVE_PLUGINS")
+    assert {"OPENAI_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY", "GEMINI_API_KEY",
+            "GOOGLE_API_KEY"} <= set(load_plugins().key_variables())
 
 
 def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,8 +63,10 @@ def test_extra_plugin_registers_into_each_registry(monkeypatch: pytest.MonkeyPat
         register_config_paths=lambda register: register("pkg://inline.conf"),
         register_schemas=lambda register: register("inline_artifact", {"type": "object"}),
         register_price_sheets=lambda register: register("inline-provider", "inline.yaml"),
+        register_schema_dialects=lambda register: register("inline-dialect", dict),
     )
     plugins = load_plugins([("inline", plugin)])
+    assert plugins.schema_dialects.names() == ["inline-dialect"]
     assert plugins.providers.names() == ["inline-provider"]
     assert plugins.strategies.names() == ["inline-strategy"]
     assert plugins.filters.names() == ["inline-filter"]

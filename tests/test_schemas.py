@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import run_conclave
+from conclave_plugins.openai import strict_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
@@ -25,7 +26,6 @@ from conclave.artifacts.schema_registry import (
     get_schema,
     now_iso,
     schema_names,
-    strict_variant,
     validate,
 )
 from conclave.errors import ConclaveError
@@ -464,6 +464,16 @@ def test_cli_show_strict_prints_the_strict_variant(tmp_path: Path) -> None:
     proc = run_conclave("schemas", "show", "verdict", "--strict", home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == strict_variant(get_schema("verdict"))
+
+
+def test_cli_show_dialect_asks_the_provider_plugin_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    proc = run_conclave("schemas", "show", "verdict", "--dialect", "openai-strict", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == strict_variant(get_schema("verdict"))
+    proc = run_conclave("schemas", "show", "verdict", "--dialect", "grpc", home=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "conclave schemas: unknown --dialect 'grpc'; allowed: openai-strict (provider plugins register them)"]
 
 
 def test_cli_validate_ok(tmp_path: Path) -> None:

@@ -47,7 +47,6 @@ __all__ = [
     "get_schema",
     "now_iso",
     "schema_names",
-    "strict_variant",
     "upgrade",
     "validate",
 ]
@@ -152,7 +151,7 @@ def _inlined(name: str) -> dict[str, Any]:
     """
     schema = _schema(name)
     try:
-        inlined = _inline(schema, _resolver_for(schema), ())
+        inlined = _inline(schema, resolver_for(schema), ())
     except RecursionError:
         return schema
     if "$ref" in json.dumps({k: v for k, v in inlined.items() if k != "$defs"}):
@@ -298,7 +297,7 @@ class _FillPlan:
     __slots__ = ("_children", "_item", "_items", "_props", "_resolver", "lists")
 
     def __init__(self, node: dict[str, Any], resolver: Resolver[Any]) -> None:
-        node, self._resolver = _deref(node, resolver)
+        node, self._resolver = deref(node, resolver)
         props = node.get("properties")
         self._props: dict[str, Any] | None = props if isinstance(props, dict) else None
         self.lists: tuple[str, ...] = tuple(
@@ -346,7 +345,7 @@ class _FillPlan:
 @functools.cache
 def _fill_plan(name: str) -> _FillPlan | None:
     schema = _schemas().get(name)
-    return None if schema is None else _FillPlan(schema, _resolver_for(schema))
+    return None if schema is None else _FillPlan(schema, resolver_for(schema))
 
 
 def _fill_lists(value: Any, plan: _FillPlan) -> Any:
@@ -384,35 +383,16 @@ def _non_finite_numbers(value: Any, parts: _Path) -> Iterator[tuple[_Path, Artif
             yield from _non_finite_numbers(item, (*parts, index))
 
 
-# Keywords outside the subset every strict-capable OpenAI model accepts. The answer is still validated against
-# the full schema afterwards, so dropping them loosens decoding, never acceptance.
-_STRICT_DROPPED = frozenset({
-    "$schema", "$id", "$defs", "$comment", "format", "pattern", "minLength", "maxLength", "minimum",
-    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems",
-})
-
-
-def strict_variant(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` for OpenAI ``response_format`` strict mode; the input is not modified.
-
-    Strict mode needs every property listed in ``required``, ``additionalProperties: false`` and no external
-    ``$ref``. So every ``$ref`` is inlined (the schema must not be recursive), every object requires all its
-    properties, optional properties become nullable (``null`` stands for "absent": pass the answer through
-    ``drop_null_optionals`` before ``validate``), ``const`` becomes a one-value ``enum`` and the keywords in
-    ``_STRICT_DROPPED`` are removed.
-    """
-    return _strictify(schema, _resolver_for(schema))
-
-
 def drop_null_optionals(schema: dict[str, Any], instance: Any) -> Any:
-    """Undo ``strict_variant``'s nullable optionals: a copy of ``instance`` without ``null`` optionals.
+    """A copy of ``instance`` without ``null`` in optional properties: strict structured output (a provider's
+    schema dialect) answers an absent optional with ``null``, never a valid value in an artifact.
 
     Only properties ``schema`` does not require are dropped: a ``null`` in a required one still fails.
     """
     name = _names_by_id().get(schema.get("$id", ""))
     if name is not None and schema == _schema(name):  # a shipped schema: walk its inlined form, no lookups
         return _drop_nulls(instance, _inlined(name), _inlined_resolver(name))
-    return _drop_nulls(instance, schema, _resolver_for(schema))
+    return _drop_nulls(instance, schema, resolver_for(schema))
 
 
 @functools.cache
@@ -422,16 +402,17 @@ def _names_by_id() -> dict[str, str]:
 
 @functools.cache
 def _inlined_resolver(name: str) -> Resolver[Any]:
-    return _resolver_for(_schema(name))
+    return resolver_for(_schema(name))
 
 
-def _resolver_for(schema: dict[str, Any]) -> Resolver[Any]:
+def resolver_for(schema: dict[str, Any]) -> Resolver[Any]:
+    """A resolver for the ``$ref`` s in ``schema``: relative to its ``$id``, the shipped schemas registered."""
     uri = schema.get("$id", "urn:conclave:schema")
     resource = Resource.from_contents(schema, default_specification=DRAFT202012)
     return _registry().with_resource(uri, resource).resolver(base_uri=uri)
 
 
-def _deref(node: dict[str, Any], resolver: Resolver[Any]) -> tuple[dict[str, Any], Resolver[Any]]:
+def deref(node: dict[str, Any], resolver: Resolver[Any]) -> tuple[dict[str, Any], Resolver[Any]]:
     """Follow ``$ref`` until ``node`` has none; keywords beside a ``$ref`` override the referenced ones."""
     while "$ref" in node:
         resolved = resolver.lookup(node["$ref"])
@@ -440,48 +421,8 @@ def _deref(node: dict[str, Any], resolver: Resolver[Any]) -> tuple[dict[str, Any
     return node, resolver
 
 
-def _strictify(node: dict[str, Any], resolver: Resolver[Any]) -> dict[str, Any]:
-    node, resolver = _deref(node, resolver)
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in _STRICT_DROPPED:
-            continue
-        if key == "const":
-            out["enum"] = [value]
-        elif key == "properties":
-            out[key] = {prop: _strictify(sub, resolver) for prop, sub in value.items()}
-        elif key == "items" and isinstance(value, dict):
-            out[key] = _strictify(value, resolver)
-        elif key in ("anyOf", "allOf", "oneOf"):
-            out[key] = [_strictify(sub, resolver) for sub in value]
-        else:
-            out[key] = copy.deepcopy(value)
-    if "properties" in out:
-        required = set(node.get("required", ()))
-        out["properties"] = {
-            prop: sub if prop in required else _nullable(sub) for prop, sub in out["properties"].items()
-        }
-        out["required"] = list(out["properties"])
-        out["additionalProperties"] = False
-    return out
-
-
-def _nullable(node: dict[str, Any]) -> dict[str, Any]:
-    kind = node.get("type")
-    if kind is None:
-        return {"anyOf": [node, {"type": "null"}]}
-    node = dict(node)
-    if isinstance(kind, str):
-        node["type"] = [kind, "null"]
-    elif "null" not in kind:
-        node["type"] = [*kind, "null"]
-    if "enum" in node and None not in node["enum"]:
-        node["enum"] = [*node["enum"], None]
-    return node
-
-
 def _drop_nulls(value: Any, node: dict[str, Any], resolver: Resolver[Any]) -> Any:
-    node, resolver = _deref(node, resolver)
+    node, resolver = deref(node, resolver)
     if isinstance(value, dict) and isinstance(node.get("properties"), dict):
         required, props = set(node.get("required", ())), node["properties"]
         return {

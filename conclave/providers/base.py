@@ -291,6 +291,9 @@ class Provider(abc.ABC):
     Options: ClassVar[Any] = None
     #: whether :meth:`attempt` honours ``json_schema`` natively
     supports_structured_output: ClassVar[bool] = True
+    #: every environment variable this implementation's keys are conventionally read from: their values are kept
+    #: out of everything conclave writes and sends (:func:`conclave.store.redact.key_variables`)
+    KEY_VARIABLES: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

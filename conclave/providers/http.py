@@ -36,7 +36,7 @@ from conclave.providers.base import (
 )
 from conclave.providers.sse import iter_sse
 from conclave.providers.structured import is_local_url
-from conclave.store.redact import KEY_ENV_VARS, MIN_SECRET_LENGTH
+from conclave.store.redact import MIN_SECRET_LENGTH, key_variables
 
 REDACTED = "<redacted>"
 #: a run of at least this many leading characters of a key is redacted as if it were the whole key
@@ -117,11 +117,11 @@ class HTTPProvider(Provider):
         return bool(self.key_env()) and self.sends_key()
 
     def secrets(self) -> list[str]:
-        """Every key value to keep out of messages: this provider's (sent or not), and the other built-in
-        providers' keys that are set (long enough to be real keys)."""
+        """Every key value to keep out of messages: this provider's (sent or not), and the other providers' keys
+        that are set (long enough to be real keys)."""
         own = dict.fromkeys([*self.settings.api_key_env, *self.key_env(), *self.DEFAULT_KEY_ENV])
         values = [value for name in own if (value := self._environ.get(name))]
-        others = (self._environ.get(name) or "" for name in KEY_ENV_VARS if name not in own)
+        others = (self._environ.get(name) or "" for name in key_variables() if name not in own)
         return values + [value for value in others if len(value) >= MIN_SECRET_LENGTH]
 
     def auth_headers(self, key: str) -> dict[str, str]:

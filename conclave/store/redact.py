@@ -12,26 +12,28 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-KEY_ENV_VARS = (
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY",
-    "CONCLAVE_JOURNAL_KEY",  # keyed heads (store/heads.py): a journal holding it could forge its own heads
-)
+from conclave.plugin_manager import get_plugins
+
+#: keyed heads (store/heads.py): a journal holding it could forge its own heads
+JOURNAL_KEY_VAR = "CONCLAVE_JOURNAL_KEY"
 REDACTED = "[REDACTED]"
 # Shorter values are not real keys, and redacting them would shred ordinary words in questions and answers.
 MIN_SECRET_LENGTH = 8
 
 
 def key_variables(settings: Any = None) -> list[str]:
-    """The environment variables that hold provider keys: the built-in providers' and, given ``settings``, every
+    """The environment variables that hold keys: those the loaded provider plugins declare
+    (``Provider.KEY_VARIABLES``), the journal's HMAC key and, given ``settings``, every
     ``providers.<name>.api_key_env`` configured there."""
     configured = [name for endpoint in getattr(settings, "providers", {}).values() for name in endpoint.api_key_env]
-    return list(dict.fromkeys([*KEY_ENV_VARS, *configured]))
+    return list(dict.fromkeys([*get_plugins().key_variables(), JOURNAL_KEY_VAR, *configured]))
 
 
-def key_values(env: Mapping[str, str] | None = None, names: Iterable[str] = KEY_ENV_VARS) -> list[str]:
-    """The values of ``names`` set in ``env`` (the process environment by default) that are long enough to be
-    keys (:data:`MIN_SECRET_LENGTH`), longest first."""
+def key_values(env: Mapping[str, str] | None = None, names: Iterable[str] | None = None) -> list[str]:
+    """The values of ``names`` (by default :func:`key_variables`) set in ``env`` (the process environment by
+    default) that are long enough to be keys (:data:`MIN_SECRET_LENGTH`), longest first."""
     env = os.environ if env is None else env
+    names = key_variables() if names is None else names
     values = {value for name in names if len(value := env.get(name) or "") >= MIN_SECRET_LENGTH}
     return sorted(values, key=len, reverse=True)
 
@@ -45,7 +47,7 @@ class Redactor:
         self._encoded = [json.dumps(s, ensure_ascii=False)[1:-1] for s in self.secrets]
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, names: Iterable[str] = KEY_ENV_VARS) -> Redactor:
+    def from_env(cls, env: Mapping[str, str] | None = None, names: Iterable[str] | None = None) -> Redactor:
         return cls(key_values(env, names))
 
     def leaks(self, serialised: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from conclave.artifacts import schema_registry as artifacts
 from conclave.cli.commands.arguments import CommandParser
+from conclave.plugin_manager import get_plugins
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -25,7 +26,13 @@ def run(argv: list[str]) -> int:
     if schema is None:
         return EXIT_USAGE
     if args.action == "show":
-        shown = artifacts.strict_variant(schema) if args.strict else schema
+        dialect = "openai-strict" if args.strict else args.dialect
+        dialects = get_plugins().schema_dialects
+        if dialect is not None and dialect not in dialects:
+            print(f"conclave schemas: unknown --dialect {dialect!r}; allowed: {', '.join(dialects.names()) or 'none'}"
+                  " (provider plugins register them)", file=sys.stderr)
+            return EXIT_USAGE
+        shown = dialects.get(dialect)(schema) if dialect is not None else schema
         print(json.dumps(shown, indent=2, ensure_ascii=False))
         return EXIT_OK
     return _validate(args.name, args.file)
@@ -37,7 +44,9 @@ def _parser() -> CommandParser:
     actions.add_parser("list", help="one schema per line: name and title")
     show = actions.add_parser("show", help="print a schema as JSON")
     show.add_argument("name")
-    show.add_argument("--strict", action="store_true", help="the variant for OpenAI strict mode")
+    show.add_argument("--dialect", metavar="D", help="the variant a provider's structured output accepts, as its "
+                      "plugin registers it (openai-strict)")
+    show.add_argument("--strict", action="store_true", help="--dialect openai-strict")
     check = actions.add_parser("validate", help="validate a JSON file against a schema")
     check.add_argument("name")
     check.add_argument("file", help="path to a JSON file, or - for stdin")
