@@ -229,13 +229,6 @@ def check_composed(settings: Settings, baseline: Settings, roots: Roots, door: s
         raise ConfigError(problems)
 
 
-def check_paths(settings: Settings, roots: Roots) -> None:
-    """Every ``context`` file and the ``project`` directory of ``settings`` lie under ``roots``."""
-    problems = _path_problems(settings, roots)
-    if problems:
-        raise ConfigError(problems)
-
-
 def _path_problems(settings: Settings, roots: Roots) -> list[str]:
     named = [("context", name) for name in settings.context]
     if settings.project is not None:
