@@ -84,7 +84,8 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
     that is really sent, whose context tokens are recorded."""
     user = session.context.user_message(round_type, number, values, agent=agent, measure=measure)
     if round_type.seat == "judge":
-        user += session.quality.groupthink.judge_addendum(session, number)  # an objection round just before it
+        # an objection round just before it
+        user += session.quality.groupthink.judge_addendum(number, session.record, session.labels, session.view)
         return CallSpec(
             agent=JUDGE,
             provider=session.judge.provider,

@@ -72,7 +72,7 @@ class QualityLayer:
         self._absorbed: set[tuple[int, str]] = set()  # (round, round type) of the agents' steps absorbed
 
         #: the groupthink detectors and the objection rounds they cause (a controller of its own)
-        self.groupthink = GroupthinkMonitor(session)
+        self.groupthink = GroupthinkMonitor(settings.quality)
 
     # ------------------------------------------------------------------------------------------- prompts
 
@@ -95,8 +95,18 @@ class QualityLayer:
             values["debate_state"] = "" if empty else self._block(None)
         if "verification_questions" in template_text:
             values["verification_questions"] = prompt_list(self.questions)
-        values.update(self.groupthink.template_values(self.session, template_text))
+        values.update(self.groupthink.template_values(template_text, self._consensus))
         return values
+
+    def _consensus(self) -> str:
+        """The judge's latest artifact as the agents are shown it (filtered, under labels; null before the judge
+        has spoken): what the objection round asks them to object to."""
+        session = self.session
+        judged = [o for o in session.record.outputs.values() if o.judge is not None]
+        latest = max(judged, key=lambda o: o.number).judge if judged else None
+        latest = session.filtering.later(latest, self.state.round + 1, seat="agents", view=session.view,
+                                         recipients=len(session.present()))
+        return session.shown(latest)
 
     def agent_values(self, template_text: str, agent: str, shown: Iterable[str] = ()) -> dict[str, str]:
         """The debate state as agent ``agent`` sees it, when its template uses it. ``shown``: the other values of

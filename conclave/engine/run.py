@@ -87,6 +87,7 @@ from conclave.providers.base import ProviderError
 from conclave.providers.hedge_memory import HedgeMemory
 from conclave.providers.pool import ProviderPool
 from conclave.quality.exit import ExitController, max_plan
+from conclave.quality.objection import OBJECTION, RoundInputs
 from conclave.tokens import utf8_upper_bound
 from conclave.version import __version__
 
@@ -284,7 +285,7 @@ class Consultation:
         if session.safety.screen_question():  # tiers 1 and 2 on the question: before anything is spent
             self._stop(record, session.safety.blocked["reason"] if session.safety.blocked else None)
         self._go(S.ESTIMATING, "estimating cost from the prompts")
-        if session.quality.groupthink.replay_plan(session, self.resume_from):  # objection rounds played before
+        if session.quality.groupthink.replay_plan(session.plan, self.resume_from):  # objection rounds played before
             self.machine.follow(session.plan.states())
         restored = restore_rounds(session, self.resume_from)
         self._estimate_and_consent(session, restored)
@@ -578,7 +579,9 @@ class Consultation:
 
     def _groupthink(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: the groupthink detectors; a firing inserts a critical objection round."""
-        session.quality.groupthink.after_round(session, steps, restored, self.interaction)
+        inputs = RoundInputs(session.record, session.plan, session.quality.state.claims, session.planned_rounds,
+                             session.strategy.template(OBJECTION.template).id, session.bus.emit)
+        session.quality.groupthink.after_round(steps, restored, inputs, self.interaction)
 
     def _vote_gate(self, session: Session, steps: list[Step], restored: set[int]) -> None:
         """After round 1, with more rounds to come (none restored): when the panel agrees, the aggregated answer

@@ -26,8 +26,8 @@ not offered after a firing or an escalation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from conclave.engine.record import prompt_json, round_runs
@@ -44,9 +44,12 @@ from conclave.quality.groupthink import (
 )
 
 if TYPE_CHECKING:
+    from conclave.config.settings import QualitySettings
     from conclave.engine.interaction import Interaction
-    from conclave.engine.rounds import Step
-    from conclave.engine.session import Session
+    from conclave.engine.labels import JudgeLabels
+    from conclave.engine.record import Record
+    from conclave.engine.rounds import Plan, Step
+    from conclave.quality.debate_state import StateClaim
 
 #: the critical objection round: every present agent objects to the consensus before the next judge step
 OBJECTION = RoundType(
@@ -80,11 +83,24 @@ CONTINUE_PROMPT = ("The critical objection round produced nothing new (no new cl
                    "panel may be rubber-stamping. Continue the debate? [Y/n]")
 
 
+@dataclass(frozen=True)
+class RoundInputs:
+    """What the monitor reads after a round: the record of artifacts, the plan (it may insert an objection round
+    or end it), the debate state's claims, the rounds planned, the objection template's id, and ``emit`` to journal
+    what it found and did."""
+
+    record: Record
+    plan: Plan
+    claims: Mapping[str, StateClaim]
+    planned_rounds: int
+    objection_template: str
+    emit: Callable[..., Any]
+
+
 class GroupthinkMonitor:
     """The detectors' state for one consultation, what they found, and the objection rounds they caused."""
 
-    def __init__(self, session: Session) -> None:
-        quality = session.settings.quality
+    def __init__(self, quality: QualitySettings) -> None:
         self.settings = quality.groupthink
         self.stage = quality.stage
         self.stagnation = StagnationDetector(self.settings)
@@ -99,32 +115,28 @@ class GroupthinkMonitor:
 
     # ------------------------------------------------------------------------------------------- prompts
 
-    def template_values(self, session: Session, template_text: str) -> dict[str, str]:
+    def template_values(self, template_text: str, consensus: Callable[[], str]) -> dict[str, str]:
         """The objection template's own values: ``groupthink_trigger`` (what fired) and ``consensus`` (the judge's
-        latest artifact, under labels; null before the judge has spoken)."""
+        latest artifact, under labels, as ``consensus()`` shows it; null before the judge has spoken)."""
         values: dict[str, str] = {}
         if _uses(template_text, "groupthink_trigger"):
             values["groupthink_trigger"] = (self._pending or {}).get("why") or (
                 "<what the detector found, e.g. early-convergence after round 1: 3 of 3 agents at confidence ≥ 0.85; "
                 "diversity gate failed: 0 distinct source(s) < 3>")
         if _uses(template_text, "consensus"):
-            judged = [o for o in session.record.outputs.values() if o.judge is not None]
-            latest = max(judged, key=lambda o: o.number).judge if judged else None
-            latest = session.filtering.later(latest, session.quality.state.round + 1, seat="agents",
-                                             view=session.view, recipients=len(session.present()))
-            values["consensus"] = session.shown(latest)
+            values["consensus"] = consensus()
         return values
 
-    def judge_addendum(self, session: Session, number: int) -> str:
+    def judge_addendum(self, number: int, record: Record, labels: JudgeLabels,
+                       view: Callable[[Any], Any]) -> str:
         """What the judge of round ``number`` is shown besides its template: the objection round played right
-        before it, in full, under labels ("" when there is none)."""
-        output = session.record.output(OBJECTION.name)
+        before it, in full, under ``labels``, each answer as ``view`` shows it ("" when there is none)."""
+        output = record.output(OBJECTION.name)
         if output is None or output.number != number - 1 or not output.by_agent:
             return ""
         outcome = next((o for o in self.objections if o["round_number"] == output.number), {})
-        order = [name for name in session.labels.order() if name in output.by_agent]
-
-        body = prompt_json({session.labels.label(n): session.view(output.by_agent[n]) for n in order})
+        order = [name for name in labels.order() if name in output.by_agent]
+        body = prompt_json({labels.label(n): view(output.by_agent[n]) for n in order})
         why = (outcome.get("trigger") or {}).get("why", "")
         return (f"\n\n=== CRITICAL OBJECTION ROUND (round {output.number}) ===\nGroupthink was detected ({why}); "
                 "every panel member had to give one counterargument, one alternative hypothesis and one challenged "
@@ -141,22 +153,22 @@ class GroupthinkMonitor:
             return None
         return self.escalated or any(c["fired"] for c in self.checks)
 
-    def after_round(self, session: Session, steps: list[Step], restored: set[int],
+    def after_round(self, steps: list[Step], restored: set[int], inputs: RoundInputs,
                     interaction: Interaction | None = None) -> None:
         if not self.settings.enabled:
             return
         number = steps[0].number
         if steps[0].type.name == OBJECTION.name:
-            self._objection_played(session, number, number in restored, interaction)
+            self._objection_played(inputs, number, number in restored, interaction)
             return
         fired: list[Check] = []
         for step in steps:
-            output = session.record.output(step.type.name)
+            output = inputs.record.output(step.type.name)
             if step.type.seat != "agents" or output is None or output.number != number or not output.by_agent:
                 continue
             answers = output.by_agent
             checks = []
-            stagnation = self.stagnation.observe(number, answers, self._new_facts(session, number))
+            stagnation = self.stagnation.observe(number, answers, self._new_facts(inputs.claims, number))
             if stagnation is not None:
                 checks.append(stagnation)
             early = self.settings.early_convergence
@@ -167,21 +179,21 @@ class GroupthinkMonitor:
             fired += [c for c in checks if c.fired]
             for check in checks:
                 if not check.fired:
-                    self._record(session, check, acted=False, action="none", because=None)
+                    self._record(inputs, check, acted=False, action="none", because=None)
         if fired:
-            self._act(session, steps, restored, fired)
+            self._act(inputs, steps, restored, fired)
 
-    def _act(self, session: Session, steps: list[Step], restored: set[int], fired: list[Check]) -> None:
-        plan, number = session.plan, steps[0].number
+    def _act(self, inputs: RoundInputs, steps: list[Step], restored: set[int], fired: list[Check]) -> None:
+        plan, number = inputs.plan, steps[0].number
         rest = plan.types[plan.played:]
         later = [s.number for s in plan.steps()[plan.played:]]
         if self.stage == "on" and rest and rest[0].name == OBJECTION.name:
-            self._planned_objection(session, number, fired)  # resumed: an earlier run inserted it (replay_plan)
+            self._planned_objection(inputs, number, fired)  # resumed: an earlier run inserted it (replay_plan)
             return
         because = None
         if self.stage != "on":
             because = "shadow"
-        elif session.planned_rounds < QUICK_ROUNDS:
+        elif inputs.planned_rounds < QUICK_ROUNDS:
             because = "rounds"  # rounds=1|2 and quick ask for a short run: no round is added to it
         elif self._planned >= self.settings.max_objection_rounds:
             because = "objection_cap"
@@ -190,64 +202,64 @@ class GroupthinkMonitor:
         elif any(n in restored for n in later):
             because = "resumed"
         if because is None:
-            self._planned_objection(session, number, fired)
+            self._planned_objection(inputs, number, fired)
             plan.insert_next([objection_round(plan.types[0].name, steps[-1].type.stage)],
                              f"groupthink: {', '.join(c.detector for c in fired)} after round {number}")
             return
         for check in fired:
-            self._record(session, check, acted=False, action="objection_round", because=because)
+            self._record(inputs, check, acted=False, action="objection_round", because=because)
 
-    def _planned_objection(self, session: Session, number: int, fired: list[Check]) -> None:
+    def _planned_objection(self, inputs: RoundInputs, number: int, fired: list[Check]) -> None:
         """Remember the firing the coming objection round answers, and the claims' statuses before it."""
         self._pending = {
             "detectors": [c.detector for c in fired], "round_number": number,
             "why": "; ".join(f"{c.detector.replace('_', '-')} after round {number}: {c.why}" for c in fired),
-            "before": {cid: c.status for cid, c in session.quality.state.claims.items()},
+            "before": {cid: c.status for cid, c in inputs.claims.items()},
         }
         self._planned += 1
         self.stagnation.reset()
         for check in fired:
-            self._record(session, check, acted=True, action="objection_round", because=None)
+            self._record(inputs, check, acted=True, action="objection_round", because=None)
 
     @staticmethod
-    def replay_plan(session: Session, source: Mapping[str, Any]) -> bool:
+    def replay_plan(plan: Plan, source: Mapping[str, Any]) -> bool:
         """On resume, before rounds are restored: put the objection rounds an earlier run played back into the plan
         where it played them, so their answers are restored, not paid for again. True when the plan changed."""
         changed = False
         for number, payloads in sorted(round_runs(source).items()):
             if not any(p.get("round_type") == OBJECTION.name for p in payloads):
                 continue
-            steps = session.plan.steps()
+            steps = plan.steps()
             before = [i for i, s in enumerate(steps) if s.number == number - 1]
             if not before:
                 continue
             at = before[-1] + 1
             if at < len(steps) and steps[at].type.name == OBJECTION.name:
                 continue
-            session.plan.types.insert(at, objection_round(session.plan.types[0].name, steps[at - 1].type.stage))
+            plan.types.insert(at, objection_round(plan.types[0].name, steps[at - 1].type.stage))
             changed = True
         return changed
 
-    def _record(self, session: Session, check: Check, *, acted: bool, action: str, because: str | None) -> None:
+    def _record(self, inputs: RoundInputs, check: Check, *, acted: bool, action: str, because: str | None) -> None:
         entry = {**check.as_dict(), "stage": self.stage, "action": action, "acted": acted,
                  "not_acted_because": because}
         self.checks.append(entry)
-        session.bus.emit(GROUPTHINK_CHECK, **entry)
+        inputs.emit(GROUPTHINK_CHECK, **entry)
 
     # ------------------------------------------------------------------------------------------- the outcome
 
-    def _objection_played(self, session: Session, number: int, restored: bool,
+    def _objection_played(self, inputs: RoundInputs, number: int, restored: bool,
                           interaction: Interaction | None) -> None:
         pending, self._pending = self._pending or {}, None
-        state = session.quality.state
+        claims = inputs.claims
         before: Mapping[str, str] = pending.get("before", {})
         earlier = [text for r, text in self._said if r < number]
-        introduced = [cid for cid, c in state.claims.items() if c.introduced_round == number]
-        fresh = new_ones([state.claims[cid].text for cid in introduced], earlier, self.settings)
+        introduced = [cid for cid, c in claims.items() if c.introduced_round == number]
+        fresh = new_ones([claims[cid].text for cid in introduced], earlier, self.settings)
         new = [cid for cid, is_fresh in zip(introduced, fresh, strict=True) if is_fresh]
         changes = [{"claim_id": cid, "from": before[cid], "to": c.status}
-                   for cid, c in state.claims.items() if cid in before and before[cid] != c.status]
-        output = session.record.output(OBJECTION.name)
+                   for cid, c in claims.items() if cid in before and before[cid] != c.status]
+        output = inputs.record.output(OBJECTION.name)
         self._remember(number, output.by_agent if output is not None and output.number == number else {})
         produced = bool(new or changes)
         continued: bool | None = None
@@ -256,30 +268,29 @@ class GroupthinkMonitor:
             if interaction is not None and interaction.interactive and not restored:
                 continued = interaction.ask(CONTINUE_PROMPT).strip().lower()[:1] in ("", "y")
                 if not continued:
-                    self._stop_after(session)
+                    self._stop_after(inputs.plan, inputs.record)
             self.escalation = {"round_number": number, "asked": continued is not None, "continued": continued,
                                "reason": "the critical objection round produced no new claim and changed no "
                                          "claim's status"}
         entry = {
             "round_number": number,
-            "template": session.strategy.template(OBJECTION.template).id,  # the words the agents were given
+            "template": inputs.objection_template,  # the words the agents were given
             "trigger": {k: pending.get(k) for k in ("detectors", "round_number", "why")},
             "answers": sorted(output.by_agent) if output is not None and output.number == number else [],
             "new_claims": new, "restated_claims": [c for c in introduced if c not in new], "status_changes": changes,
             "produced_new": produced, "escalated": not produced, "continued": continued,
         }
         self.objections.append(entry)
-        session.bus.emit(OBJECTION_OUTCOME, **entry)
+        inputs.emit(OBJECTION_OUTCOME, **entry)
 
     @staticmethod
-    def _stop_after(session: Session) -> None:
+    def _stop_after(plan: Plan, record: Record) -> None:
         """The user declined to go on: nothing more is played, except a synthesis not yet played (the verdict is
         derived from it)."""
-        plan = session.plan
         rest = plan.types[plan.played:]
         plan.end_here("the user stopped the debate after an objection round produced nothing new")
         synthesis = next((t for t in rest if t.name == "synthesis"), None)
-        if session.record.round_2 is None and synthesis is not None:
+        if record.round_2 is None and synthesis is not None:
             plan.insert_next([synthesis], "the synthesis runs so that a verdict can be derived from it")
 
     # ------------------------------------------------------------------------------------------- helpers
@@ -289,9 +300,9 @@ class GroupthinkMonitor:
             texts = [position_text(artifact), *(str(c.get("text") or "") for c in claims_of(artifact)[0])]
             self._said += [(number, t) for t in texts if t.strip()]
 
-    def _new_facts(self, session: Session, number: int) -> int:
+    def _new_facts(self, claims: Mapping[str, StateClaim], number: int) -> int:
         earlier = [text for r, text in self._said if r < number]
-        facts = [c.text for c in session.quality.state.claims.values()
+        facts = [c.text for c in claims.values()
                  if c.introduced_round == number and c.label == "FACT"]
         return sum(new_ones(facts, earlier, self.settings))
 

@@ -93,7 +93,7 @@ def render(round_name: str, rest: list[str], *, source: str | None = None, agent
                                   context_text=context))
     if source is not None:
         session.plan = Plan(strategy.plan)  # every round of the strategy, played or not (rounds=N cut it)
-        session.quality.groupthink.replay_plan(session, resume_from)  # objection rounds it played
+        session.quality.groupthink.replay_plan(session.plan, resume_from)  # objection rounds it played
     restored = restore_rounds(session, resume_from)
     steps = session.plan.steps()
 
