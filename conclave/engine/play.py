@@ -24,6 +24,7 @@ from conclave.artifacts import schema_registry as artifacts
 from conclave.engine.caching import warm_prompt_caches
 from conclave.engine.calls import JUDGE, CallOutcome, CallSpec, ask_for_artifact
 from conclave.engine.extraction import header_for, json_instruction
+from conclave.engine.prompt_template import user_message
 from conclave.engine.record import RoundOutput, prompt_json
 from conclave.engine.rounds import VERDICT_ROUND, Input, RoundType, Step
 from conclave.engine.session import Session
@@ -82,7 +83,8 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
     """One call of ``round_type``: ``agent``'s (agents' seat) or the judge's, with its template ``values``
     (earlier rounds added, summarized in long debates: :mod:`conclave.quality.summarize`); ``measure``: a call
     that is really sent, whose context tokens are recorded."""
-    user = session.context.user_message(round_type, number, values, agent=agent, measure=measure)
+    user = user_message(session.strategy, round_type,
+                        session.context.prepare(round_type, number, values, agent=agent, measure=measure))
     if round_type.seat == "judge":
         # an objection round just before it
         user += session.quality.groupthink.judge_addendum(number, session.record, session.labels, session.view)

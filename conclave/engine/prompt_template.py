@@ -12,9 +12,15 @@ import hashlib
 import importlib.resources
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from conclave.errors import ConclaveError
+
+if TYPE_CHECKING:
+    from conclave.engine.rounds import RoundType
+    from conclave.engine.strategy import Strategy
 
 _HEADER = re.compile(r"\A---\n(?P<meta>.*?)\n---\n", re.DOTALL)
 
@@ -65,6 +71,23 @@ def _meta_lines(meta: str) -> list[tuple[str, str]]:
         if sep:
             pairs.append((key.strip(), value.strip()))
     return pairs
+
+
+
+#: the placeholder of the earlier rounds' block (:mod:`conclave.quality.summarize`); a template without it gets
+#: the block appended after its text
+EARLIER_ROUNDS = "earlier_rounds"
+
+
+def user_message(strategy: Strategy, round_type: RoundType, values: Mapping[str, str]) -> str:
+    """The user message of one call: the strategy renders the round's template with ``values`` (the context
+    window's: :meth:`conclave.quality.summarize.ContextWindow.prepare`), then the earlier rounds' block follows
+    when the template has no ``$earlier_rounds`` of its own."""
+    message = strategy.user_message(round_type, values)
+    block = values.get(EARLIER_ROUNDS, "")
+    if block and f"${EARLIER_ROUNDS}" not in strategy.template(round_type.template).text:
+        message = f"{message.rstrip()}\n\n{block}"
+    return message
 
 
 @functools.cache

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
+from conclave.engine.prompt_template import EARLIER_ROUNDS as PLACEHOLDER
+from conclave.engine.prompt_template import user_message
 from conclave.engine.record import prompt_json
 from conclave.quality.exit import standing_of
 from conclave.tokens import count_tokens
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
     from conclave.engine.rounds import RoundType, Step
     from conclave.engine.session import Session
 
-PLACEHOLDER = "earlier_rounds"
 WORD_LIMITS = (60, 30, 15, 8)
 ITEM_WORDS = (20, 12, 6)  # words per stance or reason in a summary, tried in turn until it fits
 
@@ -90,12 +91,6 @@ class ContextWindow:
 
     # ------------------------------------------------------------------------------------------- one call
 
-    def user_message(self, round_type: RoundType, number: int, values: Mapping[str, str], *,
-                     agent: str | None = None, measure: bool = False) -> str:
-        """The user message of one call: the round's template rendered with :meth:`prepare`'s values."""
-        prepared = self.prepare(round_type, number, values, agent=agent, measure=measure)
-        return self._message(round_type, prepared, self.session.strategy.template(round_type.template).text)
-
     def prepare(self, round_type: RoundType, number: int, values: Mapping[str, str], *, agent: str | None = None,
                 measure: bool = False) -> dict[str, str]:
         """The template values of one call of ``round_type`` in round ``number`` (``agent``'s, or the judge's):
@@ -109,17 +104,17 @@ class ContextWindow:
         if not self.applies(number):
             full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False, agent=agent)}
             if measure:
-                message = self._message(round_type, full, template)
+                message = user_message(self.session.strategy, round_type, full)
                 self._note_sent(number, message, message)
             return full
         w8 = self._summarized(round_type, number, values, sources, superseded, template, agent)
         if measure or self.played:  # before round 1 (the cost estimate) there is nothing to fit
-            message = self._fit(round_type, number, w8, template)
+            message = self._fit(round_type, number, w8)
             if measure:
                 with session.filtering.unrecorded():  # never sent: only measured beside the summarized message
                     full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False,
                                                                      agent=agent)}
-                self._note_sent(number, message, self._message(round_type, full, template))
+                self._note_sent(number, message, user_message(self.session.strategy, round_type, full))
         return w8
 
     def _sources(self, round_type: RoundType, number: int) -> dict[str, int]:
@@ -302,17 +297,10 @@ class ContextWindow:
 
     # ------------------------------------------------------------------------------------------- the budget
 
-    def _message(self, round_type: RoundType, values: Mapping[str, str], template: str) -> str:
-        message = self.session.strategy.user_message(round_type, values)
-        block = values.get(PLACEHOLDER, "")
-        if block and f"${PLACEHOLDER}" not in template:
-            message = f"{message.rstrip()}\n\n{block}"
-        return message
-
-    def _fit(self, round_type: RoundType, number: int, values: dict[str, str], template: str) -> str:
+    def _fit(self, round_type: RoundType, number: int, values: dict[str, str]) -> str:
         """Cut the full artifacts' strings until the user message is under the budget; the message sent."""
         budget = self.session.settings.summarization.budget_tokens
-        message = self._message(round_type, values, template)
+        message = user_message(self.session.strategy, round_type, values)
         if count_tokens(message) <= budget:
             return message
         original = dict(values)
@@ -321,7 +309,7 @@ class ContextWindow:
                 if placeholder != PLACEHOLDER:
                     values[placeholder] = _cut_json(text, words)
             values[PLACEHOLDER] = _cut_blocks(original[PLACEHOLDER], words)
-            message = self._message(round_type, values, template)
+            message = user_message(self.session.strategy, round_type, values)
             if count_tokens(message) <= budget:
                 return message
         self.over_budget.append(number)
