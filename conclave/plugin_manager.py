@@ -246,11 +246,6 @@ def get_plugins() -> Plugins:
     return Plugins(*build_plugin_manager())
 
 
-def reset_plugins() -> None:
-    """Forget the cached plugins (tests that change ``CONCLAVE_PLUGINS`` call this)."""
-    get_plugins.cache_clear()
-
-
 def load_plugins(extra_plugins: Iterable[tuple[str, object]] = ()) -> Plugins:
     """A fresh, uncached set of plugins: entry points plus ``extra_plugins``."""
     return Plugins(*build_plugin_manager(extra_plugins))
