@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,7 @@ class AnswerPanel:
     # ------------------------------------------------------------------------------------------ replies
 
     def _agent(self, request: RecordedRequest) -> Reply:
-        system, user = _messages(request)
+        system, user = request_messages(request)
         persona = _PERSONA.search(system)
         question = _QUESTION.search(user)
         assert persona and question, "not an answer-mode agent request"
@@ -97,16 +97,16 @@ class AnswerPanel:
         return Reply(json=body, latency=self.latency)
 
     def _judge(self, request: RecordedRequest) -> Reply:
-        _, user = _messages(request)
+        _, user = request_messages(request)
         body: dict[str, Any] = instance_for(request.schema) if isinstance(request.schema, Mapping) else {}
         answers = [json.loads(f'"{a}"') for a in _FINAL.findall(user)]
         if "Round 2 of 4" in user:
-            top = _most_common(answers)
+            top = most_common(answers)
             body.update(final_answer=top, consensus_points=[
                 {"point": f"The answer is {top}.", "supporting_agents": [], "confidence": self.judge_confidence}])
         elif "The final answer." in user:  # the verdict
             # the answers given last (round-3 replies are not shown to the verdict; round 1 and the synthesis are)
-            top = _most_common(answers)
+            top = most_common(answers)
             body.update(final_answer=top, recommendation=f"The answer is {top}.", confidence=self.verdict_confidence)
         return Reply(json=body, latency=self.latency)
 
@@ -123,7 +123,8 @@ def wrong_answer(truth: str) -> str:
         return truth + " (wrong)"
 
 
-def _most_common(answers: list[str]) -> str:
+def most_common(answers: Sequence[str]) -> str:
+    """The most common answer, the first given on a tie ("0" for none)."""
     if not answers:
         return "0"
     counts = Counter(answers)
@@ -131,7 +132,8 @@ def _most_common(answers: list[str]) -> str:
     return next(a for a in answers if counts[a] == top)
 
 
-def _messages(request: RecordedRequest) -> tuple[str, str]:
+def request_messages(request: RecordedRequest) -> tuple[str, str]:
+    """The (system, user) text of a chat request: every system or developer message, every user message."""
     messages = (request.json or {}).get("messages") or []
     system = "\n".join(str(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     user = "\n".join(str(m.get("content")) for m in messages if m.get("role") == "user")

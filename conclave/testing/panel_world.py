@@ -37,7 +37,7 @@ from math import sqrt
 from statistics import NormalDist
 from typing import Any
 
-from conclave.testing.answer_panel import arithmetic_truth
+from conclave.testing.answer_panel import arithmetic_truth, most_common, request_messages
 from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.testing.schema_instances import instance_for
 
@@ -186,7 +186,7 @@ class PanelWorld:
         truth = self.truth(question)
         if any(s.answer == truth for s in shown) and self.draw("judge-skill", stage, question) < self.judge_skill:
             return truth
-        return _most_common([s.answer for s in shown])
+        return most_common([s.answer for s in shown])
 
     def install(self, fake: FakeProviderServer) -> None:
         for model in {a.model for a in self.agents}:
@@ -196,7 +196,7 @@ class PanelWorld:
     # ------------------------------------------------------------------------------------------ replies
 
     def _agent_reply(self, request: RecordedRequest) -> Reply:
-        system, user = _messages(request)
+        system, user = request_messages(request)
         persona, question = _PERSONA.search(system), _QUESTION.search(user)
         if not persona or not question:
             raise ValueError("not an answer-mode agent request")
@@ -237,7 +237,7 @@ class PanelWorld:
         return Reply(json=body, latency=self.latency)
 
     def _judge_reply(self, request: RecordedRequest) -> Reply:
-        _, user = _messages(request)
+        _, user = request_messages(request)
         question = _QUESTION.search(user)
         text = question.group(1) if question else ""
         schema = request.schema if isinstance(request.schema, Mapping) else {}
@@ -324,19 +324,6 @@ def _is_number(value: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _most_common(answers: Sequence[str]) -> str:
-    counts = Counter(answers)
-    top = max(counts.values())
-    return next(a for a in answers if counts[a] == top)
-
-
-def _messages(request: RecordedRequest) -> tuple[str, str]:
-    messages = (request.json or {}).get("messages") or []
-    system = "\n".join(str(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
-    user = "\n".join(str(m.get("content")) for m in messages if m.get("role") == "user")
-    return system, user
 
 
 # ---------------------------------------------------------------------------------------------- the four worlds
