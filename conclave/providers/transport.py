@@ -45,5 +45,9 @@ class HTTPClient:
         except aiohttp.ClientError as exc:
             raise as_transport_error(exc) from exc
 
+    @property
+    def closed(self) -> bool:
+        return self.session.closed
+
     async def close(self) -> None:
         await self.session.close()
