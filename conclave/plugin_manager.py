@@ -240,9 +240,15 @@ def _first_unloaded(pm: pluggy.PluginManager) -> importlib.metadata.EntryPoint |
     return None
 
 
-@functools.cache
 def get_plugins() -> Plugins:
-    """The process-wide plugins (entry points), loaded once."""
+    """The process-wide plugins (entry points), loaded once for each value of ``CONCLAVE_PLUGINS``: whoever asks
+    first, every caller sees the plugins that setting allows."""
+    return _plugins_allowed(os.environ.get(ENV_ALLOW))
+
+
+@functools.cache
+def _plugins_allowed(allow: str | None) -> Plugins:
+    # ``allow`` only keys the cache: build_plugin_manager reads the same variable
     return Plugins(*build_plugin_manager())
 
 

@@ -12,7 +12,7 @@ from cli_helpers import run_conclave
 from conclave import hookimpl
 from conclave.errors import PluginError
 from conclave.hookspecs import all_hook_names
-from conclave.plugin_manager import load_plugins
+from conclave.plugin_manager import get_plugins, load_plugins
 
 BUILTIN_ENTRY_POINTS = {"openai", "anthropic", "gemini", "strategies", "filters", "aggregators", "progress"}
 
@@ -37,6 +37,16 @@ def test_builtins_load_through_the_entry_point_group(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("CONCLAVE_PLUGINS", raising=False)
     names = {info.name for info in load_plugins().info()}
     assert BUILTIN_ENTRY_POINTS <= names
+
+
+def test_the_process_wide_plugins_follow_conclave_plugins_whoever_asks_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that asks first under a restricted CONCLAVE_PLUGINS (a test fixture, a provider's error path
+    reading key variables) does not leave the restricted set for every later caller."""
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "anthropic")
+    assert get_plugins().providers.names() == ["anthropic"]
+    monkeypatch.delenv("CONCLAVE_PLUGINS")
+    assert {"answer", "converge"} <= set(get_plugins().strategies.names())
+    assert "openai" in get_plugins().providers.names()
 
 
 def test_provider_plugins_declare_their_key_variables(monkeypatch: pytest.MonkeyPatch) -> None:
