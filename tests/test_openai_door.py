@@ -1,0 +1,273 @@
+"""The council as an OpenAI-compatible model (``conclave serve --openai``), driven by clients no one here wrote: the
+official ``openai`` SDK (streamed and not) and the ``llm`` CLI, with the fake provider server behind the panel.
+
+In-process tests mount the door on the live view's app exactly as ``conclave serve --openai`` does; the last test
+runs the command itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import pytest_asyncio
+import yaml
+from aiohttp.test_utils import TestServer
+from cli_helpers import clean_env
+from test_engine_support import AGENT_MODELS, JUDGE_MODEL, script_panel
+
+from conclave.config.guard import Door, Roots
+from conclave.config.settings import Settings
+from conclave.doors.openai_api.chat_door import openai_app
+from conclave.doors.web.app import make_app
+from conclave.doors.web.feeds import Feeds
+from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
+from conclave.store.sessions import sessions
+from conclave.testing.fake_server import FakeProviderServer
+from conclave.testing.pytest_plugin import FAKE_KEYS
+
+TOKEN = "t0ken-for-the-openai-door-tests"
+QUESTION = "Should the billing service move to event sourcing next quarter?"
+CLI = [sys.executable, "-m", "conclave"]
+
+
+@dataclass
+class Door_:
+    base_url: str
+    home: Path
+    fake: FakeProviderServer
+    feeds: Feeds
+    clients: list[openai.AsyncOpenAI] = field(default_factory=list)
+
+    def client(self, key: str = TOKEN) -> openai.AsyncOpenAI:
+        """An SDK client of this server (closed with it)."""
+        self.clients.append(openai.AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0))
+        return self.clients[-1]
+
+    def journals(self) -> list[Path]:
+        return sorted(StoreLayout(self.home).journal_dir.glob("*.jsonl"))
+
+
+async def _door(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIterator[Door_]:
+    recorder = Recorder(home)
+    feeds = Feeds(StoreLayout(home))
+    door = Door("the web form", Roots.of(cwd=home), (*fake.overrides(), f"judge.model={JUDGE_MODEL}", "rounds=4",
+                                                     *operator))
+    app = make_app(home, TOKEN, feeds)
+    app.add_subapp("/v1", openai_app(feeds, recorder, door))
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    served = Door_(f"http://127.0.0.1:{server.port}/v1", home, fake, feeds)
+    try:
+        yield served
+    finally:
+        for client in served.clients:
+            await client.close()
+        await server.close()
+        recorder.close()
+
+
+@pytest_asyncio.fixture
+async def door(fake_provider_server: FakeProviderServer, conclave_env: Path) -> AsyncIterator[Door_]:
+    script_panel(fake_provider_server)
+    async for served in _door(fake_provider_server, conclave_env, "cost.always_allow_under=5"):
+        yield served
+
+
+async def test_models_lists_a_model_per_panel_and_per_mode(door: Door_) -> None:
+    listed = [model.id async for model in door.client().models.list()]
+    assert "conclave/default" in listed and "conclave/openai_only" in listed
+    assert "conclave/default/answer" in listed and "conclave/default/explore" in listed
+    assert all(name.startswith("conclave/") for name in listed)
+    assert (await door.client().models.retrieve("conclave/default/converge")).id == "conclave/default/converge"
+
+
+async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(door: Door_) -> None:
+    """Not streamed: the verdict in prose, the consultation id in the documented extra field and in the answer's
+    last line; the consultation is journaled, indexed and shown by the live view; the system text and the earlier
+    turns reached the panel as (scrubbed) context."""
+    secret = "ghp_" + "Z9y8X7w6" * 5
+    reply = await door.client().chat.completions.create(model="conclave/default", messages=[
+        {"role": "system", "content": f"We are a payments company. Our old key was {secret}."},
+        {"role": "user", "content": "We ship weekly."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": QUESTION},
+    ])
+    extra = reply.model_extra["conclave"]
+    cid = extra["id"]
+    content = reply.choices[0].message.content
+    assert content and content.rstrip().splitlines()[-1].startswith(f"— conclave {cid} · complete · 4 rounds")
+    assert "Confidence" in content
+    assert reply.choices[0].finish_reason == "stop" and reply.model == "conclave/default"
+    assert reply.usage is not None and reply.usage.prompt_tokens > 0
+    assert extra["status"] == "complete" and extra["report"] == f"/c/{cid}/report"
+    assert Path(extra["journal"]).is_file() and Path(extra["journal"]).stem == cid
+    assert [row["id"] for row in sessions(StoreLayout(door.home), 10)] == [cid]
+    first = [r for r in door.fake.requests if r.model in AGENT_MODELS.values()][0]
+    sent = json.dumps(first.json)
+    assert "We are a payments company" in sent and "We ship weekly." in sent and QUESTION in sent
+    assert secret not in sent  # the context was scrubbed like any text context
+    async with aiohttp.ClientSession() as session:
+        base = door.base_url.removesuffix("/v1")
+        async with session.get(f"{base}/c/{cid}/report", headers={"Authorization": f"Bearer {TOKEN}"}) as page:
+            assert page.status == 200 and QUESTION in await page.text()
+
+
+async def test_streamed_the_sdk_gets_round_progress_then_the_verdict(door: Door_) -> None:
+    stream = await door.client().chat.completions.create(
+        model="conclave/default/answer", stream=True, messages=[{"role": "user", "content": "What is 6 x 7?"}])
+    pieces: list[str] = []
+    last: Any = None
+    async for chunk in stream:
+        pieces.append(chunk.choices[0].delta.content or "")
+        last = chunk
+    text = "".join(pieces)
+    assert last.choices[0].finish_reason == "stop"
+    cid = last.model_extra["conclave"]["id"]
+    progress = [line for line in text.splitlines() if line.startswith("> ")]
+    assert progress[0].startswith(f"> conclave {cid}: 3 agents")
+    assert "> round 1 · independent started" in progress and any("round 4" in line for line in progress)
+    answer = text.split("\n\n", 1)[1] if text.startswith(">") else text
+    verdict = json.loads(door.journals()[0].read_text().splitlines()[-1])["data"]["result"]["verdict"]
+    assert answer.split("\n\n")[0].strip() == verdict["final_answer"]  # answer mode: the final answer first
+    assert f"— conclave {cid} · complete" in text
+
+
+async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Door_) -> None:
+    with pytest.raises(openai.AuthenticationError):
+        await door.client(key="wrong").chat.completions.create(
+            model="conclave/default", messages=[{"role": "user", "content": QUESTION}])
+    with pytest.raises(openai.NotFoundError) as unknown:
+        await door.client().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
+    assert unknown.value.body["code"] == "model_not_found" and "GET /v1/models" in unknown.value.body["message"]
+    with pytest.raises(openai.NotFoundError):  # a path is no panel name
+        await door.client().chat.completions.create(model="conclave/../../etc/passwd",
+                                                    messages=[{"role": "user", "content": QUESTION}])
+    with pytest.raises(openai.BadRequestError) as last_not_user:
+        await door.client().chat.completions.create(model="conclave/default",
+                                                    messages=[{"role": "assistant", "content": "hi"}])
+    assert "last message must be the user's question" in last_not_user.value.body["message"]
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session:
+        url = f"{door.base_url}/chat/completions"
+        for body in (b"{not json", b"[]", b'{"model": "conclave/default"}',
+                     b'{"model": "conclave/default", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}',
+                     b'{"model": "conclave/default", "stream": "yes", "messages": [{"role": "user", "content": "q"}]}'):
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+                error = (await response.json())["error"]
+                assert response.status == 400, body
+                assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
+        async with session.post(url, data=b"{}", headers={"Origin": "http://evil.test"}) as cross:
+            assert cross.status == 403
+    assert door.fake.requests == [] and door.journals() == []
+
+
+async def test_over_the_servers_cost_limit_the_error_names_the_estimate_and_nothing_is_spent(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    script_panel(fake_provider_server)
+    async for door in _door(fake_provider_server, conclave_env, "cost.always_allow_under=0"):
+        with pytest.raises(openai.APIStatusError) as refused:
+            await door.client().chat.completions.create(model="conclave/default",
+                                                        messages=[{"role": "user", "content": QUESTION}])
+        assert refused.value.status_code == 402
+        error = refused.value.body
+        assert error["code"] == "cost_over_limit" and error["estimated_cost"] > 0
+        assert re.search(r"nothing was spent\): the estimated cost \$\d+\.\d{4} is over this server's limit",
+                         error["message"])
+        assert fake_provider_server.requests == []
+
+
+async def test_a_caller_cannot_choose_more_than_panel_and_mode(door: Door_) -> None:
+    """Sampling parameters are ignored, not passed on; extra fields cannot reach endpoints or keys."""
+    reply = await door.client().chat.completions.create(
+        model="conclave/openai_only/converge", temperature=1.7, max_tokens=5,
+        messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"providers": {"openai": {"base_url": "http://127.0.0.1:9/v1"}}, "cost": {"auto_approve": True}})
+    assert reply.model_extra["conclave"]["status"] == "complete"
+    assert all(r.model in ("gpt-4o", JUDGE_MODEL) for r in door.fake.requests)
+    assert "127.0.0.1:9/" not in door.journals()[0].read_text()
+
+
+@pytest.mark.skipif("parent" not in Settings.model_fields,
+                    reason="NEEDS BRANCH followup: the `parent` config key (verify after merging followup)")
+async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: Door_) -> None:
+    """Written before the ``parent`` key exists on this branch: it runs once the followup branch is merged. The
+    answer sent back as text only (as the llm CLI does) still names its consultation."""
+    client = door.client()
+    first = await client.chat.completions.create(model="conclave/default",
+                                                 messages=[{"role": "user", "content": QUESTION}])
+    parent = first.model_extra["conclave"]["id"]
+    second = await client.chat.completions.create(model="conclave/default", messages=[
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And what about cost?"},
+    ])
+    assert second.model_extra["conclave"]["parent"] == parent
+    started = json.loads(Path(second.model_extra["conclave"]["journal"]).read_text().splitlines()[0])
+    assert started["data"]["config"]["parent"] == parent
+
+
+def _llm_config(user_path: Path, base_url: str) -> None:
+    user_path.mkdir(parents=True, exist_ok=True)
+    models = [{"model_id": model_id, "model_name": name, "api_base": base_url, "api_key_name": "conclave"}
+              for model_id, name in (("conclave-default", "conclave/default"),
+                                     ("conclave-answer", "conclave/default/answer"))]
+    (user_path / "extra-openai-models.yaml").write_text(yaml.safe_dump(models))
+    (user_path / "keys.json").write_text(json.dumps({"conclave": TOKEN}))
+
+
+@pytest.mark.slow
+async def test_conclave_serve_openai_answers_the_llm_cli_and_the_sdk(tmp_path: Path) -> None:
+    """The command itself, as a user runs it: ``conclave serve --openai``; the ``llm`` CLI configured through
+    ``extra-openai-models.yaml`` asks it (streamed, as llm does by default, and not), and the SDK too."""
+    async with FakeProviderServer() as fake:
+        script_panel(fake)
+        env = clean_env(tmp_path / "home", FAKE_KEYS) | {"CONCLAVE_WEB_TOKEN": TOKEN}
+        (tmp_path / "home").mkdir()
+        server = await asyncio.create_subprocess_exec(
+            *CLI, "serve", "--openai", "--port", "0", "--max-cost", "5", *fake.overrides(),
+            f"judge.model={JUDGE_MODEL}", "rounds=4", env=env, cwd=tmp_path,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        assert server.stderr is not None
+        try:
+            base_url = None
+            while base_url is None:
+                line = (await asyncio.wait_for(server.stderr.readline(), 60)).decode()
+                assert line, "conclave serve ended without printing the API's URL"
+                assert TOKEN not in line or "live view" in line  # the token is shown once, with the live view
+                match = re.search(r"OpenAI-compatible API at (http://127\.0\.0\.1:\d+/v1)", line)
+                base_url = match.group(1) if match else None
+            user_path = tmp_path / "llm"
+            _llm_config(user_path, base_url)
+            llm_env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")} | {
+                "LLM_USER_PATH": str(user_path)}
+            llm = os.path.join(os.path.dirname(sys.executable), "llm")
+            for args in (["-m", "conclave-default", QUESTION], ["-m", "conclave-answer", "--no-stream", "6 x 7?"]):
+                proc = await asyncio.create_subprocess_exec(
+                    llm, *args, env=llm_env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE)
+                out, err = await asyncio.wait_for(proc.communicate(), 120)
+                assert proc.returncode == 0, err.decode()
+                assert re.search(r"— conclave c-[0-9a-z]{12} · complete · 4 rounds", out.decode()), out.decode()
+            streamed = out.decode()
+            assert "Confidence" in streamed
+            async with openai.AsyncOpenAI(base_url=base_url, api_key=TOKEN, max_retries=0) as client:
+                reply = await client.chat.completions.create(model="conclave/default",
+                                                             messages=[{"role": "user", "content": QUESTION}])
+            assert reply.model_extra["conclave"]["status"] == "complete"
+            journals = list((tmp_path / "home" / "journal").glob("*.jsonl")) or list(
+                StoreLayout(tmp_path / "home").journal_dir.glob("*.jsonl"))
+            assert len(journals) == 3
+        finally:
+            server.terminate()
+            await asyncio.wait_for(server.wait(), 30)
