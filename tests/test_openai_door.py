@@ -58,6 +58,10 @@ class Door_:
         return sorted(StoreLayout(self.home).journal_dir.glob("*.jsonl"))
 
 
+def _records(journal: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(journal).read_text().splitlines()]
+
+
 async def _door(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIterator[Door_]:
     recorder = Recorder(home)
     feeds = Feeds(StoreLayout(home))
@@ -111,9 +115,9 @@ async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(
     assert reply.choices[0].finish_reason == "stop" and reply.model == "conclave/default"
     assert reply.usage is not None and reply.usage.prompt_tokens > 0
     assert extra["status"] == "complete" and extra["report"] == f"/c/{cid}/report"
-    assert Path(extra["journal"]).is_file() and Path(extra["journal"]).stem == cid
+    assert _records(extra["journal"])[0]["type"] == "consultation:started" and Path(extra["journal"]).stem == cid
     assert [row["id"] for row in sessions(StoreLayout(door.home), 10)] == [cid]
-    first = [r for r in door.fake.requests if r.model in AGENT_MODELS.values()][0]
+    first = next(r for r in door.fake.requests if r.model in AGENT_MODELS.values())
     sent = json.dumps(first.json)
     assert "We are a payments company" in sent and "We ship weekly." in sent and QUESTION in sent
     assert secret not in sent  # the context was scrubbed like any text context
@@ -213,7 +217,7 @@ async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: 
         {"role": "user", "content": "And what about cost?"},
     ])
     assert second.model_extra["conclave"]["parent"] == parent
-    started = json.loads(Path(second.model_extra["conclave"]["journal"]).read_text().splitlines()[0])
+    started = _records(second.model_extra["conclave"]["journal"])[0]
     assert started["data"]["config"]["parent"] == parent
 
 
@@ -265,9 +269,7 @@ async def test_conclave_serve_openai_answers_the_llm_cli_and_the_sdk(tmp_path: P
                 reply = await client.chat.completions.create(model="conclave/default",
                                                              messages=[{"role": "user", "content": QUESTION}])
             assert reply.model_extra["conclave"]["status"] == "complete"
-            journals = list((tmp_path / "home" / "journal").glob("*.jsonl")) or list(
-                StoreLayout(tmp_path / "home").journal_dir.glob("*.jsonl"))
-            assert len(journals) == 3
+            assert len(list(StoreLayout(tmp_path / "home").journal_dir.glob("*.jsonl"))) == 3
         finally:
             server.terminate()
             await asyncio.wait_for(server.wait(), 30)
