@@ -33,8 +33,9 @@ from conclave.doors.web.feeds import Feeds
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.sessions import sessions
-from conclave.testing.fake_server import FakeProviderServer
+from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
+from conclave.testing.schema_instances import instance_for
 
 TOKEN = "t0ken-for-the-openai-door-tests"
 QUESTION = "Should the billing service move to event sourcing next quarter?"
@@ -186,8 +187,9 @@ async def test_over_the_servers_cost_limit_the_error_names_the_estimate_and_noth
         assert refused.value.status_code == 402
         error = refused.value.body
         assert error["code"] == "cost_over_limit" and error["estimated_cost"] > 0
-        assert re.search(r"nothing was spent\): the estimated cost \$\d+\.\d{4} is over this server's limit",
-                         error["message"])
+        assert re.search(r"nothing was spent\): the estimated cost \$\d+\.\d{4} is over this server's limit of "
+                         r"\$0\.00 \(cost\.always_allow_under\); the server's operator can raise it with --max-cost "
+                         r"\d+\.\d\d$", error["message"])
         assert fake_provider_server.requests == []
 
 
@@ -219,6 +221,47 @@ async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: 
     assert second.model_extra["conclave"]["parent"] == parent
     started = _records(second.model_extra["conclave"]["journal"])[0]
     assert started["data"]["config"]["parent"] == parent
+
+
+async def test_a_consultation_the_server_stopped_is_saved_and_conclave_resume_finishes_it(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    """Stopping the server during round 2 saves the consultation as partial (the stream says so with its id);
+    ``conclave resume ID`` continues it from the journal, like any consultation."""
+    fake = fake_provider_server
+    slow = {"judge": True}
+    round_2 = asyncio.Event()  # asked once round 1 is durable in the journal
+
+    def synthesis(request: RecordedRequest) -> Reply:
+        round_2.set()
+        return Reply(json=instance_for(request.schema), latency=30.0 if slow["judge"] else 0.0)
+
+    script_panel(fake, synthesis=synthesis)
+    served = _door(fake, conclave_env, "cost.always_allow_under=5")
+    door = await served.__anext__()
+    request = asyncio.create_task(_stream_text(door, QUESTION))
+    await asyncio.wait_for(round_2.wait(), 30)
+    await served.aclose()  # the server stops: the running consultation is cancelled and saved
+    streamed = await asyncio.wait_for(request, 30)
+    [journal] = door.journals()
+    cid = journal.stem
+    assert '"code": "server_stopped"' in streamed and f"conclave resume {cid}" in streamed
+    slow["judge"] = False
+    resume = await asyncio.create_subprocess_exec(*CLI, "resume", cid, env=clean_env(conclave_env, FAKE_KEYS),
+                                                  cwd=conclave_env, stdout=asyncio.subprocess.PIPE,
+                                                  stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(resume.communicate(), 120)
+    assert resume.returncode == 0, err.decode()
+    statuses = [r["data"]["status"] for r in _records(str(journal)) if r["type"] == "consultation:completed"]
+    assert statuses == ["partial", "complete"]
+
+
+async def _stream_text(door: Door_, question: str) -> str:
+    """The raw event stream of one streamed chat request, as sent."""
+    body = {"model": "conclave/default", "stream": True, "messages": [{"role": "user", "content": question}]}
+    async with (aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session,
+                session.post(f"{door.base_url}/chat/completions", json=body) as response):
+        return (await response.read()).decode()
 
 
 def _llm_config(user_path: Path, base_url: str) -> None:

@@ -33,6 +33,7 @@ from conclave.config.guard import Door
 from conclave.doors.openai_api.chat_answer import answer_text, extra_field, usage
 from conclave.doors.openai_api.chat_request import ApiError, ChatRequest, model_names, parse_chat, parse_model
 from conclave.doors.web.feeds import Feeds
+from conclave.engine.cost.consent import round_up_to_cent
 from conclave.engine.ids import new_consultation_id
 from conclave.engine.interaction import Interaction
 from conclave.engine.run import Consultation
@@ -107,11 +108,9 @@ class ChatDoor:
         await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         if consultation.refusal is not None:
-            shown = "unknown" if estimate[0] is None else f"${estimate[0]:.4f}"
-            raise ApiError(402, f"consultation {cid} not started (nothing was spent): the estimated cost {shown} is "
-                                "over this server's limit (cost.always_allow_under; its operator sets it, or "
-                                f"--max-cost): {consultation.refusal}", code="cost_over_limit",
-                           kind="insufficient_quota", extra={"estimated_cost": estimate[0], "consultation_id": cid})
+            raise ApiError(402, refusal_text(cid, estimate[0], settings.cost.always_allow_under),
+                           code="cost_over_limit", kind="insufficient_quota",
+                           extra={"estimated_cost": estimate[0], "consultation_id": cid})
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise api_error(task.exception())
         run = ChatRun(consultation, task, chat, progress=progress)
@@ -153,6 +152,16 @@ def openai_app(feeds: Feeds, recorder: Any, door: Door) -> web.Application:
     app.router.add_post("/chat/completions", _chat)
     app.on_shutdown.append(chat_door.stop)
     return app
+
+
+def refusal_text(cid: str, estimate: float | None, limit: float) -> str:
+    """Why the cost gate refused, and who can change that (the server's operator, not the caller)."""
+    if estimate is None:
+        return (f"consultation {cid} not started (nothing was spent): its cost cannot be estimated (a model of the "
+                "panel has no known price); the server's operator can start the server with cost.auto_approve=true")
+    return (f"consultation {cid} not started (nothing was spent): the estimated cost ${estimate:.4f} is over this "
+            f"server's limit of ${limit:.2f} (cost.always_allow_under); the server's operator can raise it with "
+            f"--max-cost {round_up_to_cent(estimate):.2f}")
 
 
 def api_error(exc: BaseException | None) -> ApiError:
