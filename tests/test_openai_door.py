@@ -28,6 +28,7 @@ from test_engine_support import AGENT_MODELS, JUDGE_MODEL, script_panel
 from conclave.config.guard import Door, Roots
 from conclave.config.settings import Settings
 from conclave.doors.openai_api.chat_door import openai_app
+from conclave.doors.openai_api.chat_request import parse_chat
 from conclave.doors.web.app import make_app
 from conclave.doors.web.feeds import Feeds
 from conclave.store.paths import StoreLayout
@@ -173,6 +174,9 @@ async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Door
                 assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
         async with session.post(url, data=b"{}", headers={"Origin": "http://evil.test"}) as cross:
             assert cross.status == 403
+        huge = {"model": "conclave/default", "messages": [{"role": "user", "content": "x" * (1 << 20)}]}
+        async with session.post(url, json=huge) as too_large:
+            assert too_large.status == 413 and "request body is over" in (await too_large.json())["error"]["message"]
     assert door.fake.requests == [] and door.journals() == []
 
 
@@ -262,6 +266,34 @@ async def _stream_text(door: Door_, question: str) -> str:
     async with (aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session,
                 session.post(f"{door.base_url}/chat/completions", json=body) as response):
         return (await response.read()).decode()
+
+
+def test_an_answer_of_this_server_in_the_conversation_makes_it_a_follow_up() -> None:
+    """The parent is the latest answer of this server that names a consultation of its home — by the message's
+    ``conclave`` field or by the answer's last line — and the turns up to it are left out of the context (system
+    text stays). An id this home does not know is no parent."""
+    groups = {"agents": ["default"], "mode": ["converge", "answer"]}
+    mine, older = "c-mx00g0rwqxtd", "c-mx00aaaaaaaa"
+    known = {mine, older}.__contains__
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "Do it.\n\n— conclave c-mx00aaaaaaaa · complete · 4 rounds · $0.0100"},
+        {"role": "user", "content": "second question"},
+        {"role": "assistant", "content": "Wait.", "conclave": {"id": mine}},
+        {"role": "user", "content": "I add this."},
+        {"role": "user", "content": [{"type": "text", "text": "And what about cost?"}]},
+    ]
+    chat = parse_chat({"model": "conclave/default/answer", "messages": messages}, groups, known)
+    assert (chat.panel, chat.mode, chat.parent) == ("default", "answer", mine)
+    assert chat.question == "And what about cost?"
+    assert chat.context == "[system]\nBe brief.\n\n[user]\nI add this."
+    assert chat.overrides() == ["agents=default", "mode=answer", f"parent={mine}"]
+    by_text = parse_chat({"model": "conclave/default", "messages": messages[:4]}, groups, known)
+    assert by_text.parent == older and by_text.context == "[system]\nBe brief."
+    elsewhere = parse_chat({"model": "conclave/default", "messages": messages[:4]}, groups, {mine}.__contains__)
+    assert elsewhere.parent is None and "first question" in (elsewhere.context or "")
+    assert elsewhere.overrides() == ["agents=default"]
 
 
 def _llm_config(user_path: Path, base_url: str) -> None:

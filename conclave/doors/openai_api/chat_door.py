@@ -205,6 +205,8 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     chat_door: ChatDoor = request.app[DOOR_KEY]
     try:
         body = await request.json()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"the request body is over {request.client_max_size:,} bytes") from None
     except ValueError:
         raise ApiError(400, "the request body is not JSON") from None
     chat = parse_chat(body, chat_door.door.groups, chat_door.known)
