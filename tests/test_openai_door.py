@@ -104,11 +104,12 @@ async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(
     last line; the consultation is journaled, indexed and shown by the live view; the system text and the earlier
     turns reached the panel as (scrubbed) context."""
     secret = "ghp_" + "Z9y8X7w6" * 5
+    literal = "${oc.env:OPENAI_API_KEY}"  # text, never interpolated: it reaches the panel as written
     reply = await door.client().chat.completions.create(model="conclave/default", messages=[
-        {"role": "system", "content": f"We are a payments company. Our old key was {secret}."},
+        {"role": "system", "content": f"We are a payments company. Our old key was {secret}. {literal}"},
         {"role": "user", "content": "We ship weekly."},
         {"role": "assistant", "content": "Noted."},
-        {"role": "user", "content": QUESTION},
+        {"role": "user", "content": f"{QUESTION} {literal}"},
     ])
     extra = reply.model_extra["conclave"]
     cid = extra["id"]
@@ -124,6 +125,7 @@ async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(
     sent = json.dumps(first.json)
     assert "We are a payments company" in sent and "We ship weekly." in sent and QUESTION in sent
     assert secret not in sent  # the context was scrubbed like any text context
+    assert sent.count(literal) == 2 and FAKE_KEYS["OPENAI_API_KEY"] not in sent
     async with aiohttp.ClientSession() as session:
         base = door.base_url.removesuffix("/v1")
         async with session.get(f"{base}/c/{cid}/report", headers={"Authorization": f"Bearer {TOKEN}"}) as page:
