@@ -6,7 +6,8 @@ check, cross-origin refusal and the rate limit. A chat request runs a consultati
 does — composed through the guard (:class:`conclave.config.guard.Door`), with this server's cost gate asked
 non-interactively, journaled and indexed by the server's recorder, and shown live at ``/c/<id>`` — and answers:
 
-- 200 with the verdict in prose (:mod:`.chat_answer`) and the ``conclave`` extra field, or, with ``stream: true``,
+- 200 with the verdict in prose (:mod:`.chat_answer`) and the ``conclave`` extra field (a block by the safety
+  evaluator: 200 with ``finish_reason: content_filter`` and the reason), or, with ``stream: true``,
   Server-Sent Events in OpenAI's chunk format: the round progress as it happens (a ``>`` line each), then the
   verdict's text, a last chunk with ``finish_reason`` and the ``conclave`` field, and ``data: [DONE]``;
 - 400 / 404 for a bad body or an unknown model, 402 ``cost_over_limit`` naming the estimate when it is over the
@@ -46,8 +47,9 @@ DOOR_NAME = "an OpenAI client"
 DECISION_TIMEOUT_S = 120.0
 #: a comment line on a quiet stream, so clients and proxies keep it open through a long round
 HEARTBEAT_S = 10.0
-#: statuses that carry a verdict
-ANSWERED = frozenset({"complete", "completed_degraded"})
+#: statuses answered with a chat message: those with a verdict, and a block by the safety evaluator (OpenAI's
+#: ``content_filter`` finish)
+ANSWERED = frozenset({"complete", "completed_degraded", "blocked"})
 
 
 @dataclass
@@ -216,7 +218,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     result = await chat_door.outcome(run)
     return web.json_response({
         "id": f"chatcmpl-{run.id}", "object": "chat.completion", "created": run.created, "model": chat.model,
-        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+        "choices": [{"index": 0, "finish_reason": finish_reason(result), "logprobs": None,
                      "message": {"role": "assistant", "content": answer_text(result), "conclave": {"id": run.id}}}],
         "usage": usage(result),
         "conclave": extra_field(result, chat_door.feeds.layout, chat.parent),
@@ -255,12 +257,16 @@ async def _stream(request: web.Request, chat_door: ChatDoor, run: ChatRun) -> we
             await response.write(f"data: {json.dumps(exc.body(), ensure_ascii=False)}\n\n".encode())
         else:
             await response.write(chunk({"content": "\n" + answer_text(result)}))
-            await response.write(chunk({}, "stop", usage=usage(result),
+            await response.write(chunk({}, finish_reason(result), usage=usage(result),
                                        conclave=extra_field(result, chat_door.feeds.layout, run.request.parent)))
         await response.write(b"data: [DONE]\n\n")
     except ConnectionResetError:
         pass  # the client went away: the consultation goes on and is recorded
     return response
+
+
+def finish_reason(result: dict[str, Any]) -> str:
+    return "content_filter" if result["status"] == "blocked" else "stop"
 
 
 def progress_line(event: ev.Event) -> str | None:
