@@ -60,7 +60,6 @@ class ChatRun:
     task: asyncio.Task[Any]
     request: ChatRequest
     created: int = field(default_factory=lambda: int(time.time()))
-    estimate: float | None = None
     progress: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
 
     @property
@@ -115,9 +114,7 @@ class ChatDoor:
                            extra={"estimated_cost": estimate[0], "consultation_id": cid})
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise api_error(task.exception())
-        run = ChatRun(consultation, task, chat, progress=progress)
-        run.estimate = estimate[0]
-        return run
+        return ChatRun(consultation, task, chat, progress=progress)
 
     async def outcome(self, run: ChatRun) -> dict[str, Any]:
         """The result dict once the consultation ended with a verdict; an :class:`ApiError` otherwise."""
