@@ -1,5 +1,5 @@
-"""``conclave serve [--port N] [--host ADDR] [--allow-dir DIR …] [OVERRIDES …]``: the live web view of this
-machine's consultations.
+"""``conclave serve [--port N] [--host ADDR] [--allow-dir DIR …] [--openai [--max-cost DOLLARS]] [OVERRIDES …]``:
+the live web view of this machine's consultations.
 
 Lists consultations, starts one from a form, and shows any of them live, with each one's formatted report. The
 form offers what a person picks on a page: the question, a registered panel and mode, the rounds, and context
