@@ -1,4 +1,4 @@
-"""``conclave serve [--port N] [--host ADDR] [--allow-dir DIR …] [--openai [--max-cost DOLLARS]] [OVERRIDES …]``:
+"""``conclave serve [--port N] [--host ADDR] [--allow-dir DIR …] [--openai] [--max-cost DOLLARS] [OVERRIDES …]``:
 the live web view of this machine's consultations.
 
 Lists consultations, starts one from a form, and shows any of them live, with each one's formatted report. The
