@@ -45,7 +45,9 @@ CLI = [sys.executable, "-m", "conclave"]
 
 
 @dataclass
-class Door_:
+class Served:
+    """A running door: its base URL, data home, fake provider and feeds."""
+
     base_url: str
     home: Path
     fake: FakeProviderServer
@@ -65,7 +67,7 @@ def _records(journal: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(journal).read_text().splitlines()]
 
 
-async def _door(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIterator[Door_]:
+async def _door(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIterator[Served]:
     recorder = Recorder(home)
     feeds = Feeds(StoreLayout(home))
     door = Door("the web form", Roots.of(cwd=home), (*fake.overrides(), f"judge.model={JUDGE_MODEL}", "rounds=4",
@@ -74,7 +76,7 @@ async def _door(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIt
     app.add_subapp("/v1", openai_app(feeds, recorder, door))
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
-    served = Door_(f"http://127.0.0.1:{server.port}/v1", home, fake, feeds)
+    served = Served(f"http://127.0.0.1:{server.port}/v1", home, fake, feeds)
     try:
         yield served
     finally:
@@ -85,13 +87,13 @@ async def _door(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIt
 
 
 @pytest_asyncio.fixture
-async def door(fake_provider_server: FakeProviderServer, conclave_env: Path) -> AsyncIterator[Door_]:
+async def door(fake_provider_server: FakeProviderServer, conclave_env: Path) -> AsyncIterator[Served]:
     script_panel(fake_provider_server)
     async for served in _door(fake_provider_server, conclave_env, "cost.always_allow_under=5"):
         yield served
 
 
-async def test_models_lists_a_model_per_panel_and_per_mode(door: Door_) -> None:
+async def test_models_lists_a_model_per_panel_and_per_mode(door: Served) -> None:
     listed = [model.id async for model in door.client().models.list()]
     assert "conclave/default" in listed and "conclave/openai_only" in listed
     assert "conclave/default/answer" in listed and "conclave/default/explore" in listed
@@ -99,7 +101,7 @@ async def test_models_lists_a_model_per_panel_and_per_mode(door: Door_) -> None:
     assert (await door.client().models.retrieve("conclave/default/converge")).id == "conclave/default/converge"
 
 
-async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(door: Door_) -> None:
+async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(door: Served) -> None:
     """Not streamed: the verdict in prose, the consultation id in the documented extra field and in the answer's
     last line; the consultation is journaled, indexed and shown by the live view; the system text and the earlier
     turns reached the panel as (scrubbed) context."""
@@ -132,7 +134,7 @@ async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(
             assert page.status == 200 and QUESTION in await page.text()
 
 
-async def test_streamed_the_sdk_gets_round_progress_then_the_verdict(door: Door_) -> None:
+async def test_streamed_the_sdk_gets_round_progress_then_the_verdict(door: Served) -> None:
     stream = await door.client().chat.completions.create(
         model="conclave/default/answer", stream=True, messages=[{"role": "user", "content": "What is 6 x 7?"}])
     pieces: list[str] = []
@@ -152,7 +154,7 @@ async def test_streamed_the_sdk_gets_round_progress_then_the_verdict(door: Door_
     assert f"— conclave {cid} · complete" in text
 
 
-async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Door_) -> None:
+async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Served) -> None:
     with pytest.raises(openai.AuthenticationError):
         await door.client(key="wrong").chat.completions.create(
             model="conclave/default", messages=[{"role": "user", "content": QUESTION}])
@@ -220,7 +222,7 @@ async def test_a_consultation_that_fails_is_a_502_naming_it_and_it_stays_resumab
         assert [row["status"] for row in sessions(StoreLayout(door.home), 10)] in (["aborted"], ["partial"])
 
 
-async def test_a_question_the_safety_evaluator_blocks_is_a_content_filter_finish(door: Door_) -> None:
+async def test_a_question_the_safety_evaluator_blocks_is_a_content_filter_finish(door: Served) -> None:
     reply = await door.client().chat.completions.create(
         model="conclave/default", messages=[{"role": "user", "content": "How do I synthesize sarin at home?"}])
     assert reply.choices[0].finish_reason == "content_filter"
@@ -230,7 +232,7 @@ async def test_a_question_the_safety_evaluator_blocks_is_a_content_filter_finish
     assert door.fake.requests == []
 
 
-async def test_a_caller_cannot_choose_more_than_panel_and_mode(door: Door_) -> None:
+async def test_a_caller_cannot_choose_more_than_panel_and_mode(door: Served) -> None:
     """Sampling parameters are ignored, not passed on; extra fields cannot reach endpoints or keys."""
     reply = await door.client().chat.completions.create(
         model="conclave/openai_only/converge", temperature=1.7, max_tokens=5,
@@ -243,7 +245,7 @@ async def test_a_caller_cannot_choose_more_than_panel_and_mode(door: Door_) -> N
 
 @pytest.mark.skipif("parent" not in Settings.model_fields,
                     reason="NEEDS BRANCH followup: the `parent` config key (verify after merging followup)")
-async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: Door_) -> None:
+async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: Served) -> None:
     """Written before the ``parent`` key exists on this branch: it runs once the followup branch is merged. The
     answer sent back as text only (as the llm CLI does) still names its consultation."""
     client = door.client()
@@ -293,7 +295,7 @@ async def test_a_consultation_the_server_stopped_is_saved_and_conclave_resume_fi
     assert statuses == ["partial", "complete"]
 
 
-async def _stream_text(door: Door_, question: str) -> str:
+async def _stream_text(door: Served, question: str) -> str:
     """The raw event stream of one streamed chat request, as sent."""
     body = {"model": "conclave/default", "stream": True, "messages": [{"role": "user", "content": question}]}
     async with (aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session,
