@@ -1,7 +1,7 @@
 """How to add an optional extra (``mcp``, ``local``, ``eval``, …) to the conclave that is running.
 
 conclave is installed from its source tree, not from the package index: ``pip install 'conclave[mcp]'`` would fetch an
-unrelated project of the same name. A hint therefore names this installation's own source directory.
+unrelated project of that name. A hint therefore names this installation's own source directory.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+#: the distribution's name (``conclave`` on the package index is an unrelated project)
+DISTRIBUTION = "conclave-council"
 #: the project's own directory when this package runs from a checkout (an editable install, or no install at all)
 _CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +32,7 @@ def install_hint(extra: str) -> str:
 def _installed_from() -> Path | None:
     """The local directory pip installed conclave from (PEP 610's ``direct_url.json``), if it still exists."""
     try:
-        text = metadata.distribution("conclave").read_text("direct_url.json")
+        text = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
     except metadata.PackageNotFoundError:
         return None
     if not text:

@@ -146,6 +146,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["serve", "--port", "99999"], USAGE, "argument --port: '99999' is not a port number: allowed 0 to 65535"),
     (["serve", "--port", "abc"], USAGE, "argument --port: 'abc' is not a port number"),
     (["serve", "--bogus"], USAGE, "conclave serve: unrecognized arguments: --bogus"),
+    (["serve", "--openai", "--max-cost", "lots"], USAGE, "argument --max-cost: 'lots' is not a number of dollars"),
+    (["serve", "--openai", "--max-cost", "-1"], USAGE, "argument --max-cost: '-1' is not a number of dollars ≥ 0"),
     (["serve", "--host", "nonexistent.invalid", "--port", "0"], USAGE, "--host: cannot listen on nonexistent.invalid:0"),
     (["mcp", "--http", "--port", "99999"], USAGE, "argument --port: '99999' is not a port number: allowed 0 to 65535"),
     (["mcp", "--http", "--host", "nonexistent.invalid", "--port", "0"], USAGE,

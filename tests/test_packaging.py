@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import email.parser
 import json
 import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,18 +23,48 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     return proc.stdout
 
 
+#: the distribution's name (the index's ``conclave``, ``conclave-cli`` and ``conclave-llm`` are other projects)
+DISTRIBUTION = "conclave-council"
+
+
 @pytest.fixture(scope="module")
-def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build conclave's wheel and install it (with its dependencies) into a brand-new venv; return that venv."""
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """conclave's wheel, built from this checkout."""
     work = tmp_path_factory.mktemp("wheel")
     dist = work / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO)],
          cwd=work)
-    [wheel] = dist.glob("conclave-*.whl")
+    [wheel] = dist.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """conclave's wheel installed (with its dependencies) into a brand-new venv; return that venv."""
+    wheel = built_wheel
+    work = tmp_path_factory.mktemp("venv")
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], cwd=work)
     return env_dir
+
+
+@pytest.mark.slow
+def test_the_wheel_is_named_conclave_council_and_carries_the_mit_license(built_wheel: Path) -> None:
+    """The distribution name collides with no project on the public index; the import package and the command
+    stay ``conclave``; the LICENSE file ships in the wheel and matches the declared license."""
+    with zipfile.ZipFile(built_wheel) as wheel:
+        names = wheel.namelist()
+        [metadata_name] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(wheel.read(metadata_name).decode())
+        [license_name] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        license_text = wheel.read(license_name).decode()
+        entry_points = wheel.read(metadata_name.replace("METADATA", "entry_points.txt")).decode()
+    assert metadata["Name"] == DISTRIBUTION
+    assert metadata["License-Expression"] == "MIT" and metadata["License-File"] == "LICENSE"
+    assert license_text.startswith("MIT License") and "conclave contributors" in license_text
+    assert license_text == (REPO / "LICENSE").read_text()
+    assert "conclave/__init__.py" in names and "conclave = conclave.cli.main:run" in entry_points
 
 
 def _outside_env(home: Path) -> dict[str, str]:

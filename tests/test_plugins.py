@@ -148,7 +148,7 @@ def test_plugins_command_lists_versions_and_hooks(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     listed = {p["name"]: p for p in json.loads(proc.stdout)}
     assert BUILTIN_ENTRY_POINTS <= set(listed)
-    assert listed["openai"]["distribution"] == "conclave"
+    assert listed["openai"]["distribution"] == "conclave-council"
     assert listed["openai"]["version"]
     assert "register_providers" in listed["openai"]["hooks"]
     text = run_conclave("plugins", home=tmp_path)

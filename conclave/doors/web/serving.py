@@ -10,6 +10,8 @@ import secrets
 import socket
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,15 +133,31 @@ def token_from_env() -> str:
     return os.environ.get("CONCLAVE_WEB_TOKEN") or new_token()
 
 
-async def serve(home: Path, host: str, port: int, door: Door) -> None:
-    """Serve until cancelled (Ctrl-C); the form's requests pass ``door``."""
+@dataclass(frozen=True)
+class Mount:
+    """Another door served on the live view's port, under ``prefix``, behind the same token and origin checks:
+    ``build(feeds, recorder, door)`` makes its sub-application."""
+
+    prefix: str
+    title: str
+    build: Callable[[Feeds, Any, Door], web.Application]
+
+
+async def serve(home: Path, host: str, port: int, door: Door, mounts: Sequence[Mount] = ()) -> None:
+    """Serve until cancelled (Ctrl-C); the form's requests pass ``door``, and so do those of ``mounts``."""
     recorder = Recorder(home)
     feeds = Feeds(StoreLayout(home))
     token = token_from_env()
     starter = LocalStarter(feeds, recorder, door)
-    runner, bound = await start_site(make_app(home, token, feeds, starter.starter(), host=host), host, port)
+    app = make_app(home, token, feeds, starter.starter(), host=host)
+    for mount in mounts:
+        app.add_subapp(mount.prefix, mount.build(feeds, recorder, door))
+    runner, bound = await start_site(app, host, port)
     print(f"conclave: live view at http://{host}:{bound}/?token={token}  (Ctrl-C stops it)", file=sys.stderr,
           flush=True)
+    for mount in mounts:
+        print(f"conclave: {mount.title} at http://{host}:{bound}{mount.prefix}  (API key: the token above)",
+              file=sys.stderr, flush=True)
     try:
         await asyncio.Event().wait()
     finally:
