@@ -142,6 +142,9 @@ def context_text(source: Mapping[str, Any]) -> str:
         return f"{path}: left out ({source['omitted']})"
     if source.get("pages"):
         return f"{path}: {source['pages']}"
+    if source.get("kind") == "image":
+        blind = source.get("not_sent_to") or []
+        return f"{path}: image" + (f", not sent to {', '.join(map(str, blind))} (text-only)" if blind else "")
     if source.get("truncated"):
         return f"{path}: first {source.get('sent', 0):,} of {source.get('bytes', 0):,} bytes"
     return f"{path}: {source.get('bytes', 0):,} bytes"
