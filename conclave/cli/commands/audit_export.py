@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from conclave.cli.commands.arguments import CommandParser
-from conclave.cli.commands.logs import resolve_id
 from conclave.errors import UsageError
 from conclave.render.audit_record import FORMATS, audit_html, audit_json, audit_markdown, audit_pdf, audit_record
 from conclave.store.paths import StoreLayout, default_home
@@ -28,7 +27,7 @@ def run(argv: list[str]) -> int:
 
     layout = StoreLayout(default_home())
     if args.id:
-        cid = resolve_id(layout, args.id)
+        cid = layout.resolve_id(args.id)  # not logs' resolve_id: importing that command costs a second
     else:
         ids = layout.journal_ids()  # ids sort by the time they started
         if not ids:
