@@ -19,6 +19,7 @@ from cli_helpers import clean_env
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, run_consultation
 
 from conclave.engine.context import MAX_CONTEXT_FILE_BYTES
+from conclave.engine.cost.estimate import IMAGE_TOKENS
 from conclave.providers.pricing import PriceTable, parse_sheet
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
@@ -190,3 +191,18 @@ def test_price_sheets_declare_which_models_take_images() -> None:
     assert not table.accepts_images("grok", "grok-3") and not table.accepts_images("openai", "no-such-model")
     with pytest.raises(ValueError, match="vision must be true or false"):
         parse_sheet({"provider": "x", "models": {"m": {"input": 1, "output": 1, "vision": "yes"}}}, "x.yaml")
+
+
+async def test_the_estimate_counts_each_image_a_vision_seat_is_sent(fake_provider_server: FakeProviderServer,
+                                                                    conclave_env: Any, tmp_path: Path) -> None:
+    image = tmp_path / "diagram.png"
+    image.write_bytes(png())
+    plain = await run_consultation(fake_provider_server, "rounds=1", *TEXT_ONLY)
+    with_image = await run_consultation(fake_provider_server, f"context=[{image}]", "rounds=1", *TEXT_ONLY)
+    table = PriceTable.load()
+    # gpt-4o and gemini-2.5-pro take the image (IMAGE_TOKENS each); grok-3 does not
+    per_image = sum(price.input for price in (table.price("openai", "gpt-4o"), table.price("gemini", "gemini-2.5-pro"))
+                    if price is not None) * IMAGE_TOKENS / 1_000_000
+    assert plain.result.cost.estimated is not None and with_image.result.cost.estimated is not None
+    difference = with_image.result.cost.estimated - plain.result.cost.estimated
+    assert difference == pytest.approx(per_image, abs=0.0005)  # the image's one context line adds a few tokens
