@@ -150,6 +150,12 @@ def context_text(source: Mapping[str, Any]) -> str:
     return f"{path}: {source.get('bytes', 0):,} bytes"
 
 
+def _seconds(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return ""
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
 def _confidence(record: Mapping[str, Any]) -> str:
     value = record.get("confidence")
     return f" (confidence {value:.0%})" if isinstance(value, int | float) else ""
@@ -200,7 +206,7 @@ def audit_markdown(record: Mapping[str, Any]) -> str:
     lines += ["", "## Rounds", ""]
     lines += _md_table(["round", "type", "ended", "seconds", "cost"],
                        [(r["round_number"], r["round_type"], r["ended"] or "not finished",
-                         "" if r["duration_s"] is None else f"{r['duration_s']:.1f}", money(r["cost"], ""))
+                         _seconds(r["duration_s"]), money(r["cost"], ""))
                         for r in record["rounds"]])
     lines += ["", "## Cost", "", *(f"- {label}: {value}" for label, value in cost_lines(record))]
     if record.get("context_sources"):
@@ -285,7 +291,7 @@ def audit_html(record: Mapping[str, Any]) -> str:
     parts.append("<h2>Rounds</h2>" + _html_table(
         ["round", "type", "ended", "seconds", "cost"],
         [(r["round_number"], r["round_type"], r["ended"] or "not finished",
-          "" if r["duration_s"] is None else f"{r['duration_s']:.1f}", money(r["cost"], ""))
+          _seconds(r["duration_s"]), money(r["cost"], ""))
          for r in record["rounds"]], numeric=(0, 3, 4)))
     parts.append("<h2>Cost</h2>" + _facts([(label, _e(value)) for label, value in cost_lines(record)]))
     if record.get("context_sources"):
