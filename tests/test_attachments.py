@@ -14,12 +14,15 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import pypdf
 import pytest
 from cli_helpers import clean_env
+from test_context import make_settings
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL, run_consultation
 
-from conclave.engine.context import MAX_CONTEXT_FILE_BYTES
+from conclave.engine.context import MAX_CONTEXT_FILE_BYTES, cut_notices, load_context
 from conclave.engine.cost.estimate import IMAGE_TOKENS
+from conclave.errors import ConfigError
 from conclave.providers.pricing import PriceTable, parse_sheet
 from conclave.render.markdown import render_markdown
 from conclave.store.paths import StoreLayout
@@ -206,3 +209,37 @@ async def test_the_estimate_counts_each_image_a_vision_seat_is_sent(fake_provide
     assert plain.result.cost.estimated is not None and with_image.result.cost.estimated is not None
     difference = with_image.result.cost.estimated - plain.result.cost.estimated
     assert difference == pytest.approx(per_image, abs=0.0005)  # the image's one context line adds a few tokens
+
+
+# ------------------------------------------------------------------------------------------- PDFs that say nothing
+
+
+def _settings(*context: Path) -> Any:
+    return make_settings([str(p) for p in context])
+
+
+def test_a_pdf_without_text_is_sent_with_a_notice(tmp_path: Path) -> None:
+    scan = tmp_path / "scan.pdf"
+    scan.write_bytes(minimal_pdf(["", ""]))  # pages without a text layer, as a scanner makes them
+    bundle = load_context(_settings(scan))
+    (source,) = bundle.sources
+    assert (source["pages"], source["sent"]) == ("pp. 1–2", 0)
+    assert cut_notices(bundle.sources) == [f"context file {scan}: no text could be extracted (a scanned PDF?); "
+                                           "the panel sees none of it"]
+
+
+def test_an_encrypted_or_broken_pdf_is_one_line(tmp_path: Path) -> None:
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(width=200, height=200)
+    writer.encrypt("secret-password")
+    locked = tmp_path / "locked.pdf"
+    with locked.open("wb") as handle:
+        writer.write(handle)
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4\nthis is not a PDF body\n")
+    with pytest.raises(ConfigError) as locked_error:
+        load_context(_settings(locked))
+    assert locked_error.value.problems == [f"context: {locked} is an encrypted PDF; decrypt it first"]
+    with pytest.raises(ConfigError) as broken_error:
+        load_context(_settings(broken))
+    assert broken_error.value.problems[0].startswith(f"context: cannot read {broken} as a PDF (")
