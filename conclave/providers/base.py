@@ -399,7 +399,10 @@ class Provider(abc.ABC):
 
     def accepts_images(self, model: str) -> bool:
         """Whether ``model`` takes image input: its price sheet entry says ``vision: true`` (by this provider's name,
-        then its ``api``). A model the sheets do not mark is treated as text-only."""
+        then its ``api``). A model the sheets do not mark is treated as text-only, and so is an in-process model
+        (whatever hosted name it answers under)."""
+        if self.costs_nothing():
+            return False
         return PriceTable.load().accepts_images((self.name, self.settings.api), model)
 
     def context_window(self, model: str) -> int | None:
