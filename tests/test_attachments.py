@@ -80,7 +80,10 @@ def _sent(request: RecordedRequest) -> str:
 
 async def test_a_pdf_reaches_every_seat_scrubbed_and_the_report_names_its_pages(
         fake_provider_server: FakeProviderServer, conclave_env: Any, tmp_path: Path) -> None:
-    weasyprint = pytest.importorskip("weasyprint")
+    try:
+        import weasyprint  # the pdf extra (in dev); it loads the pango library when imported
+    except (ImportError, OSError) as exc:
+        pytest.skip(f"WeasyPrint cannot load ({exc}): pip install -e '.[pdf]' and bash .ci/install-system-deps.sh")
     report = tmp_path / "report.pdf"
     html = "".join(f"<p style='break-after: page'>{text}</p>" for text in PAGES)
     report.write_bytes(weasyprint.HTML(string=html).write_pdf())  # a PDF as a real renderer makes it
