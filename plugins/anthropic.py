@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, ClassVar
 
@@ -27,6 +27,7 @@ from conclave.providers.base import (
     CacheRule,
     Completion,
     CompletionRequest,
+    ImagePart,
     OverloadedError,
     PromptCache,
     ProviderError,
@@ -122,6 +123,8 @@ class AnthropicProvider(HTTPProvider):
                              for n, s in tools.items()]
         if stream:
             body["stream"] = True
+        if request.images and self.accepts_images(request.model):
+            _attach_images(body["messages"], request.images)
         return body
 
     def _cached_prefix(self, request: CompletionRequest) -> bool:
@@ -275,3 +278,14 @@ def register_providers(register: Any) -> None:
 @hookimpl
 def register_price_sheets(register: Any) -> None:
     register("anthropic", resources.files("conclave_plugins").joinpath("pricing", "anthropic.yaml"))
+
+
+def _attach_images(messages: list[dict[str, Any]], images: Sequence[ImagePart]) -> None:
+    """The attached images, as base64 image blocks ahead of the first user message's text (where Anthropic advises
+    images to go)."""
+    for message in messages:
+        if message["role"] == "user":
+            blocks = [{"type": "image", "source": {"type": "base64", "media_type": image.media_type,
+                                                   "data": image.base64()}} for image in images]
+            message["content"] = [*blocks, {"type": "text", "text": message["content"]}]
+            return

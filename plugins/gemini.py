@@ -113,6 +113,10 @@ class GeminiProvider(HTTPProvider):
             config["responseMimeType"] = "application/json"
             config["responseJsonSchema"] = restrict_keywords(request.json_schema, GEMINI_KEYWORDS)
         body["generationConfig"] = config
+        if request.images and contents and self.accepts_images(request.model):
+            # the attached images go with the first user turn, as inline data (base64)
+            contents[0]["parts"] += [{"inline_data": {"mime_type": image.media_type, "data": image.base64()}}
+                                     for image in request.images]
         return body
 
     # ------------------------------------------------------------------------------------- explicit caching

@@ -44,6 +44,7 @@ from conclave.providers.base import (
     CacheRule,
     Completion,
     CompletionRequest,
+    ImagePart,
     PromptCache,
     ProviderError,
     QuotaExhaustedError,
@@ -137,7 +138,7 @@ class OpenAIProvider(HTTPProvider):
         excluded); ``form`` defaults to the first one :meth:`forms` would try."""
         form = form or self.forms(request)[0]
         tools = self.uses_tools(request, form)
-        messages: list[dict[str, str]] = []
+        messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
         messages += [{"role": m.role, "content": m.content} for m in request.messages]
@@ -169,6 +170,8 @@ class OpenAIProvider(HTTPProvider):
                 body["response_format"] = {"type": "json_object", "schema": self._enforced_schema(request, schema)}
         elif schema is not None and form == "prompt":
             _append_to_last_user(messages, prompt_instruction(schema))
+        if request.images and self.accepts_images(request.model):
+            _attach_images(messages, request.images)
         if request.cache is not None and self.sends_cache_hints_to_openai():
             body["prompt_cache_key"] = request.cache.key
         if stream:
@@ -403,7 +406,16 @@ def _call_arguments(calls: Any, request: CompletionRequest) -> str | None:
     return arguments if isinstance(arguments, str) else json.dumps(arguments) if arguments is not None else ""
 
 
-def _append_to_last_user(messages: list[dict[str, str]], text: str) -> None:
+def _attach_images(messages: list[dict[str, Any]], images: Sequence[ImagePart]) -> None:
+    """The attached images as ``image_url`` parts (base64 data URLs) after the first user message's text."""
+    for message in messages:
+        if message["role"] == "user":
+            message["content"] = [{"type": "text", "text": message["content"]},
+                                  *({"type": "image_url", "image_url": {"url": image.data_url()}} for image in images)]
+            return
+
+
+def _append_to_last_user(messages: list[dict[str, Any]], text: str) -> None:
     for message in reversed(messages):
         if message["role"] == "user":
             message["content"] = f"{message['content'].rstrip()}\n\n{text}"

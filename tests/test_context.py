@@ -69,7 +69,8 @@ def test_context_files_are_included_in_order_with_sources(chdir_tmp: Path) -> No
     [
         (None, {"context": ["missing.md"]}, "context: file not found: missing.md"),
         ("dir", {"context": ["docs"]}, "context: not a file: docs (pass a directory as project=…)"),
-        ("binary", {"context": ["logo.png"]}, "context: not a text file: logo.png"),
+        ("binary", {"context": ["report.docx"]}, "context: report.docx is not a supported type; accepted: text "
+                                                 "files, PDF (.pdf) and images (.png, .jpg, .jpeg, .webp, .gif)"),
         (None, {"project": "no-such-dir"}, "project: directory not found: no-such-dir"),
         ("file", {"project": "notes.txt"}, "project: not a directory: notes.txt"),
     ],
@@ -80,7 +81,7 @@ def test_bad_paths_are_one_line_config_errors(
     if setup == "dir":
         (chdir_tmp / "docs").mkdir()
     elif setup == "binary":
-        (chdir_tmp / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+        (chdir_tmp / "report.docx").write_bytes(b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00")  # a zip
     elif setup == "file":
         (chdir_tmp / "notes.txt").write_text("x")
     with pytest.raises(ConfigError) as info:

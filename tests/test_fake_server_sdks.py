@@ -271,3 +271,60 @@ async def test_google_genai_sdk_creates_uses_and_deletes_a_cached_content_as_we_
     await client.aio.caches.delete(name=cache.name)
     assert fake.requests[-1].method == "DELETE" and fake.requests[-1].path == f"/gemini/v1beta/{cache.name}"
     assert not fake.cache.contents
+
+
+# ------------------------------------------------------------------------------------- images
+
+
+def _image_request(model: str) -> Any:
+    import base64
+
+    from conclave.providers.base import CompletionRequest, ImagePart, Message
+
+    pixel = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC")
+    return CompletionRequest(model=model, system="You answer.", messages=(Message("user", "What is drawn?"),),
+                             images=(ImagePart("dot.png", "image/png", pixel),))
+
+
+async def test_the_sdks_send_our_image_parts_unchanged_and_the_fake_accepts_them(fake):
+    import base64
+
+    from google.genai import types
+
+    from plugins.anthropic import AnthropicProvider
+    from plugins.gemini import GeminiProvider
+    from plugins.openai import OpenAIProvider
+
+    body = _ours(OpenAIProvider, "openai", fake).body(_image_request("gpt-4o"), stream=False)
+    answer = await _openai(fake).chat.completions.create(**body)
+    assert answer.choices[0].message.content and fake.requests_for("gpt-4o")[-1].json == body
+    assert body["messages"][1]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
+
+    body = _ours(AnthropicProvider, "anthropic", fake).body(_image_request("claude-sonnet-4-6"), stream=False)
+    answer = await _anthropic(fake).messages.create(**body)
+    assert answer.content[0].text and fake.requests_for("claude-sonnet-4-6")[-1].json == body
+
+    # google-genai builds the body from its own types: our first turn must parse as its Content, image included
+    ours = _ours(GeminiProvider, "gemini", fake).body(_image_request("gemini-2.5-pro"))
+    content = types.Content.model_validate(ours["contents"][0])
+    assert content.parts is not None and content.parts[1].inline_data is not None
+    assert content.parts[1].inline_data.mime_type == "image/png"
+    answer = await _gemini(fake).aio.models.generate_content(model="gemini-2.5-pro", contents=[content])
+    sent = fake.requests_for("gemini-2.5-pro")[-1].json["contents"][0]["parts"][1]["inlineData"]
+    assert answer.text and (sent.get("mimeType") or sent.get("mime_type")) == "image/png"
+    assert base64.urlsafe_b64decode(sent["data"]) == _image_request("x").images[0].data  # it sends URL-safe base64
+
+
+@pytest.mark.parametrize(("api", "model", "part"), [
+    ("openai", "gpt-4o", {"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}),
+    ("anthropic", "claude-sonnet-4-6", {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                     "data": "not base64!"}}),
+])
+async def test_the_fake_rejects_a_malformed_image_as_the_api_would(fake, api, model, part):
+    message = {"role": "user", "content": [{"type": "text", "text": "q"}, part]}
+    if api == "openai":
+        with pytest.raises(openai.BadRequestError):
+            await _openai(fake, max_retries=0).chat.completions.create(model=model, messages=[message])
+    else:
+        with pytest.raises(anthropic.BadRequestError):
+            await _anthropic(fake, max_retries=0).messages.create(model=model, max_tokens=10, messages=[message])

@@ -37,6 +37,7 @@ SUBCOMMANDS = {
     "resume": "conclave.cli.commands.resume",
     "show-prompt": "conclave.cli.commands.show_prompt",
     "show": "conclave.cli.commands.show",
+    "export": "conclave.cli.commands.audit_export",
     "serve": "conclave.cli.commands.serve",
     "mcp": "conclave.cli.commands.mcp",
     "eval": "conclave.eval.command",

@@ -24,7 +24,15 @@ from conclave.engine.extraction import (
     request_schema,
 )
 from conclave.events import AGENT_CHUNK, AGENT_COMPLETED, EventBus
-from conclave.providers.base import Completion, CompletionRequest, Message, PromptCache, ProviderError, Usage
+from conclave.providers.base import (
+    Completion,
+    CompletionRequest,
+    ImagePart,
+    Message,
+    PromptCache,
+    ProviderError,
+    Usage,
+)
 from conclave.providers.pricing import same_model
 
 if TYPE_CHECKING:
@@ -51,6 +59,8 @@ class CallSpec:
     cache: PromptCache | None = None  # the consultation's shared prefix (None: no caching hints)
     #: the only ``final_answer`` values allowed (a multiple-choice item's letters): an enum in the schema sent
     answers: tuple[str, ...] = ()
+    #: attached images sent with the user message (only to a model that accepts images)
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass
@@ -99,6 +109,7 @@ async def ask_for_artifact(
         schema_name=spec.schema_name,
         max_tokens=spec.max_tokens,
         cache=spec.cache,
+        images=spec.images,
     )
     header = header_for(spec.schema_name, spec.round_number, spec.agent_id)
     try:
@@ -123,6 +134,7 @@ async def ask_for_artifact(
                 schema_name=request.schema_name,
                 max_tokens=request.max_tokens,
                 cache=request.cache,
+                images=request.images,
             )
             outcome.reasked = True
             completion = await _complete(pool, reask_spec, retry, outcome, on_chunk)

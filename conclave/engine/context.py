@@ -9,18 +9,28 @@ say what the panel saw; :func:`cut_notices` says on stderr, as the consultation 
 
 A file named in ``context`` is sent even if it looks like a secret file: the user asked for it. Like everything
 else it goes through the scrubber first (unless ``scrub=false``), which redacts the values it recognises.
+
+A context file may also be a PDF or an image. A PDF's text is extracted (pypdf) and sent to every seat like a text
+file, page by page within the same 2 MB bound: the pages beyond it are cut, and its source says which pages were
+sent (``pages``). An image (PNG, JPEG, WebP, GIF; at most 5 MB) is kept apart in ``images``: the engine sends it to
+the seats whose model accepts images. Any other binary file (``.docx``…) is refused, naming the accepted types.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pypdf
+from pypdf.errors import PyPdfError
+
 from conclave.errors import ConfigError
+from conclave.providers.base import ImagePart
 
 if TYPE_CHECKING:
     from conclave.config.settings import Settings
@@ -30,6 +40,12 @@ MAX_FILE_BYTES = 100 * 1024
 MAX_TOTAL_BYTES = 1024 * 1024
 #: an explicitly named context file may be larger than a project file
 MAX_CONTEXT_FILE_BYTES = 2 * 1024 * 1024
+#: an attached image is sent whole or not at all: at most this large (Anthropic's limit per image)
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+#: what a context file may be besides text, by its leading bytes
+IMAGE_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
+                    (b"GIF89a", "image/gif"))
+ACCEPTED_TYPES = "text files, PDF (.pdf) and images (.png, .jpg, .jpeg, .webp, .gif)"
 #: left-out project files listed one by one; beyond this they are summarised in a single entry
 MAX_OMITTED_LISTED = 200
 
@@ -56,12 +72,14 @@ class ContextBundle:
     """The context text sent with every prompt, and where each part came from.
 
     ``sources`` entries: ``{path, bytes, sent, truncated, kind, omitted}`` where ``kind`` is ``context_file``,
-    ``project_file`` or ``stdin``, ``bytes`` is the size on disk, ``sent`` how many of those bytes (from the start)
-    are in the prompt, and ``omitted`` is null or why it was left out.
+    ``project_file``, ``stdin``, ``pdf`` or ``image``, ``bytes`` is the size on disk, ``sent`` how many of those
+    bytes (from the start; for a PDF, of its extracted text) are in the prompt, and ``omitted`` is null or why it was
+    left out. A PDF's entry adds ``pages`` (``"pp. 1–12 of 40"``), ``pages_sent`` and ``pages_total``.
     """
 
     text: str = ""
     sources: list[dict[str, Any]] = field(default_factory=list)
+    images: tuple[ImagePart, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -78,10 +96,13 @@ def load_context(settings: Settings, stdin_text: str | None = None) -> ContextBu
     """
     sections: list[str] = []
     sources: list[dict[str, Any]] = []
+    images: list[ImagePart] = []
     for name in settings.context:
-        section, source = _context_file(name)
+        section, source, image = _context_file(name)
         sections.append(section)
         sources.append(source)
+        if image is not None:
+            images.append(image)
     if settings.project is not None:
         section, project_sources = _project(settings.project)
         sections.append(section)
@@ -91,7 +112,7 @@ def load_context(settings: Settings, stdin_text: str | None = None) -> ContextBu
         body, truncated = _bounded(data, MAX_TOTAL_BYTES)
         sections.append(f"<stdin>\n{body}\n</stdin>")
         sources.append(_source("-", len(data), truncated, "stdin", sent=min(len(data), MAX_TOTAL_BYTES)))
-    return ContextBundle("\n\n".join(sections), sources)
+    return ContextBundle("\n\n".join(sections), sources, tuple(images))
 
 
 def _source(path: str, size: int, truncated: bool, kind: str, omitted: str | None = None,
@@ -104,7 +125,14 @@ def cut_notices(sources: list[dict[str, Any]]) -> list[str]:
     (what was cut, where, and how much of it the panel sees)."""
     notices = []
     for s in sources:
-        if s["kind"] != "project_file" and s["truncated"]:
+        if s["kind"] == "pdf":
+            if s["truncated"]:
+                notices.append(f"context file {s['path']} has {s['pages_total']} pages: {s['pages']} are sent (the "
+                               f"{_size_text(MAX_CONTEXT_FILE_BYTES)} limit of extracted text); the rest is cut")
+            if not s["sent"]:
+                notices.append(f"context file {s['path']}: no text could be extracted (a scanned PDF?); "
+                               "the panel sees none of it")
+        elif s["kind"] != "project_file" and s["truncated"]:
             what = "stdin" if s["kind"] == "stdin" else f"context file {s['path']}"
             notices.append(f"{what} is {_size_text(s['bytes'])}: only its first {_size_text(s['sent'])} is sent "
                            f"(the limit); the remaining {_size_text(s['bytes'] - s['sent'])} is cut")
@@ -132,19 +160,74 @@ def _size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def _context_file(name: str) -> tuple[str, dict[str, Any]]:
+def _context_file(name: str) -> tuple[str, dict[str, Any], ImagePart | None]:
     path = Path(name).expanduser()
     if not path.exists():
         raise ConfigError([f"context: file not found: {name}"])
     if not path.is_file():
         raise ConfigError([f"context: not a file: {name} (pass a directory as project=…)"])
     data = _read(path, "context", name)
+    if data.startswith(b"%PDF-"):
+        section, source = _pdf_file(name, data)
+        return section, source, None
+    media_type = image_type(data)
+    if media_type is not None:
+        if len(data) > MAX_IMAGE_BYTES:
+            raise ConfigError([f"context: {name} is {_size_text(len(data))}, over the "
+                               f"{_size_text(MAX_IMAGE_BYTES)} limit for an image"])
+        section = f'<image path="{name}" type="{media_type}">attached as an image for models that accept images</image>'
+        return section, _source(name, len(data), False, "image", sent=len(data)), ImagePart(name, media_type, data)
     if _is_binary(data):
-        raise ConfigError([f"context: not a text file: {name}"])
+        raise ConfigError([f"context: {name} is not a supported type; accepted: {ACCEPTED_TYPES}"])
     body, truncated = _bounded(data, MAX_CONTEXT_FILE_BYTES)
     return f'<file path="{name}">\n{body}\n</file>', _source(
         name, len(data), truncated, "context_file", sent=min(len(data), MAX_CONTEXT_FILE_BYTES)
-    )
+    ), None
+
+
+def image_type(data: bytes) -> str | None:
+    """The media type of an image conclave can attach, from its leading bytes; None for anything else."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((media for magic, media in IMAGE_SIGNATURES if data.startswith(magic)), None)
+
+
+def _pdf_file(name: str, data: bytes) -> tuple[str, dict[str, Any]]:
+    """A PDF's text, page by page, while it stays within the context file bound (the first page is cut to it
+    when it alone is larger)."""
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise ConfigError([f"context: {name} is an encrypted PDF; decrypt it first"])
+        pages: list[str] = []
+        total, truncated, any_text = 0, False, False
+        for number, page in enumerate(reader.pages, 1):
+            text = (page.extract_text() or "").strip()
+            any_text = any_text or bool(text)
+            chunk = f'<page number="{number}">\n{text}\n</page>'
+            size = len(chunk.encode("utf-8"))
+            if total + size > MAX_CONTEXT_FILE_BYTES:
+                truncated = True
+                if not pages:
+                    chunk, _ = _bounded(chunk.encode("utf-8"), MAX_CONTEXT_FILE_BYTES)
+                    pages.append(chunk)
+                    total = MAX_CONTEXT_FILE_BYTES
+                break
+            pages.append(chunk)
+            total += size
+        count = len(reader.pages)
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
+        raise ConfigError([f"context: cannot read {name} as a PDF ({type(exc).__name__})"]) from None
+    source = _source(name, len(data), truncated, "pdf", sent=total if any_text else 0)
+    source.update(pages=page_range(len(pages), count), pages_sent=len(pages), pages_total=count)
+    body = "\n".join(pages)
+    return f'<file path="{name}" type="application/pdf" pages="{count}">\n{body}\n</file>', source
+
+
+def page_range(sent: int, total: int) -> str:
+    """``p. 1``, ``pp. 1–12`` or ``pp. 1–12 of 40``: the pages of a PDF that were sent."""
+    shown = "p. 1" if sent == 1 else f"pp. 1–{sent}" if sent else "no pages"
+    return shown if sent == total else f"{shown} of {total}"
 
 
 def _read(path: Path, key: str, shown: str) -> bytes:
@@ -276,5 +359,5 @@ def _render_project(name: str, included: list[tuple[str, str]], omitted: int) ->
     return f"{header}\n\n{files}\n</project>" if files else f"{header}\n</project>"
 
 
-__all__ = ["EXCLUDED_DIRS", "SECRET_FILE_PATTERNS", "ContextBundle", "cut_notices", "is_secret_file",
-           "load_context"]
+__all__ = ["ACCEPTED_TYPES", "EXCLUDED_DIRS", "SECRET_FILE_PATTERNS", "ContextBundle", "cut_notices", "image_type",
+           "is_secret_file", "load_context", "page_range"]

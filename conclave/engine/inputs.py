@@ -14,6 +14,7 @@ from typing import Any
 from conclave.config.settings import Settings
 from conclave.engine.context import cut_notices, load_context
 from conclave.engine.interaction import Interaction
+from conclave.providers.base import ImagePart
 from conclave.scrub import scrub
 from conclave.store.redact import key_values, key_variables
 
@@ -24,6 +25,7 @@ class Inputs:
     context: str  # as sent (scrubbed); goes into the system prompts
     scrub_report: dict[str, Any]  # {total, by_type}, question and context together
     context_sources: list[dict[str, Any]]
+    images: tuple[ImagePart, ...] = ()  # attached images (sent as they are: the scrubber reads text only)
 
 
 def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str | None = None,
@@ -37,11 +39,11 @@ def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str
     sources = [dict(s) for s in bundle.sources]
     if not settings.scrub:
         interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
-        return Inputs(question, context, {"total": 0, "by_type": {}}, sources)
+        return Inputs(question, context, {"total": 0, "by_type": {}}, sources, bundle.images)
 
     keys = key_values(environ, key_variables(settings))
     question, report = scrub(question, keys)
     if context:
         context, context_report = scrub(context, keys)
         report = report.merge(context_report)
-    return Inputs(question, context, report.as_dict(), sources)
+    return Inputs(question, context, report.as_dict(), sources, bundle.images)

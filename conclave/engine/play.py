@@ -99,6 +99,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
             max_tokens=round_type.max_tokens,
             cache=session.prompt_cache,
             answers=session.strategy.allowed_answers,
+            images=session.images_for(session.judge.provider, session.judge.model),
         )
     assert agent is not None
     spec = session.settings.agents[agent]
@@ -116,6 +117,7 @@ def call_spec(session: Session, round_type: RoundType, number: int, values: Mapp
         agent_id=agent,
         cache=session.prompt_cache,
         answers=session.strategy.allowed_answers,
+        images=session.images_for(spec.provider, spec.model),
     )
 
 

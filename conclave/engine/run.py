@@ -206,13 +206,14 @@ class Consultation:
                 pool.before_spending = functools.partial(until_durable, self.id)
             session = with_layers(Session(
                 settings=self.settings, plugins=self.plugins, strategy=strategy, pool=pool, bus=self.bus,
-                labels=labels, question=inputs.question, context_text=inputs.context,
+                labels=labels, question=inputs.question, context_text=inputs.context, images=inputs.images,
             ))
             session.stream = session.judge.stream = self._stream
             self.machine.follow(session.plan.states())
             session.judge.restore(self.resume_from.get("judge_fallback"))
             session.plan.on_change = lambda change: self._on_plan_change(session, change)
             check_context_windows(session)  # before the journal starts: an impossible prompt is a usage error
+            self._check_images(session, inputs.context_sources)
             snapshot = config_snapshot(self.settings, inputs.question)
             provenance = Provenance(
                 consultation_id=self.id,
@@ -674,6 +675,31 @@ class Consultation:
                 problems.append(f"{key}: {exc}")
         if problems:
             raise ConfigError(problems)
+
+    def _check_images(self, session: Session, sources: list[dict[str, Any]]) -> None:
+        """Attached images go to the seats whose model accepts images. Every other seat is named in one line (on
+        stderr, and in each image's ``not_sent_to`` in the record); with ``strict_models=true`` the consultation is
+        refused instead, before anything is spent."""
+        if not session.images:
+            return
+        seats = [(name, a.provider, a.model) for name, a in self.settings.agents.items()]
+        seats.append(("judge", session.judge.provider, session.judge.model))
+        blind = [(name, provider, model) for name, provider, model in seats
+                 if not session.images_for(provider, model)]
+        if not blind:
+            return
+        files = ", ".join(image.path for image in session.images)
+        if self.settings.strict_models:
+            who = ", ".join(f"{name} ({provider}/{model})" for name, provider, model in blind)
+            raise ConfigError([f"strict_models=true: {who} cannot take the attached image(s) {files} (text-only in "
+                               "the price sheets, which mark image models vision: true); choose models that take "
+                               "images or leave the images out"])
+        for name, provider, model in blind:
+            self.interaction.warn(f"{name} ({provider}/{model}) does not accept images: it gets the text context "
+                                  f"without {files}")
+        for source in sources:
+            if source["kind"] == "image":
+                source["not_sent_to"] = [name for name, _, _ in blind]
 
     def _emit_started(self, session: Session, snapshot: dict[str, Any], provenance: Provenance) -> None:
         settings = self.settings

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from conclave.engine.quality import QualityLayer
     from conclave.engine.safety_gate import SafetyGuard
     from conclave.plugin_manager import Plugins
-    from conclave.providers.base import PromptCache
+    from conclave.providers.base import ImagePart, PromptCache
     from conclave.providers.pool import ProviderPool
     from conclave.quality.summarize import ContextWindow
 
@@ -77,6 +77,7 @@ class Session:
         labels: JudgeLabels,
         question: str,
         context_text: str,
+        images: tuple[ImagePart, ...] = (),
     ) -> None:
         self.settings = settings
         self.plugins = plugins
@@ -86,6 +87,7 @@ class Session:
         self.labels = labels
         self.question = question
         self.context_text = context_text
+        self.images = images  # attached images: sent only to seats whose model accepts images
         self.record = Record()
         # the aggregate decides after cross-examination and no judge verdict is asked for: the judge's record of
         # the exchange and its verdict are not played
@@ -109,6 +111,13 @@ class Session:
     def exit_limits(self) -> ExitLimits:
         """The exit controller's inputs: exit settings, whether cross-examination may repeat, the round cap."""
         return ExitLimits.of(self.settings, self.strategy.default_round_cap, self.rounds_not_played)
+
+    def images_for(self, provider: str, model: str) -> tuple[ImagePart, ...]:
+        """The attached images a call to ``provider``/``model`` carries: all of them when the model accepts images
+        (its price sheet says ``vision: true``), none otherwise."""
+        if not self.images or not self.pool.provider(provider).accepts_images(model):
+            return ()
+        return self.images
 
     @property
     def prompt_cache(self) -> PromptCache | None:

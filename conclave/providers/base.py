@@ -9,6 +9,7 @@ one HTTP attempt per :meth:`Provider.attempt` call and raises a :class:`Provider
 from __future__ import annotations
 
 import abc
+import base64
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,22 @@ if TYPE_CHECKING:
 class Message:
     role: Literal["user", "assistant"]
     content: str
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image the user attached (``context=[diagram.png]``): sent, with the first user message, to models whose
+    price sheet says they accept images (``vision: true``)."""
+
+    path: str
+    media_type: str  # image/png, image/jpeg, image/webp or image/gif
+    data: bytes
+
+    def base64(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.base64()}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,8 @@ class CompletionRequest:
     temperature: float | None = None
     timeout_s: float | None = None  # whole-call deadline, retries included; None = the provider's timeout_s
     cache: PromptCache | None = None
+    #: images that go with the first user message (only to a model that accepts images)
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -390,6 +409,14 @@ class Provider(abc.ABC):
         if self.costs_nothing():
             return None
         return PriceTable.load().context_limits((self.name, self.settings.api), model)
+
+    def accepts_images(self, model: str) -> bool:
+        """Whether ``model`` takes image input: its price sheet entry says ``vision: true`` (by this provider's name,
+        then its ``api``). A model the sheets do not mark is treated as text-only, and so is an in-process model
+        (whatever hosted name it answers under)."""
+        if self.costs_nothing():
+            return False
+        return PriceTable.load().accepts_images((self.name, self.settings.api), model)
 
     def context_window(self, model: str) -> int | None:
         """Tokens one call to ``model`` can hold (prompt and answer; a model with only an input limit: that

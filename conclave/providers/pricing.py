@@ -7,6 +7,9 @@ is billed at ``cached_input`` (or the input price when a provider gives no disco
 ``cache_write_input`` (or the input price: OpenAI's automatic cache writes cost nothing extra). An unknown model
 costs ``None``: unknown, never a silent 0.
 
+A model's entry may say ``vision: true``: it takes image input (``context=[diagram.png]`` is sent to it; other
+models get a notice instead).
+
 A model's entry may also give its context limits, as the provider documents them (:class:`ContextLimits`):
 ``context_window``, the tokens one call holds, prompt and answer together, and ``max_input_tokens``, a separate
 limit on the prompt alone (gpt-5: a 400,000-token window of which at most 272,000 prompt; Gemini: 1,048,576 input
@@ -92,6 +95,8 @@ class PriceSheet:
     default: ModelPrice | None = None
     #: each listed model's context limits, when the sheet gives them
     limits: Mapping[str, ContextLimits] = field(default_factory=dict)
+    #: the listed models that take image input (``vision: true``)
+    vision: frozenset[str] = frozenset()
 
 
 class PriceTable:
@@ -136,6 +141,18 @@ class PriceTable:
                 if found is not None:
                     return found
         return None
+
+    def accepts_images(self, providers: str | Iterable[str], model: str) -> bool:
+        """Whether the first of ``providers`` whose sheet lists ``model`` (exact id, then its alias) marks it
+        ``vision: true``; False for a model no sheet lists."""
+        names = [providers] if isinstance(providers, str) else list(providers)
+        model = model.removeprefix("models/")
+        alias = _SNAPSHOT.sub("", model)
+        for name in names:
+            sheet = self.sheets.get(name)
+            if sheet is not None and (model in sheet.models or alias in sheet.models):
+                return model in sheet.vision or alias in sheet.vision
+        return False
 
     def models_with_limits(self, provider: str) -> list[tuple[str, ContextLimits, ModelPrice]]:
         """Every model of ``provider``'s sheet with context limits: (model, limits, price)."""
@@ -187,6 +204,7 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
         models = {str(model): model_price(entry) for model, entry in entries.items()}
         limits = {str(model): found for model, entry in entries.items()
                   if (found := context_limits(str(model), entry)) is not None}
+        vision = frozenset(str(model) for model, entry in entries.items() if _vision(str(model), entry))
         taken = data.get("taken")
         default = data.get("default")
         return PriceSheet(
@@ -196,14 +214,22 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
             models=models,
             default=None if default is None else model_price(default),
             limits=limits,
+            vision=vision,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{origin}: malformed price sheet ({type(exc).__name__}: {exc})") from exc
 
 
-#: the fields a model's entry may have: its prices and its context limits
+#: the fields a model's entry may have: its prices, its context limits and whether it takes images
 _ENTRY_KEYS = frozenset({"input", "output", "cached_input", "cache_write_input", "context_window",
-                         "max_input_tokens"})
+                         "max_input_tokens", "vision"})
+
+
+def _vision(model: str, entry: Mapping[str, Any]) -> bool:
+    value = entry.get("vision", False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{model}: vision must be true or false, got {value!r}")
+    return value
 
 
 @functools.cache

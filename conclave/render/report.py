@@ -593,24 +593,38 @@ def groupthink_section(result: Mapping[str, Any]) -> Section | None:
     return Section("Groupthink", children, anchor="groupthink")
 
 
+def _attachment(source: Mapping[str, Any]) -> str:
+    """A PDF with the pages its text was sent from, or an image with the seats that did not get it."""
+    path = source.get("path")
+    if source.get("kind") == "pdf":
+        return f"{path} {source.get('pages')}" + (" (no text extracted)" if not source.get("sent") else "")
+    blind = [str(n) for n in _list(source.get("not_sent_to"))]
+    return f"{path} (image" + (f"; not sent to {', '.join(blind)}, text-only" if blind else "") + ")"
+
+
 def _context_line(result: Mapping[str, Any]) -> str:
     """What went into the prompts besides the question: context files read and secrets redacted."""
     parts = []
     sources = [_map(s) for s in _list(result.get("context_sources"))]
     used = [s for s in sources if not s.get("omitted")]
     if used:
-        size = sum(int(s.get("bytes") or 0) for s in used)
+        # PDFs and images are told apart below: their bytes on disk are not what the prompt carries
+        text = [s for s in used if s.get("kind") not in ("pdf", "image")]
+        size = sum(int(s.get("bytes") or 0) for s in text)
         # "sent" is absent from records written before it existed: then what was read is what was sent
-        sent = sum(int(s.get("sent", s.get("bytes")) or 0) for s in used)
+        sent = sum(int(s.get("sent", s.get("bytes")) or 0) for s in text)
         left_out = len(sources) - len(used)
         amount = f"{size:,} bytes" if sent == size else f"{sent:,} of {size:,} bytes sent"
-        line = f"context: {len(used)} source{'s' if len(used) != 1 else ''} ({amount})"
+        line = f"context: {len(used)} source{'s' if len(used) != 1 else ''}" + (f" ({amount})" if text else "")
         if left_out:
             line += f", {left_out} left out"
-        cut = [s for s in used if s.get("truncated")]
+        cut = [s for s in text if s.get("truncated")]
         if cut:
             shown = ", ".join(f"{s.get('path')} after its first {int(s.get('sent') or 0):,} bytes" for s in cut[:3])
             line += f"; cut: {shown}" + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+        attached = [_attachment(s) for s in used if s.get("kind") in ("pdf", "image")]
+        if attached:
+            line += "; " + "; ".join(attached)
         parts.append(line)
     scrub = _map(result.get("scrub_report"))
     if scrub.get("total"):

@@ -44,3 +44,15 @@ class StoreLayout:
         if not self.journal_dir.is_dir():
             return []
         return sorted(p.name[: -len(".jsonl")] for p in self.journal_dir.iterdir() if p.name.endswith(".jsonl"))
+
+    def resolve_id(self, prefix: str) -> str:
+        """The consultation whose id is ``prefix`` or starts with it; a usage error when none or several match."""
+        ids = self.journal_ids()
+        if prefix in ids:
+            return prefix
+        matches = [i for i in ids if i.startswith(prefix)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise UsageError(f"no consultation {prefix!r} in {self.journal_dir}")
+        raise UsageError(f"{prefix!r} is ambiguous: " + ", ".join(matches[:5]) + (" …" if len(matches) > 5 else ""))

@@ -20,11 +20,14 @@ PromptCacheModel(enabled=False))`` turns the implicit caches off.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import hashlib
 import itertools
 import json
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -489,6 +492,8 @@ class FakeProviderServer:
         try:
             if (denied := self._denied(request, record.api)) is not None:
                 return denied
+            if (problem := image_problem(record.api, record.json)) is not None:
+                return web.json_response(api.error_body(400, problem), status=400)
             use = self.cache.use(record.api, record.model or "", record.json or {})
             if use.error is not None:
                 return web.json_response(api.error_body(*use.error), status=use.error[0])
@@ -878,6 +883,70 @@ def _anthropic_usage(usage: tuple[int, int, int], written: int = 0) -> dict[str,
     # Anthropic's input_tokens excludes cache reads and writes, which it reports apart.
     return {"input_tokens": usage[0] - usage[2] - written, "output_tokens": usage[1],
             "cache_creation_input_tokens": written, "cache_read_input_tokens": usage[2]}
+
+
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
+_DATA_URL = re.compile(r"^data:(image/[a-z]+);base64,(.*)$", re.DOTALL)
+
+
+def _base64_problem(data: Any, *, urlsafe: bool = False) -> str | None:
+    """Why ``data`` is not base64 (Google's JSON mapping of bytes also takes the URL-safe alphabet)."""
+    if not isinstance(data, str):
+        return "image data must be a base64 string"
+    if urlsafe:
+        data = data.replace("-", "+").replace("_", "/")
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return "image data is not valid base64"
+    return None
+
+
+def image_problem(api: str, body: Any) -> str | None:
+    """Why the images in a request body would be rejected by the real API (None when there are none or they are
+    well-formed): OpenAI chat ``image_url`` parts (a URL or a base64 data URL), Anthropic ``image`` blocks with a
+    base64 source, Gemini ``inline_data`` parts."""
+    if not isinstance(body, Mapping):
+        return None
+    if api in ("openai", "anthropic"):
+        for message in body.get("messages") or []:
+            content = message.get("content") if isinstance(message, Mapping) else None
+            for part in content if isinstance(content, list) else []:
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if api == "openai" and kind == "image_url":
+                    url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), Mapping) \
+                        else None
+                    if not isinstance(url, str):
+                        return "Invalid content part: image_url.url is required"
+                    if url.startswith("data:"):
+                        match = _DATA_URL.match(url)
+                        if match is None or match.group(1) not in IMAGE_TYPES:
+                            return "Invalid image URL: a data URL must be data:image/{png,jpeg,webp,gif};base64,..."
+                        if (problem := _base64_problem(match.group(2))) is not None:
+                            return problem
+                    elif not url.startswith(("https://", "http://")):
+                        return "Invalid image URL"
+                elif api == "anthropic" and kind == "image":
+                    source = part.get("source")
+                    if not isinstance(source, Mapping) or source.get("type") not in ("base64", "url"):
+                        return "messages: image.source.type must be base64 or url"
+                    if source.get("type") == "base64":
+                        if source.get("media_type") not in IMAGE_TYPES:
+                            return "messages: image.source.media_type must be one of " + ", ".join(sorted(IMAGE_TYPES))
+                        if (problem := _base64_problem(source.get("data"))) is not None:
+                            return problem
+    if api == "gemini":
+        for content in body.get("contents") or []:
+            for part in (content.get("parts") or []) if isinstance(content, Mapping) else []:
+                blob = (part.get("inline_data") or part.get("inlineData")) if isinstance(part, Mapping) else None
+                if blob is None:
+                    continue
+                mime = blob.get("mime_type") or blob.get("mimeType") if isinstance(blob, Mapping) else None
+                if not isinstance(mime, str) or not mime:
+                    return "Invalid value at 'contents.parts.inline_data.mime_type'"
+                if (problem := _base64_problem(blob.get("data"), urlsafe=True)) is not None:
+                    return problem
+    return None
 
 
 def _count_tokens(body: Any) -> int:

@@ -60,15 +60,7 @@ def run(argv: list[str]) -> int:
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:
     """The consultation whose id is ``prefix`` or starts with it; a usage error when none or several match."""
-    ids = layout.journal_ids()
-    if prefix in ids:
-        return prefix
-    matches = [i for i in ids if i.startswith(prefix)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise UsageError(f"no consultation {prefix!r} in {layout.journal_dir}")
-    raise UsageError(f"{prefix!r} is ambiguous: " + ", ".join(matches[:5]) + (" …" if len(matches) > 5 else ""))
+    return layout.resolve_id(prefix)
 
 
 def _list(layout: StoreLayout, count: int, as_json: bool) -> int:

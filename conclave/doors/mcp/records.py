@@ -6,7 +6,6 @@ Nothing here writes: no tool can change what was recorded.
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -14,10 +13,14 @@ from typing import Any
 from conclave import events as ev
 from conclave.cli.commands.logs import resolve_id as resolve
 from conclave.errors import UsageError
+from conclave.render.audit_record import audit_html as audit_html  # the audit record is built door-neutrally there
+from conclave.render.audit_record import audit_markdown as audit_markdown
+from conclave.render.audit_record import audit_pdf as audit_pdf
+from conclave.render.audit_record import audit_record as audit_record
+from conclave.render.audit_record import final_result, round_summaries
 from conclave.store.journal import read_journal
 from conclave.store.journal_file import live_status
 from conclave.store.paths import StoreLayout
-from conclave.store.verify import verify_store
 
 
 def resolve_id(layout: StoreLayout, prefix: str) -> str:
@@ -43,12 +46,6 @@ def journal(layout: StoreLayout, cid: str) -> list[dict[str, Any]]:
     if not path.exists():
         raise UsageError(f"no consultation {cid!r} in {layout.journal_dir}")
     return read_journal(path).records
-
-
-def final_result(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The result of the last run that finished (None while the first run is still going)."""
-    final = next((r for r in reversed(records) if r["type"] == ev.CONSULTATION_COMPLETED), None)
-    return (final["data"].get("result") or None) if final is not None else None
 
 
 def consultation(layout: StoreLayout, cid: str) -> dict[str, Any]:
@@ -79,26 +76,6 @@ def consultation(layout: StoreLayout, cid: str) -> dict[str, Any]:
         "result": result,
         "journal_records": len(records),
     }
-
-
-def round_summaries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per round run, in journal order: number, type, how it ended, duration and cost."""
-    runs: list[dict[str, Any]] = []
-    open_runs: dict[Any, dict[str, Any]] = {}
-    for record in records:
-        type_, data = record["type"], record["data"]
-        if type_ == ev.ROUND_STARTED:
-            run = {"round_number": data.get("round_number"), "round_type": data.get("round_type"),
-                   "ended": None, "duration_s": None, "cost": None}
-            open_runs[data.get("round_number")] = run
-            runs.append(run)
-        elif type_ in (ev.ROUND_COMPLETED, ev.ROUND_INTERRUPTED):
-            ended_run = open_runs.pop(data.get("round_number"), None)
-            if ended_run is not None:
-                ended = "completed" if type_ == ev.ROUND_COMPLETED and data.get("ok", True) else (
-                    "failed" if type_ == ev.ROUND_COMPLETED else f"interrupted ({data.get('reason')})")
-                ended_run.update(ended=ended, duration_s=data.get("duration_s"), cost=data.get("cost"))
-    return runs
 
 
 def round_details(layout: StoreLayout, cid: str, number: int) -> dict[str, Any]:
@@ -155,117 +132,3 @@ def round_text(details: Mapping[str, Any]) -> str:
                          f"\n```json\n{body}\n```")
     lines.append(f"\nround cost: ${details['cost']}")
     return "\n".join(lines) + "\n"
-
-
-# ------------------------------------------------------------------------------------------ the audit record
-
-
-def audit_record(layout: StoreLayout, cid: str) -> dict[str, Any]:
-    """What an auditor needs to trust a verdict without rerunning it, read from the verified journal."""
-    records = journal(layout, cid)
-    started = next((r["data"] for r in records if r["type"] == ev.CONSULTATION_STARTED), None)
-    if started is None:
-        raise UsageError(f"consultation {cid} has no consultation:started record")
-    result = final_result(records) or {}
-    check = verify_store(layout, [cid])
-    return {
-        "consultation_id": cid,
-        "question": started.get("question"),
-        "mode": started.get("mode"),
-        "status": result.get("status") or "running",
-        "panel": {"agents": started.get("agents") or [], "judge": started.get("judge"),
-                  "judge_labels": started.get("judge_labels") or {}},
-        "rounds": round_summaries(records),
-        "verdict": result.get("verdict"),
-        "recommendation": result.get("recommendation"),
-        "confidence": result.get("confidence"),
-        "dissent": result.get("dissent") or [],
-        "concerns": result.get("concerns") or [],
-        "cost": result.get("cost"),
-        "tokens": result.get("tokens"),
-        "prompt_versions": started.get("prompt_versions") or {},
-        "config_hash": started.get("config_hash"),
-        "conclave_version": started.get("conclave_version"),
-        "scrub_report": started.get("scrub_report"),
-        "origin": started.get("origin"),
-        "client": started.get("client"),
-        "journal": {
-            "records": len(records),
-            "head_seq": records[-1]["seq"] if records else None,
-            "head_hash": records[-1].get("hash") if records else None,
-            "verified": check.ok,
-            "problems": [str(p) for p in check.problems],
-        },
-    }
-
-
-def audit_markdown(record: Mapping[str, Any]) -> str:
-    lines = [f"# Audit record · {record['consultation_id']}", "", f"**Question:** {record['question']}", "",
-             f"**Status:** {record['status']} · **mode:** {record['mode']}"]
-    if record.get("recommendation"):
-        confidence = record.get("confidence")
-        shown = f" (confidence {confidence:.0%})" if isinstance(confidence, int | float) else ""
-        lines += ["", f"## Verdict{shown}", "", str(record["recommendation"])]
-    lines += ["", "## Panel", ""]
-    for agent in record["panel"]["agents"]:
-        lines.append(f"- {agent.get('name')} ({agent.get('persona')}): {agent.get('provider')}/{agent.get('model')}")
-    judge = record["panel"].get("judge") or {}
-    lines.append(f"- judge: {judge.get('provider')}/{judge.get('model')}")
-    lines += ["", "## Rounds", ""]
-    for run in record["rounds"]:
-        lines.append(f"- round {run['round_number']} {run['round_type']}: {run['ended'] or 'not finished'} · "
-                     f"{run['duration_s']} s · ${run['cost']}")
-    if record["dissent"]:
-        lines += ["", "## Dissent", ""]
-        for d in record["dissent"]:
-            lines.append(f"- {d.get('agent')} ({d.get('severity')}): {d.get('concern')}")
-    cost = record.get("cost") or {}
-    journal_info = record["journal"]
-    lines += ["", "## Provenance", "",
-              f"- cost: estimated ${cost.get('estimated')} · actual ${cost.get('actual')}",
-              f"- prompt versions: {json.dumps(record['prompt_versions'], sort_keys=True)}",
-              f"- config hash: `{record['config_hash']}`",
-              f"- conclave version: {record['conclave_version']}",
-              f"- origin: {record.get('origin') or 'cli/library'}"
-              + (f" ({(record.get('client') or {}).get('name')})" if record.get("client") else ""),
-              f"- journal: {journal_info['records']} records, head seq {journal_info['head_seq']}, "
-              f"hash `{journal_info['head_hash']}`, "
-              + ("verified" if journal_info["verified"] else "FAILED verification: "
-                 + "; ".join(journal_info["problems"]))]
-    return "\n".join(lines) + "\n"
-
-
-def audit_html(record: Mapping[str, Any]) -> str:
-    """A standalone HTML page of the audit record (every value escaped)."""
-
-    def e(value: Any) -> str:
-        return html.escape("" if value is None else str(value))
-
-    rows = "".join(
-        f"<tr><td>{e(r['round_number'])}</td><td>{e(r['round_type'])}</td><td>{e(r['ended'])}</td>"
-        f"<td>{e(r['duration_s'])}</td><td>{e(r['cost'])}</td></tr>" for r in record["rounds"])
-    panel = "".join(f"<li>{e(a.get('name'))} ({e(a.get('persona'))}): {e(a.get('provider'))}/{e(a.get('model'))}"
-                    "</li>" for a in record["panel"]["agents"])
-    dissent = "".join(f"<li>{e(d.get('agent'))} ({e(d.get('severity'))}): {e(d.get('concern'))}</li>"
-                      for d in record["dissent"])
-    journal_info = record["journal"]
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>Audit record {e(record['consultation_id'])}</title></head><body>"
-        f"<h1>Audit record · {e(record['consultation_id'])}</h1>"
-        f"<p><strong>Question:</strong> {e(record['question'])}</p>"
-        f"<p><strong>Status:</strong> {e(record['status'])} · <strong>mode:</strong> {e(record['mode'])}</p>"
-        f"<h2>Verdict</h2><p>{e(record.get('recommendation'))}</p>"
-        f"<p>confidence {e(record.get('confidence'))}</p>"
-        f"<h2>Panel</h2><ul>{panel}<li>judge: {e((record['panel'].get('judge') or {}).get('model'))}</li></ul>"
-        "<h2>Rounds</h2><table><tr><th>round</th><th>type</th><th>ended</th><th>seconds</th><th>cost</th></tr>"
-        f"{rows}</table>"
-        f"<h2>Dissent</h2><ul>{dissent}</ul>"
-        "<h2>Provenance</h2><ul>"
-        f"<li>cost: {e(json.dumps(record.get('cost'), sort_keys=True))}</li>"
-        f"<li>prompt versions: {e(json.dumps(record['prompt_versions'], sort_keys=True))}</li>"
-        f"<li>config hash: <code>{e(record['config_hash'])}</code></li>"
-        f"<li>journal head: seq {e(journal_info['head_seq'])}, <code>{e(journal_info['head_hash'])}</code>, "
-        f"{'verified' if journal_info['verified'] else 'FAILED verification'}</li>"
-        "</ul></body></html>\n"
-    )

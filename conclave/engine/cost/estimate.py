@@ -92,6 +92,10 @@ class CostEstimate:
 
 #: tokens a chat API adds around the system and user messages of one call (role markers, separators)
 MESSAGE_OVERHEAD_TOKENS = 16
+#: input tokens counted for each attached image a call carries: an upper bound of what the APIs bill for one image
+#: as they scale it (Anthropic: width × height / 750 after fitting 1568 px, at most about 1,600; OpenAI high detail: at
+#: most 1,105; Gemini: 258 per 768-px tile)
+IMAGE_TOKENS = 1600
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,8 @@ def price_calls(
     created: set[tuple[str, ...]] = set()  # caches created once, whose creation is already counted
     for call in planned:
         spec = call.spec
-        input_tokens = counter(call.text, spec.model) + call.carried + MESSAGE_OVERHEAD_TOKENS
+        input_tokens = (counter(call.text, spec.model) + call.carried + MESSAGE_OVERHEAD_TOKENS
+                        + IMAGE_TOKENS * len(spec.images))
         cached = written = 0
         if spec.cache is not None:
             input_tokens += definitions_size(spec)
