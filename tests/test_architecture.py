@@ -206,13 +206,13 @@ def test_commands_that_call_no_provider_do_not_import_the_http_client(tmp_path: 
 
 
 def test_only_the_transport_speaks_http_among_providers_and_plugins() -> None:
-    """aiohttp is imported by the provider transport alone (the web door and the fake server serve HTTP)."""
+    """aiohttp is imported by the provider transport alone (the doors and the fake server serve HTTP)."""
     importers, known = set(), modules()
     for name, path in known.items():
         for node in imports(ast.parse(path.read_text(encoding="utf-8"))):
             if any(loaded.split(".")[0] == "aiohttp" for loaded in targets(name, path, node, known)):
                 importers.add(name)
-    providers = {n for n in importers if not n.startswith(("conclave.doors.web", "conclave.testing"))}
+    providers = {n for n in importers if not n.startswith(("conclave.doors.", "conclave.testing"))}
     assert providers == {"conclave.providers.transport"}
 
 
