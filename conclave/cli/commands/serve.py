@@ -7,7 +7,11 @@ files from the working directory or an ``--allow-dir``. Everything else — prov
 home, approval — is this command line's (OVERRIDES apply to every consultation the form starts); the cost gate asks
 in the page. Binds 127.0.0.1 unless ``--host`` says otherwise; every route needs the session token printed with
 the URL (``CONCLAVE_WEB_TOKEN`` sets it), and requests from other origins are refused. Ctrl-C, SIGTERM and
-SIGHUP stop it; a consultation it was running is saved as ``partial`` and continues with ``conclave resume``."""
+SIGHUP stop it; a consultation it was running is saved as ``partial`` and continues with ``conclave resume``.
+
+Memory stays flat however long it runs: a finished consultation's events stay in memory while someone watches it,
+then only for the ``--keep-finished`` most recent ones and at most ``--keep-seconds``; after that its page reads
+them from the journal."""
 
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ import argparse
 import asyncio
 import sys
 
-from conclave.cli.commands.arguments import CommandParser, port
+from conclave.cli.commands.arguments import CommandParser, port, positive_seconds
 from conclave.cli.main import _is_override
 from conclave.config.guard import Door, Roots
 from conclave.config.home import default_home
+from conclave.doors.web.feeds import KEEP_FINISHED, KEEP_S
 from conclave.doors.web.serving import serve
 from conclave.errors import UsageError
 from conclave.signals import termination_as_interrupt
@@ -31,6 +36,11 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine)")
     parser.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
                         help="another directory context files may come from (besides the working directory)")
+    parser.add_argument("--keep-finished", type=count, default=KEEP_FINISHED, metavar="N",
+                        help=f"finished consultations whose events stay in memory once nobody watches them "
+                             f"(default {KEEP_FINISHED}; 0 = none)")
+    parser.add_argument("--keep-seconds", type=positive_seconds, default=KEEP_S, metavar="S",
+                        help=f"and for at most this long after they finished (default {KEEP_S:g})")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every consultation")
     args = parser.parse_args(argv)
     for override in args.overrides:
@@ -41,8 +51,20 @@ def run(argv: list[str]) -> int:
     door.compose("check", [])  # the server's own overrides must compose: fail at start, not on the first form
     try:
         with termination_as_interrupt():
-            asyncio.run(serve(default_home(), args.host, args.port, door))
+            asyncio.run(serve(default_home(), args.host, args.port, door,
+                              keep=(args.keep_finished, args.keep_seconds)))
     except KeyboardInterrupt:
         print("conclave serve: stopped", file=sys.stderr)
         return 130
     return 0
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
