@@ -5,10 +5,12 @@
 1. Memory: N consultations (default 1,000) are started through the page's form, a few at a time, and each one is
    watched to its end over its event stream, as a browser would. The server's resident memory (VmRSS of
    /proc/PID/status) is sampled after a warm-up and every 100 consultations. Goal: ≤ +20 MiB in all after 1,000.
-2. Fairness: one consultation (answers after ``--slow-latency`` s) watched by V viewers (default 50) from the
-   start. Each viewer notes when the end of the stream reaches it; the lag is the last viewer's time minus the
-   first's. Goal: ≤ 0.5 s. The viewers connect from several loopback addresses (127.0.0.2, …), ten per address,
-   as people on different machines would: one address may hold at most 16 streams.
+2. Fairness: one full consultation (``--viewer-rounds``, default 4; the judge's artifacts full-sized, answers
+   after ``--slow-latency`` s) watched by V viewers (default 50) from the start. Each viewer notes when the end
+   of the stream reaches it; the lag is the last viewer's time minus the first's. Goal: ≤ 0.5 s. Also the
+   server's CPU time (utime + stime of /proc/PID/stat) per extra viewer: the same consultation watched by V
+   viewers minus watched by one, ÷ (V − 1). The viewers connect from several loopback addresses (127.0.0.2, …),
+   ten per address, as people on different machines would: one address may hold at most 16 streams.
 
     python bench/serve_memory.py [--consultations 1000] [--viewers 50] [--rounds 2] [--parallel 4]
 """
@@ -37,6 +39,12 @@ TOKEN = "bench-token"
 QUESTION = "Should the billing service move to event sourcing?"
 RSS_GOAL_MIB, LAG_GOAL_S = 20.0, 0.5
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU time process ``pid`` has used so far (user + system), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:
@@ -145,6 +153,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=4, help="consultations running at once (default 4)")
     parser.add_argument("--latency", type=float, default=0.0, help="the fake's latency for the memory run")
     parser.add_argument("--slow-latency", type=float, default=0.5, help="the fake's latency for the viewers' run")
+    parser.add_argument("--viewer-rounds", type=int, default=4, help="rounds of the watched consultation")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--serve-option", action="append", default=[], help="passed to conclave serve")
     args = parser.parse_args()
@@ -163,11 +172,20 @@ def main() -> int:
               f"  {'met' if growth <= RSS_GOAL_MIB else 'missed'}  ({growth * 1024 / args.consultations:.1f} KiB"
               f" per consultation; {args.consultations / wall:.1f} consultations/s)")
     if args.viewers:
-        with tempfile.TemporaryDirectory() as tmp, fake_server_process(args.slow_latency) as overrides, \
-                serve_process(Path(tmp), overrides, *args.serve_option) as (_, base):
-            lags = asyncio.run(fairness(base, args.viewers, args.rounds))
-        print(f"{str(args.viewers) + ' viewers: end lag, median / last (goal ≤ ' + format(LAG_GOAL_S, 'g') + ' s)':<44}"
-              f"{statistics.median(lags):>8.3f} / {lags[-1]:.3f} s  {'met' if lags[-1] <= LAG_GOAL_S else 'missed'}")
+        with tempfile.TemporaryDirectory() as tmp, fake_server_process(args.slow_latency, rich=True) as overrides, \
+                serve_process(Path(tmp), overrides, *args.serve_option) as (server, base):
+            asyncio.run(fairness(base, 1, args.viewer_rounds))  # warm-up
+            cpu = [cpu_s(server.pid)]
+            asyncio.run(fairness(base, 1, args.viewer_rounds))
+            cpu.append(cpu_s(server.pid))
+            lags = asyncio.run(fairness(base, args.viewers, args.viewer_rounds))
+            cpu.append(cpu_s(server.pid))
+        per_viewer = ((cpu[2] - cpu[1]) - (cpu[1] - cpu[0])) / max(1, args.viewers - 1)
+        print(f"{'serve CPU, 1 viewer / ' + str(args.viewers) + ' viewers':<44}{cpu[1] - cpu[0]:>8.2f} /"
+              f" {cpu[2] - cpu[1]:.2f} s: {per_viewer * 1e3:.1f} ms per extra viewer")
+        label = f"{args.viewers} viewers: end lag median / last (goal ≤ {LAG_GOAL_S:g} s)"
+        print(f"{label:<44}"
+              f"  {statistics.median(lags):.3f} / {lags[-1]:.3f} s  {'met' if lags[-1] <= LAG_GOAL_S else 'missed'}")
     return 0
 
 

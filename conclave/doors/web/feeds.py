@@ -16,7 +16,7 @@ import contextlib
 import datetime
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,9 @@ class Feed:
         self.history: list[tuple[int, bytes]] = []
         self.viewers: set[asyncio.Queue[tuple[int, bytes] | None]] = set()
         self.finished_at: float | None = None  # time.monotonic() of its end
-        self.row = {"id": consultation_id, "question": "", "mode": "", "started_at": "", "status": "running"}
+        #: its row of the list page (the index's columns), until the index has it
+        self.row: dict[str, Any] = {"id": consultation_id, "question": "", "mode": "", "started_at": "",
+                                    "status": "running"}
 
     @property
     def finished(self) -> bool:
@@ -87,7 +89,7 @@ class Feed:
         """This consultation as a row of the list page (the index's columns)."""
         return dict(self.row)
 
-    async def follow(self, after: int) -> AsyncIterator[bytes]:
+    async def follow(self, after: int) -> AsyncGenerator[bytes, None]:
         """The frame of every kept event with a sequence number above ``after``, then live frames until the end."""
         queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
         self.viewers.add(queue)  # before reading the history: nothing falls between the two
