@@ -75,7 +75,7 @@ async def test_finished_consultations_leave_memory_and_are_read_from_their_journ
 
 
 async def _read_until_told(feeds: Feeds, cid: str) -> list[bytes]:
-    return [frame async for frame in feeds.follow(cid, -1)]
+    return [frame async for batch in feeds.follow(cid, -1) for frame in batch]
 
 
 async def test_a_finished_consultation_is_dropped_after_the_window_s(conclave_env: Path) -> None:

@@ -89,25 +89,41 @@ class Feed:
         """This consultation as a row of the list page (the index's columns)."""
         return dict(self.row)
 
-    async def follow(self, after: int) -> AsyncGenerator[bytes, None]:
-        """The frame of every kept event with a sequence number above ``after``, then live frames until the end."""
+    async def follow(self, after: int) -> AsyncGenerator[list[bytes], None]:
+        """Batches of frames: every kept event with a sequence number above ``after`` (one batch), then live ones
+        until the end. What queued up while the viewer sent its last batch goes out as the next one: a viewer
+        that fell behind catches up in one write, not one per event."""
         queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
         self.viewers.add(queue)  # before reading the history: nothing falls between the two
         try:
             sent = after
+            batch = []
             for seq, frame in list(self.history):
                 if seq > sent:
                     sent = seq
-                    yield frame
+                    batch.append(frame)
+            if batch:
+                yield batch
             if self.finished:
                 return
-            while (live := await queue.get()) is not None:
-                seq, frame = live
-                if seq < 0:  # a chunk: live only, never replayed
-                    yield frame
-                elif seq > sent:
-                    sent = seq
-                    yield frame
+            while True:
+                items = [await queue.get()]
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                batch = []
+                for item in items:
+                    if item is None:
+                        if batch:
+                            yield batch
+                        return
+                    seq, frame = item
+                    if seq < 0:  # a chunk: live only, never replayed
+                        batch.append(frame)
+                    elif seq > sent:
+                        sent = seq
+                        batch.append(frame)
+                if batch:
+                    yield batch
         finally:
             self.viewers.discard(queue)
 
@@ -160,24 +176,25 @@ class Feeds:
         except UsageError:
             return False
 
-    async def follow(self, consultation_id: str, after: int) -> AsyncIterator[bytes]:
-        """SSE frames of the consultation's events above ``after``, from memory or from its journal."""
+    async def follow(self, consultation_id: str, after: int) -> AsyncIterator[list[bytes]]:
+        """Batches of SSE frames of the consultation's events above ``after``, from memory or from its journal."""
         feed = self.running.get(consultation_id)
         if feed is not None:
             try:
-                async with contextlib.aclosing(feed.follow(after)) as frames:  # its viewer leaves before pruning
-                    async for frame in frames:
-                        yield frame
+                async with contextlib.aclosing(feed.follow(after)) as batches:  # its viewer leaves before pruning
+                    async for batch in batches:
+                        yield batch
             finally:
                 self.prune()
             return
-        async for record in follow_journal(self.layout.journal_path(consultation_id), after):
-            yield sse_frame(record)
+        async for records in follow_journal(self.layout.journal_path(consultation_id), after):
+            yield [sse_frame(record) for record in records]
 
 
-async def follow_journal(path: Path, after: int) -> AsyncIterator[dict[str, Any]]:
+async def follow_journal(path: Path, after: int) -> AsyncIterator[list[dict[str, Any]]]:
     """Records of a journal above sequence ``after``, read again as the writing process appends, until its end
-    record (a journal that ends without one was interrupted and is finished as it is)."""
+    record (a journal that ends without one was interrupted and is finished as it is); each batch is what one
+    look at the file found."""
     sent, offset, partial = after, 0, b""
     while True:
         writing = _is_being_written(path)  # before reading: what it wrote before closing is read below
@@ -187,6 +204,7 @@ async def follow_journal(path: Path, after: int) -> AsyncIterator[dict[str, Any]
             return
         offset += len(data)
         *lines, partial = (partial + data).split(b"\n")
+        batch, ended = [], False
         for line in lines:
             try:
                 record = json.loads(line)
@@ -194,10 +212,13 @@ async def follow_journal(path: Path, after: int) -> AsyncIterator[dict[str, Any]
                 continue
             if isinstance(record, dict) and record.get("seq", -1) > sent:
                 sent = record["seq"]
-                yield record
+                batch.append(record)
                 if record.get("type") == ev.CONSULTATION_COMPLETED:
-                    return
-        if not writing:
+                    ended = True
+                    break
+        if batch:
+            yield batch
+        if ended or not writing:
             return
         await asyncio.sleep(JOURNAL_POLL_S)
 
