@@ -12,7 +12,11 @@ SIGHUP stop it; a consultation it was running is saved as ``partial`` and contin
 ``--openai`` also serves the council as an OpenAI-compatible model on the same port: ``/v1/models`` lists
 ``conclave/<panel>`` and ``conclave/<panel>/<mode>``, ``/v1/chat/completions`` runs a consultation (the API key is
 the session token). Over ``--max-cost`` dollars (default: ``cost.always_allow_under``) a request is refused with
-the estimate, before anything is spent. See docs/openai-door.md."""
+the estimate, before anything is spent. See docs/openai-door.md.
+
+Memory stays flat however long it runs: a finished consultation's events stay in memory while someone watches it,
+then only for the ``--keep-finished`` most recent ones and at most ``--keep-seconds``; after that its page reads
+them from the journal."""
 
 from __future__ import annotations
 
@@ -20,11 +24,12 @@ import argparse
 import asyncio
 import sys
 
-from conclave.cli.commands.arguments import CommandParser, port
+from conclave.cli.commands.arguments import CommandParser, port, positive_seconds
 from conclave.cli.main import _is_override
 from conclave.config.guard import Door, Roots
 from conclave.config.home import default_home
 from conclave.doors.openai_api.chat_door import openai_app
+from conclave.doors.web.feeds import KEEP_FINISHED, KEEP_S
 from conclave.doors.web.serving import Mount, serve
 from conclave.errors import UsageError
 from conclave.signals import termination_as_interrupt
@@ -42,6 +47,11 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--max-cost", type=_dollars, default=None, metavar="DOLLARS",
                         help="the largest estimate a consultation may start with unasked "
                              "(sets cost.always_allow_under; the form and /v1 callers cannot raise it)")
+    parser.add_argument("--keep-finished", type=count, default=KEEP_FINISHED, metavar="N",
+                        help=f"finished consultations whose events stay in memory once nobody watches them "
+                             f"(default {KEEP_FINISHED}; 0 = none)")
+    parser.add_argument("--keep-seconds", type=positive_seconds, default=KEEP_S, metavar="S",
+                        help=f"and for at most this long after they finished (default {KEEP_S:g})")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every consultation")
     args = parser.parse_args(argv)
     for override in args.overrides:
@@ -56,7 +66,8 @@ def run(argv: list[str]) -> int:
     mounts = [Mount("/v1", "OpenAI-compatible API", openai_app)] if args.openai else []
     try:
         with termination_as_interrupt():
-            asyncio.run(serve(default_home(), args.host, args.port, door, mounts))
+            asyncio.run(serve(default_home(), args.host, args.port, door, mounts,
+                              keep=(args.keep_finished, args.keep_seconds)))
     except KeyboardInterrupt:
         print("conclave serve: stopped", file=sys.stderr)
         return 130
@@ -70,4 +81,15 @@ def _dollars(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars ≥ 0")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
     return value

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -324,7 +323,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     stream = feeds.follow(cid, _last_event_id(request)).__aiter__()
     # The next record is awaited across heartbeats: cancelling a pending __anext__ (as wait_for does on its
     # timeout) would close the generator, and an idle stream would end while the consultation goes on.
-    pending: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(stream.__anext__())
+    pending: asyncio.Future[list[bytes]] = asyncio.ensure_future(stream.__anext__())
     try:
         while True:
             done, _ = await asyncio.wait({pending}, timeout=heartbeat_s)
@@ -332,10 +331,12 @@ async def _events(request: web.Request) -> web.StreamResponse:
                 await response.write(b": ping\n\n")
                 continue
             try:
-                record = pending.result()
+                batch = pending.result()
             except StopAsyncIteration:
                 break
-            await response.write(_sse(record))
+            # frames encoded once when their event was published (the same bytes for every viewer); a batch (the
+            # replay, or what queued up meanwhile) is one write
+            await response.write(batch[0] if len(batch) == 1 else b"".join(batch))
             pending = asyncio.ensure_future(stream.__anext__())
         await response.write(b"event: end\ndata: {}\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
@@ -353,8 +354,3 @@ def _last_event_id(request: web.Request) -> int:
     except ValueError:
         return -1
 
-
-def _sse(record: dict[str, Any]) -> bytes:
-    data = json.dumps({k: record.get(k) for k in ("type", "seq", "ts", "data")}, ensure_ascii=False)
-    head = "" if record.get("type") == "agent:chunk" else f"id: {record['seq']}\n"
-    return f"{head}data: {data}\n\n".encode()

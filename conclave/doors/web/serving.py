@@ -21,7 +21,7 @@ from conclave import events as ev
 from conclave.compose import config_groups
 from conclave.config.guard import Door, approval_for
 from conclave.doors.web.app import Starter, make_app, new_token
-from conclave.doors.web.feeds import Feeds
+from conclave.doors.web.feeds import KEEP_FINISHED, KEEP_S, Feeds
 from conclave.doors.web.page import FormChoices
 from conclave.engine.ids import new_consultation_id
 from conclave.engine.interaction import Interaction
@@ -91,6 +91,7 @@ class LocalStarter:
         task = asyncio.create_task(consultation.run())
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda _: self.feeds.finish(cid))  # ended without its end event too (an error)
         waiter = asyncio.create_task(decided.wait())
         await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
@@ -143,10 +144,13 @@ class Mount:
     build: Callable[[Feeds, Any, Door], web.Application]
 
 
-async def serve(home: Path, host: str, port: int, door: Door, mounts: Sequence[Mount] = ()) -> None:
-    """Serve until cancelled (Ctrl-C); the form's requests pass ``door``, and so do those of ``mounts``."""
+async def serve(home: Path, host: str, port: int, door: Door, mounts: Sequence[Mount] = (),
+                keep: tuple[int, float] = (KEEP_FINISHED, KEEP_S)) -> None:
+    """Serve until cancelled (Ctrl-C); the form's requests pass ``door``, and so do those of ``mounts``; ``keep``
+    is how many finished consultations' events stay in memory once nobody watches them, and for how long at most
+    (:class:`Feeds`)."""
     recorder = Recorder(home)
-    feeds = Feeds(StoreLayout(home))
+    feeds = Feeds(StoreLayout(home), *keep)
     token = token_from_env()
     starter = LocalStarter(feeds, recorder, door)
     app = make_app(home, token, feeds, starter.starter(), host=host)
