@@ -33,6 +33,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from conclave.config.settings import Settings
+from conclave.testing.fake_batches import BatchDesk
 from conclave.testing.prompt_cache import CacheUse, PromptCacheModel
 from conclave.testing.schema_instances import instance_for
 
@@ -244,6 +245,8 @@ class FakeProviderServer:
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
+        #: the batch APIs (OpenAI Batch, Anthropic Message Batches): scripted latency, outcomes, counters
+        self.batches = BatchDesk(self.answer)
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -258,6 +261,7 @@ class FakeProviderServer:
         app.router.add_post("/gemini/v1beta/cachedContents", self._gemini_cache_create)
         app.router.add_get("/gemini/v1beta/cachedContents/{id}", self._gemini_cache_get)
         app.router.add_delete("/gemini/v1beta/cachedContents/{id}", self._gemini_cache_delete)
+        self.batches.add_routes(app.router, _PREFIX)
         # handler_cancellation: a client that hangs up cancels its handler, which is how we see a hedge's loser go
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
@@ -343,6 +347,32 @@ class FakeProviderServer:
         }
         data.update(overrides)
         return Settings.model_validate(data)
+
+    def answer(self, api: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        """``body`` answered as a batch answers one of its requests (no HTTP, no latency, not recorded): (HTTP
+        status, the API's response or error body); ``None`` as the body for a scripted malformed answer."""
+        schema, fmt = None, _format_of(api, body)
+        if api == "openai":
+            tool = _forced_function(body)
+            response_format = body.get("response_format") or {}
+            if tool is not None:
+                schema = (tool.get("function") or {}).get("parameters")
+            elif response_format.get("type") == "json_schema":
+                schema = (response_format.get("json_schema") or {}).get("schema")
+        elif api == "anthropic":
+            schema = (_forced_tool(body) or {}).get("input_schema")
+        else:
+            config = body.get("generationConfig") or {}
+            schema = config.get("responseJsonSchema") or config.get("responseSchema")
+        record = RecordedRequest(api, str(body.get("model") or ""), "", "POST", {}, {}, dict(body), time.time(),
+                                 False, schema)
+        item = self._choose(record)
+        if isinstance(item, Fault):
+            if item.kind in ("malformed", "truncated_stream"):
+                return 200, None
+            status = item.status or fmt.overloaded_status
+            return status, fmt.error_body(status, item.message or "the request failed")
+        return 200, fmt.body(_Answer.of(item, record, next(self._ids)))
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.model == model]
@@ -818,6 +848,14 @@ _ERRORS: dict[str, Callable[[int, str], dict[str, Any]]] = {
 
 
 # ------------------------------------------------------------------------------------- helpers
+
+
+def _format_of(api: str, body: Mapping[str, Any]) -> _Format:
+    if api == "openai":
+        return _OpenAI(body, _forced_function(body))
+    if api == "anthropic":
+        return _Anthropic(body, _forced_tool(body))
+    return _Gemini(body)
 
 
 def key_digest(key: str) -> str:
