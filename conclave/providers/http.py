@@ -179,6 +179,27 @@ class HTTPProvider(Provider):
             raise self.transport_error(exc, model) from exc
         return self.decode(raw, model)
 
+    async def send(self, method: str, url: str, *, data: Any = None, json_body: Mapping[str, Any] | None = None,
+                   timeout_s: float | None = None) -> bytes:
+        """One request of a batch API (a file upload, a status, a results download): the raw answer body;
+        errors mapped like :meth:`post_json`."""
+        headers = self.headers("")
+        if data is not None:
+            headers.pop("Content-Type")  # aiohttp sets the multipart boundary
+        body = self.encode(json_body) if json_body is not None else data
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.settings.timeout_s)
+        try:
+            async with self._session().request(method, url, data=body, headers=headers, timeout=timeout) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise self.error_for(resp.status, raw, resp.headers, "")
+        except TimeoutError as exc:
+            raise ProviderTimeoutError(f"{self.name} did not answer within {timeout.total:g}s ({self.base_url})",
+                                       provider=self.name) from exc
+        except aiohttp.ClientError as exc:
+            raise self.transport_error(exc, "") from exc
+        return bytes(raw)
+
     async def get_json(self, url: str, *, timeout_s: float, model: str = "") -> dict[str, Any]:
         """GET ``url`` (models lists) with its own timeout; errors mapped like :meth:`post_json`."""
         headers = self.headers(model)

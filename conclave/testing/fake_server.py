@@ -318,7 +318,9 @@ class FakeProviderServer:
         # It plays the vendors' hosts, so it is sent their caching hints too (prompt_cache: on).
         return {
             name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
-                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0, "prompt_cache": "on"}
+                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0, "prompt_cache": "on",
+                   # it speaks the OpenAI and Anthropic batch APIs (fake.batches)
+                   "batch_api": "on" if name in ("openai", "anthropic") else "auto"}
             for name, var in keys.items()
         }
 
@@ -328,7 +330,8 @@ class FakeProviderServer:
                 for override in (f"providers.{name}.base_url={entry['base_url']}",
                                  f"providers.{name}.send_key={entry['send_key']}",
                                  f"providers.{name}.max_concurrency={entry['max_concurrency']}",
-                                 f"providers.{name}.prompt_cache={entry['prompt_cache']}")]
+                                 f"providers.{name}.prompt_cache={entry['prompt_cache']}",
+                                 f"providers.{name}.batch_api={entry['batch_api']}")]
 
     def settings(self, **overrides: Any) -> Any:
         """A minimal valid :class:`~conclave.config.settings.Settings` on this fake: agents on openai, anthropic and

@@ -1,0 +1,65 @@
+"""`conclave eval eval.batch=…`: every round of the plan as one batch per provider across the items reaching it,
+journaled before polling, resumed without resubmitting, priced at batch prices beside the interactive
+equivalent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eval_helpers import PERSONAS, evaluate
+
+from conclave.eval import run_store as store
+from conclave.testing.answer_panel import AnswerPanel
+from conclave.testing.fake_server import Fault, FakeProviderServer
+
+
+async def test_each_round_is_one_batch_per_provider_at_batch_prices(conclave_env: Path) -> None:
+    tmp_path = conclave_env
+    async with FakeProviderServer() as fake:
+        fake.batches.latency = 0.3
+        ev, code, out, err = await evaluate(fake, tmp_path, AnswerPanel({n: 0.5 for n in PERSONAS.values()}),
+                                            rounds=4, n=6, batch=True, batch_poll_s=0.05, quality="off")
+        assert code == 0, err
+        assert "at batch prices (interactive:" in err and "submitted" in err
+        assert not [r for r in fake.requests if r.path.endswith("/chat/completions")]  # nothing interactive
+        created = fake.batches.created
+        run = store.read_run(tmp_path, ev.run_id)
+        figures = run["summary"]["batch"]
+        # one batch per barrier: round 1 (all items), synthesis, cross-examination, its judge, verdict ...
+        assert figures["most_batches_per_provider_per_wave"] == 1
+        assert len(created) == figures["batches"] == figures["waves"]
+        assert created[0][2] == 6 * 3  # every item's three round-1 agents in the first batch
+        assert 0.49 <= figures["ratio"] <= 0.51
+        assert fake.batches.resubmitted == 0
+        rows = store.read_items(tmp_path, ev.run_id)
+        assert abs(sum(r["batch_cost"] for r in rows) - figures["batch_cost"]) < 1e-6
+        # the items' own costs are batch-priced: the debate's spend is the batch spend
+        assert abs(sum(r["spent"]["debate"]["cost"] for r in rows) - figures["batch_cost"]) < 1e-6
+
+
+async def test_a_failed_request_goes_into_the_next_batch_and_a_malformed_line_fails_its_item(
+        conclave_env: Path) -> None:
+    tmp_path = conclave_env
+    async with FakeProviderServer() as fake:
+        panel = AnswerPanel({n: 1.0 for n in PERSONAS.values()})
+        panel.install(fake)
+        agents = fake._scripts["gpt-4o"].function  # the panel's own answers, wrapped below
+        seen: dict[str, int] = {}
+
+        def answers(record):  # the first agent call of item 0 fails once; item 1's Alpha is unreadable
+            text = str(record.json)
+            if "Alpha" in text and "0 - " not in text and "<question>" in text:
+                pass
+            key = text
+            seen[key] = seen.get(key, 0) + 1
+            if "You are Alpha" in text and seen[key] == 1 and not any(v > 1 for v in seen.values()):
+                return Fault.server_error()
+            return agents(record)
+
+        fake.script("gpt-4o", answers)
+        fake.batches.latency = 0.1
+        ev, code, out, err = await evaluate(fake, tmp_path, None, rounds=2, n=2, batch=True, batch_poll_s=0.05,
+                                            quality="off")
+        figures = store.read_run(tmp_path, ev.run_id)["summary"]["batch"]
+        assert figures["retried"] == 1, err
+        assert fake.batches.resubmitted == 0
