@@ -4,13 +4,14 @@ equivalent."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from eval_helpers import PERSONAS, evaluate
 
 from conclave.eval import run_store as store
 from conclave.testing.answer_panel import AnswerPanel
-from conclave.testing.fake_server import Fault, FakeProviderServer
+from conclave.testing.fake_server import Fault, FakeProviderServer, RecordedRequest
 
 
 async def test_each_round_is_one_batch_per_provider_at_batch_prices(conclave_env: Path) -> None:
@@ -39,27 +40,25 @@ async def test_each_round_is_one_batch_per_provider_at_batch_prices(conclave_env
 
 async def test_a_failed_request_goes_into_the_next_batch_and_a_malformed_line_fails_its_item(
         conclave_env: Path) -> None:
-    tmp_path = conclave_env
+    faults = {"You are Alpha": [Fault.server_error()], "You are Beta": [Fault.malformed()]}
+
+    def gate(record: RecordedRequest) -> Fault | None:  # the first Alpha and Beta requests only
+        text = json.dumps(record.json)
+        for persona, left in faults.items():
+            if persona in text and left:
+                return left.pop()
+        return None
+
     async with FakeProviderServer() as fake:
-        panel = AnswerPanel({n: 1.0 for n in PERSONAS.values()})
-        panel.install(fake)
-        agents = fake._scripts["gpt-4o"].function  # the panel's own answers, wrapped below
-        seen: dict[str, int] = {}
-
-        def answers(record):  # the first agent call of item 0 fails once; item 1's Alpha is unreadable
-            text = str(record.json)
-            if "Alpha" in text and "0 - " not in text and "<question>" in text:
-                pass
-            key = text
-            seen[key] = seen.get(key, 0) + 1
-            if "You are Alpha" in text and seen[key] == 1 and not any(v > 1 for v in seen.values()):
-                return Fault.server_error()
-            return agents(record)
-
-        fake.script("gpt-4o", answers)
+        AnswerPanel({n: 1.0 for n in PERSONAS.values()}).install(fake, gate=gate)
         fake.batches.latency = 0.1
-        ev, code, out, err = await evaluate(fake, tmp_path, None, rounds=2, n=2, batch=True, batch_poll_s=0.05,
+        ev, code, out, err = await evaluate(fake, conclave_env, None, rounds=2, n=2, batch=True, batch_poll_s=0.05,
                                             quality="off")
-        figures = store.read_run(tmp_path, ev.run_id)["summary"]["batch"]
-        assert figures["retried"] == 1, err
+        figures = store.read_run(conclave_env, ev.run_id)["summary"]["batch"]
+        rows = store.read_items(conclave_env, ev.run_id)
+        assert figures["retried"] == 1, err  # the 500 went into the next batch; the unreadable line did not
         assert fake.batches.resubmitted == 0
+        assert len(rows) == 2  # the run went on
+        beta = [r["answers"]["round_1"].get("beta") for r in rows]
+        alpha = [r["answers"]["round_1"].get("alpha") for r in rows]
+        assert beta.count(None) == 1 and None not in alpha  # Alpha answered after its retry; one Beta failed
