@@ -4,7 +4,10 @@ equivalent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 
 from eval_helpers import PERSONAS, evaluate
@@ -62,3 +65,46 @@ async def test_a_failed_request_goes_into_the_next_batch_and_a_malformed_line_fa
         beta = [r["answers"]["round_1"].get("beta") for r in rows]
         alpha = [r["answers"]["round_1"].get("alpha") for r in rows]
         assert beta.count(None) == 1 and None not in alpha  # Alpha answered after its retry; one Beta failed
+
+
+# the default panel, every agent on the fake's gpt-4o (told apart by persona), the judge on gpt-4.1
+PANEL = ["agents.security.provider=openai", "agents.security.model=gpt-4o",
+         "agents.pragmatist.provider=openai", "agents.pragmatist.model=gpt-4o", "judge.model=gpt-4.1"]
+NAMES = ("Security Expert", "Systems Architect", "Pragmatic Engineer")
+
+
+async def _start(*args: str, home: Path) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(CONCLAVE_HOME=str(home), CONCLAVE_PROGRESS="0")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(home), env=env)
+
+
+async def test_sigkill_while_polling_then_resume_polls_the_same_batch_and_resubmits_nothing(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake)
+    fake.batches.latency = 3.0
+    process = await _start("eval", "arithmetic", "eval.n=4", "eval.run_id=ev-kill", "rounds=2", "eval.batch=true",
+                           "eval.batch_poll_s=0.1", "selective.enabled=false", "cost.auto_approve=true", *PANEL,
+                           *fake.overrides(), home=conclave_env)
+    for _ in range(1200):  # until the first batch is accepted and journaled
+        if fake.batches.created and store.read_batches(conclave_env, "ev-kill") or process.returncode is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert process.returncode is None, (await process.communicate())[1].decode()
+    process.kill()  # SIGKILL: no handler runs
+    await process.wait()
+    (first_api, first_id, first_size) = fake.batches.created[0]
+    assert len(fake.batches.created) == 1 and first_size == 4 * 3  # round 1 of every item, one batch
+    assert store.read_batches(conclave_env, "ev-kill")[0]["batch_id"] == first_id  # journaled before polling
+    process = await _start("eval", "resume", "ev-kill", home=conclave_env)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=240)
+    assert process.returncode == 0, err.decode()
+    assert f"batch {first_id} (openai): polling again after a restart, 12 request(s)" in err.decode()
+    assert fake.batches.resubmitted == 0
+    # the first batch was never sent again: every later batch holds only later rounds' requests
+    assert [size for _, _, size in fake.batches.created] == [12, 4]  # round 1, then the 4 syntheses
+    assert len(store.read_items(conclave_env, "ev-kill")) == 4
+    assert "| round-1 majority vote | 4/4 = 100.0% |" in out.decode()
