@@ -13,8 +13,11 @@ from pathlib import Path
 from eval_helpers import PERSONAS, evaluate
 
 from conclave.eval import run_store as store
+from conclave.eval.run_report import render
 from conclave.testing.answer_panel import AnswerPanel
-from conclave.testing.fake_server import Fault, FakeProviderServer, RecordedRequest
+from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest
+
+RECOMPUTE = Path(__file__).with_name("recompute_eval.py")
 
 
 async def test_each_round_is_one_batch_per_provider_at_batch_prices(conclave_env: Path) -> None:
@@ -39,6 +42,15 @@ async def test_each_round_is_one_batch_per_provider_at_batch_prices(conclave_env
         assert abs(sum(r["batch_cost"] for r in rows) - figures["batch_cost"]) < 1e-6
         # the items' own costs are batch-priced: the debate's spend is the batch spend
         assert abs(sum(r["spent"]["debate"]["cost"] for r in rows) - figures["batch_cost"]) < 1e-6
+        # the report prints both figures, and the recompute script recomputes them (and every other figure)
+        assert "**Batch spend: $" in out and "the same calls interactively: $" in out
+        (conclave_env / "report.json").write_text(render(run, rows, "json"))
+        (conclave_env / "report.md").write_text(out)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(RECOMPUTE), str(store.run_dir(conclave_env, ev.run_id) / "items.jsonl"),
+            str(conclave_env / "report.json"), str(conclave_env / "report.md"), stdout=asyncio.subprocess.PIPE)
+        report = (await process.communicate())[0].decode()
+        assert process.returncode == 0 and " 0 mismatches" in report, report
 
 
 async def test_a_failed_request_goes_into_the_next_batch_and_a_malformed_line_fails_its_item(
@@ -55,7 +67,7 @@ async def test_a_failed_request_goes_into_the_next_batch_and_a_malformed_line_fa
     async with FakeProviderServer() as fake:
         AnswerPanel({n: 1.0 for n in PERSONAS.values()}).install(fake, gate=gate)
         fake.batches.latency = 0.1
-        ev, code, out, err = await evaluate(fake, conclave_env, None, rounds=2, n=2, batch=True, batch_poll_s=0.05,
+        ev, _, _, err = await evaluate(fake, conclave_env, None, rounds=2, n=2, batch=True, batch_poll_s=0.05,
                                             quality="off")
         figures = store.read_run(conclave_env, ev.run_id)["summary"]["batch"]
         rows = store.read_items(conclave_env, ev.run_id)
@@ -90,13 +102,13 @@ async def test_sigkill_while_polling_then_resume_polls_the_same_batch_and_resubm
                            "eval.batch_poll_s=0.1", "selective.enabled=false", "cost.auto_approve=true", *PANEL,
                            *fake.overrides(), home=conclave_env)
     for _ in range(1200):  # until the first batch is accepted and journaled
-        if fake.batches.created and store.read_batches(conclave_env, "ev-kill") or process.returncode is not None:
+        if (fake.batches.created and store.read_batches(conclave_env, "ev-kill")) or process.returncode is not None:
             break
         await asyncio.sleep(0.05)
     assert process.returncode is None, (await process.communicate())[1].decode()
     process.kill()  # SIGKILL: no handler runs
     await process.wait()
-    (first_api, first_id, first_size) = fake.batches.created[0]
+    (_, first_id, first_size) = fake.batches.created[0]
     assert len(fake.batches.created) == 1 and first_size == 4 * 3  # round 1 of every item, one batch
     assert store.read_batches(conclave_env, "ev-kill")[0]["batch_id"] == first_id  # journaled before polling
     process = await _start("eval", "resume", "ev-kill", home=conclave_env)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import secrets
 import sys
@@ -435,9 +436,9 @@ async def interactive_estimate(settings: Settings, plugins: Any, estimate: CostE
 def batch_summary(rows: Sequence[dict[str, Any]], figures: dict[str, Any]) -> dict[str, Any]:
     """The run's batch figures: spend and its interactive equivalent summed from the item rows (so a reader
     recomputes them), the rest as this process counted them."""
-    billed = sum(float(r.get("batch_cost") or 0.0) for r in rows)
-    equivalent = sum(float(r.get("interactive_equivalent_cost") or 0.0) for r in rows)
-    return {**figures, "batch_cost": round(billed, 8), "interactive_cost": round(equivalent, 8),
+    billed = round(math.fsum(float(r.get("batch_cost") or 0.0) for r in rows), 8)
+    equivalent = round(math.fsum(float(r.get("interactive_equivalent_cost") or 0.0) for r in rows), 8)
+    return {**figures, "batch_cost": billed, "interactive_cost": equivalent,
             "ratio": round(billed / equivalent, 4) if equivalent else None}
 
 
