@@ -5,15 +5,20 @@ equivalent."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import sys
 from pathlib import Path
 
-from eval_helpers import PERSONAS, evaluate
+from eval_helpers import PERSONAS, evaluate, panel_settings
 
+from conclave.config.settings import Settings
+from conclave.engine.interaction import Interaction
 from conclave.eval import run_store as store
+from conclave.eval.evaluate import EvalOptions, prepare, run_async
 from conclave.eval.run_report import render
+from conclave.plugin_manager import get_plugins
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest
 
@@ -120,3 +125,43 @@ async def test_sigkill_while_polling_then_resume_polls_the_same_batch_and_resubm
     assert [size for _, _, size in fake.batches.created] == [12, 4]  # round 1, then the 4 syntheses
     assert len(store.read_items(conclave_env, "ev-kill")) == 4
     assert "| round-1 majority vote | 4/4 = 100.0% |" in out.decode()
+
+
+async def test_a_provider_without_a_batch_api_is_one_line_and_exit_2(fake_provider_server: FakeProviderServer,
+                                                                     conclave_env: Path) -> None:
+    process = await _start("eval", "arithmetic", "eval.n=2", "eval.batch=true", "cost.auto_approve=true", *PANEL,
+                           "agents.security.provider=gemini", "agents.security.model=gemini-2.5-pro",
+                           *fake_provider_server.overrides(), home=conclave_env)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    lines = err.decode().strip().splitlines()
+    assert process.returncode == 2, err.decode()
+    assert lines[-1].startswith("conclave: eval.batch: provider gemini (") and "has no batch API" in lines[-1]
+    assert "Traceback" not in err.decode()
+    assert not fake_provider_server.batches.created and not fake_provider_server.requests
+
+
+async def test_mixed_batches_openai_and_anthropic_and_asks_grok_interactively(conclave_env: Path) -> None:
+    async with FakeProviderServer() as fake:
+        panel = AnswerPanel({n: 1.0 for n in PERSONAS.values()})
+        for model in ("gpt-4o", "grok-4"):  # Claude answers the fake's instance of each schema
+            panel.install(fake, agent_model=model)
+        fake.batches.latency = 0.2
+        agents = {"alpha": ("openai", "gpt-4o"), "beta": ("anthropic", "claude-sonnet-4-5"),
+                  "gamma": ("grok", "grok-4")}  # the fake's xAI endpoint has no batch API
+        data = panel_settings(fake, conclave_env, rounds=2, cost={"auto_approve": True}).model_dump(mode="json")
+        data["agents"] = {k: {"persona": k, "provider": p, "model": m} for k, (p, m) in agents.items()}
+        settings = Settings.model_validate(data)
+        plugins = get_plugins()
+        ev = prepare(settings, EvalOptions(n=3, batch="mixed", batch_poll_s=0.05, quality="off"), plugins)
+        err_io = io.StringIO()
+        code = await run_async(ev, plugins, Interaction.non_interactive(), out=io.StringIO(), err=err_io)
+        err = err_io.getvalue()
+        assert code == 0, err
+        first = [(api, size) for api, _, size in fake.batches.created][:2]
+        assert sorted(first) == [("anthropic", 3), ("openai", 3)]  # round 1: one batch per batched provider
+        assert len([r for r in fake.requests if r.model == "grok-4"]) == 3  # round 1 of 3 items, interactive
+        figures = store.read_run(conclave_env, ev.run_id)["summary"]["batch"]
+        assert figures["ratio"] == 0.5, fake.batches.created  # the batched calls, at half price
+        rows = store.read_items(conclave_env, ev.run_id)
+        assert all(r["answers"]["round_1"].get("beta") for r in rows), fake.batches.created  # Claude, batched
+        assert fake.batches.resubmitted == 0

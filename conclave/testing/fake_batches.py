@@ -38,7 +38,7 @@ class FakeBatch:
     endpoint: str = ""
     metadata: dict[str, Any] | None = None
     cancelled_at: float | None = None
-    results: list[dict[str, Any] | str] | None = None  # result lines once ended (str: a malformed line)
+    results: list[dict[str, Any]] | None = None  # result lines once ended (kind malformed: an unreadable line)
     output_file_id: str | None = None
     error_file_id: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
@@ -101,7 +101,7 @@ class BatchDesk:
         """Answer every request of an ended batch once (expired and cancelled ones answer none)."""
         if batch.results is not None or not batch.ended(now):
             return
-        lines: list[dict[str, Any] | str] = []
+        lines: list[dict[str, Any]] = []
         answered = batch.outcome == "completed" and batch.cancelled_at is None
         counts = {"succeeded": 0, "errored": 0, "expired": 0, "canceled": 0}
         for custom_id, body in batch.requests:
@@ -113,7 +113,7 @@ class BatchDesk:
             status, payload = self.answer(batch.api, body)
             if payload is None:
                 counts["succeeded"] += 1  # the provider counts it answered; its line cannot be read
-                lines.append(f'{{"custom_id": "{custom_id}", "response": {{"status_code": 200, "body": {{"id": ')
+                lines.append({"custom_id": custom_id, "kind": "malformed"})
                 continue
             ok = status == 200
             counts["succeeded" if ok else "errored"] += 1
@@ -204,8 +204,8 @@ class BatchDesk:
         output: list[str] = []
         errors: list[str] = []
         for number, line in enumerate(batch.results or []):
-            if isinstance(line, str):
-                output.append(line)
+            if line["kind"] == "malformed":
+                output.append(f'{{"custom_id": "{line["custom_id"]}", "response": {{"status_code": 200, "body": ')
                 continue
             row: dict[str, Any] = {"id": f"batch_req_fake{number}", "custom_id": line["custom_id"]}
             if line["kind"] == "succeeded":
@@ -282,8 +282,8 @@ class BatchDesk:
             return _anthropic_error(400, f"batch {batch.id} is still in progress")
         out: list[str] = []
         for line in batch.results:
-            if isinstance(line, str):
-                out.append('{"custom_id": "x", "result": {"type": "succeeded", "message": ')
+            if line["kind"] == "malformed":
+                out.append(f'{{"custom_id": "{line["custom_id"]}", "result": {{"type": "succeeded", "message": ')
             elif line["kind"] == "succeeded":
                 out.append(json.dumps({"custom_id": line["custom_id"],
                                        "result": {"type": "succeeded", "message": line["body"]}}))
