@@ -165,3 +165,31 @@ async def test_mixed_batches_openai_and_anthropic_and_asks_grok_interactively(co
         rows = store.read_items(conclave_env, ev.run_id)
         assert all(r["answers"]["round_1"].get("beta") for r in rows), fake.batches.created  # Claude, batched
         assert fake.batches.resubmitted == 0
+
+
+async def test_an_expired_batch_is_reported_with_its_items_and_its_requests_go_into_the_next(
+        conclave_env: Path) -> None:
+    async with FakeProviderServer() as fake:
+        fake.batches.latency = 0.1
+        fake.batches.outcomes = ["expired"]
+        ev, code, out, err = await evaluate(fake, conclave_env, AnswerPanel({n: 1.0 for n in PERSONAS.values()}),
+                                            rounds=2, n=2, batch=True, batch_poll_s=0.05, quality="off")
+        assert code == 0, err
+        lost = store.read_run(conclave_env, ev.run_id)["summary"]["batch"]["lost"]
+        first_id = fake.batches.created[0][1]
+        assert lost == [{"batch_id": first_id, "state": "expired", "items": sorted(i.id for i in ev.items)}]
+        assert f"batch {first_id} expired: 6 request(s) unanswered, of item(s) " in err
+        assert f"- batch {first_id} expired: item(s) " in out  # and in the report
+        assert fake.batches.created[1][2] == 6  # its round-1 requests, in the next batch
+        assert fake.batches.resubmitted == 0  # nothing answered was sent again
+
+
+async def test_a_round_over_the_batch_size_is_split_not_refused(conclave_env: Path) -> None:
+    async with FakeProviderServer() as fake:
+        fake.batches.latency = 0.1
+        ev, code, _, err = await evaluate(fake, conclave_env, AnswerPanel({n: 1.0 for n in PERSONAS.values()}),
+                                          rounds=2, n=4, batch=True, batch_poll_s=0.05, batch_max_requests=5,
+                                          quality="off")
+        assert code == 0, err
+        assert [size for _, _, size in fake.batches.created][:3] == [5, 5, 2]  # round 1: 12 requests
+        assert store.read_run(conclave_env, ev.run_id)["summary"]["batch"]["most_batches_per_provider_per_wave"] == 3

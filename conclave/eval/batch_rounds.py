@@ -79,7 +79,8 @@ class BatchRounds:
     """The batch route of one evaluation run (``for_item`` hands each consultation its view)."""
 
     def __init__(self, home: Path, run_id: str, mode: BatchMode, err: TextIO, provider: Callable[[str], Provider],
-                 *, poll_s: float = 30.0, settle_s: float = 0.05, prices: PriceTable | None = None) -> None:
+                 *, poll_s: float = 30.0, settle_s: float = 0.05, prices: PriceTable | None = None,
+                 max_requests: int | None = None) -> None:
         """``provider``: the run's own provider instance by name (its session outlives every item's), which
         submits, polls and reads every batch."""
         self.home, self.run_id, self.mode, self.err = Path(home), run_id, mode, err
@@ -87,6 +88,7 @@ class BatchRounds:
         #: item -> [its calls' cost at batch prices, the same calls at interactive prices]
         self.per_item: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.poll_s, self.settle_s = poll_s, settle_s
+        self.max_requests = max_requests  # a batch's size at most, under the provider's own limit
         self.prices = prices or PriceTable.load()
         self.figures = BatchFigures()
         self.live: set[str] = set()
@@ -222,8 +224,9 @@ class BatchRounds:
         for name, group in by_provider.items():
             client = self.provider(name).batch_client()
             assert client is not None  # only batched providers reach the route
-            for start in range(0, len(group), client.limit):
-                self._spawn(self._one_batch(client, group[start:start + client.limit], self._wave))
+            size = min(client.limit, self.max_requests or client.limit)
+            for start in range(0, len(group), size):
+                self._spawn(self._one_batch(client, group[start:start + size], self._wave))
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -243,11 +246,13 @@ class BatchRounds:
             for wait in waits:
                 await self._failed(wait, exc)
             return
-        store.append_batch(self.home, self.run_id, {
+        record = {
             "event": "submitted", "batch_id": batch_id, "provider": provider.name, "wave": wave, "rounds": rounds,
             "keys": [w.key for w in waits], "items": sorted({w.item for w in waits}), "at": time.time(),
             "shapes": {w.key: {"model": w.request.model, "schema_name": w.request.schema_name,
-                               "json_schema": w.request.json_schema} for w in waits}})
+                               "json_schema": w.request.json_schema} for w in waits}}
+        store.append_batch(self.home, self.run_id, record)
+        self.open[batch_id] = record
         self.figures.batches[(wave, provider.name)] += 1
         print(f"conclave eval: batch {batch_id} ({provider.name}, round {'/'.join(map(str, rounds))}): "
               f"submitted {len(waits)} request(s)", file=self.err, flush=True)
@@ -300,11 +305,10 @@ class BatchRounds:
                   "answered": len(answered), "unanswered": lost}
         store.append_batch(self.home, self.run_id, record)
         if status.state != "completed":
-            opened = self.open.get(batch_id) or {}
-            items = opened.get("items") or sorted({k for k in lost})
+            items = list((self.open.get(batch_id) or {}).get("items") or [])
             self.figures.lost.append({"batch_id": batch_id, "state": status.state, "items": items})
-            print(f"conclave eval: batch {batch_id} {status.state}: {len(lost)} request(s) unanswered "
-                  f"({'retried' if lost else 'none lost'})", file=self.err, flush=True)
+            print(f"conclave eval: batch {batch_id} {status.state}: {len(lost)} request(s) unanswered, of item(s) "
+                  f"{', '.join(items)}", file=self.err, flush=True)
         self.open.pop(batch_id, None)
         return results
 

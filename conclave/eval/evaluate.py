@@ -107,6 +107,8 @@ class EvalOptions(BaseModel):
     batch: bool | Literal["mixed"] = False
     #: seconds between two status requests of an open batch
     batch_poll_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    #: the most requests one batch holds (null: the provider's own limit); more are split into several batches
+    batch_max_requests: Annotated[int, Field(ge=1)] | None = None
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -300,7 +302,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     semaphore = asyncio.Semaphore(max(1, len(todo)) if batching else ev.options.concurrency)
     run_pool = ProviderPool(base, plugins)
     rounds = None if batching is None else BatchRounds(home, ev.run_id, batching, err, run_pool.provider,
-                                                       poll_s=ev.options.batch_poll_s)
+                                                       poll_s=ev.options.batch_poll_s,
+                                                       max_requests=ev.options.batch_max_requests)
     finished = len(done)
     started = time.monotonic()
     order = list(ev.settings.agents)
