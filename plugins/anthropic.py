@@ -271,6 +271,7 @@ class AnthropicBatch(BatchClient):
     results read line by line once the batch has ended."""
 
     limit = 100_000
+    per_model = False  # one batch may ask several models
 
     def __init__(self, provider: AnthropicProvider) -> None:
         self.provider = provider

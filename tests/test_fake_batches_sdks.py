@@ -1,5 +1,5 @@
-"""The fake server's batch APIs, driven by the official SDKs' batch methods (openai, anthropic): the wire formats
-cannot drift from the real ones unnoticed."""
+"""The fake server's batch APIs, driven by the official SDKs' batch methods (openai, anthropic, google-genai): the
+wire formats cannot drift from the real ones unnoticed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import json
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
-from conclave.testing.fake_server import Fault, FakeProviderServer, Reply
+from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
 
 
 def _chat(model: str, text: str) -> dict:
@@ -91,3 +93,26 @@ async def test_a_batch_over_the_limit_is_refused() -> None:
             await client.messages.batches.create(requests=[
                 {"custom_id": f"r{i}", "params": {"model": "m", "max_tokens": 5,
                                                   "messages": [{"role": "user", "content": "q"}]}} for i in range(2)])
+
+
+async def test_gemini_batch_mode_through_the_sdk() -> None:
+    async with FakeProviderServer() as fake:
+        fake.script("gemini-2.5-flash", Reply(text="fine"))
+        fake.batches.latency = 0.2
+        client = genai.Client(api_key="g-fake", http_options=types.HttpOptions(
+            base_url=fake.url + "/gemini", api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)))
+        job = await client.aio.batches.create(model="gemini-2.5-flash", src=[
+            {"contents": [{"role": "user", "parts": [{"text": f"q{i}"}]}], "metadata": {"key": f"r{i}"}}
+            for i in range(2)])
+        assert job.state == types.JobState.JOB_STATE_RUNNING and job.name.startswith("batches/")
+        while job.state == types.JobState.JOB_STATE_RUNNING:
+            await asyncio.sleep(0.1)
+            job = await client.aio.batches.get(name=job.name)
+        assert job.state == types.JobState.JOB_STATE_SUCCEEDED
+        answers = job.dest.inlined_responses
+        assert [r.metadata["key"] for r in answers] == ["r0", "r1"] and answers[0].response.text == "fine"
+        fake.batches.latency = 60
+        cancelled = await client.aio.batches.create(model="gemini-2.5-flash", src=[
+            {"contents": [{"role": "user", "parts": [{"text": "q"}]}], "metadata": {"key": "c"}}])
+        await client.aio.batches.cancel(name=cancelled.name)
+        assert (await client.aio.batches.get(name=cancelled.name)).state == types.JobState.JOB_STATE_CANCELLED

@@ -61,7 +61,8 @@ class BatchFigures:
     requests: int = 0
     served_from_journal: int = 0
     retried: int = 0
-    #: (wave, provider) -> batches submitted: a wave is one barrier, where every unfinished item waits
+    #: (wave, provider, or provider/model where a batch holds one model) -> batches submitted: a wave is one
+    #: barrier, where every unfinished item waits
     batches: Counter[tuple[int, str]] = field(default_factory=Counter)
     lost: list[dict[str, Any]] = field(default_factory=list)  # expired, cancelled or failed batches
 
@@ -218,12 +219,14 @@ class BatchRounds:
     def _flush(self) -> None:
         waits, self.pending = self.pending, []
         self._wave += 1
-        by_provider: dict[str, list[_Wait]] = defaultdict(list)
+        groups: dict[tuple[str, str], list[_Wait]] = defaultdict(list)
         for wait in waits:
-            by_provider[wait.provider.name].append(wait)
-        for name, group in by_provider.items():
-            client = self.provider(name).batch_client()
+            client = self.provider(wait.provider.name).batch_client()
             assert client is not None  # only batched providers reach the route
+            groups[(wait.provider.name, wait.request.model if client.per_model else "")].append(wait)
+        for (name, _), group in groups.items():
+            client = self.provider(name).batch_client()
+            assert client is not None
             size = min(client.limit, self.max_requests or client.limit)
             for start in range(0, len(group), size):
                 self._spawn(self._one_batch(client, group[start:start + size], self._wave))
@@ -253,7 +256,8 @@ class BatchRounds:
                                "json_schema": w.request.json_schema} for w in waits}}
         store.append_batch(self.home, self.run_id, record)
         self.open[batch_id] = record
-        self.figures.batches[(wave, provider.name)] += 1
+        self.figures.batches[(wave, f"{provider.name}/{waits[0].request.model}" if client.per_model
+                              else provider.name)] += 1
         print(f"conclave eval: batch {batch_id} ({provider.name}, round {'/'.join(map(str, rounds))}): "
               f"submitted {len(waits)} request(s)", file=self.err, flush=True)
         status = await self._poll(client, provider, batch_id)

@@ -292,6 +292,8 @@ class BatchClient(abc.ABC):
 
     #: the most requests one batch may hold (a larger set is split)
     limit: ClassVar[int] = 50_000
+    #: whether one batch holds requests to one model only (OpenAI, Gemini): then a round is a batch per model
+    per_model: ClassVar[bool] = True
 
     @abc.abstractmethod
     async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:

@@ -1,5 +1,6 @@
-"""The fake server's batch APIs: OpenAI Batch (``/v1/files`` + ``/v1/batches``) and Anthropic Message Batches
-(``/v1/messages/batches``), as the official SDKs call them.
+"""The fake server's batch APIs: OpenAI Batch (``/v1/files`` + ``/v1/batches``), Anthropic Message Batches
+(``/v1/messages/batches``) and Gemini batch mode (``models/{model}:batchGenerateContent`` with inlined requests,
+``batches/{id}``, ``batches/{id}:cancel``), as the official SDKs call them.
 
 A batch is answered in one piece ``latency`` seconds after it was created (its counts grow linearly until then),
 every request answered as the interactive endpoint would answer it (the model's script: a :class:`Fault` is that
@@ -23,7 +24,7 @@ from aiohttp import web
 
 Answer = Callable[[str, Mapping[str, Any]], tuple[int, dict[str, Any] | None]]
 #: the most requests one batch may hold, per API (OpenAI: 50,000; Anthropic: 100,000)
-LIMITS = {"openai": 50_000, "anthropic": 100_000}
+LIMITS = {"openai": 50_000, "anthropic": 100_000, "gemini": 100_000}
 
 
 @dataclass
@@ -78,6 +79,9 @@ class BatchDesk:
         router.add_post(f"{openai}/batches", self._openai_create)
         router.add_get(f"{openai}/batches/{{id}}", self._openai_get)
         router.add_post(f"{openai}/batches/{{id}}/cancel", self._openai_cancel)
+        gemini = prefix["gemini"]
+        router.add_get(f"{gemini}/batches/{{id}}", self._gemini_get)
+        router.add_post(f"{gemini}/batches/{{id}}", self._gemini_cancel)  # batches/{id}:cancel
         router.add_post(f"{anthropic}/v1/messages/batches", self._anthropic_create)
         router.add_get(f"{anthropic}/v1/messages/batches/{{id}}", self._anthropic_get)
         router.add_get(f"{anthropic}/v1/messages/batches/{{id}}/results", self._anthropic_results)
@@ -295,6 +299,68 @@ class BatchDesk:
         return web.Response(body=("\n".join(out) + "\n").encode(), content_type="application/binary")
 
 
+    # ------------------------------------------------------------------------------------- Gemini
+
+    async def gemini_create(self, request: web.Request, model: str) -> web.StreamResponse:
+        """``POST models/{model}:batchGenerateContent`` with inlined requests (the fake server routes it here)."""
+        body = await request.json()
+        config = ((body.get("batch") or {}).get("inputConfig") or {})
+        raw = ((config.get("requests") or {}).get("requests")) or []
+        if not isinstance(raw, list) or not raw:
+            return _gemini_error(400, "batch.inputConfig.requests.requests: a non-empty list is required")
+        requests = [(str((r.get("metadata") or {}).get("key")), {**dict(r.get("request") or {}), "model": model})
+                    for r in raw if isinstance(r, dict)]
+        batch = self._accept("gemini", requests, endpoint=model, metadata=body.get("batch"))
+        return web.json_response(self._gemini_object(batch))
+
+    def _gemini_object(self, batch: FakeBatch) -> dict[str, Any]:
+        ended = batch.results is not None
+        state = "BATCH_STATE_RUNNING"
+        if ended:
+            state = {"completed": "BATCH_STATE_SUCCEEDED", "expired": "BATCH_STATE_EXPIRED"}.get(
+                batch.outcome, "BATCH_STATE_CANCELLED")
+            if batch.cancelled_at is not None:
+                state = "BATCH_STATE_CANCELLED"
+        done = batch.progress(time.time()) if not ended else len(batch.requests)
+        failed = 0 if not ended else len(batch.requests) - batch.counts.get("succeeded", 0)
+        metadata: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+            "name": f"batches/{batch.id}", "displayName": str((batch.metadata or {}).get("displayName") or batch.id),
+            "model": f"models/{batch.endpoint}", "state": state,
+            "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(batch.created)),
+            "batchStats": {"requestCount": str(len(batch.requests)), "successfulRequestCount": str(done - failed),
+                           "failedRequestCount": str(failed), "pendingRequestCount": str(len(batch.requests) - done)}}
+        if ended:
+            metadata["endTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            responses = []
+            for line in batch.results or []:
+                key = {"key": line["custom_id"]}
+                if line["kind"] == "succeeded":
+                    responses.append({"response": line["body"], "metadata": key})
+                elif line["kind"] == "errored":
+                    error = (line["body"] or {}).get("error") or {}
+                    responses.append({"error": {"code": line["status"], "message": error.get("message", "")},
+                                      "metadata": key})
+                elif line["kind"] == "malformed":
+                    responses.append({"response": "{not json", "metadata": key})
+            if state == "BATCH_STATE_SUCCEEDED":
+                metadata["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
+        return {"name": f"batches/{batch.id}", "metadata": metadata, "done": ended}
+
+    async def _gemini_get(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self._gemini_object(self._batch(request, "gemini")))
+
+    async def _gemini_cancel(self, request: web.Request) -> web.StreamResponse:
+        batch_id, _, method = request.match_info["id"].partition(":")
+        batch = self.batches.get(batch_id)
+        if method != "cancel" or batch is None or batch.api != "gemini":
+            return _gemini_error(404, f"no batch {batch_id}")
+        if batch.results is None:
+            batch.cancelled_at = time.time()
+            self._finish(batch, batch.cancelled_at)
+        return web.json_response({})
+
+
 def _digest(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -302,6 +368,11 @@ def _digest(body: Mapping[str, Any]) -> str:
 def _openai_error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "invalid_request_error", "param": None,
                                         "code": None}}, status=status)
+
+
+def _gemini_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}},
+                             status=status)
 
 
 def _anthropic_error(status: int, message: str) -> web.Response:

@@ -319,8 +319,8 @@ class FakeProviderServer:
         return {
             name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
                    "api_key_env": [var], "send_key": send_key, "max_concurrency": 0, "prompt_cache": "on",
-                   # it speaks the OpenAI and Anthropic batch APIs (fake.batches)
-                   "batch_api": "on" if name in ("openai", "anthropic") else "auto"}
+                   # it speaks the OpenAI, Anthropic and Gemini batch APIs (fake.batches)
+                   "batch_api": "on" if name in ("openai", "anthropic", "gemini") else "auto"}
             for name, var in keys.items()
         }
 
@@ -412,6 +412,8 @@ class FakeProviderServer:
     async def _gemini(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request)
         model, _, method = request.match_info["target"].rpartition(":")
+        if method == "batchGenerateContent":
+            return await self.batches.gemini_create(request, model)
         if method not in ("generateContent", "streamGenerateContent"):
             raise web.HTTPNotFound(text=json.dumps(_Gemini.error_body(404, f"unknown method {method}")),
                                    content_type="application/json")
