@@ -193,3 +193,21 @@ async def test_a_round_over_the_batch_size_is_split_not_refused(conclave_env: Pa
         assert code == 0, err
         assert [size for _, _, size in fake.batches.created][:3] == [5, 5, 2]  # round 1: 12 requests
         assert store.read_run(conclave_env, ev.run_id)["summary"]["batch"]["most_batches_per_provider_per_wave"] == 3
+
+
+async def test_a_gemini_panel_runs_through_gemini_batch_mode(conclave_env: Path) -> None:
+    async with FakeProviderServer() as fake:  # unscripted: each answer is the fake's instance of the schema
+        fake.batches.latency = 0.1
+        data = panel_settings(fake, conclave_env, rounds=2, cost={"auto_approve": True}).model_dump(mode="json")
+        data["agents"] = {k: {"persona": k, "provider": "gemini", "model": "gemini-2.5-flash"} for k in PERSONAS}
+        data["judge"] = {"provider": "gemini", "model": "gemini-2.5-pro"}
+        plugins = get_plugins()
+        ev = prepare(Settings.model_validate(data), EvalOptions(n=2, batch=True, batch_poll_s=0.05, quality="off"),
+                     plugins)
+        err = io.StringIO()
+        await run_async(ev, plugins, Interaction.non_interactive(), out=io.StringIO(), err=err)
+        assert fake.batches.created[0][0] == "gemini" and fake.batches.created[0][2] == 2 * 3, err.getvalue()
+        assert not [r for r in fake.requests if r.path.endswith(":generateContent")]  # nothing interactive
+        rows = store.read_items(conclave_env, ev.run_id)
+        assert len(rows) == 2 and all(len(r["answers"]["round_1"]) == 3 for r in rows)
+        assert store.read_run(conclave_env, ev.run_id)["summary"]["batch"]["ratio"] == 0.5
