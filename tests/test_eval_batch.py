@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from eval_helpers import PERSONAS, evaluate, panel_settings
 
 from conclave.config.settings import Settings
@@ -19,10 +20,23 @@ from conclave.eval import run_store as store
 from conclave.eval.evaluate import EvalOptions, prepare, run_async
 from conclave.eval.run_report import render
 from conclave.plugin_manager import get_plugins
+from conclave.providers.base import Usage
+from conclave.providers.pricing import PriceTable, parse_sheet
 from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest
 
 RECOMPUTE = Path(__file__).with_name("recompute_eval.py")
+
+
+def test_the_sheets_price_the_three_batch_apis_at_half_and_reject_a_bad_share() -> None:
+    table = PriceTable.load()
+    usage = Usage(1_000_000, 100_000, 200_000)
+    for provider, model in (("openai", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"), ("gemini", "gemini-2.5-pro")):
+        interactive, batch = table.cost(provider, model, usage), table.cost(provider, model, usage, batch=True)
+        assert interactive and batch and abs(batch / interactive - 0.5) < 1e-12
+    assert table.cost("grok", "grok-4", usage, batch=True) is None  # no batch API priced: unknown, not guessed
+    with pytest.raises(ValueError, match="batch must be a share of the interactive price"):
+        parse_sheet({"provider": "x", "batch": 1.5, "models": {"m": {"input": 1, "output": 2}}}, "x.yaml")
 
 
 async def test_each_round_is_one_batch_per_provider_at_batch_prices(conclave_env: Path) -> None:
