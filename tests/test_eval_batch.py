@@ -144,12 +144,12 @@ async def test_sigkill_while_polling_then_resume_polls_the_same_batch_and_resubm
 async def test_a_provider_without_a_batch_api_is_one_line_and_exit_2(fake_provider_server: FakeProviderServer,
                                                                      conclave_env: Path) -> None:
     process = await _start("eval", "arithmetic", "eval.n=2", "eval.batch=true", "cost.auto_approve=true", *PANEL,
-                           "agents.security.provider=gemini", "agents.security.model=gemini-2.5-pro",
+                           "agents.security.provider=grok", "agents.security.model=grok-4",  # xAI: no batch API
                            *fake_provider_server.overrides(), home=conclave_env)
     _, err = await asyncio.wait_for(process.communicate(), timeout=120)
     lines = err.decode().strip().splitlines()
     assert process.returncode == 2, err.decode()
-    assert lines[-1].startswith("conclave: eval.batch: provider gemini (") and "has no batch API" in lines[-1]
+    assert lines[-1].startswith("conclave: eval.batch: provider grok (") and "has no batch API" in lines[-1]
     assert "Traceback" not in err.decode()
     assert not fake_provider_server.batches.created and not fake_provider_server.requests
 

@@ -91,7 +91,7 @@ class BatchDesk:
 
     def _accept(self, api: str, requests: list[tuple[str, dict[str, Any]]], **extra: Any) -> FakeBatch:
         outcome = self.outcomes.pop(0) if self.outcomes else "completed"
-        prefix = "batch_fake" if api == "openai" else "msgbatch_fake"
+        prefix = {"openai": "batch_fake", "anthropic": "msgbatch_fake"}.get(api, "fake")
         batch = FakeBatch(api, f"{prefix}{next(self._ids)}", requests, time.time(), self.latency, outcome, **extra)
         self.received += len(requests)
         for _, body in requests:
