@@ -78,7 +78,9 @@ async def _killed(items: int, latency: float, poll: float) -> dict[str, int]:
         fake.batches.latency = latency
         with tempfile.TemporaryDirectory() as home:
             process = await _start(_args(items, "bench-kill", poll, fake), home)
-            while not store.read_batches(Path(home), "bench-kill") and process.returncode is None:
+            for _ in range(6000):  # until the first batch is journaled (its polling has started)
+                if store.read_batches(Path(home), "bench-kill") or process.returncode is not None:
+                    break
                 await asyncio.sleep(0.1)
             await asyncio.sleep(poll * 2)  # polling
             process.kill()
