@@ -225,3 +225,16 @@ async def test_a_gemini_panel_runs_through_gemini_batch_mode(conclave_env: Path)
         rows = store.read_items(conclave_env, ev.run_id)
         assert len(rows) == 2 and all(len(r["answers"]["round_1"]) == 3 for r in rows)
         assert store.read_run(conclave_env, ev.run_id)["summary"]["batch"]["ratio"] == 0.5
+
+
+async def test_the_matched_votes_samples_go_through_the_batches_too(conclave_env: Path) -> None:
+    async with FakeProviderServer() as fake:
+        fake.batches.latency = 0.1
+        ev, code, _, err = await evaluate(fake, conclave_env, AnswerPanel({n: 0.6 for n in PERSONAS.values()}),
+                                          rounds=2, n=3, batch=True, batch_poll_s=0.05, quality="off",
+                                          matched_vote=True)
+        assert code == 0, err
+        assert not [r for r in fake.requests if r.path.endswith("/chat/completions")]  # nothing interactive
+        rows = store.read_items(conclave_env, ev.run_id)
+        assert all(r.get("vote_matched_samples") for r in rows)  # samples drawn, from batches
+        assert fake.batches.resubmitted == 0

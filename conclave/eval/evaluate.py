@@ -479,9 +479,10 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
         scored.spent["debate"] = spent_in(capture, skip=(1,))
         scored.round_1_from = str(paired.get("run_id"))
     if matched is not None:
-        await draw_matched(scored, settings, plugins, recorder, item, base, capture, matched)
+        await draw_matched(scored, settings, plugins, recorder, item, base, capture, matched, batch)
     if best is not None:
-        await _self_consistency_of_best(item, settings, plugins, recorder, scored, capture, best, best_samples)
+        await _self_consistency_of_best(item, settings, plugins, recorder, scored, capture, best, best_samples,
+                                        batch)
     if arm is None:
         return scored
     fork: dict[str, Any] | None = {}
@@ -494,13 +495,14 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     arm_run = Consultation(
         asking(arm, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=fork,
+        batch=batch,
     )
     add_quality(scored, (await arm_run.run()).as_dict(), arm_capture, capture, reuse)
     return scored
 
 
 async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, recorder: Any, item: Item,
-                       base: dict[str, Any], capture: Capture, matched: MatchedBudget) -> None:
+                       base: dict[str, Any], capture: Capture, matched: MatchedBudget, batch: Any = None) -> None:
     """Draw independent round-1 samples of the panel, one at a time, while one more brings the run's matched
     vote closer to the debates' billed tokens (or dollars); stop, for this item and the rest of the run, when the
     first samples repeat round 1 exactly."""
@@ -513,7 +515,7 @@ async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, rec
     while matched.repeating is None and len(samples) < matched.limit and matched.more(debate, vote, per_sample):
         sample_capture = Capture()
         sample = (await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
-                                     subscribers=[sample_capture], recorder=recorder).run()).as_dict()
+                                     subscribers=[sample_capture], recorder=recorder, batch=batch).run()).as_dict()
         samples.append(sample)
         captures.append(sample_capture)
         vote += matched.size(sample_capture.rounds.get(1))
@@ -578,7 +580,8 @@ def best_agent(settings: Settings, fallback: str, plugins: Any) -> str:
 
 
 async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any, recorder: Any,
-                                    scored: ItemResult, capture: Capture, best: str, most: int) -> None:
+                                    scored: ItemResult, capture: Capture, best: str, most: int,
+                                    batch: Any = None) -> None:
     """Sample the best agent alone (panels of 2-5 copies of it, rounds=1) until its round-1 tokens reach the
     debate's billed tokens (at most ``most`` extra samples, the estimate's), and score the vote over its answers
     (``sc_best``)."""
@@ -596,7 +599,8 @@ async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any
         one_round = asking(settings, item).model_copy(update={"rounds": 1, "quick": False, "agents": copies})
         captures.append(Capture())
         samples.append((await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
-                                           subscribers=[captures[-1]], recorder=recorder).run()).as_dict())
+                                           subscribers=[captures[-1]], recorder=recorder,
+                                           batch=batch).run()).as_dict())
         used = captures[-1].rounds.get(1) or {}
         spent += int(used.get("input_tokens") or 0) + int(used.get("output_tokens") or 0)
         drawn += size
