@@ -238,3 +238,18 @@ async def test_the_matched_votes_samples_go_through_the_batches_too(conclave_env
         rows = store.read_items(conclave_env, ev.run_id)
         assert all(r.get("vote_matched_samples") for r in rows)  # samples drawn, from batches
         assert fake.batches.resubmitted == 0
+
+
+async def test_a_batch_journal_that_cannot_be_written_fails_the_items_instead_of_hanging(conclave_env: Path) -> None:
+    async with FakeProviderServer() as fake:
+        fake.batches.latency = 0.1
+        panel = AnswerPanel({n: 1.0 for n in PERSONAS.values()})
+        store.run_dir(conclave_env, "ev-nojournal").mkdir(parents=True)
+        (store.run_dir(conclave_env, "ev-nojournal") / "batches.jsonl").mkdir()  # every append fails
+        ev, code, _, err = await asyncio.wait_for(evaluate(
+            fake, conclave_env, panel, rounds=2, n=2, batch=True, batch_poll_s=0.05, quality="off",
+            run_id="ev-nojournal"), timeout=120)
+        assert code == 1, err
+        rows = store.read_items(conclave_env, ev.run_id)
+        assert len(rows) == 2 and all(not r["answers"]["round_1"] for r in rows)  # nothing answered, nothing hung
+        assert len(fake.batches.created) == 1  # the batch the provider accepted was not submitted again

@@ -138,7 +138,7 @@ class BatchRounds:
             self.inflight.update(futures)
             print(f"conclave eval: batch {batch_id} ({provider.name}): polling again after a restart, "
                   f"{len(keys)} request(s), not submitted again", file=self.err, flush=True)
-            self._spawn(self._resumed(client, provider, batch_id, futures))
+            self._spawn(self._resumed(client, provider, batch_id, futures), list(futures.values()))
 
     async def _resumed(self, client: BatchClient, provider: Provider, batch_id: str,
                        futures: dict[str, asyncio.Future[Completion]]) -> None:
@@ -229,12 +229,23 @@ class BatchRounds:
             assert client is not None
             size = min(client.limit, self.max_requests or client.limit)
             for start in range(0, len(group), size):
-                self._spawn(self._one_batch(client, group[start:start + size], self._wave))
+                chunk = group[start:start + size]
+                self._spawn(self._one_batch(client, chunk, self._wave), [w.future for w in chunk])
 
-    def _spawn(self, coroutine: Any) -> None:
+    def _spawn(self, coroutine: Any, futures: list[asyncio.Future[Completion]]) -> None:
+        """Run one batch's task; should it fail outside a provider's answer (the journal cannot be written, a
+        bug), every request it holds fails with that error instead of waiting forever."""
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+
+        def settle(done: asyncio.Task[None]) -> None:
+            self._tasks.discard(done)
+            error = None if done.cancelled() else done.exception()
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error or asyncio.CancelledError())
+
+        task.add_done_callback(settle)
 
     # ------------------------------------------------------------------------------------- one batch
 
