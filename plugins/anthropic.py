@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import resources
@@ -24,6 +25,8 @@ from typing import Any, ClassVar
 
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    BatchClient,
+    BatchStatus,
     CacheRule,
     Completion,
     CompletionRequest,
@@ -151,6 +154,12 @@ class AnthropicProvider(HTTPProvider):
         started = time.perf_counter()
         payload = await self.post_json(f"{self.base_url}/v1/messages", self.body(request, stream=False),
                                        request.model)
+        return self.message_completion(payload, request, started)
+
+    def message_completion(self, payload: Mapping[str, Any], request: CompletionRequest,
+                           started: float) -> Completion:
+        """The :class:`Completion` of a Messages answer to ``request`` (an interactive call's body, or a batch
+        result's ``message``)."""
         content = payload.get("content")
         if not isinstance(content, list):
             raise self.malformed("no content blocks in the answer", request.model)
@@ -241,6 +250,11 @@ class AnthropicProvider(HTTPProvider):
             return RateLimitedError(f"{self.name} rate-limited {model} mid-stream: {message}", **kw)
         return ServerError(f"{self.name} failed mid-stream serving {model} ({kind}): {message}", **kw)
 
+    def batch_client(self) -> BatchClient | None:
+        # api.anthropic.com has Message Batches; a custom base_url only when it says so (batch_api: on)
+        mode = self.settings.batch_api
+        return AnthropicBatch(self) if mode == "on" or (mode == "auto" and self.is_official()) else None
+
     async def list_models(self) -> list[str] | None:
         ids: list[str] = []
         url = f"{self.base_url}/v1/models?limit=1000"
@@ -254,6 +268,83 @@ class AnthropicProvider(HTTPProvider):
                 break
             url = f"{self.base_url}/v1/models?limit=1000&after_id={payload['last_id']}"
         return ids
+
+
+class AnthropicBatch(BatchClient):
+    """Anthropic's Message Batches: every request's Messages body as ``params`` beside its ``custom_id``, the
+    results read line by line once the batch has ended."""
+
+    limit = 100_000
+    per_model = False  # one batch may ask several models
+
+    def __init__(self, provider: AnthropicProvider) -> None:
+        self.provider = provider
+
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+        p = self.provider
+        body = {"requests": [{"custom_id": custom_id, "params": p.body(request, stream=False)}
+                             for custom_id, request in requests]}
+        batch = p.decode(await p.send("POST", f"{p.base_url}/v1/messages/batches", json_body=body), "")
+        if not isinstance(batch.get("id"), str):
+            raise p.malformed("the batch was created without an id", "")
+        return str(batch["id"])
+
+    async def status(self, batch_id: str) -> BatchStatus:
+        p = self.provider
+        batch = p.decode(await p.send("GET", f"{p.base_url}/v1/messages/batches/{batch_id}"), "")
+        counts = {k: int(v or 0) for k, v in (batch.get("request_counts") or {}).items()}
+        status = str(batch.get("processing_status"))
+        total = sum(counts.values())
+        failed = counts.get("errored", 0) + counts.get("canceled", 0) + counts.get("expired", 0)
+        state = "in_progress"
+        if status == "ended":
+            state = ("expired" if counts.get("expired") and not counts.get("succeeded")
+                     else "cancelled" if batch.get("cancel_initiated_at") else "completed")
+        return BatchStatus(state, status, total, counts.get("succeeded", 0) + failed, failed)  # type: ignore[arg-type]
+
+    async def results(self, batch_id: str, requests: Mapping[str, CompletionRequest]
+                      ) -> dict[str, Completion | ProviderError]:
+        p = self.provider
+        raw = await p.send("GET", f"{p.base_url}/v1/messages/batches/{batch_id}/results")
+        out: dict[str, Completion | ProviderError] = {}
+        for line in raw.decode("utf-8", "replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                found = _CUSTOM_ID.search(line)
+                if found and found.group(1) in requests:
+                    out[found.group(1)] = p.malformed("a batch result line is not JSON", "")
+                continue
+            custom_id = str(row.get("custom_id"))
+            request = requests.get(custom_id)
+            result = row.get("result") or {}
+            if request is None:
+                continue
+            kind = result.get("type")
+            try:
+                if kind == "succeeded":
+                    out[custom_id] = p.message_completion(result.get("message") or {}, request, time.perf_counter())
+                elif kind == "errored":
+                    error = (result.get("error") or {}).get("error") or {}
+                    status = {"overloaded_error": 529, "api_error": 500, "rate_limit_error": 429}.get(
+                        str(error.get("type")), 400)
+                    out[custom_id] = p.error_for(status, json.dumps(result.get("error") or {}).encode(), {},
+                                                 request.model)
+                else:  # expired or canceled: never answered
+                    out[custom_id] = ServerError(f"{p.name} batch request {kind}", provider=p.name,
+                                                 model=request.model)
+            except ProviderError as exc:
+                out[custom_id] = exc
+        return out
+
+    async def cancel(self, batch_id: str) -> None:
+        p = self.provider
+        await p.send("POST", f"{p.base_url}/v1/messages/batches/{batch_id}/cancel")
+
+
+_CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')
 
 
 def _usage(raw: Any) -> Usage:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from typing import Any, ClassVar
@@ -34,6 +35,8 @@ from urllib.parse import quote
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
     BadRequestError,
+    BatchClient,
+    BatchStatus,
     CacheRule,
     Completion,
     CompletionRequest,
@@ -296,6 +299,19 @@ class GeminiProvider(HTTPProvider):
             latency_s=time.perf_counter() - started,
         )
 
+    def batch_client(self) -> BatchClient | None:
+        # the Gemini API's batch mode on Google's host; a custom base_url only when it says so (batch_api: on)
+        mode = self.settings.batch_api
+        return GeminiBatch(self) if mode == "on" or (mode == "auto" and self.is_official()) else None
+
+    def answer_of(self, payload: dict[str, Any], request: CompletionRequest) -> Completion:
+        """The :class:`Completion` of a ``generateContent`` answer (a batch's inlined response)."""
+        text, finish = self._candidate(payload, request.model)
+        if finish is None and not text:
+            raise self.truncated("the answer has neither text nor a finish reason", request.model)
+        return self._completion(request, text, finish, payload.get("usageMetadata"), payload.get("modelVersion"),
+                                time.perf_counter())
+
     async def list_models(self) -> list[str] | None:
         ids: list[str] = []
         url = f"{self.base_url}/models?pageSize=1000"
@@ -310,6 +326,71 @@ class GeminiProvider(HTTPProvider):
                 break
             url = f"{self.base_url}/models?pageSize=1000&pageToken={quote(str(token))}"
         return ids
+
+
+class GeminiBatch(BatchClient):
+    """Gemini batch mode: one model's requests inlined in ``models/{model}:batchGenerateContent`` (each keyed by its
+    custom id in ``metadata``), the batch polled at ``batches/{id}``, its inlined responses read once it succeeded.
+    The shared prefix is sent in full in every request (no cached content is created for a batch)."""
+
+    limit = 100_000  # inlined requests are bounded by the 20 MB request size as well
+    _STATES: ClassVar[dict[str, str]] = {"BATCH_STATE_SUCCEEDED": "completed", "BATCH_STATE_EXPIRED": "expired",
+                                         "BATCH_STATE_CANCELLED": "cancelled", "BATCH_STATE_FAILED": "failed"}
+
+    def __init__(self, provider: GeminiProvider) -> None:
+        self.provider = provider
+
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+        p = self.provider
+        model = requests[0][1].model
+        body = {"batch": {"displayName": f"conclave-{requests[0][0]}", "inputConfig": {"requests": {"requests": [
+            {"request": p.body(request), "metadata": {"key": custom_id}} for custom_id, request in requests]}}}}
+        job = p.decode(await p.send("POST", p._url(model, "batchGenerateContent"), json_body=body), model)
+        name = job.get("name") or (job.get("metadata") or {}).get("name")
+        if not isinstance(name, str):
+            raise p.malformed("the batch was created without a name", model)
+        return name.removeprefix("batches/")
+
+    async def _job(self, batch_id: str) -> dict[str, Any]:
+        p = self.provider
+        return p.decode(await p.send("GET", f"{p.base_url}/batches/{batch_id}"), "")
+
+    async def status(self, batch_id: str) -> BatchStatus:
+        metadata = (await self._job(batch_id)).get("metadata") or {}
+        stats = metadata.get("batchStats") or {}
+        state = str(metadata.get("state"))
+        total = int(stats.get("requestCount") or 0)
+        failed = int(stats.get("failedRequestCount") or 0)
+        done = total - int(stats.get("pendingRequestCount") or 0)
+        return BatchStatus(self._STATES.get(state, "in_progress"), state, total, done, failed)  # type: ignore[arg-type]
+
+    async def results(self, batch_id: str, requests: Mapping[str, CompletionRequest]
+                      ) -> dict[str, Completion | ProviderError]:
+        p = self.provider
+        metadata = (await self._job(batch_id)).get("metadata") or {}
+        responses = ((metadata.get("output") or {}).get("inlinedResponses") or {}).get("inlinedResponses") or []
+        out: dict[str, Completion | ProviderError] = {}
+        for entry in responses:
+            key = str(((entry or {}).get("metadata") or {}).get("key"))
+            request = requests.get(key)
+            if request is None:
+                continue
+            try:
+                if isinstance(entry.get("response"), dict):
+                    out[key] = p.answer_of(entry["response"], request)
+                elif isinstance(entry.get("error"), dict):
+                    error = entry["error"]
+                    out[key] = p.error_for(int(error.get("code") or 500), json.dumps({"error": error}).encode(), {},
+                                           request.model)
+                else:
+                    out[key] = p.malformed("a batch response that is neither an answer nor an error", request.model)
+            except ProviderError as exc:
+                out[key] = exc
+        return out
+
+    async def cancel(self, batch_id: str) -> None:
+        p = self.provider
+        await p.send("POST", f"{p.base_url}/batches/{batch_id}:cancel")
 
 
 def _cache_refused(exc: ProviderError) -> bool:

@@ -32,6 +32,7 @@ import copy
 import functools
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from importlib import resources
@@ -41,14 +42,18 @@ from urllib.parse import urlsplit
 from conclave.artifacts.schema_registry import deref, drop_null_optionals, resolver_for
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    BatchClient,
+    BatchStatus,
     CacheRule,
     Completion,
     CompletionRequest,
+    FilePart,
     ImagePart,
     PromptCache,
     ProviderError,
     QuotaExhaustedError,
     RefusalError,
+    ServerError,
     StructuredOutputRejectedError,
     Usage,
 )
@@ -252,6 +257,12 @@ class OpenAIProvider(HTTPProvider):
         started = time.perf_counter()
         payload = await self.post_json(f"{self.base_url}/chat/completions",
                                        self.body(request, stream=False, form=form), request.model)
+        return self.completion_from(payload, request, form, time.perf_counter() - started)
+
+    def completion_from(self, payload: Mapping[str, Any], request: CompletionRequest, form: str,
+                        latency_s: float) -> Completion:
+        """The :class:`Completion` of a Chat Completions answer to ``request`` asked in ``form`` (an interactive
+        call's body, or one line of a batch's output)."""
         choices = payload.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise self.malformed("no choices in the answer", request.model)
@@ -274,9 +285,14 @@ class OpenAIProvider(HTTPProvider):
             model=str(payload.get("model") or request.model),
             provider=self.name,
             finish_reason=finish,
-            latency_s=time.perf_counter() - started,
+            latency_s=latency_s,
             structured_output=form if request.json_schema is not None else None,
         )
+
+    def batch_client(self) -> BatchClient | None:
+        # api.openai.com has the Batch API; a custom base_url only when it says so (batch_api: on)
+        mode = self.settings.batch_api
+        return OpenAIBatch(self) if mode == "on" or (mode == "auto" and self.is_openai()) else None
 
     async def attempt_stream(self, request: CompletionRequest) -> AsyncIterator[str | Completion]:
         forms = self.forms(request)
@@ -368,6 +384,93 @@ class OpenAIProvider(HTTPProvider):
             raise self.malformed("the models list has no data array", "")
         return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
 
+
+class OpenAIBatch(BatchClient):
+    """OpenAI's Batch API: the requests as a JSONL file (``purpose: batch``), one batch on ``/v1/chat/completions``
+    with a 24 h window, its output and error files read back line by line."""
+
+    limit = 50_000
+    _STATES: ClassVar[dict[str, str]] = {"completed": "completed", "expired": "expired", "cancelled": "cancelled",
+                                         "failed": "failed"}
+
+    def __init__(self, provider: OpenAIProvider) -> None:
+        self.provider = provider
+
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+        p = self.provider
+        lines = [json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+                             "body": p.body(request, stream=False, form=p.forms(request)[0])}, ensure_ascii=False)
+                 for custom_id, request in requests]
+        upload = FilePart(("\n".join(lines) + "\n").encode(), "conclave-batch.jsonl", "application/jsonl")
+        uploaded = p.decode(await p.send("POST", f"{p.base_url}/files", form={"purpose": "batch", "file": upload}),
+                            "")
+        batch = p.decode(await p.send("POST", f"{p.base_url}/batches", json_body={
+            "input_file_id": uploaded.get("id"), "endpoint": "/v1/chat/completions", "completion_window": "24h"}), "")
+        if not isinstance(batch.get("id"), str):
+            raise p.malformed("the batch was created without an id", "")
+        return str(batch["id"])
+
+    async def _batch(self, batch_id: str) -> dict[str, Any]:
+        p = self.provider
+        return p.decode(await p.send("GET", f"{p.base_url}/batches/{batch_id}"), "")
+
+    async def status(self, batch_id: str) -> BatchStatus:
+        batch = await self._batch(batch_id)
+        counts = batch.get("request_counts") or {}
+        status = str(batch.get("status"))
+        return BatchStatus(self._STATES.get(status, "in_progress"), status,  # type: ignore[arg-type]
+                           int(counts.get("total") or 0), int(counts.get("completed") or 0),
+                           int(counts.get("failed") or 0))
+
+    async def results(self, batch_id: str, requests: Mapping[str, CompletionRequest]
+                      ) -> dict[str, Completion | ProviderError]:
+        p = self.provider
+        batch = await self._batch(batch_id)
+        out: dict[str, Completion | ProviderError] = {}
+        for key in ("output_file_id", "error_file_id"):
+            if not batch.get(key):
+                continue
+            content = await p.send("GET", f"{p.base_url}/files/{batch[key]}/content")
+            for line in content.decode("utf-8", "replace").splitlines():
+                if line.strip():
+                    custom_id, answer = self._line(line, requests)
+                    if custom_id is not None:
+                        out[custom_id] = answer
+        return out
+
+    async def cancel(self, batch_id: str) -> None:
+        p = self.provider
+        await p.send("POST", f"{p.base_url}/batches/{batch_id}/cancel")
+
+    def _line(self, line: str, requests: Mapping[str, CompletionRequest]
+              ) -> tuple[str | None, Completion | ProviderError]:
+        """One output or error line as (custom id, its completion or failure)."""
+        p = self.provider
+        try:
+            row = json.loads(line)
+        except ValueError:
+            found = _CUSTOM_ID.search(line)
+            return (found.group(1) if found else None), p.malformed("a batch result line is not JSON", "")
+        custom_id = str(row.get("custom_id"))
+        request = requests.get(custom_id)
+        if request is None:
+            return None, p.malformed("a batch result names no request of the batch", "")
+        response = row.get("response") or {}
+        status = int(response.get("status_code") or 0)
+        if row.get("error") or not response:
+            error = row.get("error") or {}
+            failure = ServerError(f"{p.name} batch request {error.get('code')}: {p.redact(str(error.get('message')))}",
+                                  provider=p.name, model=request.model)
+            return custom_id, failure
+        if status >= 400:
+            return custom_id, p.error_for(status, json.dumps(response.get("body") or {}).encode(), {}, request.model)
+        try:
+            return custom_id, p.completion_from(response.get("body") or {}, request, p.forms(request)[0], 0.0)
+        except ProviderError as exc:
+            return custom_id, exc
+
+
+_CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')
 
 #: the keys the official SDK puts first in a Chat Completions body; it sorts the others by name
 _SDK_FIRST = ("model", "stream", "service_tier", "messages")

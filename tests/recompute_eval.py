@@ -177,7 +177,13 @@ def expected(rows: list[dict[str, Any]], prices: str) -> dict[str, Any]:
     total_cost = None if prices == "unknown" or None in spent_costs else round(math.fsum(spent_costs), 6)
     spent_tokens = sum(int(fig.get("tokens") or 0) for r in rows for fig in (r.get("spent") or {}).values())
     n = len(rows)
-    return {
+    batched = {}
+    if any("batch_cost" in r for r in rows):  # a batched run: its spend at batch prices and the interactive equivalent
+        billed = round(math.fsum(float(r.get("batch_cost") or 0.0) for r in rows), 8)
+        equivalent = round(math.fsum(float(r.get("interactive_equivalent_cost") or 0.0) for r in rows), 8)
+        batched = {"batch": {"batch_cost": billed, "interactive_cost": equivalent,
+                             "ratio": round(billed / equivalent, 4) if equivalent else None}}
+    return {**batched,
         "items": n, "failed_items": sum(r.get("status") not in FINISHED for r in rows),
         "protocols": protocols, "comparisons": comparisons,
         "calibration": {name: calibration(rows, name) for name in names if name != "judge"
@@ -272,6 +278,11 @@ def main(items: Path, report: Path, markdown_path: Path) -> int:
     total = want["spent"]
     money = "unknown" if total["cost"] is None else f"${total['cost']:.4f}"
     check.printed("run total", f"**Run total: {money}, {total['tokens']:,} billed tokens**", markdown)
+    if "batch" in want:
+        b = want["batch"]
+        ratio = "—" if b["ratio"] is None else f"{b['ratio']:.3f}"
+        check.printed("batch spend", f"**Batch spend: ${b['batch_cost']:.4f} at the providers' batch prices; the same "
+                      f"calls interactively: ${b['interactive_cost']:.4f} (ratio {ratio})**", markdown)
     print(f"{check.figures} figures, {len(check.mismatches)} mismatches")
     for line in check.mismatches:
         print("  " + line)

@@ -69,6 +69,9 @@ class ProviderSettings(StrictModel):
     #: ``fit`` also fits arrays and strings to each call's max_tokens (for tiny models that loop), ``off`` none
     grammar_lengths: Literal["cap", "fit", "off"] = "cap"
     model_path: str | None = None
+    #: the vendor's batch API (``conclave eval eval.batch=…``): ``auto`` on the vendor's own host only, ``on`` also
+    #: on a custom base_url that speaks it (a proxy, the fake server), ``off`` never
+    batch_api: Literal["auto", "on", "off"] = "auto"
 
     @field_validator("base_url")
     @classmethod

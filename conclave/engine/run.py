@@ -85,7 +85,7 @@ from conclave.events import (
 from conclave.plugin_manager import get_plugins
 from conclave.providers.base import ProviderError
 from conclave.providers.hedge_memory import HedgeMemory
-from conclave.providers.pool import ProviderPool
+from conclave.providers.pool import BatchRoute, ProviderPool
 from conclave.quality.exit import ExitController, max_plan
 from conclave.quality.objection import OBJECTION, RoundInputs
 from conclave.tokens import utf8_upper_bound
@@ -142,6 +142,7 @@ class Consultation:
         environ: Mapping[str, str] | None = None,
         stdin_text: str | None = None,
         stream: bool = False,
+        batch: BatchRoute | None = None,
     ) -> None:
         if plugins is None:
             plugins = get_plugins()
@@ -168,6 +169,7 @@ class Consultation:
         self.refusal: str | None = None  # why the cost gate stopped it (nothing was spent): shown instead of a result
         self._environ = environ
         self._stdin_text = stdin_text
+        self._batch = batch  # calls go through the providers' batch APIs (a batched evaluation)
         self._stream = stream  # ask providers to stream and publish the text as it arrives (agent:chunk)
         self._estimate: CostEstimate | None = None  # the rounds this run will play: consent, early termination
         self._budget: CostEstimate | None = None  # every planned round: the result's estimate and the abort check
@@ -198,7 +200,7 @@ class Consultation:
         # hedge budget
         memory = HedgeMemory(self.settings.home)
         async with ProviderPool(self.settings, self.plugins, self.bus, environ=self._environ,
-                                hedge_memory=memory) as pool:
+                                hedge_memory=memory, batch=self._batch) as pool:
             self._check_keys(pool)
             # every request waits until what the journal holds before it is durable (written on its own thread)
             until_durable = getattr(self.recorder, "until_durable", None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import secrets
 import sys
@@ -34,6 +35,7 @@ from conclave.engine.session_layers import with_layers
 from conclave.errors import ConfigError, UsageError
 from conclave.eval import quality_arm
 from conclave.eval import run_store as store
+from conclave.eval.batch_rounds import BatchMode, BatchRounds
 from conclave.eval.items import Item
 from conclave.eval.protocols import (
     Capture,
@@ -50,6 +52,7 @@ from conclave.eval.run_report import render
 from conclave.eval.sources import SourceOptions, load
 from conclave.eval.summary import run_columns, summarise
 from conclave.events import EventBus
+from conclave.providers.base import Provider, Usage
 from conclave.providers.pool import ProviderPool
 from conclave.quality.exit import max_plan
 from conclave.store.paths import StoreLayout
@@ -99,6 +102,13 @@ class EvalOptions(BaseModel):
     #: single agent) at the debate's billed tokens: extra round-1 samples of that agent alone, until their tokens
     #: reach the debate's (paid: estimated as the best agent's round-1 calls that the debate's planned tokens hold)
     sc_best: bool = False
+    #: run through the providers' batch APIs at their batch prices: true (a provider without one is refused),
+    #: mixed (such a provider, and a request a batch failed, is asked interactively), false
+    batch: bool | Literal["mixed"] = False
+    #: seconds between two status requests of an open batch
+    batch_poll_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    #: the most requests one batch holds (null: the provider's own limit); more are split into several batches
+    batch_max_requests: Annotated[int, Field(ge=1)] | None = None
     #: this job's Hydra overrides, filled in by the task: `conclave eval resume` replays them, a sweep groups by them
     overrides: list[str] = Field(default_factory=list)
 
@@ -248,14 +258,20 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     if ev.local_panel:
         print("conclave eval: offline panel on the local model — a 270M model's accuracy is not evidence about "
               "debate; it only shows the harness working. Set a provider key for a real evaluation.", file=err)
-    estimate = await estimate_run(ev.settings, todo, plugins, ev)
+    batching = await batch_panel(ev, plugins) if ev.options.batch else None
+    estimate = await estimate_run(ev.settings, todo, plugins, ev, batch=batching)
     partners = sweep_partners(ev)
     if partners:
         print(f"conclave eval: paired sweep point: {sum(1 for i in todo if i.id in partners)} item(s) restore their "
               f"round 1 from an earlier point of sweep {ev.options.sweep_id} (not re-sampled, not re-paid)", file=err)
-        estimate = await estimate_run(ev.settings, todo, plugins, ev, paired=set(partners))
+        estimate = await estimate_run(ev.settings, todo, plugins, ev, paired=set(partners), batch=batching)
     total = estimate.total
     shown = "unknown (a model has no price)" if total is None else f"${total:.4f}"
+    interactive = None
+    if batching is not None:
+        interactive = await interactive_estimate(ev.settings, plugins, estimate)
+        shown += (" at batch prices (interactive: " + ("unknown" if interactive is None else f"${interactive:.4f}")
+                  + (f", ratio {total / interactive:.3f})" if total is not None and interactive else ")"))
     print(f"conclave eval: run {ev.run_id}: {len(todo)} of {len(ev.items)} item(s) to run "
           f"({len(done)} already finished); estimated cost {shown} for {len(estimate.calls)} planned call(s)",
           file=err)
@@ -271,6 +287,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel,
                quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
                quality_reused_round_1=None if ev.arm is None else ev.reuse_round_1, round_1_key=ev.round_1_key)
+    if batching is not None:
+        run.update(batch_mode=batching, estimated_interactive_cost=interactive)
     store.write_run(home, run)
     store.index_run(home, run)
 
@@ -280,7 +298,12 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     arm = None if ev.arm is None else ev.arm.model_copy(update={"cost": ev.arm.cost.model_copy(
         update={"auto_approve": True})})
     recorder = Recorder(home)
-    semaphore = asyncio.Semaphore(ev.options.concurrency)
+    # batched, every item is in flight at once: a round of all of them is one batch per provider
+    semaphore = asyncio.Semaphore(max(1, len(todo)) if batching else ev.options.concurrency)
+    run_pool = ProviderPool(base, plugins)
+    rounds = None if batching is None else BatchRounds(home, ev.run_id, batching, err, run_pool.provider,
+                                                       poll_s=ev.options.batch_poll_s,
+                                                       max_requests=ev.options.batch_max_requests)
     finished = len(done)
     started = time.monotonic()
     order = list(ev.settings.agents)
@@ -295,14 +318,23 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     async def one(item: Item) -> None:
         nonlocal finished
         async with semaphore:
-            result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1,
-                                    matched, partners.get(item.id),
-                                    best=ev.best_agent if ev.options.sc_best else None,
-                                    best_samples=ev.best_samples)
+            try:
+                result = await run_item(item, base, plugins, recorder, order, single, arm, ev.reuse_round_1,
+                                        matched, partners.get(item.id),
+                                        best=ev.best_agent if ev.options.sc_best else None,
+                                        best_samples=ev.best_samples,
+                                        batch=None if rounds is None else rounds.for_item(item.id),
+                                        seed=item_seed(ev.run_id, item.id))
+            finally:
+                if rounds is not None:
+                    rounds.item_done(item.id)
         if matched is not None and matched.repeating and not matched.announced:
             matched.announced = True
             print(f"conclave eval: matched vote stopped: {matched.repeating}", file=err, flush=True)
         row = result.as_row()
+        if rounds is not None:  # what its calls cost at batch prices, and would have cost interactively
+            billed, equivalent = rounds.per_item.get(item.id, [0.0, 0.0])
+            row.update(batch_cost=round(billed, 8), interactive_equivalent_cost=round(equivalent, 8))
         store.append_item(home, ev.run_id, row)
         try:
             store.index_item(home, ev.run_id, row)
@@ -316,9 +348,14 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         print(f"  [{finished}/{len(ev.items)}] {item.id}: {marks}  ({result.status})", file=err, flush=True)
 
     try:
-        async with asyncio.TaskGroup() as group:
-            for item in todo:
-                group.create_task(one(item))
+        async with run_pool:
+            if rounds is not None:
+                rounds.resume()
+            async with asyncio.TaskGroup() as group:
+                for item in todo:
+                    group.create_task(one(item))
+            if rounds is not None:
+                await rounds.drain()
     finally:
         recorder.close()
         rows = [done[i.id] for i in ev.items if i.id in done]
@@ -326,6 +363,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         summary = ev.summary = summarise(rows, prices=prices)
         if matched is not None:
             summary.update(matched_on=matched.on, matched_ratio=matched.ratio(), matched_stopped=matched.repeating)
+        if rounds is not None:
+            summary["batch"] = batch_summary(rows, rounds.figures.as_dict())
         run.update(status="complete" if complete else "interrupted",
                    completed_at=_now() if complete else None,
                    wall_s=round(float(run.get("wall_s") or 0.0) + time.monotonic() - started, 3),
@@ -346,6 +385,15 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                            if name != "single_best" and (p.get("failed") or p.get("skipped")))
         print(f"conclave eval: run {ev.run_id} has failures: {summary['failed_items']} item(s) failed ({counts}); "
               f"the headline is on items every compared protocol completed", file=err)
+    if rounds is not None:
+        figures = summary["batch"]
+        ratio = "unknown" if figures["ratio"] is None else f"{figures['ratio']:.3f}"
+        print(f"conclave eval: batch spend ${figures['batch_cost']:.4f}, interactive equivalent "
+              f"${figures['interactive_cost']:.4f} (ratio {ratio}); {figures['batches']} batch(es), at most "
+              f"{figures['most_batches_per_provider_per_wave']} per provider per round", file=err)
+        for lost in figures["lost"]:
+            print(f"conclave eval: batch {lost['batch_id']} {lost['state']}: item(s) {', '.join(lost['items'])}",
+                  file=err)
     if quiet:
         print(f"conclave eval: run {ev.run_id} ({len(rows)} item(s)): {summary['verdict_line']}", file=err)
     else:
@@ -354,10 +402,54 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     return EXIT_OK if summary["failed_items"] == 0 else EXIT_FAILED
 
 
+def item_seed(run_id: str, item_id: str) -> int:
+    """The judge labels' shuffle seed of an item's consultation, the same in every run of the eval run: a resumed
+    batched run asks exactly what the killed one asked, so its journaled batches answer it."""
+    return int.from_bytes(hashlib.sha256(f"{run_id}\x00{item_id}".encode()).digest()[:4], "big")
+
+
+async def batch_panel(ev: EvalRun, plugins: Any) -> BatchMode:
+    """``eval.batch``'s mode, once every provider of the panel and judge has a batch API (``mixed``: those
+    without one are asked interactively); raises a one-line configuration error naming one that has none."""
+    mode: BatchMode = "mixed" if ev.options.batch == "mixed" else "true"
+    if mode == "mixed":
+        return mode
+    names = sorted({a.provider for a in ev.settings.agents.values()} | {ev.settings.judge.provider})
+    async with ProviderPool(ev.settings, plugins) as pool:
+        for name in names:
+            if pool.provider(name).batch_client() is None:
+                raise ConfigError([f"eval.batch: provider {name} ({pool.provider(name).endpoint()}) has no batch "
+                                   f"API; allowed: eval.batch=mixed (its calls interactive), or false"])
+    return mode
+
+
+async def interactive_estimate(settings: Settings, plugins: Any, estimate: CostEstimate) -> float | None:
+    """What the estimate's planned calls would cost through the interactive APIs (None: a model has no price)."""
+    total = 0.0
+    async with ProviderPool(settings, plugins) as pool:
+        for call in estimate.calls:
+            cost = pool.interactive_cost(call.provider, call.model, Usage(
+                call.input_tokens, call.output_tokens, call.cached_input_tokens, call.cache_write_tokens))
+            if cost is None:
+                return None
+            total += cost
+    return round(total, 8)
+
+
+def batch_summary(rows: Sequence[dict[str, Any]], figures: dict[str, Any]) -> dict[str, Any]:
+    """The run's batch figures: spend and its interactive equivalent summed from the item rows (so a reader
+    recomputes them), the rest as this process counted them."""
+    billed = round(math.fsum(float(r.get("batch_cost") or 0.0) for r in rows), 8)
+    equivalent = round(math.fsum(float(r.get("interactive_equivalent_cost") or 0.0) for r in rows), 8)
+    return {**figures, "batch_cost": billed, "interactive_cost": equivalent,
+            "ratio": round(billed / equivalent, 4) if equivalent else None}
+
+
 async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, order: Sequence[str],
                    single: str, arm: Settings | None = None, reuse: bool = False,
                    matched: MatchedBudget | None = None, paired: dict[str, Any] | None = None,
-                   best: str | None = None, best_samples: int = 0) -> ItemResult:
+                   best: str | None = None, best_samples: int = 0, batch: Any = None,
+                   seed: int | None = None) -> ItemResult:
     """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
     runs whole; with ``matched``, round-1 samples for the vote at the debate's budget; with ``paired`` (a sweep
@@ -365,10 +457,12 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     first = plugins.strategies.get(settings.mode.strategy).plan[0].name
     start = restored_round_1(settings.home, paired, first) if paired else None
     capture = Capture()
+    if start is None and seed is not None:
+        start = {"shuffle_seed": seed}
     consultation = Consultation(
         asking(settings, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[capture], recorder=recorder,
-        resume_from=start,
+        resume_from=start, batch=batch,
     )
     base = (await consultation.run()).as_dict()
     if start and paired:
@@ -385,9 +479,10 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
         scored.spent["debate"] = spent_in(capture, skip=(1,))
         scored.round_1_from = str(paired.get("run_id"))
     if matched is not None:
-        await draw_matched(scored, settings, plugins, recorder, item, base, capture, matched)
+        await draw_matched(scored, settings, plugins, recorder, item, base, capture, matched, batch)
     if best is not None:
-        await _self_consistency_of_best(item, settings, plugins, recorder, scored, capture, best, best_samples)
+        await _self_consistency_of_best(item, settings, plugins, recorder, scored, capture, best, best_samples,
+                                        batch)
     if arm is None:
         return scored
     fork: dict[str, Any] | None = {}
@@ -400,13 +495,14 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
     arm_run = Consultation(
         asking(arm, item), plugins=plugins,
         interaction=Interaction.non_interactive(), subscribers=[arm_capture], recorder=recorder, resume_from=fork,
+        batch=batch,
     )
     add_quality(scored, (await arm_run.run()).as_dict(), arm_capture, capture, reuse)
     return scored
 
 
 async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, recorder: Any, item: Item,
-                       base: dict[str, Any], capture: Capture, matched: MatchedBudget) -> None:
+                       base: dict[str, Any], capture: Capture, matched: MatchedBudget, batch: Any = None) -> None:
     """Draw independent round-1 samples of the panel, one at a time, while one more brings the run's matched
     vote closer to the debates' billed tokens (or dollars); stop, for this item and the rest of the run, when the
     first samples repeat round 1 exactly."""
@@ -419,7 +515,7 @@ async def draw_matched(scored: ItemResult, settings: Settings, plugins: Any, rec
     while matched.repeating is None and len(samples) < matched.limit and matched.more(debate, vote, per_sample):
         sample_capture = Capture()
         sample = (await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
-                                     subscribers=[sample_capture], recorder=recorder).run()).as_dict()
+                                     subscribers=[sample_capture], recorder=recorder, batch=batch).run()).as_dict()
         samples.append(sample)
         captures.append(sample_capture)
         vote += matched.size(sample_capture.rounds.get(1))
@@ -484,7 +580,8 @@ def best_agent(settings: Settings, fallback: str, plugins: Any) -> str:
 
 
 async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any, recorder: Any,
-                                    scored: ItemResult, capture: Capture, best: str, most: int) -> None:
+                                    scored: ItemResult, capture: Capture, best: str, most: int,
+                                    batch: Any = None) -> None:
     """Sample the best agent alone (panels of 2-5 copies of it, rounds=1) until its round-1 tokens reach the
     debate's billed tokens (at most ``most`` extra samples, the estimate's), and score the vote over its answers
     (``sc_best``)."""
@@ -502,7 +599,8 @@ async def _self_consistency_of_best(item: Item, settings: Settings, plugins: Any
         one_round = asking(settings, item).model_copy(update={"rounds": 1, "quick": False, "agents": copies})
         captures.append(Capture())
         samples.append((await Consultation(one_round, plugins=plugins, interaction=Interaction.non_interactive(),
-                                           subscribers=[captures[-1]], recorder=recorder).run()).as_dict())
+                                           subscribers=[captures[-1]], recorder=recorder,
+                                           batch=batch).run()).as_dict())
         used = captures[-1].rounds.get(1) or {}
         spent += int(used.get("input_tokens") or 0) + int(used.get("output_tokens") or 0)
         drawn += size
@@ -527,7 +625,7 @@ def remember(consent: Any, home: Any, err: TextIO) -> None:
 
 
 async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, ev: EvalRun | None = None,
-                       paired: set[str] | None = None) -> Any:
+                       paired: set[str] | None = None, batch: BatchMode | None = None) -> Any:
     """The cost estimate of every planned call of every item: the engine's own per-consultation estimate, summed;
     with a quality arm (``ev.arm``), its calls too — round 1 left out when the arm reuses the base's, which this
     decides and records in ``ev.reuse_round_1``."""
@@ -539,7 +637,9 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
         context = prepare_inputs(settings, Interaction.non_interactive()).context
     total = CostEstimate()
     arm = ev.arm if ev is not None else None
-    async with ProviderPool(settings, plugins, bus) as pool:
+    # batched, each call is priced at its provider's batch price (``mixed``: those without a batch API, interactive)
+    route = PricedAsBatch() if batch else None
+    async with ProviderPool(settings, plugins, bus, batch=route) as pool:
         for item in items:
             session = with_layers(Session(settings=settings, plugins=plugins, strategy=strategy, pool=pool,
                                           bus=bus, labels=labels, question=item.prompt, context_text=context))
@@ -588,6 +688,16 @@ async def estimate_run(settings: Settings, items: Sequence[Item], plugins: Any, 
                         numbers = [n for n in arm_longest.numbers() if n >= first]
                         total.calls.extend(estimate_cost(arm_session, numbers, plan=arm_longest).calls)
     return total
+
+
+class PricedAsBatch:
+    """The estimate's batch route: it sends nothing, it only says which providers' calls are batch-priced."""
+
+    def batches(self, provider: Provider) -> bool:
+        return provider.batch_client() is not None
+
+    async def complete(self, provider: Provider, request: Any, round_number: int) -> Any:
+        raise RuntimeError("the estimate asks no model")
 
 
 def _billed(estimate: Any) -> int:

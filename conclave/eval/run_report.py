@@ -221,6 +221,15 @@ def _spent(summary: dict[str, Any]) -> list[str]:
                 "quality": "the quality arm's own calls", "vote_matched": "the matched vote's extra samples"}
         lines.append(f"- {name}: {_money(figures.get('cost'))}, {figures.get('tokens', 0):,} tokens — "
                      f"{what.get(name, 'its own calls')}")
+    batch = summary.get("batch")
+    if batch:
+        ratio = "—" if batch.get("ratio") is None else f"{batch['ratio']:.3f}"
+        lines += ["", f"**Batch spend: {_money(batch.get('batch_cost'))} at the providers' batch prices; the same "
+                      f"calls interactively: {_money(batch.get('interactive_cost'))} (ratio {ratio})** — "
+                      f"{batch.get('batches', 0)} batch(es), at most "
+                      f"{batch.get('most_batches_per_provider_per_wave', 0)} per provider per round"]
+        for lost in batch.get("lost") or []:
+            lines.append(f"- batch {lost['batch_id']} {lost['state']}: item(s) {', '.join(lost['items'])}")
     if summary.get("paired_round_1"):
         lines.append(f"- round 1 restored from an earlier sweep point on {summary['paired_round_1']} item(s): "
                      "not paid again here")

@@ -82,6 +82,34 @@ def append_item(home: Path, run_id: str, row: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def append_batch(home: Path, run_id: str, record: dict[str, Any]) -> None:
+    """Append one record of the run's provider batches (submitted, answers, ended) to ``batches.jsonl``;
+    durable when this returns, so a batch id is on disk before its polling starts."""
+    path = run_dir(home, run_id) / "batches.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_batches(home: Path, run_id: str) -> list[dict[str, Any]]:
+    """The run's batch records in order (a line cut off by a kill is skipped)."""
+    path = run_dir(home, run_id) / "batches.jsonl"
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
 def read_items(home: Path, run_id: str) -> list[dict[str, Any]]:
     """Finished items of a run, one per item id (a later line wins); a torn last line is ignored."""
     path = run_dir(home, run_id) / "items.jsonl"

@@ -257,6 +257,15 @@ class ProviderTimeoutError(ProviderError):
     retryable = True
 
 
+@dataclass(frozen=True)
+class FilePart:
+    """A file in a multipart upload (a batch API's input file), sent by the transport."""
+
+    content: bytes
+    filename: str
+    content_type: str
+
+
 class TransportError(Exception):
     """A request failed below HTTP; ``kind`` is timeout (no data for too long), connect (refused, unreachable;
     ``reason`` is the OS's), disconnected (closed before answering), payload (dropped mid-body) or other."""
@@ -294,6 +303,53 @@ class ProviderUnavailableError(ProviderError):
     or out of quota — and is not asked again; no substitute was allowed or found. No request was sent."""
 
     outcome = "cancelled"
+
+
+# ---------------------------------------------------------------------------------------------- batches
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """Where a provider's batch stands: ``state`` ``in_progress`` or ended as ``completed``, ``expired``,
+    ``cancelled`` or ``failed``; ``status`` the provider's own word for it."""
+
+    state: Literal["in_progress", "completed", "expired", "cancelled", "failed"]
+    status: str
+    total: int
+    done: int
+    failed: int
+
+    @property
+    def ended(self) -> bool:
+        return self.state != "in_progress"
+
+
+class BatchClient(abc.ABC):
+    """A provider's asynchronous batch API: requests submitted together, answered later at the batch price. The
+    requests are built, and the answers read, exactly as the provider's interactive calls are."""
+
+    #: the most requests one batch may hold (a larger set is split)
+    limit: ClassVar[int] = 50_000
+    #: whether one batch holds requests to one model only (OpenAI, Gemini): then a round is a batch per model
+    per_model: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+        """Submit ``(custom_id, request)`` pairs as one batch; its id once the provider accepted it."""
+
+    @abc.abstractmethod
+    async def status(self, batch_id: str) -> BatchStatus:
+        """The batch's state and counts."""
+
+    @abc.abstractmethod
+    async def results(self, batch_id: str, requests: Mapping[str, CompletionRequest]
+                      ) -> dict[str, Completion | ProviderError]:
+        """Each answered request's completion, or its failure, by custom id (an unreadable result line is a
+        :class:`MalformedResponseError` of its request; a request missing from the results is left out)."""
+
+    @abc.abstractmethod
+    async def cancel(self, batch_id: str) -> None:
+        """Ask the provider to stop the batch."""
 
 
 # ---------------------------------------------------------------------------------------------- provider
@@ -380,6 +436,10 @@ class Provider(abc.ABC):
 
     async def list_models(self) -> list[str] | None:
         """The model ids the endpoint serves, or None when its API has no models list."""
+        return None
+
+    def batch_client(self) -> BatchClient | None:
+        """This endpoint's batch API (``providers.<name>.batch_api``); None when it has none."""
         return None
 
     def cache_rule(self, model: str, stable_tokens: int) -> CacheRule | None:

@@ -22,6 +22,7 @@ from conclave.providers.base import (
     BadRequestError,
     CompletionRequest,
     ConnectionFailedError,
+    FilePart,
     MalformedResponseError,
     MissingKeyError,
     ModelNotFoundError,
@@ -178,6 +179,28 @@ class HTTPProvider(Provider):
         except TransportError as exc:
             raise self.transport_error(exc, model) from exc
         return self.decode(raw, model)
+
+    async def send(self, method: str, url: str, *, form: Mapping[str, str | FilePart] | None = None,
+                   json_body: Mapping[str, Any] | None = None, timeout_s: float | None = None) -> bytes:
+        """One request of a batch API (a file upload as ``form``, a status, a results download): the raw answer
+        body; errors mapped like :meth:`post_json`."""
+        headers = self.headers("")
+        if form is not None:
+            headers.pop("Content-Type")  # the transport sets the multipart boundary
+        body = self.encode(json_body) if json_body is not None else None
+        timeout = timeout_s or self.settings.timeout_s
+        try:
+            async with self._session().request(method, url, data=body, form=form, headers=headers,
+                                               timeout_s=timeout) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise self.error_for(resp.status, raw, resp.headers, "")
+        except (TimeoutError, TransportError) as exc:
+            if isinstance(exc, TransportError) and exc.kind != "timeout":
+                raise self.transport_error(exc, "") from exc
+            raise ProviderTimeoutError(f"{self.name} did not answer within {timeout:g}s ({self.base_url})",
+                                       provider=self.name) from exc
+        return bytes(raw)
 
     async def get_json(self, url: str, *, timeout_s: float, model: str = "") -> dict[str, Any]:
         """GET ``url`` (models lists) with its own timeout; errors mapped like :meth:`post_json`."""

@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from jsonschema import Draft202012Validator
 
@@ -104,6 +104,16 @@ class _Call:
     sent: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+class BatchRoute(Protocol):
+    """Where the calls of a batched evaluation go instead of an HTTP attempt: a provider's batch API."""
+
+    def batches(self, provider: Provider) -> bool:
+        """Whether calls to ``provider`` go through its batch API (and are billed at its batch price)."""
+
+    async def complete(self, provider: Provider, request: CompletionRequest, round_number: int) -> Completion:
+        """``request``'s answer from a batch of ``provider`` (raises a :class:`ProviderError` when it failed)."""
+
+
 class ProviderPool:
     """Per-consultation: one HTTP client, provider instances, retries, hedging, substitution, health, pricing.
     Use as ``async with ProviderPool(settings, plugins, bus) as pool``."""
@@ -121,12 +131,15 @@ class ProviderPool:
         tiers: Tiers | None = None,
         rng: random.Random | None = None,
         hedge_memory: HedgeMemory | None = None,
+        batch: BatchRoute | None = None,
     ) -> None:
         """``hedge_memory``: the home's hedging file; the pool seeds its latency history from it, shares its hedge
         budget and adds its latencies on close. Without it, history and budget last as long as the pool."""
         self.settings = settings
         self.plugins = plugins
         self.bus = bus
+        #: calls to a provider this route batches go through its batch API, at its batch price (``eval.batch``)
+        self.batch = batch
         self.retry_policy = retry_policy or RetryPolicy()
         self.health = health or HealthTracker()
         self.prices = prices or PriceTable.load()
@@ -249,6 +262,18 @@ class ProviderPool:
         """USD for ``usage`` of ``model`` on ``provider``; None when the price is unknown. A free endpoint (a keyless
         server on this machine or the local network, the local model) costs $0 whatever its model is called: a
         llama.cpp server answering as ``gpt-4o`` is not billed like OpenAI."""
+        batched = False
+        try:
+            instance = self.provider(provider)
+            if instance.costs_nothing():
+                return 0.0
+            batched = self.batch is not None and self.batch.batches(instance)
+        except ProviderError:
+            pass
+        return self.prices.cost((provider, self._api(provider)), model, usage, batch=batched)
+
+    def interactive_cost(self, provider: str, model: str, usage: Usage) -> float | None:
+        """What ``usage`` would cost through ``provider``'s interactive API (a batched call's equivalent)."""
         try:
             if self.provider(provider).costs_nothing():
                 return 0.0
@@ -332,6 +357,11 @@ class ProviderPool:
             # The provider failed this agent earlier in the round and another model answered; a follow-up (a re-ask
             # quoting that answer) goes to the model that wrote it, not back to the one that failed.
             provider, request = stand_in[0], replace(request, model=stand_in[1])
+        if self.batch is not None and agent != WARMUP_AGENT and round_number >= 1:
+            instance = self.provider(provider)
+            if self.batch.batches(instance):
+                completion = await self._batched(call, instance, request)
+                return replace(completion, latency_s=time.perf_counter() - started, attempts=tuple(call.attempts))
         substitute = allow_substitution and not self.settings.strict_models
         down = self.unavailable_reason(provider, request.model)
         if down is not None:
@@ -345,6 +375,20 @@ class ProviderPool:
                     raise
                 completion = await self._failover(call, provider, request, exc, allow_substitution)
         return replace(completion, latency_s=time.perf_counter() - started, attempts=tuple(call.attempts))
+
+    async def _batched(self, call: _Call, instance: Provider, request: CompletionRequest) -> Completion:
+        """``request`` answered through the batch route, recorded as one attempt (billed at the batch price)."""
+        if self.before_spending is not None:
+            await self.before_spending()
+        started_at, t0 = time.time(), time.perf_counter()
+        try:
+            completion = await self.batch.complete(instance, request, call.round_number)  # type: ignore[union-attr]
+        except ProviderError as exc:
+            self._record(call, instance.name, request.model, 1, started_at, t0, False, error=exc)
+            raise
+        self._record(call, instance.name, request.model, 1, started_at, t0, False, usage=completion.usage,
+                     estimated=False)
+        return completion
 
     async def _instead(self, call: _Call, provider: str, request: CompletionRequest, down: str,
                        substitute: bool) -> Completion:

@@ -45,6 +45,12 @@ class ModelPrice:
     cached_input: float | None = None
     cache_write_input: float | None = None
 
+    def scaled(self, factor: float) -> ModelPrice:
+        """Every price of this model times ``factor`` (a batch API's discount)."""
+        return ModelPrice(self.input * factor, self.output * factor,
+                          None if self.cached_input is None else self.cached_input * factor,
+                          None if self.cache_write_input is None else self.cache_write_input * factor)
+
     def cost(self, usage: Usage) -> float:
         cached = min(usage.cached_input_tokens, usage.input_tokens)
         written = min(usage.cache_write_tokens, usage.input_tokens - cached)
@@ -97,6 +103,8 @@ class PriceSheet:
     limits: Mapping[str, ContextLimits] = field(default_factory=dict)
     #: the listed models that take image input (``vision: true``)
     vision: frozenset[str] = frozenset()
+    #: what the provider's batch API bills, as a share of every interactive price (None: no batch API priced)
+    batch: float | None = None
 
 
 class PriceTable:
@@ -110,8 +118,9 @@ class PriceTable:
         """The sheets the loaded plugins registered (loaded once per process)."""
         return _packaged_table()
 
-    def price(self, providers: str | Iterable[str], model: str) -> ModelPrice | None:
-        """The price of ``model`` in the first of ``providers`` that lists it (exact id, then its alias)."""
+    def price(self, providers: str | Iterable[str], model: str, *, batch: bool = False) -> ModelPrice | None:
+        """The price of ``model`` in the first of ``providers`` that lists it (exact id, then its alias); with
+        ``batch``, its batch API's price (None when that sheet prices no batch API)."""
         names = [providers] if isinstance(providers, str) else list(providers)
         model = model.removeprefix("models/")
         alias = _SNAPSHOT.sub("", model)
@@ -120,12 +129,15 @@ class PriceTable:
             if sheet is None:
                 continue
             found = sheet.models.get(model) or sheet.models.get(alias) or sheet.default
+            if found is not None and batch:
+                return None if sheet.batch is None else found.scaled(sheet.batch)
             if found is not None:
                 return found
         return None
 
-    def cost(self, providers: str | Iterable[str], model: str, usage: Usage) -> float | None:
-        price = self.price(providers, model)
+    def cost(self, providers: str | Iterable[str], model: str, usage: Usage, *, batch: bool = False
+             ) -> float | None:
+        price = self.price(providers, model, batch=batch)
         return None if price is None else price.cost(usage)
 
     def context_limits(self, providers: str | Iterable[str], model: str) -> ContextLimits | None:
@@ -215,9 +227,19 @@ def parse_sheet(data: Mapping[str, Any], origin: str) -> PriceSheet:
             default=None if default is None else model_price(default),
             limits=limits,
             vision=vision,
+            batch=_share(data.get("batch")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{origin}: malformed price sheet ({type(exc).__name__}: {exc})") from exc
+
+
+def _share(value: Any) -> float | None:
+    """A sheet's ``batch`` share of the interactive price: a number in (0, 1], or absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"batch must be a share of the interactive price in (0, 1], got {value!r}")
+    return float(value)
 
 
 #: the fields a model's entry may have: its prices, its context limits and whether it takes images

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from conclave.providers.base import TransportError
+from conclave.providers.base import FilePart, TransportError
 
 
 def as_transport_error(exc: aiohttp.ClientError) -> TransportError:
@@ -36,11 +36,21 @@ class HTTPClient:
 
     @asynccontextmanager
     async def request(self, method: str, url: str, *, headers: Mapping[str, str], data: str | bytes | None = None,
-                      timeout_s: float | None = None) -> AsyncIterator[Any]:
-        """The response to one request; a failure below HTTP, also while the body is read, is a TransportError."""
+                      timeout_s: float | None = None, form: Mapping[str, str | FilePart] | None = None
+                      ) -> AsyncIterator[Any]:
+        """The response to one request; a failure below HTTP, also while the body is read, is a TransportError.
+        ``form`` sends a multipart form instead of ``data`` (a batch API's file upload)."""
         options: dict[str, Any] = {} if timeout_s is None else {"timeout": aiohttp.ClientTimeout(total=timeout_s)}
+        body: str | bytes | aiohttp.FormData | None = data
+        if form is not None:
+            body = aiohttp.FormData()
+            for name, value in form.items():
+                if isinstance(value, FilePart):
+                    body.add_field(name, value.content, filename=value.filename, content_type=value.content_type)
+                else:
+                    body.add_field(name, value)
         try:
-            async with self.session.request(method, url, data=data, headers=headers, **options) as resp:
+            async with self.session.request(method, url, data=body, headers=headers, **options) as resp:
                 yield resp
         except aiohttp.ClientError as exc:
             raise as_transport_error(exc) from exc

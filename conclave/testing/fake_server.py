@@ -36,6 +36,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from conclave.config.settings import Settings
+from conclave.testing.fake_batches import BatchDesk
 from conclave.testing.prompt_cache import CacheUse, PromptCacheModel
 from conclave.testing.schema_instances import instance_for
 
@@ -247,6 +248,8 @@ class FakeProviderServer:
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
+        #: the batch APIs (OpenAI Batch, Anthropic Message Batches): scripted latency, outcomes, counters
+        self.batches = BatchDesk(self.answer)
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -261,6 +264,7 @@ class FakeProviderServer:
         app.router.add_post("/gemini/v1beta/cachedContents", self._gemini_cache_create)
         app.router.add_get("/gemini/v1beta/cachedContents/{id}", self._gemini_cache_get)
         app.router.add_delete("/gemini/v1beta/cachedContents/{id}", self._gemini_cache_delete)
+        self.batches.add_routes(app.router, _PREFIX)
         # handler_cancellation: a client that hangs up cancels its handler, which is how we see a hedge's loser go
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
@@ -317,7 +321,9 @@ class FakeProviderServer:
         # It plays the vendors' hosts, so it is sent their caching hints too (prompt_cache: on).
         return {
             name: {"api": "openai" if name in ("grok", "mistral") else name, "base_url": self.base_url(name),
-                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0, "prompt_cache": "on"}
+                   "api_key_env": [var], "send_key": send_key, "max_concurrency": 0, "prompt_cache": "on",
+                   # it speaks the OpenAI, Anthropic and Gemini batch APIs (fake.batches)
+                   "batch_api": "on" if name in ("openai", "anthropic", "gemini") else "auto"}
             for name, var in keys.items()
         }
 
@@ -327,7 +333,8 @@ class FakeProviderServer:
                 for override in (f"providers.{name}.base_url={entry['base_url']}",
                                  f"providers.{name}.send_key={entry['send_key']}",
                                  f"providers.{name}.max_concurrency={entry['max_concurrency']}",
-                                 f"providers.{name}.prompt_cache={entry['prompt_cache']}")]
+                                 f"providers.{name}.prompt_cache={entry['prompt_cache']}",
+                                 f"providers.{name}.batch_api={entry['batch_api']}")]
 
     def settings(self, **overrides: Any) -> Any:
         """A minimal valid :class:`~conclave.config.settings.Settings` on this fake: agents on openai, anthropic and
@@ -346,6 +353,32 @@ class FakeProviderServer:
         }
         data.update(overrides)
         return Settings.model_validate(data)
+
+    def answer(self, api: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        """``body`` answered as a batch answers one of its requests (no HTTP, no latency, not recorded): (HTTP
+        status, the API's response or error body); ``None`` as the body for a scripted malformed answer."""
+        schema, fmt = None, _format_of(api, body)
+        if api == "openai":
+            tool = _forced_function(body)
+            response_format = body.get("response_format") or {}
+            if tool is not None:
+                schema = (tool.get("function") or {}).get("parameters")
+            elif response_format.get("type") == "json_schema":
+                schema = (response_format.get("json_schema") or {}).get("schema")
+        elif api == "anthropic":
+            schema = (_forced_tool(body) or {}).get("input_schema")
+        else:
+            config = body.get("generationConfig") or {}
+            schema = config.get("responseJsonSchema") or config.get("responseSchema")
+        record = RecordedRequest(api, str(body.get("model") or ""), "", "POST", {}, {}, dict(body), time.time(),
+                                 False, schema)
+        item = self._choose(record)
+        if isinstance(item, Fault):
+            if item.kind in ("malformed", "truncated_stream"):
+                return 200, None
+            status = item.status or fmt.overloaded_status
+            return status, fmt.error_body(status, item.message or "the request failed")
+        return 200, fmt.body(_Answer.of(item, record, next(self._ids)))
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.model == model]
@@ -382,6 +415,8 @@ class FakeProviderServer:
     async def _gemini(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request)
         model, _, method = request.match_info["target"].rpartition(":")
+        if method == "batchGenerateContent":
+            return await self.batches.gemini_create(request, model)
         if method not in ("generateContent", "streamGenerateContent"):
             raise web.HTTPNotFound(text=json.dumps(_Gemini.error_body(404, f"unknown method {method}")),
                                    content_type="application/json")
@@ -823,6 +858,14 @@ _ERRORS: dict[str, Callable[[int, str], dict[str, Any]]] = {
 
 
 # ------------------------------------------------------------------------------------- helpers
+
+
+def _format_of(api: str, body: Mapping[str, Any]) -> _Format:
+    if api == "openai":
+        return _OpenAI(body, _forced_function(body))
+    if api == "anthropic":
+        return _Anthropic(body, _forced_tool(body))
+    return _Gemini(body)
 
 
 def key_digest(key: str) -> str:
