@@ -372,6 +372,9 @@ class Settings(StrictModel):
     selective: SelectiveSettings = Field(default_factory=SelectiveSettings)
     #: the registered aggregator that turns round-1 answers into one (null: the mode's default)
     aggregator: Name | None = None
+    #: a follow-up: the consultation (id or unique prefix) this one continues; its panel and mode are kept unless
+    #: overridden, and the panel sees its verdict, dissent and debate state (:mod:`conclave.engine.followup`)
+    parent: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")] | None = None
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")

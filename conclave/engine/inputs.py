@@ -13,6 +13,7 @@ from typing import Any
 
 from conclave.config.settings import Settings
 from conclave.engine.context import cut_notices, load_context
+from conclave.engine.followup import parent_block
 from conclave.engine.interaction import Interaction
 from conclave.scrub import scrub
 from conclave.store.redact import key_values, key_variables
@@ -34,6 +35,9 @@ def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str
     for notice in cut_notices(bundle.sources):
         interaction.warn(notice)
     question, context = settings.question, bundle.text or ""
+    earlier = parent_block(settings)  # a follow-up: the parent's verdict and debate state lead the context
+    if earlier:
+        context = f"{earlier}\n\n{context}" if context else earlier
     sources = [dict(s) for s in bundle.sources]
     if not settings.scrub:
         interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
