@@ -1,0 +1,207 @@
+"""Follow-up questions (``parent=ID``, ``conclave ask``): a new consultation linked to a finished one, whose panel
+sees the parent's verdict, dissent and claims, recorded in the journal, the index, the result and the report.
+
+CLI runs are subprocesses (``python -m conclave``) against the fake provider server; what the providers received
+is read from the fake's recorded requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cli_helpers import clean_env
+
+from conclave import events as ev
+from conclave.store.journal import read_records
+from conclave.store.paths import StoreLayout
+from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.pytest_plugin import FAKE_KEYS
+from conclave.testing.schema_instances import instance_for
+
+CLI = [sys.executable, "-m", "conclave"]
+VERDICT = "Shard by tenant id behind a routing table"
+SECRET = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+async def conclave(home: Path, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *CLI, *args, env=clean_env(home, FAKE_KEYS), cwd=home, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate(stdin)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def judge_says(fake: FakeProviderServer, recommendation: str) -> None:
+    """The judge (gpt-4o) answers every artifact with a sample, its verdict recommending ``recommendation``."""
+    def reply(request: Any) -> Reply:
+        value = instance_for(request.schema)
+        if isinstance(value, dict) and value.get("artifact_type") == "verdict":
+            value["summary" if "summary" in value else "recommendation"] = recommendation  # explore: summary
+        return Reply(json=value)
+    fake.script("gpt-4o", reply)
+
+
+def sent(requests: list[Any]) -> str:
+    return "\n".join(json.dumps(r.json, ensure_ascii=False) for r in requests)
+
+
+def started(home: Path, cid: str) -> dict[str, Any]:
+    records = read_records(StoreLayout(home).journal_path(cid))
+    return next(r for r in records if r["type"] == ev.CONSULTATION_STARTED)["data"]
+
+
+async def ask_parent(home: Path, fake: FakeProviderServer, *extra: str) -> dict[str, Any]:
+    code, out, err = await conclave(home, "Should we shard the database?", *fake.overrides(), "cost.auto_approve=true",
+                                    "output.format=json", "rounds=4", *extra)
+    assert code == 0, err
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+async def test_ask_keeps_the_panel_and_mode_and_shows_the_parent_verdict_and_claims(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        judge_says(fake, VERDICT)
+        parent = await ask_parent(home, fake, "mode=explore", "agents.security.model=gpt-4o-mini")
+        before = len(fake.requests)
+        code, out, err = await conclave(home, "ask", "And what would it cost?", *fake.overrides(),
+                                        "cost.auto_approve=true", "output.format=json", "rounds=2")
+        assert code == 0, err
+        follow_up = json.loads(out)
+        asked = fake.requests[before:]
+    assert follow_up["parent"] == parent["consultation_id"]
+    assert follow_up["mode"] == "explore"  # the parent's mode, not the default converge
+    assert [(a["name"], a["model"]) for a in follow_up["agents"]] == [(a["name"], a["model"]) for a in parent["agents"]]
+    assert any(r.model == "gpt-4o-mini" for r in asked)  # the parent's changed seat answered again
+    text = sent(asked)
+    assert parent["recommendation"] == VERDICT
+    assert f"EARLIER CONSULTATION {parent['consultation_id']}" in text
+    assert f"Verdict (confidence {parent['confidence']:.0%}): {VERDICT}" in text
+    claims = parent["quality"]["state"]["claims"]
+    assert claims and all(f"{c['id']} [{c['label']}, {c['status']}]" in text for c in claims)
+    assert parent["dissent"] and parent["dissent"][0]["concern"] in text
+    # not the raw transcript: the parent's round-1 positions are not sent again
+    positions = {a["position"] for a in parent["artifacts"]["round_1"].values()} - {VERDICT}
+    assert positions and not any(f'"position": "{p}"' in text for p in positions)
+    # linked in the journal's start record and the index
+    assert started(home, follow_up["consultation_id"])["parent"] == parent["consultation_id"]
+    with sqlite3.connect(StoreLayout(home).index_path) as db:
+        rows = dict(db.execute("select id, parent_id from consultations").fetchall())
+        plan = " ".join(str(r) for r in db.execute(
+            "explain query plan select id from consultations where parent_id = 'x'").fetchall())
+    assert rows == {parent["consultation_id"]: None, follow_up["consultation_id"]: parent["consultation_id"]}
+    assert "consultations_parent" in plan
+
+
+async def test_an_override_changes_the_mode_of_a_follow_up(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        parent = await ask_parent(home, fake, "mode=explore")
+        code, out, err = await conclave(home, "What about cost?", f"parent={parent['consultation_id'][:8]}",
+                                        "mode=converge", *fake.overrides(), "cost.auto_approve=true",
+                                        "output.format=json", "rounds=2")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["mode"] == "converge" and result["parent"] == parent["consultation_id"]
+
+
+async def test_a_thread_of_three_shows_in_logs_show_show_and_datasettes_query(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        first = (await ask_parent(home, fake, "rounds=2"))["consultation_id"]
+        ids = [first]
+        for question in ("And the cost?", "And the risk?"):
+            code, out, err = await conclave(home, "ask", ids[-1], question, *fake.overrides(),
+                                            "cost.auto_approve=true", "output.format=json", "rounds=2")
+            assert code == 0, err
+            ids.append(json.loads(out)["consultation_id"])
+    code, out, err = await conclave(home, "logs", "show", ids[1])
+    assert code == 0, err
+    thread = out.split("\nthread (3 consultations", 1)[1].splitlines()[1:]
+    assert [line.split()[0] for line in thread] == ids
+    assert [len(line) - len(line.lstrip()) for line in thread] == [2, 4, 6]  # indented by depth
+    assert "← this one" in thread[1]
+    code, out, err = await conclave(home, "show", ids[2])
+    assert code == 0 and f"Follow-up of {ids[1]}" in out, err
+    code, out, err = await conclave(home, "show", ids[2], "--format", "html")
+    assert code == 0 and f"Follow-up of {ids[1]}" in out, err
+    # Datasette's canned query, run on the index as Datasette runs it
+    metadata = yaml.safe_load((Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml")
+                              .read_text())
+    sql = metadata["databases"]["index"]["queries"]["thread"]["sql"]
+    with sqlite3.connect(StoreLayout(home).index_path) as db:
+        for member in ids:
+            rows = db.execute(sql, {"id": member}).fetchall()
+            assert [(r[0], r[1]) for r in rows] == [(0, ids[0]), (1, ids[1]), (2, ids[2])]
+
+
+async def test_show_prompt_shows_the_parent_block(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        judge_says(fake, VERDICT)
+        parent = (await ask_parent(home, fake))["consultation_id"]
+    code, out, err = await conclave(home, "show-prompt", "1", "And the cost?", f"parent={parent}")
+    assert code == 0, err
+    assert f"EARLIER CONSULTATION {parent}" in out and f"Verdict (confidence" in out and VERDICT in out
+
+
+async def test_the_parent_context_is_scrubbed(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        judge_says(fake, f"Rotate the leaked token {SECRET} first")
+        parent = (await ask_parent(home, fake))["consultation_id"]
+        recorded = json.dumps(read_records(StoreLayout(home).journal_path(parent)))
+        before = len(fake.requests)
+        code, out, err = await conclave(home, "ask", "And then?", *fake.overrides(), "cost.auto_approve=true",
+                                        "output.format=json", "rounds=2")
+        assert code == 0, err
+        asked = sent(fake.requests[before:])
+    assert SECRET in recorded  # the parent's verdict holds it ...
+    assert SECRET not in asked and "[REDACTED_GITHUB_TOKEN]" in asked  # ... the follow-up's panel never sees it
+    assert json.loads(out)["scrub_report"]["total"] >= 1
+
+
+async def test_the_cost_gate_refuses_a_follow_up_over_the_limit_with_nothing_spent(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        parent = (await ask_parent(home, fake))["consultation_id"]
+        before = len(fake.requests)
+        code, out, err = await conclave(home, "ask", parent, "And then?", *fake.overrides(),
+                                        "cost.always_allow_under=0")
+        asked = fake.requests[before:]
+    assert code == 1 and out == ""
+    assert "not started" in err and err.count("\n") == 1, err
+    assert asked == []
+
+
+@pytest.mark.parametrize("case", ["unknown", "ambiguous", "tampered", "unfinished"])
+async def test_a_bad_parent_is_one_line_exit_2_and_nothing_spent(home: Path, case: str) -> None:
+    async with FakeProviderServer() as fake:
+        ids = [(await ask_parent(home, fake, "rounds=1"))["consultation_id"] for _ in range(2)]
+        layout = StoreLayout(home)
+        if case == "unfinished":  # refused by the cost gate: it ended aborted, without a verdict
+            code, _, err = await conclave(home, "Q?", *fake.overrides(), "cost.always_allow_under=0")
+            assert code == 1, err
+            ids[0] = sorted(set(layout.journal_ids()) - set(ids))[0]
+        ref, expected = {"unknown": ("c-nosuch", "parent: no consultation 'c-nosuch'"),
+                         "ambiguous": ("c-", "parent: 'c-' is ambiguous"),
+                         "tampered": (ids[0], f"parent: {ids[0]} fails `conclave logs verify`"),
+                         "unfinished": (ids[0], f"parent: {ids[0]} has no verdict")}[case]
+        path = layout.journal_path(ids[0])
+        if case == "tampered":  # an edited record: the hash chain breaks
+            path.write_text(path.read_text().replace("Should we shard", "Should we NOT shard", 1))
+        before = len(fake.requests)
+        journals = sorted(layout.journal_dir.glob("*.jsonl"))
+        code, out, err = await conclave(home, "ask", ref, "And then?", *fake.overrides(), "cost.auto_approve=true")
+        assert fake.requests[before:] == []
+        assert sorted(layout.journal_dir.glob("*.jsonl")) == journals  # no journal started either
+    assert code == 2 and out == ""
+    assert err.startswith(f"conclave: {expected}") and err.count("\n") == 1 and "Traceback" not in err, err
