@@ -205,3 +205,36 @@ async def test_a_bad_parent_is_one_line_exit_2_and_nothing_spent(home: Path, cas
         assert sorted(layout.journal_dir.glob("*.jsonl")) == journals  # no journal started either
     assert code == 2 and out == ""
     assert err.startswith(f"conclave: {expected}") and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+async def test_a_killed_follow_up_resumes_as_a_follow_up(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        parent = (await ask_parent(home, fake))["consultation_id"]
+        for model in ("gpt-4o", "claude-sonnet-4-5", "gemini-2.5-pro"):  # slow enough to be killed inside round 2
+            fake.script(model, lambda request: Reply(json=instance_for(request.schema), latency=0.5))
+        process = await asyncio.create_subprocess_exec(
+            *CLI, "ask", parent, "And then?", *fake.overrides(), "cost.auto_approve=true", "rounds=4",
+            env=clean_env(home, FAKE_KEYS), cwd=home,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        layout = StoreLayout(home)
+        child = None
+        for _ in range(3000):
+            child = next((i for i in layout.journal_ids() if i != parent), None)
+            records = read_records(layout.journal_path(child)) if child else []
+            if any(r["type"] == ev.ROUND_STARTED and r["data"]["round_number"] == 2 for r in records):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.25)
+        process.kill()
+        await process.wait()
+        assert child is not None
+        before = len(fake.requests)
+        code, _, err = await conclave(home, "resume", child)
+        resumed = fake.requests[before:]
+    assert code == 0, err
+    records = read_records(StoreLayout(home).journal_path(child))
+    final = next(r for r in records if r["type"] == ev.CONSULTATION_COMPLETED)["data"]
+    assert final["status"] == "complete" and final["result"]["parent"] == parent
+    starts = [r["data"] for r in records if r["type"] == ev.CONSULTATION_STARTED]
+    assert len(starts) == 2 and all(s["parent"] == parent for s in starts)
+    assert resumed and f"EARLIER CONSULTATION {parent}" in sent(resumed)  # the resumed rounds still see it
