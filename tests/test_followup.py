@@ -16,10 +16,13 @@ from typing import Any
 import pytest
 import yaml
 from cli_helpers import clean_env
+from test_engine_support import QUESTION, script_panel
+from test_web import TOKEN, _client, _form_starter, _hidden
 
 from conclave import events as ev
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
@@ -238,3 +241,41 @@ async def test_a_killed_follow_up_resumes_as_a_follow_up(home: Path) -> None:
     starts = [r["data"] for r in records if r["type"] == ev.CONSULTATION_STARTED]
     assert len(starts) == 2 and all(s["parent"] == parent for s in starts)
     assert resumed and f"EARLIER CONSULTATION {parent}" in sent(resumed)  # the resumed rounds still see it
+
+
+async def test_the_live_views_follow_up_form_starts_a_follow_up_through_the_guarded_path(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    recorder = Recorder(conclave_env, index=False)
+    starter = _form_starter(fake, conclave_env, recorder, "cost.auto_approve=true")
+    client = await _client(conclave_env, feeds=starter.feeds, starter=starter.starter())
+    layout = StoreLayout(conclave_env)
+    try:
+        csrf = _hidden(await (await client.get(f"/?token={TOKEN}")).text(), "csrf")
+        started_parent = await client.post("/consult", allow_redirects=False,
+                                           data={"question": QUESTION, "rounds": "4", "mode": "explore", "csrf": csrf})
+        assert started_parent.status == 303
+        parent = started_parent.headers["Location"].removeprefix("/c/")
+        await asyncio.gather(*starter.tasks)
+        page = await (await client.get(f"/c/{parent}")).text()
+        assert f"action='/c/{parent}/follow-up'" in page and _hidden(page, "csrf") == csrf
+        port = client.server.port
+        form = {"question": "And what would it cost?", "csrf": csrf}
+        journals = set(layout.journal_ids())
+        for headers, data in (({"Origin": f"http://127.0.0.1:{port + 1}"}, form),
+                              ({"Sec-Fetch-Site": "cross-site"}, form), ({}, {**form, "csrf": "x"})):
+            assert (await client.post(f"/c/{parent}/follow-up", data=data, headers=headers)).status == 403
+        assert (await client.post(f"/c/{parent}/follow-up", data={**form, "question": " "})).status == 400
+        assert (await client.post("/c/c-nosuch/follow-up", data=form)).status == 404
+        assert set(layout.journal_ids()) == journals  # none of those started anything
+        asked = await client.post(f"/c/{parent}/follow-up", data=form, allow_redirects=False)
+        assert asked.status == 303
+        child = asked.headers["Location"].removeprefix("/c/")
+        await asyncio.gather(*starter.tasks)
+    finally:
+        recorder.close()
+        await client.close()
+    data = started(conclave_env, child)
+    assert data["parent"] == parent and data["mode"] == "explore" and data["question"] == "And what would it cost?"
