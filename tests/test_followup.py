@@ -17,6 +17,7 @@ import pytest
 import yaml
 from cli_helpers import clean_env
 from test_engine_support import QUESTION, script_panel
+from test_mcp import mcp_session, text_of
 from test_web import TOKEN, _client, _form_starter, _hidden
 
 from conclave import events as ev
@@ -279,3 +280,19 @@ async def test_the_live_views_follow_up_form_starts_a_follow_up_through_the_guar
         await client.close()
     data = started(conclave_env, child)
     assert data["parent"] == parent and data["mode"] == "explore" and data["question"] == "And what would it cost?"
+
+
+async def test_mcp_conclave_continue_asks_a_follow_up(home: Path, fake_provider_server: FakeProviderServer) -> None:
+    fake = fake_provider_server
+    judge_says(fake, VERDICT)
+    parent = (await ask_parent(home, fake, "mode=explore"))["consultation_id"]
+    before = len(fake.requests)
+    async with mcp_session(home, fake) as session:
+        result = await session.call_tool("conclave_continue", {
+            "question": "And what would it cost?", "overrides": ["rounds=2"], "max_cost": 100, "format": "json"})
+        bad = await session.call_tool("conclave_continue", {"id": "c-nosuch", "question": "Q?", "max_cost": 100})
+    assert not result.isError, text_of(result)
+    data = json.loads(text_of(result))
+    assert data["parent"] == parent and data["mode"] == "explore"
+    assert VERDICT in sent(fake.requests[before:])
+    assert bad.isError and text_of(bad).startswith("parent: no consultation 'c-nosuch'")
