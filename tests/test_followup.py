@@ -156,7 +156,7 @@ async def test_show_prompt_shows_the_parent_block(home: Path) -> None:
         parent = (await ask_parent(home, fake))["consultation_id"]
     code, out, err = await conclave(home, "show-prompt", "1", "And the cost?", f"parent={parent}")
     assert code == 0, err
-    assert f"EARLIER CONSULTATION {parent}" in out and f"Verdict (confidence" in out and VERDICT in out
+    assert f"EARLIER CONSULTATION {parent}" in out and "Verdict (confidence" in out and VERDICT in out
 
 
 async def test_the_parent_context_is_scrubbed(home: Path) -> None:
