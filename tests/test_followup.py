@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cli_helpers import clean_env
+from datasette.app import Datasette
 from test_engine_support import QUESTION, script_panel
 from test_mcp import mcp_session, text_of
 from test_web import TOKEN, _client, _form_starter, _hidden
@@ -140,14 +140,13 @@ async def test_a_thread_of_three_shows_in_logs_show_show_and_datasettes_query(ho
     assert code == 0 and f"Follow-up of {ids[1]}" in out, err
     code, out, err = await conclave(home, "show", ids[2], "--format", "html")
     assert code == 0 and f"Follow-up of {ids[1]}" in out, err
-    # Datasette's canned query, run on the index as Datasette runs it
-    metadata = yaml.safe_load((Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml")
-                              .read_text())
-    sql = metadata["databases"]["index"]["queries"]["thread"]["sql"]
-    with sqlite3.connect(StoreLayout(home).index_path) as db:
-        for member in ids:
-            rows = db.execute(sql, {"id": member}).fetchall()
-            assert [(r[0], r[1]) for r in rows] == [(0, ids[0]), (1, ids[1]), (2, ids[2])]
+    # Datasette's canned query "thread", from any consultation of the thread
+    datasette = Datasette([str(StoreLayout(home).index_path)])
+    for member in ids:
+        response = await datasette.client.get(f"/index/thread.json?_shape=array&id={member}")
+        assert response.status_code == 200, response.text
+        assert [(r["depth"], r["id"], r["parent_id"]) for r in response.json()] == [
+            (0, ids[0], None), (1, ids[1], ids[0]), (2, ids[2], ids[1])]
 
 
 async def test_show_prompt_shows_the_parent_block(home: Path) -> None:
