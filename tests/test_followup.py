@@ -295,3 +295,17 @@ async def test_mcp_conclave_continue_asks_a_follow_up(home: Path, fake_provider_
     assert data["parent"] == parent and data["mode"] == "explore"
     assert VERDICT in sent(fake.requests[before:])
     assert bad.isError and text_of(bad).startswith("parent: no consultation 'c-nosuch'")
+
+
+async def test_a_parent_journal_the_system_cannot_read_is_one_line_exit_1(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        parent = (await ask_parent(home, fake, "rounds=1"))["consultation_id"]
+        path = StoreLayout(home).journal_path(parent)
+        path.unlink()
+        path.mkdir()  # where the journal should be, something the system will not read as a file
+        before = len(fake.requests)
+        code, out, err = await conclave(home, "ask", parent, "And then?", *fake.overrides(),
+                                        "cost.auto_approve=true")
+        assert fake.requests[before:] == []
+    assert code == 1 and out == ""
+    assert err.startswith(f"conclave: parent: cannot read the journal of {parent}: ") and err.count("\n") == 1, err
