@@ -106,6 +106,7 @@ async def test_ask_keeps_the_panel_and_mode_and_shows_the_parent_verdict_and_cla
         rows = dict(db.execute("select id, parent_id from consultations").fetchall())
         plan = " ".join(str(r) for r in db.execute(
             "explain query plan select id from consultations where parent_id = 'x'").fetchall())
+    assert follow_up["context_sources"][0]["path"] == f"consultation {parent['consultation_id']}"  # the report says it
     assert rows == {parent["consultation_id"]: None, follow_up["consultation_id"]: parent["consultation_id"]}
     assert "consultations_parent" in plan
 

@@ -35,10 +35,13 @@ def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str
     for notice in cut_notices(bundle.sources):
         interaction.warn(notice)
     question, context = settings.question, bundle.text or ""
+    sources = [dict(s) for s in bundle.sources]
     earlier = parent_block(settings)  # a follow-up: the parent's verdict and debate state lead the context
     if earlier:
         context = f"{earlier}\n\n{context}" if context else earlier
-    sources = [dict(s) for s in bundle.sources]
+        size = len(earlier.encode("utf-8"))
+        sources.insert(0, {"path": f"consultation {settings.parent}", "bytes": size, "sent": size,
+                           "truncated": False, "kind": "parent", "omitted": None})
     if not settings.scrub:
         interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
         return Inputs(question, context, {"total": 0, "by_type": {}}, sources)
