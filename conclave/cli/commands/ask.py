@@ -29,6 +29,8 @@ def run(argv: list[str]) -> int:
     elif len(words) == 2:
         parent, question = words
     elif len(words) == 1:
+        if words[0] in StoreLayout(default_home()).journal_ids():  # an id alone: the question was forgotten
+            raise UsageError(f"the follow-up question of {words[0]} is missing ({USAGE})")
         parent, question = None, words[0]
     elif not words:
         raise UsageError(f"the follow-up question is missing ({USAGE})")
