@@ -56,9 +56,8 @@ class ContextBundle:
     """The context text sent with every prompt, and where each part came from.
 
     ``sources`` entries: ``{path, bytes, sent, truncated, kind, omitted}`` where ``kind`` is ``context_file``,
-    ``project_file``, ``stdin`` or ``parent`` (a follow-up's block, added by :mod:`conclave.engine.inputs`),
-    ``bytes`` is the size on disk, ``sent`` how many of those bytes (from the start) are in the prompt, and
-    ``omitted`` is null or why it was left out.
+    ``project_file`` or ``stdin``, ``bytes`` is the size on disk, ``sent`` how many of those bytes (from the start)
+    are in the prompt, and ``omitted`` is null or why it was left out.
     """
 
     text: str = ""
