@@ -30,7 +30,8 @@ class Inputs:
 def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str | None = None,
                    environ: Mapping[str, str] | None = None) -> Inputs:
     """Load the context (raises ``ConfigError`` for a bad file) and scrub question and context of secrets and of
-    the provider key values set in ``environ`` (the process environment by default)."""
+    the provider key values set in ``environ`` (the process environment by default). A follow-up's parent block
+    (:func:`conclave.engine.followup.parent_block`) leads the context, listed as a source of kind ``parent``."""
     bundle = load_context(settings, stdin_text)
     for notice in cut_notices(bundle.sources):
         interaction.warn(notice)
