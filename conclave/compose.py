@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from conclave.cli.panel import offline_panel_blocked, zero_config_overrides
 from conclave.config.home import default_home
 from conclave.config.settings import Settings, check_against_plugins, settings_from_dictconfig
+from conclave.engine.followup import with_parent
 from conclave.errors import ConfigError
 from conclave.plugin_manager import get_plugins
 from conclave.quoting import SHELL_COMPLETION_HINT, hydra_quote
@@ -111,7 +112,7 @@ def compose_settings(question: str, overrides: Sequence[str] = (), plugins: Any 
         if message is None:
             raise
         raise ConfigError([message]) from exc
-    settings = settings_from_dictconfig(cfg)
+    settings = with_parent(settings_from_dictconfig(cfg), overrides)
     check_against_plugins(settings, plugins)
     return settings
 

@@ -20,7 +20,7 @@ RESULT_KEYS = {
     "confidence", "dissent", "concerns", "early_termination", "cost", "tokens", "token_efficiency_stats",
     "substitutions", "scrub_report", "context_sources", "prompt_versions", "judge_labels", "shuffle_seed",
     "absent_agents", "abort_reason", "config_hash", "transitions", "quality", "safety", "exit", "context", "escalated",
-    "peer_labels", "anti_conformity", "vote_gate", "final_aggregate",
+    "peer_labels", "anti_conformity", "vote_gate", "final_aggregate", "parent",
 }
 
 

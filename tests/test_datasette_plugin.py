@@ -232,13 +232,16 @@ def check_groupthink(home: Path, journals: dict[str, list[dict[str, Any]]]) -> N
 # over evaluation runs: checked against eval runs in tests/test_eval_cli.py (these journals hold none)
 EVAL_QUERIES = {"eval_runs_overview", "eval_accuracy_vs_cost", "eval_sweep_by_value", "eval_lost_answers"}
 
+# over a thread of follow-up questions: checked in tests/test_followup.py (these journals hold none)
+FOLLOW_UP_QUERIES = {"thread"}
+
 CHECKS = {name[len("check_"):]: fn for name, fn in dict(globals()).items() if name.startswith("check_")}
 
 
 def test_every_canned_query_has_a_check() -> None:
     from conclave.datasette_plugin import _metadata_template
 
-    assert set(_metadata_template()["databases"]["index"]["queries"]) == set(CHECKS) | EVAL_QUERIES
+    assert set(_metadata_template()["databases"]["index"]["queries"]) == set(CHECKS) | EVAL_QUERIES | FOLLOW_UP_QUERIES
 
 
 @pytest.mark.parametrize("query", sorted(CHECKS))

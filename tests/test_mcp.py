@@ -38,8 +38,8 @@ from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
 
 HEARTBEAT_S = 0.15
-TOOLS = {"conclave_consult", "conclave_resume", "conclave_sessions", "conclave_show", "conclave_stats",
-         "conclave_verify", "conclave_export_record"}
+TOOLS = {"conclave_consult", "conclave_continue", "conclave_resume", "conclave_sessions", "conclave_show",
+         "conclave_stats", "conclave_verify", "conclave_export_record"}
 ROUND_TITLE = re.compile(r"^Round (\d)")
 CLIENT = Implementation(name="test-agent", version="1.0")
 
@@ -127,7 +127,7 @@ async def test_lists_every_tool_with_schemas_and_the_resource_templates(
     # the tools that only read the store say so (a client may call them without asking); consult/resume spend
     read_only = {t.name for t in tools if t.annotations and t.annotations.readOnlyHint
                  and t.annotations.openWorldHint is False}
-    assert read_only == TOOLS - {"conclave_consult", "conclave_resume"}
+    assert read_only == TOOLS - {"conclave_consult", "conclave_continue", "conclave_resume"}
     consult = next(t for t in tools if t.name == "conclave_consult")
     verdict = consult.outputSchema["properties"]["verdict"]
     assert {s.get("title") for s in verdict["anyOf"]} >= {"Round 4 · Verdict (converge)"}

@@ -35,6 +35,7 @@ SUBCOMMANDS = {
     "browse": "conclave.cli.commands.browse",
     "index": "conclave.cli.commands.index",
     "resume": "conclave.cli.commands.resume",
+    "ask": "conclave.cli.commands.ask",
     "show-prompt": "conclave.cli.commands.show_prompt",
     "show": "conclave.cli.commands.show",
     "export": "conclave.cli.commands.audit_export",

@@ -179,7 +179,7 @@ def zero_config_overrides(overrides: Sequence[str], environ: Mapping[str, str], 
     ``agents.NAME.model=M`` / ``judge.model=M`` without its ``provider``, the provider whose price sheet lists
     ``M`` (the panel's provider would not serve that model: the offline panel would run Gemma under its name).
     """
-    if picks_panel(overrides) or _user_settings_pick_panel(home):
+    if picks_panel(overrides) or _user_settings_pick_panel(home) or is_follow_up(overrides):
         return []
     option = choose_panel(environ)
     added = [] if option is None else [f"agents={option}"]
@@ -195,6 +195,11 @@ def zero_config_overrides(overrides: Sequence[str], environ: Mapping[str, str], 
         if provider is not None and f"{seat}.provider" not in keys:
             added.append(f"{seat}.provider={provider}")
     return added
+
+
+def is_follow_up(overrides: Sequence[str]) -> bool:
+    """Whether ``overrides`` make a follow-up (``parent=ID``): its panel is its parent's, not the keys' choice."""
+    return any(o.startswith("parent=") and o not in ("parent=null", "parent=") for o in overrides)
 
 
 def provider_listing(model: str) -> str | None:

@@ -14,6 +14,7 @@ import yaml
 from conclave.cli.panel import LOCAL_PANEL_NOTICE
 from conclave.config.home import default_home
 from conclave.config.settings import check_against_plugins
+from conclave.engine.followup import with_parent
 from conclave.errors import ConclaveError, ConfigError
 from conclave.events import CONSULTATION_STARTED
 from conclave.plugin_manager import get_plugins
@@ -35,6 +36,10 @@ def run_task(make_settings: Callable[[], Any], given_overrides: Callable[[], Seq
     try:
         try:
             settings = make_settings()
+        except ConfigError as exc:
+            raise ConfigError(name_user_settings(exc.problems, given_overrides)) from None
+        settings = with_parent(settings, given_overrides())  # a follow-up keeps its parent's panel and mode
+        try:
             check_against_plugins(settings, get_plugins())
         except ConfigError as exc:
             raise ConfigError(name_user_settings(exc.problems, given_overrides)) from None

@@ -375,6 +375,9 @@ class Settings(StrictModel):
     selective: SelectiveSettings = Field(default_factory=SelectiveSettings)
     #: the registered aggregator that turns round-1 answers into one (null: the mode's default)
     aggregator: Name | None = None
+    #: a follow-up: the consultation (id or unique prefix) this one continues; its panel and mode are kept unless
+    #: overridden, and the panel sees its verdict, dissent and debate state (:mod:`conclave.engine.followup`)
+    parent: str | None = None
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")
@@ -407,6 +410,16 @@ class Settings(StrictModel):
                              f"{provider if provider is not None else model!r}")
         best = max(candidates, key=lambda s: (candidates.count(s), -candidates.index(s)))
         return {**data, "judge": {**judge, "provider": best[0], "model": best[1]}}
+
+    @field_validator("parent", mode="before")
+    @classmethod
+    def _parent_is_an_id(cls, value: Any) -> Any:
+        # it names a journal file: the id alphabet only, so it can never leave the journal directory
+        if value is not None and not (isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}",
+                                                                               value)):
+            raise ValueError("parent: must be a consultation id or unique prefix (letters, digits, '_', '.', '-'); "
+                             "`conclave logs list` shows them")
+        return value
 
     @field_validator("agents")
     @classmethod

@@ -170,6 +170,7 @@ def assemble_result(
         transitions=[TransitionRecord.model_validate(t.as_dict()) for t in machine.transitions],
         vote_gate=record.vote_gate,
         final_aggregate=record.final_aggregate,
+        parent=session.settings.parent,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from conclave.config.settings import Settings
 from conclave.engine.context import cut_notices, load_context
+from conclave.engine.followup import parent_block
 from conclave.engine.interaction import Interaction
 from conclave.providers.base import ImagePart
 from conclave.scrub import scrub
@@ -31,12 +32,19 @@ class Inputs:
 def prepare_inputs(settings: Settings, interaction: Interaction, stdin_text: str | None = None,
                    environ: Mapping[str, str] | None = None) -> Inputs:
     """Load the context (raises ``ConfigError`` for a bad file) and scrub question and context of secrets and of
-    the provider key values set in ``environ`` (the process environment by default)."""
+    the provider key values set in ``environ`` (the process environment by default). A follow-up's parent block
+    (:func:`conclave.engine.followup.parent_block`) leads the context, listed as a source of kind ``parent``."""
     bundle = load_context(settings, stdin_text)
     for notice in cut_notices(bundle.sources):
         interaction.warn(notice)
     question, context = settings.question, bundle.text or ""
     sources = [dict(s) for s in bundle.sources]
+    earlier = parent_block(settings)  # a follow-up: the parent's verdict and debate state lead the context
+    if earlier:
+        context = f"{earlier}\n\n{context}" if context else earlier
+        size = len(earlier.encode("utf-8"))
+        sources.insert(0, {"path": f"consultation {settings.parent}", "bytes": size, "sent": size,
+                           "truncated": False, "kind": "parent", "omitted": None})
     if not settings.scrub:
         interaction.warn("scrub=false: the question and context are sent to the providers unscrubbed")
         return Inputs(question, context, {"total": 0, "by_type": {}}, sources, bundle.images)

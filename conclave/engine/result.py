@@ -180,6 +180,8 @@ class ConsultationResult(_Frozen):
     final_aggregate: dict[str, Any] | None = None
     #: context tokens per round, with and without summarization (:mod:`conclave.quality.summarize`)
     context: dict[str, Any] | None = None
+    #: the consultation this one follows up on (``parent=ID``); None for a fresh question and in older results
+    parent: str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -731,6 +731,7 @@ class Consultation:
             resumed_rounds=resumed_rounds(self.resume_from),
             anchors=dict(session.quality.anchors),
             verification_questions=[q.id for q in session.quality.questions],
+            parent=settings.parent,  # a follow-up: the consultation it continues
         )
 
 

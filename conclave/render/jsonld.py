@@ -26,6 +26,7 @@ CONTEXT: dict[str, Any] = {
     "created_at": {"@id": "schema:dateCreated", "@type": "xsd:dateTime"},
     "completed_at": {"@id": "schema:endTime", "@type": "xsd:dateTime"},
     "recommendation": "schema:result",
+    "parent": "schema:isBasedOn",
     "artifacts": {"@type": "@json"},
     "judge_labels": {"@type": "@json"},
     "prompt_versions": {"@type": "@json"},

@@ -94,6 +94,8 @@ def _header(result: Mapping[str, Any], label: str) -> list[Node]:
     if result.get("consultation_id"):
         facts.append(f"id {result['consultation_id']}")
     nodes: list[Node] = [Note(str(result.get("question") or ""), tone="info", label="Question:")]
+    if result.get("parent"):  # a follow-up question: the consultation it continues
+        nodes.append(Para(f"Follow-up of {result['parent']}", muted=True))
     escalation = escalation_banner(result)
     if escalation is not None:
         nodes.insert(0, escalation)  # the first thing a reader sees

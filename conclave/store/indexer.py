@@ -314,7 +314,7 @@ def _started(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d
         judge_provider=judge.get("provider"), judge_model=judge.get("model"), config_hash=config_hash,
         prompt_versions=_json(get("prompt_versions")), conclave_version=get("conclave_version"),
         shuffle_seed=get("shuffle_seed"), secrets_scrubbed=scrub.get("total"),
-        origin=get("origin"), client_name=(get("client") or {}).get("name"),
+        origin=get("origin"), client_name=(get("client") or {}).get("name"), parent_id=get("parent"),
     )
     rows = b.rows["agents"]
     anchors = get("anchors") or {}

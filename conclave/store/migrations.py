@@ -449,3 +449,11 @@ def m018_vote_gate(db: Any) -> None:
         for column, kind in (("accuracy", float), ("ci_low", float), ("ci_high", float), ("cost", float),
                              ("tokens", int), ("wall_s", float)):
             db["eval_runs"].add_column(f"{name}_{column}", kind)
+
+
+@migrations()
+def m019_followup_parent(db: Any) -> None:
+    # A follow-up question (``parent=ID``) is a consultation of its own linked to the one it continues; the index
+    # finds a consultation's children by this column (``logs show`` and Datasette's thread).
+    db["consultations"].add_column("parent_id", str)
+    db.execute("create index if not exists consultations_parent on consultations (parent_id)")

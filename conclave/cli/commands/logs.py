@@ -18,6 +18,7 @@ from conclave.store.journal import live_status, read_journal, read_records
 from conclave.store.paths import StoreLayout, default_home
 from conclave.store.resume_points import spent
 from conclave.store.sqlite_index import connect, settle_killed_rounds
+from conclave.store.threads import thread
 from conclave.store.verify import check_headed, check_journal, mark_closed_journals, verify_store
 
 
@@ -159,7 +160,21 @@ def _show(layout: StoreLayout, cid: str, as_json: bool) -> int:
         print(f"recommendation: {result.get('recommendation')}")
     elif records:
         print(f"\n{_unfinished(layout, cid, records)}")
+    _print_thread(layout, cid)
     return 0
+
+
+def _print_thread(layout: StoreLayout, cid: str) -> None:
+    """The follow-up thread ``cid`` belongs to (what it follows up on, and its follow-ups), indented by depth."""
+    rows = thread(layout, cid)
+    if not rows:
+        return
+    print(f"\nthread ({len(rows)} consultations, follow-ups indented):")
+    for row in rows:
+        here = "  ← this one" if row["id"] == cid else ""
+        question = (row["question"] or "").replace("\n", " ")
+        question = question[:60] + ("…" if len(question) > 60 else "")
+        print(f"  {'  ' * row['depth']}{row['id']}  {row['status'] or '-':<18} {question}{here}")
 
 
 def _unfinished(layout: StoreLayout, cid: str, records: list[dict[str, Any]]) -> str:
@@ -185,7 +200,8 @@ def _unfinished(layout: StoreLayout, cid: str, records: list[dict[str, Any]]) ->
 def describe(type_: str, d: dict[str, Any]) -> str:
     """One line of the interesting payload of a record, for ``logs show``."""
     if type_ == "consultation:started":
-        return f"{d.get('mode')} · {len(d.get('agents') or [])} agents · {d.get('question')!r}"
+        follow_up = f" · follow-up of {d['parent']}" if d.get("parent") else ""
+        return f"{d.get('mode')} · {len(d.get('agents') or [])} agents · {d.get('question')!r}{follow_up}"
     if type_ == "state:transition":
         return f"{d.get('from')} → {d.get('to')} ({d.get('reason')})"
     if type_ in ("round:started", "round:completed"):

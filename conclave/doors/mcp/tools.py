@@ -376,6 +376,37 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         return result_content(consultation.result.as_dict(), format)
 
     @mcp.tool(
+        name="conclave_continue",
+        title="Ask a follow-up question",
+        description=(
+            "Ask a follow-up of a finished consultation: a new consultation linked to it (parent), run by the same "
+            "panel and mode unless overrides change them, whose panel sees the earlier verdict, dissent and claims. "
+            "Same answer, progress and cost gate as conclave_consult."
+        ),
+        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
+                                    openWorldHint=True),
+        structured_output=True,
+    )
+    async def conclave_continue(
+        ctx: Context[Any, Any, Any],
+        question: Annotated[str, Field(description="The follow-up question, sent verbatim (after scrubbing).")],
+        id: Annotated[str | None, Field(description=(
+            "The consultation to follow up: id or unique prefix; default: the most recent one."))] = None,
+        overrides: Annotated[list[str] | None, Field(description=(
+            "Hydra overrides as for conclave_consult, e.g. [\"mode=explore\"]."))] = None,
+        format: Annotated[Literal["markdown", "json", "both"], Field(description=(
+            "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
+        max_cost: Annotated[float | None, Field(ge=0, description=(
+            "Approve spending up to this many dollars (estimate) without asking."))] = None,
+    ) -> Annotated[CallToolResult, ConsultOutput]:
+        ids = layout.journal_ids()
+        if not id and not ids:
+            raise ToolError(f"no consultation to follow up in {layout.journal_dir}")
+        parent = id or ids[-1]
+        return await conclave_consult(ctx, question, overrides=[*(overrides or []), f"parent={hydra_quote(parent)}"],
+                                      format=format, max_cost=max_cost)
+
+    @mcp.tool(
         name="conclave_resume",
         title="Resume an interrupted consultation",
         description=(

@@ -131,6 +131,7 @@ def make_app(home: Path, token: str, feeds: Feeds | None = None, starter: Starte
     app.router.add_post("/consult", _consult)
     app.router.add_post("/approve", _approve)
     app.router.add_get("/c/{id}", _consultation)
+    app.router.add_post("/c/{id}/follow-up", _follow_up)
     app.router.add_get("/c/{id}/events", _events)
     app.router.add_get("/c/{id}/report", _report)
     return app
@@ -239,6 +240,21 @@ async def _consult(request: web.Request) -> web.Response:
     return _outcome(request, outcome, question, picked)
 
 
+async def _follow_up(request: web.Request) -> web.Response:
+    """"Ask a follow-up" on a consultation's page: a new consultation with ``parent=ID``, started as ``/consult``
+    starts one (CSRF, origin, the guard on values, the cost gate)."""
+    cid = _known(request)
+    posted = await _posted(request)
+    if isinstance(posted, web.Response):
+        return posted
+    starter, form = posted
+    question = str(form.get("question", "")).strip()
+    if not question:
+        return _html(index_page([], **_form_args(request), error="Ask a follow-up question first."), 400)
+    outcome = await starter.start(question, [f"parent={cid}"])
+    return _outcome(request, outcome, question, {})
+
+
 async def _approve(request: web.Request) -> web.Response:
     posted = await _posted(request)
     if isinstance(posted, web.Response):
@@ -291,7 +307,9 @@ def _known(request: web.Request) -> str:
 
 
 async def _consultation(request: web.Request) -> web.Response:
-    return _html(consultation_page(_known(request)))
+    cid = _known(request)
+    csrf = csrf_token(request.app[SETTINGS_KEY].token) if request.app[STARTER_KEY] else None
+    return _html(consultation_page(cid, csrf))
 
 
 async def _report(request: web.Request) -> web.Response:

@@ -261,12 +261,20 @@ def report_unavailable_page(consultation_id: str) -> str:
                  "<p><a href='/'>all consultations</a></p></main>")
 
 
-def consultation_page(consultation_id: str) -> str:
+def consultation_page(consultation_id: str, csrf: str | None = None) -> str:
+    """The live page of one consultation; with ``csrf`` (a server that starts consultations) it ends with the
+    "Ask a follow-up" form, posted to ``/c/ID/follow-up``."""
+    cid = html.escape(consultation_id)
+    follow_up = "" if csrf is None else (
+        f"<form method=post action='/c/{cid}/follow-up' class=follow-up>"
+        f"<input type=hidden name=csrf value='{html.escape(csrf)}'>"
+        "<label>Ask a follow-up (same panel and mode; the panel sees this verdict and its claims)<br>"
+        "<textarea name=question rows=2 required></textarea></label><br><button type=submit>Ask</button></form>")
     body = (
         "<header><h1 id=question>…</h1><div class=sub><span id=panel></span> · <span id=status class=status>"
-        f"running</span> · <span id=conn>connecting…</span> · <a href='/c/{html.escape(consultation_id)}/report'>"
+        f"running</span> · <span id=conn>connecting…</span> · <a href='/c/{cid}/report'>"
         "report</a> · <a href='/'>all consultations</a></div></header>"
-        "<main><div id=rounds></div><div id=verdict></div></main>"
+        f"<main><div id=rounds></div><div id=verdict></div>{follow_up}</main>"
         f"<script>{_SCRIPT}</script>{toy_banner_script()}"
     )
     return _page(f"conclave · {consultation_id}", body, f" data-id='{html.escape(consultation_id)}'")
