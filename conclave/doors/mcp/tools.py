@@ -1,4 +1,5 @@
-"""The MCP server: conclave's tools and resources on the official SDK (FastMCP), over stdio or Streamable HTTP.
+"""The MCP server: conclave's tools, resources and prompts on the official SDK (MCPServer, mcp 2.x), over stdio or
+Streamable HTTP, for clients of the 2025 revisions (initialize handshake) and of 2026-07-28 (stateless).
 
 Tools run the same composition, validation, scrubbing, cost gate and journal as the CLI; errors come back as tool
 errors of one line per problem, naming the key and what is allowed.
@@ -17,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAnnotations
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ClientCapabilities, ElicitationCapability, Resource, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from conclave.compose import hydra_quote
@@ -86,29 +87,30 @@ class ServerConfig:
         return Door("an MCP client", self.roots, tuple(self.base_overrides))
 
 
-class ConclaveMCP(FastMCP):
-    """FastMCP whose resource list also names the most recent consultations, whose ``serverInfo`` carries conclave's
+AnyFunction = Callable[..., Any]
+
+
+class ConclaveMCP(MCPServer):
+    """MCPServer whose resource list also names the most recent consultations, whose ``serverInfo`` carries conclave's
     version, and whose tools refuse unknown arguments and answer a bad one in one line."""
 
     def __init__(self, config: ServerConfig, **kwargs: Any) -> None:
-        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", **kwargs)
+        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__, **kwargs)
         self.config = config
-        # FastMCP 1.x takes no version; its protocol server reports this one in serverInfo (the SDK's otherwise)
-        self._mcp_server.version = __version__
-        self._arguments: dict[str, list[str]] = {}
+        self.arguments: dict[str, list[str]] = {}
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        if not self._arguments:
-            self._arguments = {t.name: list(t.inputSchema.get("properties", {})) for t in await self.list_tools()}
-        allowed = self._arguments.get(name)
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if not self.arguments:
+            self.arguments = {t.name: list(t.input_schema.get("properties", {})) for t in await self.list_tools()}
+        allowed = self.arguments.get(name)
         unknown = sorted(set(arguments) - set(allowed)) if allowed is not None else []
         if unknown:
             raise ToolError(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} "
                             f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed or [])}")
         try:
-            return await super().call_tool(name, arguments)
+            return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            # FastMCP prefixes every failure with "Error executing tool NAME:"; ours already say what went wrong
+            # MCPServer prefixes every failure with "Error executing tool NAME:"; ours already say what went wrong
             cause = exc.__cause__
             if isinstance(cause, ValidationError):
                 raise ToolError(argument_errors(cause)) from None
@@ -126,11 +128,11 @@ class ConclaveMCP(FastMCP):
         for row in rows:
             question = (row["question"] or "").replace("\n", " ")
             listed.append(Resource(
-                uri=f"conclave://consultations/{row['id']}",  # type: ignore[arg-type]
+                uri=f"conclave://consultations/{row['id']}",
                 name=row["id"],
                 title=question[:80] or row["id"],
                 description=f"{row['status']} · {row['mode']} · started {row['started_at']}",
-                mimeType="application/json",
+                mime_type="application/json",
             ))
         return listed
 
@@ -140,7 +142,7 @@ class ConclaveMCP(FastMCP):
 
 def text_result(text: str, data: dict[str, Any]) -> CallToolResult:
     """A read-only tool's answer: ``text`` for the model to read, ``data`` as its structured content."""
-    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def argument_errors(exc: ValidationError) -> str:
@@ -200,20 +202,20 @@ def param_overrides(*, mode: str | None, rounds: int | None, quick: bool | None,
     return out
 
 
-def client_info(ctx: Context[Any, Any, Any]) -> dict[str, Any] | None:
+def client_info(ctx: Context[Any, Any]) -> dict[str, Any] | None:
     try:
         params = ctx.session.client_params
     except Exception:
         return None
     if params is None:
         return None
-    return {"name": params.clientInfo.name, "version": params.clientInfo.version}
+    return {"name": params.client_info.name, "version": params.client_info.version}
 
 
-def progress_reporter(ctx: Context[Any, Any, Any]) -> Any:
+def progress_reporter(ctx: Context[Any, Any]) -> Any:
     """``ctx.report_progress`` when the client asked for progress (gave a token), else None."""
     meta = ctx.request_context.meta
-    if meta is None or meta.progressToken is None:
+    if meta is None or meta.get("progress_token") is None:
         return None
     return ctx.report_progress
 
@@ -239,7 +241,7 @@ def result_content(result: dict[str, Any], fmt: str) -> CallToolResult:
         blocks.append(TextContent(type="text", text=text))
     if fmt in ("json", "both"):
         blocks.append(TextContent(type="text", text=json.dumps(result, indent=2, ensure_ascii=False)))
-    return CallToolResult(content=list(blocks), structuredContent=consult_output(result))
+    return CallToolResult(content=list(blocks), structured_content=consult_output(result))
 
 
 def refusal_reason(consultation: Any) -> str:
@@ -265,9 +267,9 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     def read_only_tool(name: str, title: str, description: str) -> Callable[[AnyFunction], AnyFunction]:
         """A tool that only reads this home's records: it changes nothing and asks no model."""
         return mcp.tool(name=name, title=title, description=description,
-                        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False), structured_output=True)
+                        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False), structured_output=True)
 
-    async def run_consultation(ctx: Context[Any, Any, Any], settings: Any, *, stdin_text: str | None = None,
+    async def run_consultation(ctx: Context[Any, Any], settings: Any, *, stdin_text: str | None = None,
                                **resume: Any) -> tuple[Any, ProgressBridge]:
         plugins = get_plugins()
         recorder = Recorder(settings.home)
@@ -294,10 +296,8 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 config.active.pop(cid, None)
         return consultation, bridge
 
-    async def approved_by_elicitation(ctx: Context[Any, Any, Any], message: str) -> bool:
+    async def approved_by_elicitation(ctx: Context[Any, Any], message: str) -> bool:
         """Ask the user through the client to approve the estimate (only when the client supports elicitation)."""
-        from mcp.types import ClientCapabilities, ElicitationCapability
-
         class Approval(BaseModel):
             approve: bool = Field(description="Spend the estimated cost and run the consultation")
 
@@ -320,12 +320,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "structured content and the Markdown report as text. Over the cost threshold it returns an error with "
             "the estimate and how to approve it."
         ),
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
-                                    openWorldHint=True),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
         structured_output=True,
     )
     async def conclave_consult(
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         question: Annotated[str, Field(description="The question, sent verbatim (after secret scrubbing).")],
         context: Annotated[list[str] | None, Field(description=(
             "Context for the panel: file paths (absolute, or relative to the server's working directory; they "
@@ -383,12 +383,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "journal, neither re-run nor paid for again; the recorded configuration is reused. Same answer and "
             "progress as conclave_consult."
         ),
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
-                                    openWorldHint=True),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
         structured_output=True,
     )
     async def conclave_resume(
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         id: Annotated[str | None, Field(description=(
             "Consultation id or unique prefix; default: the most recent interrupted one."))] = None,
         format: Annotated[Literal["markdown", "json", "both"], Field(description=(
