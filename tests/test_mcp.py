@@ -561,3 +561,32 @@ async def test_the_report_text_makes_model_html_and_script_links_inert(
     text = text_of(result)
     assert "<script" not in text and "<img" not in text and "](javascript:" not in text
     assert "&lt;script>alert(1)&lt;/script> &lt;img src=x onerror=alert(2)> [docs](#unsafe-link-removed)" in text
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_prompts_fill_the_question_and_mode_of_a_consultation_that_runs(
+    home: Path, fake_provider_server: FakeProviderServer, mode: str
+) -> None:
+    filled = {"decide_between_options": ({"options": "Postgres\nDynamoDB", "goal": "cheap ops"}, "converge",
+                                         ["Postgres", "DynamoDB", "cheap ops"]),
+              "review_this_diff": ({"diff": "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"},
+                                   "adversarial", ["+a = 2"]),
+              "stress_test_this_plan": ({"plan": "Migrate every service in one weekend."}, "devils_advocate",
+                                        ["one weekend"])}
+    async with mcp_session(home, fake_provider_server, mode=mode) as session:
+        listed = {p.name: p for p in (await session.list_prompts()).prompts}
+        runs = {}
+        for name, (arguments, _, _) in filled.items():
+            prompt = await session.get_prompt(name, arguments)
+            text = prompt.messages[0].content.text  # type: ignore[union-attr]
+            runs[name] = json.loads(text[text.index("{"):])
+        asked_before = len(fake_provider_server.requests)
+        result = await session.call_tool("conclave_consult", {**runs["stress_test_this_plan"], "rounds": 1,
+                                                              "max_cost": 100})
+    assert set(listed) == set(filled) and all(p.description and p.arguments for p in listed.values())
+    for name, (_, mode_filled, quoted) in filled.items():
+        assert runs[name]["mode"] == mode_filled
+        assert all(q in runs[name]["question"] for q in quoted), (name, runs[name])
+    assert not result.is_error, text_of(result)
+    assert result.structured_content["mode"] == "devils_advocate"
+    assert asked_before == 0 and len(fake_provider_server.requests) > 0  # a prompt alone asks no model

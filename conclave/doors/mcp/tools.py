@@ -28,6 +28,7 @@ from conclave.config.guard import Door, Roots, approval_for, split_context
 from conclave.config.settings import check_against_plugins
 from conclave.doors.mcp import records
 from conclave.doors.mcp.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
+from conclave.doors.mcp.starters import register_prompts
 from conclave.doors.mcp.tool_models import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
 from conclave.engine.cost.consent import round_up_to_cent
 from conclave.engine.interaction import Interaction
@@ -263,6 +264,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     """The MCP server with every conclave tool and resource registered."""
     mcp = ConclaveMCP(config, **kwargs)
     layout = config.layout
+    register_prompts(mcp)
 
     def read_only_tool(name: str, title: str, description: str) -> Callable[[AnyFunction], AnyFunction]:
         """A tool that only reads this home's records: it changes nothing and asks no model."""
