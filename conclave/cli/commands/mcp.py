@@ -77,9 +77,8 @@ def run(argv: list[str]) -> int:
 
 
 def _check_base_overrides(config: ServerConfig) -> None:
-    """Fail at start (exit 2, one line) when the server's own overrides do not compose."""
-    if not config.base_overrides:
-        return
+    """Fail at start (exit 2, one line) when the server's own overrides do not compose. Composing once at start
+    also warms Hydra up, so that the first tool call answers (or returns its task id) as fast as the next ones."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     from conclave.doors.mcp.tools import compose

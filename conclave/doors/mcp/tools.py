@@ -20,13 +20,26 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, ClientCapabilities, ElicitationCapability, Resource, TextContent, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    ClientCapabilities,
+    ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    Resource,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
 from conclave.compose import hydra_quote
 from conclave.config.guard import Door, Roots, approval_for, split_context
 from conclave.config.settings import check_against_plugins
 from conclave.doors.mcp import records
+from conclave.doors.mcp.consult_tasks import CURRENT_JOB, ConsultationTasks, Status
 from conclave.doors.mcp.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
 from conclave.doors.mcp.starters import register_prompts
 from conclave.doors.mcp.tool_models import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
@@ -96,7 +109,9 @@ class ConclaveMCP(MCPServer):
     version, and whose tools refuse unknown arguments and answer a bad one in one line."""
 
     def __init__(self, config: ServerConfig, **kwargs: Any) -> None:
-        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__, **kwargs)
+        self.tasks = ConsultationTasks(config.layout, self.task_from_journal)
+        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__,
+                         extensions=[self.tasks], **kwargs)
         self.config = config
         self.arguments: dict[str, list[str]] = {}
 
@@ -118,6 +133,18 @@ class ConclaveMCP(MCPServer):
             if isinstance(cause, ToolError | ConclaveError):
                 raise tool_error(cause) from None
             raise
+
+    async def task_from_journal(self, task_id: str) -> tuple[Status, str, CallToolResult | None] | None:
+        """A task this process does not run (any more): its consultation as the journal has it."""
+        layout = self.config.layout
+        if not layout.journal_path(task_id).exists():
+            return None
+        data = records.consultation(layout, task_id)
+        result, status = data.get("result"), data.get("status")
+        if result is None:
+            return ("working" if status == "running" else "failed"), f"consultation {status}", None
+        state: Status = "completed" if status in ("complete", "completed_degraded") else "failed"
+        return state, f"finished: {status}", result_content(result, "markdown")
 
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
@@ -221,6 +248,39 @@ def progress_reporter(ctx: Context[Any, Any]) -> Any:
     return ctx.report_progress
 
 
+APPROVAL_KEY = "approve_cost"
+
+
+def can_elicit(ctx: Context[Any, Any]) -> bool:
+    return bool(ctx.session.check_client_capability(ClientCapabilities(elicitation=ElicitationCapability())))
+
+
+def approval_request(message: str, estimate: float) -> InputRequiredResult:
+    """The 2026-07-28 way to ask the user to approve the estimate: an ``input_required`` result carrying a form
+    elicitation; the client retries the call with the answer, and the estimate rides the request state (which the
+    SDK seals, so a client cannot raise the approved amount)."""
+    form = ElicitRequestFormParams(message=message, requested_schema={
+        "type": "object", "required": ["approve"],
+        "properties": {"approve": {"type": "boolean", "description": "Spend the estimated cost and run it"}}})
+    return InputRequiredResult(input_requests={APPROVAL_KEY: ElicitRequest(params=form)},
+                               request_state=json.dumps({"estimate": estimate}))
+
+
+def approval_answer(ctx: Context[Any, Any]) -> tuple[bool, float] | None:
+    """On a retry after :func:`approval_request`: (whether the user approved, the estimate asked about)."""
+    responses, state = ctx.input_responses, ctx.request_state
+    if not responses or not state or APPROVAL_KEY not in responses:
+        return None
+    try:
+        estimate = float(json.loads(state)["estimate"])
+    except (ValueError, KeyError, TypeError):
+        raise ToolError("request_state: not a state this server issued") from None
+    answer = responses[APPROVAL_KEY]
+    approved = (isinstance(answer, ElicitResult) and answer.action == "accept"
+                and bool((answer.content or {}).get("approve")))
+    return approved, estimate
+
+
 def consult_output(result: dict[str, Any]) -> dict[str, Any]:
     return ConsultOutput(
         consultation_id=result["consultation_id"], status=result["status"], question=result["question"],
@@ -276,12 +336,15 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         plugins = get_plugins()
         recorder = Recorder(settings.home)
         origin = {"origin": "mcp", "client": client_info(ctx)}
-        bridge = ProgressBridge(report=progress_reporter(ctx), heartbeat_s=config.heartbeat_s)
+        job = CURRENT_JOB.get()  # a task: its status carries the progress (the tool call has been answered)
+        bridge = ProgressBridge(report=progress_reporter(ctx) if job is None else job.report,
+                                heartbeat_s=config.heartbeat_s)
+        subscribers: list[Any] = [bridge] if job is None else [bridge, job.observe]
         done = asyncio.Event()
         started: list[str] = []
         try:
             consultation = Consultation(
-                settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[bridge],
+                settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=subscribers,
                 recorder=OriginRecorder(recorder, origin), stdin_text=stdin_text, **resume,
             )
             started.append(consultation.id)
@@ -303,7 +366,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         class Approval(BaseModel):
             approve: bool = Field(description="Spend the estimated cost and run the consultation")
 
-        if not ctx.session.check_client_capability(ClientCapabilities(elicitation=ElicitationCapability())):
+        if not can_elicit(ctx):
             return False
         try:
             answer = await ctx.elicit(message, Approval)
@@ -368,8 +431,18 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         except ConclaveError as exc:
             raise tool_error(exc) from None
         settings = compose(config.door, question, outside, trusted)
+        answer = approval_answer(ctx)
+        if answer is not None:  # a 2026-07-28 client retried with its answer to the approval we asked for
+            approved, estimate = answer
+            if not approved:
+                raise ToolError(f"not started (nothing was spent): the estimated cost ${estimate:.4f} was declined")
+            settings = compose(config.door, question, outside, approval_for(estimate))
         consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         if consultation.refusal is not None:
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                if not can_elicit(ctx) or bridge.estimated_cost is None:
+                    raise refusal_error(consultation, bridge)
+                return approval_request(refusal_reason(consultation), bridge.estimated_cost)  # type: ignore[return-value]
             if not await approved_by_elicitation(ctx, refusal_reason(consultation)):
                 raise refusal_error(consultation, bridge)
             settings = compose(config.door, question, outside, approval_for(bridge.estimated_cost))
