@@ -33,7 +33,7 @@ from conclave.testing.schema_instances import instance_for
 
 HEARTBEAT_S = 0.15
 TOOLS = {"conclave_consult", "conclave_resume", "conclave_sessions", "conclave_show", "conclave_stats",
-         "conclave_verify", "conclave_export_record"}
+         "conclave_verify", "conclave_export_record", "conclave_eval"}
 ROUND_TITLE = re.compile(r"^Round (\d)")
 CLIENT = Implementation(name="test-agent", version="1.0")
 #: the client's connect modes: the 2025 handshake (it negotiates 2025-11-25) and the 2026-07-28 stateless core
@@ -118,7 +118,7 @@ async def test_lists_every_tool_with_schemas_and_the_resource_templates(
     # the tools that only read the store say so (a client may call them without asking); consult/resume spend
     read_only = {t.name for t in tools if t.annotations and t.annotations.read_only_hint
                  and t.annotations.open_world_hint is False}
-    assert read_only == TOOLS - {"conclave_consult", "conclave_resume"}
+    assert read_only == TOOLS - {"conclave_consult", "conclave_resume", "conclave_eval"}
     consult = next(t for t in tools if t.name == "conclave_consult")
     assert consult.output_schema is not None
     verdict = consult.output_schema["properties"]["verdict"]

@@ -24,6 +24,7 @@ from test_mcp import http_server, journal_records, mcp_session, round_of, slow_r
 from conclave import events as ev
 from conclave.store.journal import read_journal
 from conclave.store.paths import StoreLayout
+from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer
 
 MODERN = "2026-07-28"
@@ -311,3 +312,49 @@ async def test_a_task_that_needs_approval_asks_before_it_becomes_a_task(
     else:
         assert result.is_error and fake_provider_server.requests == []
 
+
+
+# ----------------------------------------------------------------------------------------- evaluations
+
+#: every agent on the fake's gpt-4o (told apart by persona), the judge on gpt-4.1: as tests/test_eval_cli.py
+EVAL_PANEL = ("agents.security.provider=openai", "agents.security.model=gpt-4o",
+              "agents.pragmatist.provider=openai", "agents.pragmatist.model=gpt-4o", "judge.model=gpt-4.1")
+EVAL_NAMES = ("Security Expert", "Systems Architect", "Pragmatic Engineer")
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_an_evaluation_runs_from_mcp_as_a_task_or_a_blocking_call(
+    home: Path, fake_provider_server: FakeProviderServer, mode: str
+) -> None:
+    AnswerPanel({name: 1.0 for name in EVAL_NAMES}).install(fake_provider_server)
+    arguments = {"set": "arithmetic", "n": 3, "rounds": 2, "max_cost": 100}
+    async with mcp_session(home, fake_provider_server, mode=mode, server_overrides=EVAL_PANEL,
+                           extensions=[Tasks()]) as client:
+        if mode == MODERN:
+            task, _ = await start_task(client, "conclave_eval", arguments)
+            assert task.task_id.startswith("ev-")
+            result = await result_of(client, task.task_id)
+        else:
+            result = await client.call_tool("conclave_eval", arguments)
+    assert not result.is_error, text_of(result)
+    assert result.structured_content is not None and result.structured_content["ok"] is True
+    assert text_of(result).startswith("# Evaluation ev-")
+    assert "| round-1 majority vote | 3/3 = 100.0% |" in text_of(result)
+
+
+async def test_an_evaluation_set_must_be_registered_or_under_the_allowed_roots(
+    tmp_path: Path, home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text('{"question": "1+1?", "answer": "2"}\n')
+    calls = [{"set": str(outside)}, {"set": "gym:../../evil"}, {"set": "../outside.jsonl"},
+             {"panel": "../../evil"}, {"run_id": "../../etc"}, {"n": 0}]
+    async with mcp_session(home, fake_provider_server, mode=MODERN, extensions=[Tasks()]) as client:
+        results = [await client.call_tool("conclave_eval", call) for call in calls]
+    texts = [text_of(r) for r in results]
+    assert all(r.is_error for r in results), texts
+    assert "set: " in texts[0] and "is outside the allowed roots" in texts[0]
+    assert "is not a reasoning-gym task name" in texts[1] and "outside the allowed roots" in texts[2]
+    assert "panel: '../../evil' is not a panel name" in texts[3] and "run_id: '../../etc'" in texts[4]
+    assert texts[5].startswith("n: 0 is not allowed")
+    assert fake_provider_server.requests == []

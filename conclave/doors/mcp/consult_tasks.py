@@ -3,7 +3,7 @@
 A client that declares the extension gets a task from ``conclave_consult``, ``conclave_resume`` and
 ``conclave_eval`` as soon as the cost gate has let the run start (nothing is spent before that); a call that fails
 before (bad arguments, an estimate that needs approval: an ``input_required`` result) answers at once as without
-tasks. The task id is the consultation's id (for an evaluation, a fresh one), so ``tasks/get`` and ``tasks/result``
+tasks. The task id is the consultation's id (for an evaluation, its run id), so ``tasks/get`` and ``tasks/result``
 keep answering from the journal after this process is gone, and ``conclave_resume`` takes it as its id.
 
 - ``tasks/get``: status (working, completed, failed, cancelled), the last progress message (updated at every round
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import contextvars
 import datetime as dt
-import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -101,6 +100,11 @@ class Job:
             self.id = event.consultation_id
         if event.type == ev.USER_CONSENT and event.data.get("approved"):
             self.started.set()
+
+    def begin(self, task_id: str) -> None:
+        """A run that has no consultation events (an evaluation): it is named and may start at once."""
+        self.id = task_id
+        self.started.set()
 
     def state(self) -> TaskState:
         return TaskState(task_id=self.id, status=self.status, status_message=self.message, created_at=self.created_at,
@@ -222,6 +226,3 @@ class ConsultationTasks(Extension):
                 await job.runner
         return job.state()
 
-
-def new_eval_id() -> str:
-    return "e-" + secrets.token_hex(6)

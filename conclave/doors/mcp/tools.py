@@ -40,9 +40,10 @@ from conclave.config.guard import Door, Roots, approval_for, split_context
 from conclave.config.settings import check_against_plugins
 from conclave.doors.mcp import records
 from conclave.doors.mcp.consult_tasks import CURRENT_JOB, ConsultationTasks, Status
+from conclave.doors.mcp.evaluations import check_set, eval_overrides, run_eval
 from conclave.doors.mcp.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
 from conclave.doors.mcp.starters import register_prompts
-from conclave.doors.mcp.tool_models import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
+from conclave.doors.mcp.tool_models import ConsultOutput, EvalOutput, ExportOutput, SessionsOutput, VerifyOutput
 from conclave.engine.cost.consent import round_up_to_cent
 from conclave.engine.interaction import Interaction
 from conclave.engine.run import Consultation
@@ -499,6 +500,49 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             raise refusal_error(consultation, bridge)
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
+
+    @mcp.tool(
+        name="conclave_eval",
+        title="Evaluate the debate on a question set",
+        description=(
+            "Run `conclave eval` on a set: the debate against a single agent and a round-1 vote, scored item by "
+            "item, with the report as text. The set is a generator (arithmetic, gym:<task>) or a file under the "
+            "server's allowed roots. Long: a client with the Tasks extension gets a task; otherwise it blocks with "
+            "progress notifications. Over the cost threshold it fails with the estimate; pass max_cost to approve. "
+            "run_id resumes an interrupted evaluation (finished items are not paid again)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
+        structured_output=True,
+    )
+    async def conclave_eval(
+        ctx: Context[Any, Any],
+        set: Annotated[str, Field(description=(
+            "arithmetic, gym:<task> (reasoning-gym), or a .jsonl/.csv/.parquet file under the allowed roots."))]
+        = "arithmetic",
+        n: Annotated[int, Field(ge=1, le=1000, description="How many items (default 5).")] = 5,
+        rounds: Annotated[int | None, Field(ge=1, le=4, description="Rounds per debate (1-4).")] = None,
+        panel: Annotated[str | None, Field(description="A panel from conf/agents (e.g. default).")] = None,
+        max_cost: Annotated[float | None, Field(ge=0, description=(
+            "Approve spending up to this many dollars (estimate) without asking."))] = None,
+        run_id: Annotated[str | None, Field(description=(
+            "Resume this interrupted run instead of starting one (the other arguments are the run's own)."))]
+        = None,
+    ) -> Annotated[CallToolResult, EvalOutput]:
+        try:
+            arguments = [] if run_id else [check_set(set, config.roots), *eval_overrides(
+                n=n, rounds=rounds, panel=panel, max_cost=max_cost)]
+            job = CURRENT_JOB.get()
+            outcome = await run_eval(
+                config.home, config.base_overrides, arguments,
+                report=progress_reporter(ctx) if job is None else job.report, heartbeat_s=config.heartbeat_s,
+                run_id=run_id, on_start=None if job is None else job.begin)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        data = {"run_id": outcome.run_id, "exit_code": outcome.exit_code, "ok": outcome.exit_code == 0}
+        if outcome.exit_code != 0:
+            raise ToolError(f"evaluation {outcome.run_id} stopped (exit {outcome.exit_code}): {outcome.last_line}")
+        return text_result(outcome.report, data)
 
     @read_only_tool(
         name="conclave_sessions",
