@@ -22,6 +22,7 @@ from mcp.types import CallToolResult, ElicitResult, Request, RequestParams, Resu
 from test_mcp import http_server, journal_records, mcp_session, round_of, slow_replies, text_of
 
 from conclave import events as ev
+from conclave.eval import run_store as store
 from conclave.store.journal import read_journal
 from conclave.store.paths import StoreLayout
 from conclave.testing.answer_panel import AnswerPanel
@@ -164,8 +165,8 @@ async def test_a_task_answers_transparently_through_the_client_extension_over_ht
                                                                  "rounds": 1})
             first = await result_of(client, task.task_id)
     assert task.status == "working"
-    assert not result.is_error and result.structured_content["status"] == "complete"  # type: ignore[index]
-    assert not first.is_error and first.structured_content["completed_rounds"] == 2  # type: ignore[index]
+    assert not result.is_error and result.structured_content["status"] == "complete"
+    assert not first.is_error and first.structured_content["completed_rounds"] == 2
 
 
 async def test_a_cancelled_task_stops_like_ctrl_c_and_resumes_without_paying_again(
@@ -187,7 +188,7 @@ async def test_a_cancelled_task_stops_like_ctrl_c_and_resumes_without_paying_aga
     assert cancelled.status == "cancelled" and after.status == "cancelled"
     assert stopped.is_error and "conclave_resume" in text_of(stopped)
     assert again.task_id == task.task_id  # the task id is the consultation's
-    assert not resumed.is_error and resumed.structured_content["status"] == "complete"  # type: ignore[index]
+    assert not resumed.is_error and resumed.structured_content["status"] == "complete"
     assert asked_after[1] == 0 and asked_after[2] == 0 and asked_after[3] > 0, asked_after
     records = journal_records(home)
     assert [r["data"]["reason"] for r in records if r["type"] == ev.ROUND_INTERRUPTED] == ["cancelled"]
@@ -208,10 +209,10 @@ async def test_a_client_that_leaves_mid_task_leaves_an_intact_journal_that_resum
         again, _ = await start_task(client, "conclave_resume", {"id": task.task_id})
         resumed = await result_of(client, again.task_id)
         after = await get(client, task.task_id)
-    assert verified.structured_content["ok"] is True, text_of(verified)  # type: ignore[index]
+    assert verified.structured_content["ok"] is True, text_of(verified)
     # saved as partial when the server stopped it, interrupted when it was killed first: resumable either way
     assert before.status == "failed" and before.status_message in ("finished: partial", "consultation interrupted")
-    assert not resumed.is_error and resumed.structured_content["status"] == "complete"  # type: ignore[index]
+    assert not resumed.is_error and resumed.structured_content["status"] == "complete"
     assert after.status == "completed"
     assert [r["data"]["round_number"] for r in journal_records(home)
             if r["type"] == ev.ROUND_COMPLETED][:1] == [1]
@@ -276,7 +277,7 @@ async def test_an_estimate_over_the_threshold_is_asked_and_nothing_is_spent_befo
     assert asked[0][1] == 0  # nothing was asked of a provider before the approval
     if answer == "accept":
         assert not result.is_error, text_of(result)
-        assert result.structured_content["status"] == "complete"  # type: ignore[index]
+        assert result.structured_content["status"] == "complete"
     else:
         assert result.is_error and "nothing was spent" in text_of(result)
         assert fake_provider_server.requests == []  # declined: 0 paid calls
@@ -301,14 +302,16 @@ async def test_a_task_that_needs_approval_asks_before_it_becomes_a_task(
 
     async def approve(context: Any, params: Any) -> ElicitResult:
         asked.append(len(fake_provider_server.requests))
-        return ElicitResult(action=answer, content={"approve": True} if answer == "accept" else None)
+        if answer == "accept":
+            return ElicitResult(action="accept", content={"approve": True})
+        return ElicitResult(action="decline")
 
     async with mcp_session(home, fake_provider_server, server_overrides=over_threshold(), mode=MODERN,
                            elicitation_callback=approve, extensions=[Tasks()]) as client:
         result = await client.call_tool("conclave_consult", {"question": "Costly?", "rounds": 1})
     assert asked == [0]
     if answer == "accept":
-        assert not result.is_error and result.structured_content["status"] == "complete"  # type: ignore[index]
+        assert not result.is_error and result.structured_content["status"] == "complete"
     else:
         assert result.is_error and fake_provider_server.requests == []
 
@@ -347,7 +350,7 @@ async def test_an_evaluation_set_must_be_registered_or_under_the_allowed_roots(
 ) -> None:
     outside = tmp_path / "outside.jsonl"
     outside.write_text('{"question": "1+1?", "answer": "2"}\n')
-    calls = [{"set": str(outside)}, {"set": "gym:../../evil"}, {"set": "../outside.jsonl"},
+    calls: list[dict[str, Any]] = [{"set": str(outside)}, {"set": "gym:../../evil"}, {"set": "../outside.jsonl"},
              {"panel": "../../evil"}, {"run_id": "../../etc"}, {"n": 0}]
     async with mcp_session(home, fake_provider_server, mode=MODERN, extensions=[Tasks()]) as client:
         results = [await client.call_tool("conclave_eval", call) for call in calls]
@@ -358,3 +361,25 @@ async def test_an_evaluation_set_must_be_registered_or_under_the_allowed_roots(
     assert "panel: '../../evil' is not a panel name" in texts[3] and "run_id: '../../etc'" in texts[4]
     assert texts[5].startswith("n: 0 is not allowed")
     assert fake_provider_server.requests == []
+
+
+async def test_a_cancelled_evaluation_task_stops_like_ctrl_c_and_resumes_by_run_id(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    AnswerPanel({name: 1.0 for name in EVAL_NAMES}, latency=0.4).install(fake_provider_server)
+    async with mcp_session(home, fake_provider_server, mode=MODERN, server_overrides=EVAL_PANEL,
+                           extensions=[Tasks()]) as client:
+        task, _ = await start_task(client, "conclave_eval", {"set": "arithmetic", "n": 8, "rounds": 2,
+                                                             "max_cost": 100})
+        await poll_until(client, task.task_id, lambda i: len(fake_provider_server.requests) >= 6)
+        cancelled = await client.session.send_request(TaskCancel(params=TaskParams(task_id=task.task_id)), TaskInfo)
+        stopped = await result_of(client, task.task_id)
+        asked_before = len(fake_provider_server.requests)
+        run = store.read_run(home, task.task_id)
+        resumed = await client.call_tool("conclave_eval", {"run_id": task.task_id})
+    assert cancelled.status == "cancelled" and stopped.is_error
+    assert run.get("status") != "complete", run.get("status")
+    assert not resumed.is_error, text_of(resumed)
+    assert resumed.structured_content is not None and resumed.structured_content["run_id"] == task.task_id
+    assert store.read_run(home, task.task_id)["status"] == "complete"
+    assert len(fake_provider_server.requests) > asked_before
