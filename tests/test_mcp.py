@@ -139,6 +139,7 @@ async def test_a_consultation_reports_progress_and_returns_the_verdict(
         seen.append((progress, total, message))
 
     async with mcp_session(home, fake, mode=mode) as session:
+        assert session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         result = await session.call_tool("conclave_consult", {"question": "Should we shard the database?",
                                                               "max_cost": 100, "rounds": 4},
                                          progress_callback=on_progress)
@@ -437,7 +438,10 @@ async def test_streamable_http_needs_the_bearer_token_and_serves_consultations(
         async with httpx2.AsyncClient() as plain:
             no_token = await plain.post(url, json=initialize, headers=headers)
             wrong = await plain.post(url, json=initialize, headers={**headers, "authorization": "Bearer " + "x" * 43})
+            # a client of the 2025-06-18 revision is answered in it
+            older = await plain.post(url, json=initialize, headers={**headers, "authorization": f"Bearer {token}"})
         assert no_token.status_code == 401 and wrong.status_code == 401
+        assert older.status_code == 200 and '"protocolVersion":"2025-06-18"' in older.text.replace(" ", ""), older.text
         assert no_token.headers["www-authenticate"].startswith("Bearer")
 
         said: list[str] = []
@@ -449,6 +453,7 @@ async def test_streamable_http_needs_the_bearer_token_and_serves_consultations(
                                         timeout=httpx2.Timeout(30, read=300))
         async with authorized, Client(streamable_http_client(url, http_client=authorized),
                                       client_info=CLIENT, mode=mode) as session:
+            assert session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
             names = {t.name for t in (await session.list_tools()).tools}
             result = await session.call_tool("conclave_consult", {
                 "question": "Over HTTP?", "rounds": 2, "max_cost": 100},
