@@ -383,3 +383,32 @@ async def test_a_cancelled_evaluation_task_stops_like_ctrl_c_and_resumes_by_run_
     assert resumed.structured_content is not None and resumed.structured_content["run_id"] == task.task_id
     assert store.read_run(home, task.task_id)["status"] == "complete"
     assert len(fake_provider_server.requests) > asked_before
+
+
+async def test_over_http_a_task_outlives_the_client_that_started_it(
+    home: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    """The task is the server's, not the connection's: a client that leaves mid-task (2026: no session to end)
+    finds it running, then finished, from a new connection."""
+    slow_replies(fake_provider_server, 0.4)
+
+    def connect(token: str, url: str) -> tuple[httpx2.AsyncClient, Client]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300))
+        return http, Client(streamable_http_client(url, http_client=http), mode=MODERN, extensions=[Tasks()])
+
+    async with http_server(home, fake_provider_server) as (url, token):
+        http, client = connect(token, url)
+        async with http, client:
+            task, _ = await start_task(client, "conclave_consult", {"question": QUESTION, "max_cost": 100,
+                                                                    "rounds": 4})
+            await poll_until(client, task.task_id,
+                             lambda i: (i.status_message or "").startswith("round 2 · synthesis"))
+        http, client = connect(token, url)
+        async with http, client:
+            running = await get(client, task.task_id)
+            result = await result_of(client, task.task_id)
+            verified = await client.call_tool("conclave_verify", {"id": task.task_id})
+    assert running.status in ("working", "completed")
+    assert not result.is_error and result.structured_content["status"] == "complete"
+    assert result.structured_content["completed_rounds"] == 4
+    assert verified.structured_content is not None and verified.structured_content["ok"] is True
