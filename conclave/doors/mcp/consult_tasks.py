@@ -154,6 +154,9 @@ class ConsultationTasks(Extension):
         started = asyncio.create_task(job.started.wait())
         try:
             await asyncio.wait({job.runner, started}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the client gave up before it had a task id: nobody could reach the task
+            job.runner.cancel()
+            raise
         finally:
             started.cancel()
         if not job.started.is_set() or not job.id:  # it ended before it could spend: answer as without tasks

@@ -65,7 +65,9 @@ log = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "conclave puts a question to a panel of LLMs and runs a structured debate (independent answers, synthesis, "
     "cross-examination, verdict). Call conclave_consult with the question; it blocks until the verdict and sends "
-    "progress notifications meanwhile. A cancelled or failed consultation keeps its completed rounds: "
+    "progress notifications meanwhile (a client with the Tasks extension gets a task instead: poll tasks/get, "
+    "fetch tasks/result). conclave_eval scores the debate on a question set. A cancelled or failed consultation "
+    "keeps its completed rounds: "
     "conclave_resume continues it without paying for them again. conclave_sessions lists past consultations; "
     "conclave_show gives every artifact, call and cost of a round."
 )
