@@ -36,8 +36,8 @@ from conclave.errors import ConclaveError
 from conclave.store.paths import StoreLayout
 
 IDENTIFIER = "io.modelcontextprotocol/tasks"
-#: the tools that run as tasks for a client with the extension
-TASK_TOOLS = frozenset({"conclave_consult", "conclave_resume", "conclave_eval"})
+#: the tools that run as tasks for a client with the extension (conclave_continue: from the followup branch)
+TASK_TOOLS = frozenset({"conclave_consult", "conclave_continue", "conclave_resume", "conclave_eval"})
 POLL_INTERVAL_MS = 500
 
 Status = Literal["working", "input_required", "completed", "failed", "cancelled"]
