@@ -43,7 +43,7 @@ async def library_run(overrides: list[str]) -> float:
 
 
 async def measure(latency: float, runs: int, calls: int) -> dict[str, list[float]]:
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     with fake_server_process(latency) as fake_overrides, tempfile.TemporaryDirectory() as home:
@@ -57,8 +57,7 @@ async def measure(latency: float, runs: int, calls: int) -> dict[str, list[float
                                        env=dict(os.environ), cwd=home)
         times: dict[str, list[float]] = {"library": [], "mcp": [], "sessions": [], "raw": []}
         # the server's stderr (warnings only) goes to ours
-        async with stdio_client(params, errlog=sys.stderr) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
+        async with Client(stdio_client(params, errlog=sys.stderr), mode="legacy") as session:
             await library_run([*fake_overrides, *common])  # warm-up: imports, tokenizer, schemas
             await session.call_tool("conclave_consult", {"question": QUESTION, "overrides": common})
             for _ in range(runs):
@@ -66,12 +65,12 @@ async def measure(latency: float, runs: int, calls: int) -> dict[str, list[float
                 started = time.perf_counter()
                 result = await session.call_tool("conclave_consult", {"question": QUESTION, "overrides": common})
                 times["mcp"].append(time.perf_counter() - started)
-                assert not result.isError and result.structuredContent["status"] == "complete"
+                assert not result.is_error and result.structured_content["status"] == "complete"
             for _ in range(calls):
                 started = time.perf_counter()
                 listed = await session.call_tool("conclave_sessions", {"limit": 10})
                 times["sessions"].append(time.perf_counter() - started)
-                assert not listed.isError
+                assert not listed.is_error
         times["raw"] = await raw_round_trips(calls, home)
         return times
 

@@ -375,8 +375,8 @@ async def test_serve_stopped_by_sigterm_says_so_and_saves_its_consultation_as_pa
 
 async def test_a_client_leaving_the_http_mcp_server_logs_no_traceback_and_sigterm_stops_it_saying_so(
         tmp_path: Path) -> None:
-    import httpx
-    from mcp import ClientSession
+    import httpx2
+    from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
     process = await asyncio.create_subprocess_exec(
@@ -392,10 +392,9 @@ async def test_a_client_leaving_the_http_mcp_server_logs_no_traceback_and_sigter
             found = re.search(r"listening on (http://\S+)", line)
             url = found.group(1) if found else None
         for _ in range(3):  # each client initializes, lists the tools and leaves (ending its session)
-            client = httpx.AsyncClient(headers={"Authorization": f"Bearer {WEB_TOKEN}"})
-            async with client, streamable_http_client(url, http_client=client) as (read, write, _), \
-                    ClientSession(read, write) as session:
-                await session.initialize()
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {WEB_TOKEN}"})
+            async with client, Client(streamable_http_client(url, http_client=client),
+                                      mode="legacy") as session:
                 assert (await session.list_tools()).tools
         await asyncio.sleep(1.0)  # what the server logs about a client that left, it logs by now
     finally:

@@ -1,5 +1,6 @@
-"""``conclave mcp``: the MCP server started as a subprocess and driven by the official MCP SDK client, over stdio
-and Streamable HTTP, against the fake provider server."""
+"""``conclave mcp``: the MCP server started as a subprocess and driven by the official MCP SDK client (mcp 2.x), over
+stdio and Streamable HTTP, against the fake provider server, for both protocol eras: the 2025 revisions (``legacy``:
+the initialize handshake) and 2026-07-28 (stateless, no handshake)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from cli_helpers import clean_env
-from mcp import ClientSession, McpError, StdioServerParameters
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import (
-    CancelledNotification,
-    CancelledNotificationParams,
-    ClientNotification,
-    ElicitResult,
-    Implementation,
-    ProgressNotification,
-)
+from mcp.types import ElicitResult, Implementation, TextResourceContents
 
 from conclave import events as ev
 from conclave.store.journal import read_journal
@@ -39,9 +33,11 @@ from conclave.testing.schema_instances import instance_for
 
 HEARTBEAT_S = 0.15
 TOOLS = {"conclave_consult", "conclave_continue", "conclave_resume", "conclave_sessions", "conclave_show",
-         "conclave_stats", "conclave_verify", "conclave_export_record"}
+         "conclave_stats", "conclave_verify", "conclave_export_record", "conclave_eval"}
 ROUND_TITLE = re.compile(r"^Round (\d)")
 CLIENT = Implementation(name="test-agent", version="1.0")
+#: the client's connect modes: the 2025 handshake (it negotiates 2025-11-25) and the 2026-07-28 stateless core
+ERAS = ("legacy", "2026-07-28")
 
 
 def round_of(request: Any) -> int | None:
@@ -63,42 +59,37 @@ def journal_records(home: Path) -> list[dict[str, Any]]:
 
 @contextlib.asynccontextmanager
 async def mcp_session(home: Path, fake: FakeProviderServer, *, cwd: Path | None = None,
-                      server_overrides: tuple[str, ...] = (),
-                      **session_options: Any) -> AsyncIterator[ClientSession]:
-    """A client session with ``conclave mcp`` over stdio; the fake's endpoints (and ``server_overrides``) are the
-    server's own overrides."""
+                      server_overrides: tuple[str, ...] = (), mode: str = "legacy",
+                      **client_options: Any) -> AsyncIterator[Client]:
+    """The official client connected to ``conclave mcp`` over stdio (``mode``: legacy = the 2025 handshake, or
+    2026-07-28); the fake's endpoints (and ``server_overrides``) are the server's own overrides."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "conclave", "mcp", "--heartbeat", str(HEARTBEAT_S), *fake.overrides(), *server_overrides],
         env=clean_env(home, FAKE_KEYS), cwd=str(cwd or home),
     )
     with (home / "mcp-server.stderr").open("w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(
-            read, write, client_info=CLIENT, **session_options
-        ) as session:
-            await session.initialize()
-            yield session
+        async with Client(stdio_client(params, errlog=errlog), client_info=CLIENT, mode=mode,
+                          **client_options) as client:
+            yield client
 
 
-async def consult_then_cancel(session: ClientSession, started: str, settle_s: float = 0.0) -> None:
-    """Start a consultation, cancel its tool call once progress says ``started`` (after ``settle_s``), and check
-    the call ends cancelled."""
+async def consult_then_cancel(session: Client, started: str, settle_s: float = 0.0) -> None:
+    """Start a consultation, cancel its tool call once progress says ``started`` (after ``settle_s``): the client
+    abandons the request, which sends the server ``notifications/cancelled``."""
     reached = asyncio.Event()
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         if message == started:
             reached.set()
 
-    # the id the next request gets: the SDK uses it as the progress token, and a cancellation names it
-    request_id = session._request_id
     call = asyncio.create_task(session.call_tool(
         "conclave_consult", {"question": "Should we shard the database?", "max_cost": 100},
         progress_callback=on_progress))
     await asyncio.wait_for(reached.wait(), 60)
     await asyncio.sleep(settle_s)
-    await session.send_notification(ClientNotification(CancelledNotification(
-        params=CancelledNotificationParams(requestId=request_id, reason="the user stopped it"))))
-    with pytest.raises(McpError, match="cancelled"):
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
         await call
 
 
@@ -118,55 +109,59 @@ async def test_lists_every_tool_with_schemas_and_the_resource_templates(
 ) -> None:
     async with mcp_session(home, fake_provider_server) as session:
         tools = (await session.list_tools()).tools
-        templates = (await session.list_resource_templates()).resourceTemplates
+        templates = (await session.list_resource_templates()).resource_templates
     assert {t.name for t in tools} == TOOLS
     for tool in tools:
-        assert tool.description and tool.outputSchema, tool.name
-        undescribed = [name for name, prop in tool.inputSchema["properties"].items() if not prop.get("description")]
+        assert tool.description and tool.output_schema, tool.name
+        undescribed = [name for name, prop in tool.input_schema["properties"].items() if not prop.get("description")]
         assert undescribed == [], (tool.name, undescribed)
     # the tools that only read the store say so (a client may call them without asking); consult/resume spend
-    read_only = {t.name for t in tools if t.annotations and t.annotations.readOnlyHint
-                 and t.annotations.openWorldHint is False}
-    assert read_only == TOOLS - {"conclave_consult", "conclave_continue", "conclave_resume"}
+    read_only = {t.name for t in tools if t.annotations and t.annotations.read_only_hint
+                 and t.annotations.open_world_hint is False}
+    assert read_only == TOOLS - {"conclave_consult", "conclave_continue", "conclave_resume", "conclave_eval"}
     consult = next(t for t in tools if t.name == "conclave_consult")
-    verdict = consult.outputSchema["properties"]["verdict"]
+    assert consult.output_schema is not None
+    verdict = consult.output_schema["properties"]["verdict"]
     assert {s.get("title") for s in verdict["anyOf"]} >= {"Round 4 · Verdict (converge)"}
-    assert {t.uriTemplate for t in templates} == {"conclave://consultations/{id}",
+    assert {t.uri_template for t in templates} == {"conclave://consultations/{id}",
                                                   "conclave://consultations/{id}/rounds/{n}"}
 
 
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_consultation_reports_progress_and_returns_the_verdict(
-    home: Path, fake_provider_server: FakeProviderServer
+    home: Path, fake_provider_server: FakeProviderServer, mode: str
 ) -> None:
     fake = fake_provider_server
     slow_replies(fake, 0.4)  # longer than the heartbeat interval: heartbeats go out while agents think
-    progress: list[tuple[float, float | None, str | None]] = []
+    seen: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
 
-    async with mcp_session(home, fake) as session:
+    async with mcp_session(home, fake, mode=mode) as session:
+        assert session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         result = await session.call_tool("conclave_consult", {"question": "Should we shard the database?",
                                                               "max_cost": 100, "rounds": 4},
                                          progress_callback=on_progress)
         listed = {str(r.uri) for r in (await session.list_resources()).resources}
-        cid = result.structuredContent["consultation_id"]
-        round_1 = json.loads((await session.read_resource(f"conclave://consultations/{cid}/rounds/1"))
-                             .contents[0].text)
+        cid = result.structured_content["consultation_id"]
+        contents = (await session.read_resource(f"conclave://consultations/{cid}/rounds/1")).contents[0]
+        assert isinstance(contents, TextResourceContents)
+        round_1 = json.loads(contents.text)
 
-    assert not result.isError, text_of(result)
-    data = result.structuredContent
+    assert not result.is_error, text_of(result)
+    data = result.structured_content
     assert data["status"] == "complete" and data["completed_rounds"] == 4
     assert data["verdict"]["artifact_type"] == "verdict"
     assert data["recommendation"] == data["verdict"]["recommendation"]
     assert data["recommendation"] in text_of(result)  # the Markdown report
-    messages = [m or "" for _, _, m in progress]
+    messages = [m or "" for _, _, m in seen]
     assert "round 1 · independent started" in messages and "round 4 · verdict completed in" in " ".join(messages)
     assert sum(m.startswith("round 1: ") and "✓" in m for m in messages) == 3  # each agent's answer
     assert any(m.startswith("working: ") for m in messages)  # heartbeats
-    values = [v for v, _, _ in progress]
+    values = [v for v, _, _ in seen]
     assert values == sorted(values) and len(set(values)) == len(values)  # strictly increasing
-    assert progress[-1][1] == 4.0
+    assert seen[-1][1] == 4.0
     assert f"conclave://consultations/{cid}" in listed
     assert len(round_1["runs"][0]["artifacts"]) == 3 and len(round_1["runs"][0]["calls"]) == 3
 
@@ -177,13 +172,13 @@ async def test_progress_is_sent_only_when_the_client_asks_for_it(
     notifications: list[Any] = []
 
     async def on_message(message: Any) -> None:
-        if hasattr(message, "root") and isinstance(message.root, ProgressNotification):
+        if getattr(message, "method", None) == "notifications/progress":
             notifications.append(message)
 
     async with mcp_session(home, fake_provider_server, message_handler=on_message) as session:
         result = await session.call_tool("conclave_consult", {"question": "Quick check?", "rounds": 1,
                                                               "max_cost": 100})
-    assert not result.isError and result.structuredContent["completed_rounds"] == 1
+    assert not result.is_error and result.structured_content["completed_rounds"] == 1
     assert notifications == []
 
 
@@ -194,15 +189,15 @@ async def test_mcp_runs_are_journaled_and_indexed_with_their_origin(
         result = await session.call_tool("conclave_consult", {"question": "Where from?", "rounds": 1,
                                                               "max_cost": 100})
         listed = await session.call_tool("conclave_sessions", {"limit": 5})
-    cid = result.structuredContent["consultation_id"]
+    cid = result.structured_content["consultation_id"]
     started = next(r for r in journal_records(home) if r["type"] == ev.CONSULTATION_STARTED)
     assert started["data"]["origin"] == "mcp" and started["data"]["client"] == {"name": "test-agent", "version": "1.0"}
     db = connect(StoreLayout(home).index_path)
     row = db.conn.execute("select origin, client_name, status from consultations where id = ?", [cid]).fetchone()
     db.close()
     assert row == ("mcp", "test-agent", "complete")
-    assert [s["id"] for s in listed.structuredContent["sessions"]] == [cid]
-    assert listed.structuredContent["sessions"][0]["origin"] == "mcp"
+    assert [s["id"] for s in listed.structured_content["sessions"]] == [cid]
+    assert listed.structured_content["sessions"][0]["origin"] == "mcp"
 
 
 async def test_a_cancelled_consultation_keeps_its_rounds_and_resumes_without_paying_for_them_again(
@@ -216,8 +211,8 @@ async def test_a_cancelled_consultation_keeps_its_rounds_and_resumes_without_pay
         resumed = await session.call_tool("conclave_resume", {})
         asked_after = Counter(round_of(r) for r in fake.requests[asked_before:])
 
-    assert not resumed.isError, text_of(resumed)
-    assert resumed.structuredContent["status"] == "complete"
+    assert not resumed.is_error, text_of(resumed)
+    assert resumed.structured_content["status"] == "complete"
     assert asked_after[1] == 0 and asked_after[2] == 0, asked_after  # completed rounds: not asked, not billed
     assert asked_after[3] > 0 and asked_after[4] > 0, asked_after
     records = journal_records(home)
@@ -228,7 +223,7 @@ async def test_a_cancelled_consultation_keeps_its_rounds_and_resumes_without_pay
     marker = next(r for r in records if r["type"] == ev.CONSULTATION_RESUMED)
     assert marker["data"]["restored_rounds"] == [1, 2]
     attempts = [r["data"] for r in records if r["type"] == ev.PROVIDER_ATTEMPT]
-    assert resumed.structuredContent["cost"]["actual"] == pytest.approx(sum(a["cost"] or 0 for a in attempts),
+    assert resumed.structured_content["cost"]["actual"] == pytest.approx(sum(a["cost"] or 0 for a in attempts),
                                                                          abs=2e-6)
 
 
@@ -242,11 +237,11 @@ async def test_a_bad_override_is_a_tool_error_naming_the_key_and_the_allowed_val
             "question": "Q?", "overrides": ["providers.openai.base_url=http://attacker.example"]})
         env_read = await session.call_tool("conclave_consult", {
             "question": "Q?", "overrides": ["judge.model=${oc.env:OPENAI_API_KEY}"]})
-    assert bad_mode.isError and "mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore" in text_of(bad_mode)
-    assert bad_rounds.isError and "rounds:" in text_of(bad_rounds)
+    assert bad_mode.is_error and "mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore" in text_of(bad_mode)
+    assert bad_rounds.is_error and "rounds:" in text_of(bad_rounds)
     assert "Traceback" not in text_of(bad_mode) + text_of(bad_rounds)
-    assert endpoint.isError and "providers.openai.base_url: cannot be set from an MCP client" in text_of(endpoint)
-    assert env_read.isError and "override 1: interpolations" in text_of(env_read)
+    assert endpoint.is_error and "providers.openai.base_url: cannot be set from an MCP client" in text_of(endpoint)
+    assert env_read.is_error and "override 1: interpolations" in text_of(env_read)
     assert FAKE_KEYS["OPENAI_API_KEY"] not in text_of(env_read)
     assert fake_provider_server.requests == []
 
@@ -276,7 +271,7 @@ async def test_named_arguments_cannot_load_a_file_by_path_or_read_the_environmen
                    for call in calls]
     for call, result in zip(calls, results, strict=True):
         text = text_of(result)
-        assert result.isError, call
+        assert result.is_error, call
         assert key not in text and "Traceback" not in text and "\n" not in text.strip(), (call, text)
     assert "agents: '" in text_of(results[0]) and "is not one of: " in text_of(results[0])
     assert "interpolations" in text_of(results[4])
@@ -300,10 +295,10 @@ async def test_file_context_must_stay_under_the_allowed_roots(
             "question": "Q?", "context": ["escape.txt"], "max_cost": 100})
         as_override = await session.call_tool("conclave_consult", {
             "question": "Q?", "overrides": [f"project={outside}"], "max_cost": 100})
-    assert direct.isError and f"{outside / 'secret.txt'} is outside the allowed roots" in text_of(direct)
-    assert via_link.isError and "escape.txt is a symlink that leads outside the allowed roots" in text_of(via_link)
+    assert direct.is_error and f"{outside / 'secret.txt'} is outside the allowed roots" in text_of(direct)
+    assert via_link.is_error and "escape.txt is a symlink that leads outside the allowed roots" in text_of(via_link)
     assert str(outside) not in text_of(via_link)  # where the link leads is not the client's business
-    assert as_override.isError and "project:" in text_of(as_override)
+    assert as_override.is_error and "project:" in text_of(as_override)
     assert fake_provider_server.requests == []
 
 
@@ -319,7 +314,7 @@ async def test_a_context_too_long_for_a_seat_is_a_tool_error_and_nothing_is_sent
             "max_cost": 100, "overrides": ["agents.security.provider=gemini",
                           "agents.security.model=gemini-2.5-flash", "judge.model=gpt-4.1"]})
     text = text_of(result)
-    assert result.isError and "prompt too long for agents.architect (openai/gpt-4o): " in text
+    assert result.is_error and "prompt too long for agents.architect (openai/gpt-4o): " in text
     assert "context window of 128,000 tokens" in text and "Traceback" not in text
     assert fake_provider_server.requests == []
     assert not list(StoreLayout(home).journal_dir.glob("*.jsonl"))
@@ -339,7 +334,7 @@ async def test_everything_a_client_sends_is_scrubbed(
             "question": f"Is key {question_secret} safe to log?", "rounds": 1,
             "context": ["notes.txt", f"deploy log:\ntoken {inline_secret}\n"],
             "max_cost": 100})
-    assert not result.isError, text_of(result)
+    assert not result.is_error, text_of(result)
     sent = json.dumps([r.json for r in fake_provider_server.requests])
     assert "billing service notes" in sent and "deploy log:" in sent
     for secret in (file_secret, inline_secret, question_secret):
@@ -353,7 +348,7 @@ async def test_an_estimate_over_the_threshold_is_a_tool_error_saying_how_to_appr
     async with mcp_session(home, fake_provider_server, server_overrides=("cost.always_allow_under=0",)) as session:
         result = await session.call_tool("conclave_consult", {"question": "Costly?"})
     text = text_of(result)
-    assert result.isError and "nothing was spent" in text
+    assert result.is_error and "nothing was spent" in text
     assert re.search(r"estimated cost \$\d+\.\d{4}", text)
     assert re.search(r"call again with max_cost: \d+\.\d\d", text)
     assert fake_provider_server.requests == []
@@ -372,7 +367,7 @@ async def test_a_client_with_elicitation_is_asked_to_approve_the_estimate(
                            elicitation_callback=approve) as session:
         result = await session.call_tool("conclave_consult", {"question": "Costly?", "rounds": 1})
     assert len(asked) == 1 and re.search(r"estimated cost \$\d+\.\d{4}", asked[0])
-    assert not result.isError and result.structuredContent["status"] == "complete"
+    assert not result.is_error and result.structured_content["status"] == "complete"
 
 
 async def test_show_verify_stats_and_export_read_the_store(
@@ -381,26 +376,26 @@ async def test_show_verify_stats_and_export_read_the_store(
     async with mcp_session(home, fake_provider_server) as session:
         done = await session.call_tool("conclave_consult", {"question": "Audit me?", "rounds": 2,
                                                             "max_cost": 100})
-        cid = done.structuredContent["consultation_id"]
+        cid = done.structured_content["consultation_id"]
         shown = await session.call_tool("conclave_show", {"id": cid[:10], "round": 2})
         verified = await session.call_tool("conclave_verify", {"id": cid})
         stats = await session.call_tool("conclave_stats", {"period": "week"})
         exported = {fmt: await session.call_tool("conclave_export_record", {"id": cid, "format": fmt})
                     for fmt in ("markdown", "html", "json")}
         missing = await session.call_tool("conclave_show", {"id": "c-nope"})
-    run = shown.structuredContent["runs"][0]
+    run = shown.structured_content["runs"][0]
     assert run["ended"] == "completed" and [a["artifact_type"] for a in run["artifacts"]] == ["synthesis"]
     assert run["calls"][0]["agent"] == "judge" and run["calls"][0]["cost"] is not None
-    assert verified.structuredContent["ok"] is True and verified.structuredContent["journals"] == 1
-    assert stats.structuredContent["period"]["label"] == "last 7 days"
-    assert stats.structuredContent["consultations"] == 1 and stats.structuredContent["by_status"] == {"complete": 1}
-    record = exported["json"].structuredContent["record"]
+    assert verified.structured_content["ok"] is True and verified.structured_content["journals"] == 1
+    assert stats.structured_content["period"]["label"] == "last 7 days"
+    assert stats.structured_content["consultations"] == 1 and stats.structured_content["by_status"] == {"complete": 1}
+    record = exported["json"].structured_content["record"]
     records = journal_records(home)
     assert record["journal"]["head_hash"] == records[-1]["hash"] and record["journal"]["verified"] is True
     assert record["config_hash"] == records[0]["data"]["config_hash"]
     assert record["prompt_versions"] == records[0]["data"]["prompt_versions"]
     assert records[-1]["hash"] in text_of(exported["markdown"]) and "<h1>Audit record" in text_of(exported["html"])
-    assert missing.isError and "no consultation 'c-nope'" in text_of(missing)
+    assert missing.is_error and "no consultation 'c-nope'" in text_of(missing)
 
 
 # ----------------------------------------------------------------------------------------- Streamable HTTP
@@ -431,37 +426,41 @@ async def http_server(home: Path, fake: FakeProviderServer) -> AsyncIterator[tup
         await process.wait()
 
 
+@pytest.mark.parametrize("mode", ERAS)
 async def test_streamable_http_needs_the_bearer_token_and_serves_consultations(
-    home: Path, fake_provider_server: FakeProviderServer
+    home: Path, fake_provider_server: FakeProviderServer, mode: str
 ) -> None:
     async with http_server(home, fake_provider_server) as (url, token):
         assert url.startswith("http://127.0.0.1:")
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}
         headers = {"accept": "application/json, text/event-stream"}
-        async with httpx.AsyncClient() as plain:
+        async with httpx2.AsyncClient() as plain:
             no_token = await plain.post(url, json=initialize, headers=headers)
             wrong = await plain.post(url, json=initialize, headers={**headers, "authorization": "Bearer " + "x" * 43})
+            # a client of the 2025-06-18 revision is answered in it
+            older = await plain.post(url, json=initialize, headers={**headers, "authorization": f"Bearer {token}"})
         assert no_token.status_code == 401 and wrong.status_code == 401
+        assert older.status_code == 200 and '"protocolVersion":"2025-06-18"' in older.text.replace(" ", ""), older.text
         assert no_token.headers["www-authenticate"].startswith("Bearer")
 
-        progress: list[str] = []
+        said: list[str] = []
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            progress.append(message or "")
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            said.append(message or "")
 
-        authorized = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                                       timeout=httpx.Timeout(30, read=300))
-        async with authorized, streamable_http_client(url, http_client=authorized) as (read, write, _), \
-                ClientSession(read, write, client_info=CLIENT) as session:
-            await session.initialize()
+        authorized = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                        timeout=httpx2.Timeout(30, read=300))
+        async with authorized, Client(streamable_http_client(url, http_client=authorized),
+                                      client_info=CLIENT, mode=mode) as session:
+            assert session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
             names = {t.name for t in (await session.list_tools()).tools}
             result = await session.call_tool("conclave_consult", {
                 "question": "Over HTTP?", "rounds": 2, "max_cost": 100},
                 progress_callback=on_progress)
     assert names == TOOLS
-    assert not result.isError and result.structuredContent["status"] == "complete"
-    assert "round 2 · synthesis started" in progress
+    assert not result.is_error and result.structured_content["status"] == "complete"
+    assert "round 2 · synthesis started" in said
     assert token not in (home / "index.db").read_bytes().decode("latin-1")
 
 
@@ -504,7 +503,7 @@ async def test_argument_errors_are_one_line_naming_the_argument_and_unknown_argu
                "override": override}
     for name, answer in answers.items():
         text = text_of(answer)
-        assert answer.isError and len(text.splitlines()) == 1, (name, text)
+        assert answer.is_error and len(text.splitlines()) == 1, (name, text)
         assert not text.startswith("Error executing tool"), (name, text)
         assert "pydantic" not in text and "http" not in text and "validation error" not in text, (name, text)
     assert text_of(rounds) == "rounds: 7 is not allowed; it should be less than or equal to 4"
@@ -523,9 +522,9 @@ async def test_the_server_reports_conclaves_version(home: Path, fake_provider_se
     params = StdioServerParameters(command=sys.executable, args=["-m", "conclave", "mcp"],
                                    env=clean_env(home, FAKE_KEYS), cwd=str(home))
     with (home / "mcp-server.stderr").open("w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
-            info = (await session.initialize()).serverInfo
-    assert (info.name, info.version) == ("conclave", __version__)
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as session:
+            info = session.server_info
+    assert info is not None and (info.name, info.version) == ("conclave", __version__)
 
 
 async def test_a_cancelled_consultation_is_listed_as_interrupted_and_resumable_at_once(
@@ -538,12 +537,12 @@ async def test_a_cancelled_consultation_is_listed_as_interrupted_and_resumable_a
         # asked at once, while the server may still be saving the partial result
         listed = await session.call_tool("conclave_sessions", {"status": "interrupted"})
         resumed = await session.call_tool("conclave_resume", {"format": "json"})
-    assert not listed.isError, text_of(listed)
-    [row] = listed.structuredContent["sessions"]
+    assert not listed.is_error, text_of(listed)
+    [row] = listed.structured_content["sessions"]
     assert row["status"] == "partial" and row["question"] == "Should we shard the database?"
-    assert not resumed.isError, text_of(resumed)
-    assert resumed.structuredContent["consultation_id"] == row["id"]
-    assert resumed.structuredContent["status"] == "complete"
+    assert not resumed.is_error, text_of(resumed)
+    assert resumed.structured_content["consultation_id"] == row["id"]
+    assert resumed.structured_content["status"] == "complete"
 
 
 async def test_the_report_text_makes_model_html_and_script_links_inert(
@@ -562,8 +561,37 @@ async def test_the_report_text_makes_model_html_and_script_links_inert(
     async with mcp_session(home, fake_provider_server) as session:
         result = await session.call_tool("conclave_consult", {"question": "Q?", "rounds": 4,
                                                               "max_cost": 100})
-    assert not result.isError, text_of(result)
-    assert result.structuredContent["recommendation"] == hostile  # the data stays as the model wrote it
+    assert not result.is_error, text_of(result)
+    assert result.structured_content["recommendation"] == hostile  # the data stays as the model wrote it
     text = text_of(result)
     assert "<script" not in text and "<img" not in text and "](javascript:" not in text
     assert "&lt;script>alert(1)&lt;/script> &lt;img src=x onerror=alert(2)> [docs](#unsafe-link-removed)" in text
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_prompts_fill_the_question_and_mode_of_a_consultation_that_runs(
+    home: Path, fake_provider_server: FakeProviderServer, mode: str
+) -> None:
+    filled = {"decide_between_options": ({"options": "Postgres\nDynamoDB", "goal": "cheap ops"}, "converge",
+                                         ["Postgres", "DynamoDB", "cheap ops"]),
+              "review_this_diff": ({"diff": "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"},
+                                   "adversarial", ["+a = 2"]),
+              "stress_test_this_plan": ({"plan": "Migrate every service in one weekend."}, "devils_advocate",
+                                        ["one weekend"])}
+    async with mcp_session(home, fake_provider_server, mode=mode) as session:
+        listed = {p.name: p for p in (await session.list_prompts()).prompts}
+        runs = {}
+        for name, (arguments, _, _) in filled.items():
+            prompt = await session.get_prompt(name, arguments)
+            text = prompt.messages[0].content.text  # type: ignore[union-attr]
+            runs[name] = json.loads(text[text.index("{"):])
+        asked_before = len(fake_provider_server.requests)
+        result = await session.call_tool("conclave_consult", {**runs["stress_test_this_plan"], "rounds": 1,
+                                                              "max_cost": 100})
+    assert set(listed) == set(filled) and all(p.description and p.arguments for p in listed.values())
+    for name, (_, mode_filled, quoted) in filled.items():
+        assert runs[name]["mode"] == mode_filled
+        assert all(q in runs[name]["question"] for q in quoted), (name, runs[name])
+    assert not result.is_error, text_of(result)
+    assert result.structured_content["mode"] == "devils_advocate"
+    assert asked_before == 0 and len(fake_provider_server.requests) > 0  # a prompt alone asks no model

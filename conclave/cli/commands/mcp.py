@@ -62,7 +62,7 @@ def run(argv: list[str]) -> int:
     if args.http:
         from conclave.doors.mcp.transports import serve_http
 
-        server = build_server(config, host=args.host, port=args.port)
+        server = build_server(config)
         try:
             with termination_as_interrupt():  # SIGTERM and SIGHUP stop it as Ctrl-C does, saying so
                 asyncio.run(serve_http(server, args.host, args.port, print_to_stderr))
@@ -77,10 +77,9 @@ def run(argv: list[str]) -> int:
 
 
 def _check_base_overrides(config: ServerConfig) -> None:
-    """Fail at start (exit 2, one line) when the server's own overrides do not compose."""
-    if not config.base_overrides:
-        return
-    from mcp.server.fastmcp.exceptions import ToolError
+    """Fail at start (exit 2, one line) when the server's own overrides do not compose. Composing once at start
+    also warms Hydra up, so that the first tool call answers (or returns its task id) as fast as the next ones."""
+    from mcp.server.mcpserver.exceptions import ToolError
 
     from conclave.doors.mcp.tools import compose
 

@@ -102,3 +102,11 @@ class VerifyOutput(BaseModel):
 class ExportOutput(BaseModel):
     format: Literal["markdown", "html", "json"]
     record: dict[str, Any] = Field(description="The audit record as JSON, whatever format was asked for.")
+
+
+class EvalOutput(BaseModel):
+    """conclave_eval's structured answer (the report itself is the text part)."""
+
+    run_id: str = Field(description="The evaluation run (conclave eval report RUN; run_id resumes it).")
+    exit_code: int = Field(description="conclave eval's exit code: 0 when every item ran.")
+    ok: bool

@@ -1,4 +1,5 @@
-"""The MCP server: conclave's tools and resources on the official SDK (FastMCP), over stdio or Streamable HTTP.
+"""The MCP server: conclave's tools, resources and prompts on the official SDK (MCPServer, mcp 2.x), over stdio or
+Streamable HTTP, for clients of the 2025 revisions (initialize handshake) and of 2026-07-28 (stateless).
 
 Tools run the same composition, validation, scrubbing, cost gate and journal as the CLI; errors come back as tool
 errors of one line per problem, naming the key and what is allowed.
@@ -17,17 +18,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import AnyFunction, CallToolResult, Resource, TextContent, ToolAnnotations
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import (
+    CallToolResult,
+    ClientCapabilities,
+    ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    Resource,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field, ValidationError
 
 from conclave.compose import hydra_quote
 from conclave.config.guard import Door, Roots, approval_for, split_context
 from conclave.config.settings import check_against_plugins
 from conclave.doors.mcp import records
+from conclave.doors.mcp.consult_tasks import CURRENT_JOB, ConsultationTasks, Status
+from conclave.doors.mcp.evaluations import check_set, eval_overrides, run_eval
 from conclave.doors.mcp.runs import DEFAULT_HEARTBEAT_S, OriginRecorder, ProgressBridge, run_with_progress
-from conclave.doors.mcp.tool_models import ConsultOutput, ExportOutput, SessionsOutput, VerifyOutput
+from conclave.doors.mcp.starters import register_prompts
+from conclave.doors.mcp.tool_models import ConsultOutput, EvalOutput, ExportOutput, SessionsOutput, VerifyOutput
 from conclave.engine.cost.consent import round_up_to_cent
 from conclave.engine.interaction import Interaction
 from conclave.engine.run import Consultation
@@ -49,7 +65,9 @@ log = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "conclave puts a question to a panel of LLMs and runs a structured debate (independent answers, synthesis, "
     "cross-examination, verdict). Call conclave_consult with the question; it blocks until the verdict and sends "
-    "progress notifications meanwhile. A cancelled or failed consultation keeps its completed rounds: "
+    "progress notifications meanwhile (a client with the Tasks extension gets a task instead: poll tasks/get, "
+    "fetch tasks/result). conclave_eval scores the debate on a question set. A cancelled or failed consultation "
+    "keeps its completed rounds: "
     "conclave_resume continues it without paying for them again. conclave_sessions lists past consultations; "
     "conclave_show gives every artifact, call and cost of a round."
 )
@@ -86,35 +104,50 @@ class ServerConfig:
         return Door("an MCP client", self.roots, tuple(self.base_overrides))
 
 
-class ConclaveMCP(FastMCP):
-    """FastMCP whose resource list also names the most recent consultations, whose ``serverInfo`` carries conclave's
+AnyFunction = Callable[..., Any]
+
+
+class ConclaveMCP(MCPServer):
+    """MCPServer whose resource list also names the most recent consultations, whose ``serverInfo`` carries conclave's
     version, and whose tools refuse unknown arguments and answer a bad one in one line."""
 
     def __init__(self, config: ServerConfig, **kwargs: Any) -> None:
-        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", **kwargs)
+        self.tasks = ConsultationTasks(config.layout, self.task_from_journal)
+        super().__init__("conclave", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__,
+                         extensions=[self.tasks], **kwargs)
         self.config = config
-        # FastMCP 1.x takes no version; its protocol server reports this one in serverInfo (the SDK's otherwise)
-        self._mcp_server.version = __version__
-        self._arguments: dict[str, list[str]] = {}
+        self.arguments: dict[str, list[str]] = {}
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        if not self._arguments:
-            self._arguments = {t.name: list(t.inputSchema.get("properties", {})) for t in await self.list_tools()}
-        allowed = self._arguments.get(name)
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if not self.arguments:
+            self.arguments = {t.name: list(t.input_schema.get("properties", {})) for t in await self.list_tools()}
+        allowed = self.arguments.get(name)
         unknown = sorted(set(arguments) - set(allowed)) if allowed is not None else []
         if unknown:
             raise ToolError(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} "
                             f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed or [])}")
         try:
-            return await super().call_tool(name, arguments)
+            return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            # FastMCP prefixes every failure with "Error executing tool NAME:"; ours already say what went wrong
+            # MCPServer prefixes every failure with "Error executing tool NAME:"; ours already say what went wrong
             cause = exc.__cause__
             if isinstance(cause, ValidationError):
                 raise ToolError(argument_errors(cause)) from None
             if isinstance(cause, ToolError | ConclaveError):
                 raise tool_error(cause) from None
             raise
+
+    async def task_from_journal(self, task_id: str) -> tuple[Status, str, CallToolResult | None] | None:
+        """A task this process does not run (any more): its consultation as the journal has it."""
+        layout = self.config.layout
+        if not layout.journal_path(task_id).exists():
+            return None
+        data = records.consultation(layout, task_id)
+        result, status = data.get("result"), data.get("status")
+        if result is None:
+            return ("working" if status == "running" else "failed"), f"consultation {status}", None
+        state: Status = "completed" if status in ("complete", "completed_degraded") else "failed"
+        return state, f"finished: {status}", result_content(result, "markdown")
 
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
@@ -126,11 +159,11 @@ class ConclaveMCP(FastMCP):
         for row in rows:
             question = (row["question"] or "").replace("\n", " ")
             listed.append(Resource(
-                uri=f"conclave://consultations/{row['id']}",  # type: ignore[arg-type]
+                uri=f"conclave://consultations/{row['id']}",
                 name=row["id"],
                 title=question[:80] or row["id"],
                 description=f"{row['status']} · {row['mode']} · started {row['started_at']}",
-                mimeType="application/json",
+                mime_type="application/json",
             ))
         return listed
 
@@ -140,7 +173,7 @@ class ConclaveMCP(FastMCP):
 
 def text_result(text: str, data: dict[str, Any]) -> CallToolResult:
     """A read-only tool's answer: ``text`` for the model to read, ``data`` as its structured content."""
-    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def argument_errors(exc: ValidationError) -> str:
@@ -200,22 +233,55 @@ def param_overrides(*, mode: str | None, rounds: int | None, quick: bool | None,
     return out
 
 
-def client_info(ctx: Context[Any, Any, Any]) -> dict[str, Any] | None:
+def client_info(ctx: Context[Any, Any]) -> dict[str, Any] | None:
     try:
         params = ctx.session.client_params
     except Exception:
         return None
     if params is None:
         return None
-    return {"name": params.clientInfo.name, "version": params.clientInfo.version}
+    return {"name": params.client_info.name, "version": params.client_info.version}
 
 
-def progress_reporter(ctx: Context[Any, Any, Any]) -> Any:
+def progress_reporter(ctx: Context[Any, Any]) -> Any:
     """``ctx.report_progress`` when the client asked for progress (gave a token), else None."""
     meta = ctx.request_context.meta
-    if meta is None or meta.progressToken is None:
+    if meta is None or meta.get("progress_token") is None:
         return None
     return ctx.report_progress
+
+
+APPROVAL_KEY = "approve_cost"
+
+
+def can_elicit(ctx: Context[Any, Any]) -> bool:
+    return bool(ctx.session.check_client_capability(ClientCapabilities(elicitation=ElicitationCapability())))
+
+
+def approval_request(message: str, estimate: float) -> InputRequiredResult:
+    """The 2026-07-28 way to ask the user to approve the estimate: an ``input_required`` result carrying a form
+    elicitation; the client retries the call with the answer, and the estimate rides the request state (which the
+    SDK seals, so a client cannot raise the approved amount)."""
+    form = ElicitRequestFormParams(message=message, requested_schema={
+        "type": "object", "required": ["approve"],
+        "properties": {"approve": {"type": "boolean", "description": "Spend the estimated cost and run it"}}})
+    return InputRequiredResult(input_requests={APPROVAL_KEY: ElicitRequest(params=form)},
+                               request_state=json.dumps({"estimate": estimate}))
+
+
+def approval_answer(ctx: Context[Any, Any]) -> tuple[bool, float] | None:
+    """On a retry after :func:`approval_request`: (whether the user approved, the estimate asked about)."""
+    responses, state = ctx.input_responses, ctx.request_state
+    if not responses or not state or APPROVAL_KEY not in responses:
+        return None
+    try:
+        estimate = float(json.loads(state)["estimate"])
+    except (ValueError, KeyError, TypeError):
+        raise ToolError("request_state: not a state this server issued") from None
+    answer = responses[APPROVAL_KEY]
+    approved = (isinstance(answer, ElicitResult) and answer.action == "accept"
+                and bool((answer.content or {}).get("approve")))
+    return approved, estimate
 
 
 def consult_output(result: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +305,7 @@ def result_content(result: dict[str, Any], fmt: str) -> CallToolResult:
         blocks.append(TextContent(type="text", text=text))
     if fmt in ("json", "both"):
         blocks.append(TextContent(type="text", text=json.dumps(result, indent=2, ensure_ascii=False)))
-    return CallToolResult(content=list(blocks), structuredContent=consult_output(result))
+    return CallToolResult(content=list(blocks), structured_content=consult_output(result))
 
 
 def refusal_reason(consultation: Any) -> str:
@@ -261,23 +327,27 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     """The MCP server with every conclave tool and resource registered."""
     mcp = ConclaveMCP(config, **kwargs)
     layout = config.layout
+    register_prompts(mcp)
 
     def read_only_tool(name: str, title: str, description: str) -> Callable[[AnyFunction], AnyFunction]:
         """A tool that only reads this home's records: it changes nothing and asks no model."""
         return mcp.tool(name=name, title=title, description=description,
-                        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False), structured_output=True)
+                        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False), structured_output=True)
 
-    async def run_consultation(ctx: Context[Any, Any, Any], settings: Any, *, stdin_text: str | None = None,
+    async def run_consultation(ctx: Context[Any, Any], settings: Any, *, stdin_text: str | None = None,
                                **resume: Any) -> tuple[Any, ProgressBridge]:
         plugins = get_plugins()
         recorder = Recorder(settings.home)
         origin = {"origin": "mcp", "client": client_info(ctx)}
-        bridge = ProgressBridge(report=progress_reporter(ctx), heartbeat_s=config.heartbeat_s)
+        job = CURRENT_JOB.get()  # a task: its status carries the progress (the tool call has been answered)
+        bridge = ProgressBridge(report=progress_reporter(ctx) if job is None else job.report,
+                                heartbeat_s=config.heartbeat_s)
+        subscribers: list[Any] = [bridge] if job is None else [bridge, job.observe]
         done = asyncio.Event()
         started: list[str] = []
         try:
             consultation = Consultation(
-                settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=[bridge],
+                settings, plugins=plugins, interaction=Interaction.non_interactive(), subscribers=subscribers,
                 recorder=OriginRecorder(recorder, origin), stdin_text=stdin_text, **resume,
             )
             started.append(consultation.id)
@@ -294,14 +364,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                 config.active.pop(cid, None)
         return consultation, bridge
 
-    async def approved_by_elicitation(ctx: Context[Any, Any, Any], message: str) -> bool:
+    async def approved_by_elicitation(ctx: Context[Any, Any], message: str) -> bool:
         """Ask the user through the client to approve the estimate (only when the client supports elicitation)."""
-        from mcp.types import ClientCapabilities, ElicitationCapability
-
         class Approval(BaseModel):
             approve: bool = Field(description="Spend the estimated cost and run the consultation")
 
-        if not ctx.session.check_client_capability(ClientCapabilities(elicitation=ElicitationCapability())):
+        if not can_elicit(ctx):
             return False
         try:
             answer = await ctx.elicit(message, Approval)
@@ -320,12 +388,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "structured content and the Markdown report as text. Over the cost threshold it returns an error with "
             "the estimate and how to approve it."
         ),
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
-                                    openWorldHint=True),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
         structured_output=True,
     )
     async def conclave_consult(
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         question: Annotated[str, Field(description="The question, sent verbatim (after secret scrubbing).")],
         context: Annotated[list[str] | None, Field(description=(
             "Context for the panel: file paths (absolute, or relative to the server's working directory; they "
@@ -366,8 +434,18 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         except ConclaveError as exc:
             raise tool_error(exc) from None
         settings = compose(config.door, question, outside, trusted)
+        answer = approval_answer(ctx)
+        if answer is not None:  # a 2026-07-28 client retried with its answer to the approval we asked for
+            approved, estimate = answer
+            if not approved:
+                raise ToolError(f"not started (nothing was spent): the estimated cost ${estimate:.4f} was declined")
+            settings = compose(config.door, question, outside, approval_for(estimate))
         consultation, bridge = await run_consultation(ctx, settings, stdin_text=inline)
         if consultation.refusal is not None:
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                if not can_elicit(ctx) or bridge.estimated_cost is None:
+                    raise refusal_error(consultation, bridge)
+                return approval_request(refusal_reason(consultation), bridge.estimated_cost)  # type: ignore[return-value]
             if not await approved_by_elicitation(ctx, refusal_reason(consultation)):
                 raise refusal_error(consultation, bridge)
             settings = compose(config.door, question, outside, approval_for(bridge.estimated_cost))
@@ -383,12 +461,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "panel and mode unless overrides change them, whose panel sees the earlier verdict, dissent and claims. "
             "Same answer, progress and cost gate as conclave_consult."
         ),
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
-                                    openWorldHint=True),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
         structured_output=True,
     )
     async def conclave_continue(
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         question: Annotated[str, Field(description="The follow-up question, sent verbatim (after scrubbing).")],
         id: Annotated[str | None, Field(description=(
             "The consultation to follow up: id or unique prefix; default: the most recent one."))] = None,
@@ -414,12 +492,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "journal, neither re-run nor paid for again; the recorded configuration is reused. Same answer and "
             "progress as conclave_consult."
         ),
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
-                                    openWorldHint=True),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
         structured_output=True,
     )
     async def conclave_resume(
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         id: Annotated[str | None, Field(description=(
             "Consultation id or unique prefix; default: the most recent interrupted one."))] = None,
         format: Annotated[Literal["markdown", "json", "both"], Field(description=(
@@ -455,6 +533,49 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             raise refusal_error(consultation, bridge)
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
+
+    @mcp.tool(
+        name="conclave_eval",
+        title="Evaluate the debate on a question set",
+        description=(
+            "Run `conclave eval` on a set: the debate against a single agent and a round-1 vote, scored item by "
+            "item, with the report as text. The set is a generator (arithmetic, gym:<task>) or a file under the "
+            "server's allowed roots. Long: a client with the Tasks extension gets a task; otherwise it blocks with "
+            "progress notifications. Over the cost threshold it fails with the estimate; pass max_cost to approve. "
+            "run_id resumes an interrupted evaluation (finished items are not paid again)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=True),
+        structured_output=True,
+    )
+    async def conclave_eval(
+        ctx: Context[Any, Any],
+        set: Annotated[str, Field(description=(
+            "arithmetic, gym:<task> (reasoning-gym), or a .jsonl/.csv/.parquet file under the allowed roots."))]
+        = "arithmetic",
+        n: Annotated[int, Field(ge=1, le=1000, description="How many items (default 5).")] = 5,
+        rounds: Annotated[int | None, Field(ge=1, le=4, description="Rounds per debate (1-4).")] = None,
+        panel: Annotated[str | None, Field(description="A panel from conf/agents (e.g. default).")] = None,
+        max_cost: Annotated[float | None, Field(ge=0, description=(
+            "Approve spending up to this many dollars (estimate) without asking."))] = None,
+        run_id: Annotated[str | None, Field(description=(
+            "Resume this interrupted run instead of starting one (the other arguments are the run's own)."))]
+        = None,
+    ) -> Annotated[CallToolResult, EvalOutput]:
+        try:
+            arguments = [] if run_id else [check_set(set, config.roots), *eval_overrides(
+                n=n, rounds=rounds, panel=panel, max_cost=max_cost)]
+            job = CURRENT_JOB.get()
+            outcome = await run_eval(
+                config.home, config.base_overrides, arguments,
+                report=progress_reporter(ctx) if job is None else job.report, heartbeat_s=config.heartbeat_s,
+                run_id=run_id, on_start=None if job is None else job.begin)
+        except ConclaveError as exc:
+            raise tool_error(exc) from None
+        data = {"run_id": outcome.run_id, "exit_code": outcome.exit_code, "ok": outcome.exit_code == 0}
+        if outcome.exit_code != 0:
+            raise ToolError(f"evaluation {outcome.run_id} stopped (exit {outcome.exit_code}): {outcome.last_line}")
+        return text_result(outcome.report, data)
 
     @read_only_tool(
         name="conclave_sessions",

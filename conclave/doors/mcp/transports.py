@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import hmac
-import io
 import ipaddress
 import logging
 import os
@@ -27,21 +26,13 @@ SDK_HTTP_LOGGER = "mcp.server.streamable_http"
 
 
 async def serve_stdio(server: Any) -> None:
-    """Speak MCP on stdin/stdout. File descriptor 1 is pointed at stderr first, so nothing else that writes to
-    stdout (a print, a C library, a plugin) can corrupt the protocol stream."""
-    from mcp.server.stdio import stdio_server
-
+    """Speak MCP on stdin/stdout. While it serves, the SDK points file descriptor 1 at stderr (and 0 at the null
+    device), so nothing else that writes to stdout (a print, a C library, a plugin) can corrupt the protocol
+    stream."""
     if sys.stdin is None or sys.stdout is None:  # started with fd 0 or 1 closed: no client can reach us
         raise UsageError("the stdio transport needs stdin and stdout open (a client starts `conclave mcp` with "
                          "pipes); use --http to serve over the network")
-    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
-    sys.stdout.flush()
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdout = sys.stderr
-    stdout = anyio.wrap_file(io.TextIOWrapper(protocol_out, encoding="utf-8", line_buffering=True))
-    async with stdio_server(stdout=stdout) as (read_stream, write_stream):
-        low = server._mcp_server
-        await low.run(read_stream, write_stream, low.create_initialization_options())
+    await server.run_stdio_async()
 
 
 class BearerAuth:
@@ -95,7 +86,7 @@ async def serve_http(server: Any, host: str, port: int, announce: Callable[[str]
 
     logging.getLogger(SDK_HTTP_LOGGER).addFilter(ClientLeftFilter())
     token, generated = http_token()
-    app = BearerAuth(server.streamable_http_app(), token)
+    app = BearerAuth(server.streamable_http_app(host=host), token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
