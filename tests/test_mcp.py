@@ -5,7 +5,9 @@ the initialize handshake) and 2026-07-28 (stateless, no handshake)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
 import os
 import re
@@ -22,6 +24,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitResult, Implementation, TextResourceContents
+from pypdf import PdfReader
 
 from conclave import events as ev
 from conclave.store.journal import read_journal
@@ -381,7 +384,7 @@ async def test_show_verify_stats_and_export_read_the_store(
         verified = await session.call_tool("conclave_verify", {"id": cid})
         stats = await session.call_tool("conclave_stats", {"period": "week"})
         exported = {fmt: await session.call_tool("conclave_export_record", {"id": cid, "format": fmt})
-                    for fmt in ("markdown", "html", "json")}
+                    for fmt in ("markdown", "html", "json", "pdf")}
         missing = await session.call_tool("conclave_show", {"id": "c-nope"})
     run = shown.structured_content["runs"][0]
     assert run["ended"] == "completed" and [a["artifact_type"] for a in run["artifacts"]] == ["synthesis"]
@@ -395,6 +398,10 @@ async def test_show_verify_stats_and_export_read_the_store(
     assert record["config_hash"] == records[0]["data"]["config_hash"]
     assert record["prompt_versions"] == records[0]["data"]["prompt_versions"]
     assert records[-1]["hash"] in text_of(exported["markdown"]) and "<h1>Audit record" in text_of(exported["html"])
+    pdf = exported["pdf"].content[1].resource  # the PDF travels as an embedded blob: the same record, printed
+    assert pdf.mime_type == "application/pdf" and pdf.uri.endswith(f"{cid}/record.pdf")
+    document = PdfReader(io.BytesIO(base64.b64decode(pdf.blob)))
+    assert len(document.pages) >= 1 and "Audit me?" in "".join(page.extract_text() for page in document.pages)
     assert missing.is_error and "no consultation 'c-nope'" in text_of(missing)
 
 

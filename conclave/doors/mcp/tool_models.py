@@ -100,7 +100,7 @@ class VerifyOutput(BaseModel):
 
 
 class ExportOutput(BaseModel):
-    format: Literal["markdown", "html", "json"]
+    format: Literal["markdown", "html", "json", "pdf"]
     record: dict[str, Any] = Field(description="The audit record as JSON, whatever format was asked for.")
 
 

@@ -8,6 +8,7 @@ errors of one line per problem, naming the key and what is allowed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -21,12 +22,14 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
+    BlobResourceContents,
     CallToolResult,
     ClientCapabilities,
     ElicitationCapability,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
+    EmbeddedResource,
     InputRequiredResult,
     Resource,
     TextContent,
@@ -675,11 +678,19 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
     )
     async def conclave_export_record(
         id: Annotated[str, Field(description="Consultation id or unique prefix.")],
-        format: Annotated[Literal["markdown", "html", "json"], Field(description="markdown, html or json.")]
+        format: Annotated[Literal["markdown", "html", "json", "pdf"], Field(description=(
+            "markdown, html, json, or pdf (an embedded application/pdf resource; needs the server's pdf extra)."))]
         = "markdown",
     ) -> Annotated[CallToolResult, ExportOutput]:
         try:
-            record = records.audit_record(layout, records.resolve_id(layout, id))
+            cid = records.resolve_id(layout, id)
+            record = records.audit_record(layout, cid)
+            if format == "pdf":
+                document = base64.b64encode(records.audit_pdf(record)).decode("ascii")
+                pdf = EmbeddedResource(type="resource", resource=BlobResourceContents(
+                    uri=f"conclave://consultations/{cid}/record.pdf", mime_type="application/pdf", blob=document))
+                return CallToolResult(content=[TextContent(type="text", text=f"Audit record of {cid} as PDF."), pdf],
+                                      structured_content={"format": format, "record": record})
         except ConclaveError as exc:
             raise tool_error(exc) from None
         if format == "markdown":
