@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from pydantic import BaseModel
 
+from conclave.config.defaults_yaml import config_path, regenerate
 from conclave.config.settings import SafetySettings, Settings, settings_from_container
 from conclave.plugin_manager import get_plugins
 
@@ -54,6 +55,15 @@ def _disagreements(model: type[BaseModel], yaml: dict[str, Any], prefix: str = "
 
 def test_every_default_in_conf_equals_the_pydantic_default() -> None:
     assert _disagreements(Settings, _composed_defaults()) == []
+
+
+def test_the_checked_in_config_yaml_is_what_the_models_generate() -> None:
+    """A default is written once, in settings.py: conf/config.yaml's defaults (values and comments) are rendered
+    from the models; ``python -m conclave.config.defaults_yaml`` rewrites them, and a stale file fails here."""
+    text = config_path().read_text(encoding="utf-8")
+    assert regenerate(text) == text
+    edited = text.replace("\ntau: 0.8", "\ntau: 0.9").replace("  tau: 0.8 ", "  tau: 0.9 ")
+    assert edited != text and regenerate(edited) == text  # a default changed in the YAML alone is caught
 
 
 def test_the_composed_default_config_validates_to_the_model_defaults() -> None:

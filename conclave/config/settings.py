@@ -23,7 +23,7 @@ Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class AgentSpec(StrictModel):
@@ -127,11 +127,18 @@ class FilteringSettings(StrictModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    enabled: bool = True  # false: later rounds see earlier artifacts whole (dearer); display is ``verbose``'s
+    enabled: bool = True
+    """false: later rounds see earlier artifacts whole (higher token cost); display is verbose's"""
     filter: Name = "top_n"
+    """a registered artifact filter"""
     round3: Round3Filter = Field(default_factory=Round3Filter)
+    """What the round-3 agents see of the synthesis."""
     round4: Round4Filter = Field(default_factory=Round4Filter)
+    """What the round-4 judge sees of synthesis and cross-examination."""
     replies: RepliesFilter = Field(default_factory=RepliesFilter)
+    """An agent's cross-examination reply shown again in a later round (a repeat, the verdict's history) to others
+    than its author: its most severe challenges; the judge's record of that round follows it. The judge recording a
+    round, and the author, always see the reply whole."""
 
     @model_validator(mode="after")
     def _plugin_sections_are_limits(self) -> FilteringSettings:
@@ -153,19 +160,21 @@ class FilteringSettings(StrictModel):
 
 class EarlyTermination(StrictModel):
     threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.90
+    """mean consensus confidence after round 2 that offers skipping rounds 3-4"""
     non_interactive: Literal["accept", "decline"] = "accept"
+    """accept | decline, when there is no terminal to ask"""
 
 
 class SelectiveSettings(StrictModel):
     """The vote gate after round 1: decide on the aggregated answer when the panel agrees, else debate."""
 
-    #: null: the mode's default (on in ``mode=answer``, off elsewhere)
     enabled: bool | None = None
-    #: the weighted agreement at which the vote decides (0-1)
+    """null = the mode's default (true in mode=answer, false elsewhere)"""
     tau: Annotated[float, Field(ge=0.0, le=1.0)] = 0.8
-    #: where the aggregate of the effective answers decides after cross-examination (anti-conformity on, answer
-    #: mode): also ask the judge for its cross-examination record and verdict, kept beside the aggregate
+    """weighted agreement needed to decide after round 1 (0-1)"""
     judge_verdict: bool = False
+    """when the aggregate of the answers that count decides after cross-examination (anti_conformity on): also ask the
+    judge for a verdict, kept beside the aggregate"""
 
     @field_validator("tau", mode="before")
     @classmethod
@@ -178,43 +187,61 @@ class SelectiveSettings(StrictModel):
 class ExitSettings(StrictModel):
     """When repeated cross-examination stops: consensus, a convergence plateau, or the round cap."""
 
-    consensus: Annotated[float, Field(ge=0.0, le=1.0)] = 0.80  # share of ACCEPT or MINOR votes
-    min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70  # every agent at least this confident
-    plateau_delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.10  # a round changing less than this is flat
-    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 1  # flat rounds in a row: converged (repeat only on movement)
-    #: rounds in all, the verdict included; null: the mode's default (answer 4: one cross-examination; else 6)
+    consensus: Annotated[float, Field(ge=0.0, le=1.0)] = 0.80
+    """share of ACCEPT or MINOR votes, with no BLOCKER and ..."""
+    min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70
+    """... every agent at least this confident"""
+    plateau_delta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.10
+    """a round that moves votes, confidence and positions less than this is flat ..."""
+    plateau_rounds: Annotated[int, Field(ge=1, le=5)] = 1
+    """... this many flat rounds in a row without a new FACT claim: converged (1: cross-examination repeats only while
+    the panel moves)"""
     round_cap: Annotated[int, Field(ge=2, le=12)] | None = None
-    override: Literal["auto", "continue"] = "auto"  # continue: ignore consensus/convergence, go on to the cap
+    """rounds in all, the verdict included; null = the mode's default (answer: 4, i.e. one cross-examination round;
+    other modes: 6)"""
+    override: Literal["auto", "continue"] = "auto"
+    """auto | continue (ignore consensus and convergence; repeat up to the cap)"""
 
 
 class SummarizationSettings(StrictModel):
     """Progressive summarization of long debates: which rounds a prompt shows in full, summarized or merged."""
 
     enabled: bool = True
-    from_round: Annotated[int, Field(ge=2, le=12)] = 5  # rounds from this one on get summarized context
-    summary_tokens: Annotated[int, Field(ge=50, le=1000)] = 300  # one earlier round's summary
-    budget_tokens: Annotated[int, Field(ge=1000, le=100_000)] = 8000  # the whole user message of one call
+    from_round: Annotated[int, Field(ge=2, le=12)] = 5
+    """rounds from this one on get summarized context"""
+    summary_tokens: Annotated[int, Field(ge=50, le=1000)] = 300
+    """one earlier round's structured summary"""
+    budget_tokens: Annotated[int, Field(ge=1000, le=100_000)] = 8000
+    """one call's user message"""
 
 
 class CostSettings(StrictModel):
     always_allow_under: Annotated[float, Field(ge=0.0)] = 0.50
+    """dollars; estimates under this go ahead without asking"""
     auto_approve: bool = False
+    """true never asks"""
     abort_ratio: Annotated[float, Field(ge=1.0)] = 1.5
+    """abort in flight when actual cost exceeds this multiple of the estimate"""
 
 
 class HedgingSettings(StrictModel):
     enabled: bool = True
     hedge_after_s: Annotated[float, Field(gt=0)] | None = None
+    """null = 1.5 × the model's p90 latency, remembered across runs in $CONCLAVE_HOME/hedging.json (never below
+    floor_s); a model without history: 3 × the slowest call that has answered in its round (or consultation), 10 s
+    until one has"""
     floor_s: Annotated[float, Field(gt=0)] = 0.5
     budget: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
-    #: the most hedge tokens the bucket holds (hedges allowed in a burst; a new home starts with this many)
+    """hedge tokens earned per call started: the long-run share of extra calls"""
     burst: Annotated[float, Field(ge=1.0, le=100.0)] = 8.0
+    """the most tokens held (a new home starts full): hedges ≤ burst + budget × calls"""
 
 
 class OutputSettings(StrictModel):
     format: Literal["markdown", "json", "both", "html"] = "markdown"
-    #: the progress view on stderr: auto (live on a terminal, plain lines otherwise), plain, quiet
+    """markdown | json | both | html (one self-contained HTML document)"""
     progress: Literal["auto", "plain", "quiet"] = "auto"
+    """auto (live on a terminal, plain lines when piped) | plain | quiet"""
 
 
 ANCHOR_NAMES = ("Risk-Attentive", "Implementation-Focused", "Evidence-Calibrated", "Systems-Aware")
@@ -223,10 +250,14 @@ ANCHOR_NAMES = ("Risk-Attentive", "Implementation-Focused", "Evidence-Calibrated
 class SafetyPatterns(StrictModel):
     """Patterns added to the safety evaluator's built-in rules (case-insensitive Python regexes)."""
 
-    block: dict[Name, list[str]] = Field(default_factory=dict)  # tier 1, by category: a hit blocks
-    topic: list[str] = Field(default_factory=list)  # tier 2: the question's topic asks for a full evaluation
-    intent: list[str] = Field(default_factory=list)  # tier 2: the asker's intent (question and responses)
-    context: list[str] = Field(default_factory=list)  # tier 2: what the material contains (context and responses)
+    block: dict[Name, list[str]] = Field(default_factory=dict)
+    """tier 1 by category, e.g. +quality.safety.patterns.block.weapons=['...']"""
+    topic: list[str] = Field(default_factory=list)
+    """tier 2: the question's topic"""
+    intent: list[str] = Field(default_factory=list)
+    """tier 2: the asker's intent (question and responses)"""
+    context: list[str] = Field(default_factory=list)
+    """tier 2: what the material contains (context and responses)"""
 
     @model_validator(mode="after")
     def _patterns_compile(self) -> SafetyPatterns:
@@ -243,8 +274,10 @@ class SafetyPatterns(StrictModel):
 
 
 class SafetyThresholds(StrictModel):
-    block_risk: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7  # a full evaluation at or above this risk blocks
-    concern_risk: Annotated[float, Field(ge=0.0, le=1.0)] = 0.4  # at or above: recorded and reported as a concern
+    block_risk: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
+    """a full evaluation with risk >= this blocks (0-1)"""
+    concern_risk: Annotated[float, Field(ge=0.0, le=1.0)] = 0.4
+    """risk >= this is reported as a concern (0-1, <= block_risk)"""
 
     @model_validator(mode="after")
     def _ordered(self) -> SafetyThresholds:
@@ -258,14 +291,21 @@ class SafetySettings(StrictModel):
     """The three-tier safety evaluator (:mod:`conclave.quality.safety_rules`, :mod:`conclave.engine.safety_gate`)."""
 
     enabled: bool = True
-    stage: Literal["shadow", "on"] | None = None  # None: follow quality.stage (on when it is not set)
-    max_tier: Annotated[int, Field(ge=1, le=3)] = 3  # 1: patterns only; 2: + triggers recorded; 3: + the judge
-    tier1_action: Literal["block", "evaluate"] = "block"  # evaluate: a tier-1 hit asks the judge before blocking
+    stage: Literal["shadow", "on"] | None = None
+    """null (follow quality.stage; on if unset) | shadow (record, never block) | on"""
+    max_tier: Annotated[int, Field(ge=1, le=3)] = 3
+    """1 patterns only | 2 + triggers recorded | 3 + the judge's full evaluation"""
+    tier1_action: Literal["block", "evaluate"] = "block"
+    """block | evaluate (a tier-1 hit asks the judge before blocking)"""
     modes: list[Name] = Field(default_factory=lambda: ["adversarial", "devils_advocate"])
+    """debate modes that always get a full evaluation"""
     patterns: SafetyPatterns = Field(default_factory=SafetyPatterns)
+    """Added to the built-in rules (case-insensitive Python regexes)."""
     thresholds: SafetyThresholds = Field(default_factory=SafetyThresholds)
-    on_evaluation_failure: Literal["allow", "block"] = "allow"  # when the judge gives no usable evaluation
-    max_tokens: Annotated[int, Field(ge=128, le=4096)] = 1024  # output budget of one full evaluation
+    on_evaluation_failure: Literal["allow", "block"] = "allow"
+    """allow | block: when the judge gives no usable evaluation"""
+    max_tokens: Annotated[int, Field(ge=128, le=4096)] = 1024
+    """output budget of one full evaluation (128-4096)"""
 
 
 Ratio = Annotated[float, Field(ge=0, le=1)]
@@ -305,26 +345,36 @@ class GroupthinkSettings(StrictModel):
 
     enabled: bool = True
     stagnation: StagnationSettings = Field(default_factory=StagnationSettings)
+    """Fires after consecutive_rounds agents' rounds in a row below all three figures."""
     early_convergence: EarlyConvergenceSettings = Field(default_factory=EarlyConvergenceSettings)
+    """Fires by round by_round: most agents very confident and the diversity gate fails."""
     match_similarity: Ratio = 0.3
+    """TF-IDF cosine at which two premises match (premise overlap)"""
     cluster_similarity: Ratio = 0.35
+    """mean cosine at which positions share a semantic cluster"""
     novelty_similarity: Ratio = 0.5
+    """a claim at least this close to an earlier one is not new"""
     max_objection_rounds: Annotated[int, Field(ge=0, le=4)] = 2
+    """at most this many objection rounds per consultation (0-4)"""
 
 
 class QualitySettings(StrictModel):
     """The debate-quality layer: perspective anchors, the opt-in high-stakes question, the state block's size,
     the rollout stage and the groupthink detectors."""
 
-    #: The rollout switch every quality detector and evaluator reads (groupthink, safety, exit criteria):
-    #: ``on`` acts on what it finds; ``shadow`` runs every detector and records what it would have done
-    #: (journal and index) without changing the debate.
     stage: Literal["shadow", "on"] = "on"
+    """on | shadow: shadow runs every detector and records what it would do (journal and index), changing nothing"""
     groupthink: GroupthinkSettings = Field(default_factory=GroupthinkSettings)
+    """Detectors run after every round; a firing inserts a critical objection round."""
     anchors: str | dict[str, str] = "auto"
+    """auto (round-robin) | none | {agent: Risk-Attentive|Implementation-Focused|Evidence-Calibrated|Systems-Aware}"""
     high_stakes: Literal["security", "medical-legal", "agentic", "safety-critical"] | None = None
+    """null | security | medical-legal | agentic | safety-critical: adds verification question HS1"""
     state_tokens: Annotated[int, Field(ge=200, le=2000)] = 2000
+    """the DEBATE STATE block shown to round-3 prompts stays under this many tokens (200-2000)"""
     safety: SafetySettings = Field(default_factory=SafetySettings)
+    """The three-tier safety evaluator: 1 patterns on every response, 2 triggers (mode/topic/intent/context), 3 a full
+    evaluation by the judge seat when triggered. Blocked content ends the consultation as `blocked`."""
 
     @field_validator("anchors", mode="before")
     @classmethod
@@ -349,21 +399,31 @@ class Settings(StrictModel):
     personas: dict[Name, Persona]
     providers: dict[Name, ProviderSettings]
     mode: ModeSettings
-    #: null: the full debate, whose cross-examination may repeat up to ``exit.round_cap``; 1-4: exactly that many
     rounds: Annotated[int, Field(ge=1, le=4)] | None = None
+    """null = the full debate (cross-examination may repeat, see exit.*); or exactly 1 independent · 2 +synthesis · 3
+    +cross-examination · 4 +verdict"""
     quick: bool = False
+    """true: an alias of rounds=2 (independent + synthesis; fewer if rounds asks)"""
     verbose: bool = False
+    """true prints more progress (estimates, filter details); filtering is filtering.enabled"""
     strict_models: bool = False
+    """true: any provider substitution is an error naming the agent and both models"""
     scrub: bool = True
-    #: agents see each other under neutral labels, in an order shuffled for each of them (false: by persona name)
+    """scrub secrets from the question and context before anything is sent"""
     anonymous_peers: bool = True
-    #: a cross-examination answer change counts for the aggregate only when the reply cites a claim or evidence id
-    #: others accepted, or a new source (:mod:`conclave.engine.conformity`); null: the mode's default (answer: on)
+    """agents see each other under neutral labels (Agent A…) in an order shuffled per agent; false: by persona name (the
+    judge always sees neutral labels)"""
     anti_conformity: bool | None = None
+    """a cross-examination answer change counts for the final aggregate only if the reply cites a claim/evidence id
+    others accepted or a new source; null = the mode's default (true in mode=answer, false elsewhere)"""
     live: bool = False
+    """true: serve a live web view of this consultation on 127.0.0.1 and print its URL"""
     live_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """the live view's port (0: any free port)"""
     context: list[str] = Field(default_factory=list)
+    """files whose contents join the prompt"""
     project: str | None = None
+    """a directory summarised into the prompt (bounded)"""
     filtering: FilteringSettings = Field(default_factory=FilteringSettings)
     early_termination: EarlyTermination = Field(default_factory=EarlyTermination)
     cost: CostSettings = Field(default_factory=CostSettings)
@@ -371,13 +431,18 @@ class Settings(StrictModel):
     output: OutputSettings = Field(default_factory=OutputSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
     exit: ExitSettings = Field(default_factory=ExitSettings)
+    """When repeated cross-examination (rounds=null) stops and the verdict follows."""
     summarization: SummarizationSettings = Field(default_factory=SummarizationSettings)
+    """Long debates: prompts from round from_round on summarize older rounds."""
     selective: SelectiveSettings = Field(default_factory=SelectiveSettings)
-    #: the registered aggregator that turns round-1 answers into one (null: the mode's default)
+    """The vote gate after round 1: when the panel agrees (weighted agreement >= tau, nobody backing the answer below
+    exit.min_confidence, no BLOCKER) the aggregated answer decides and no debate runs; otherwise the debate runs."""
     aggregator: Name | None = None
-    #: a follow-up: the consultation (id or unique prefix) this one continues; its panel and mode are kept unless
-    #: overridden, and the panel sees its verdict, dissent and debate state (:mod:`conclave.engine.followup`)
+    """plurality | confidence | learned | judge_pick (any registered aggregator); null = the mode's default (answer:
+    confidence; other modes: plurality)"""
     parent: str | None = None
+    """A follow-up: the consultation (id or unique prefix) this one continues; its panel and mode are kept unless
+    overridden, and the panel sees its verdict, dissent and debate state."""
     home: Path = Field(default_factory=lambda: default_home())
 
     @model_validator(mode="before")

@@ -567,7 +567,7 @@ class Consultation:
     @staticmethod
     def _history(session: Session, steps: list[Step], restored: set[int]) -> None:
         """After every round: keep its artifacts for the context of later rounds (summarized in long debates)."""
-        session.context.capture(session, steps, restored)
+        session.context.capture(steps, restored)
 
     @staticmethod
     def _quality(session: Session, steps: list[Step], restored: set[int]) -> None:

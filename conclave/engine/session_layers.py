@@ -10,12 +10,16 @@ from __future__ import annotations
 from conclave.engine.quality import QualityLayer
 from conclave.engine.safety_gate import SafetyGuard
 from conclave.engine.session import Session
-from conclave.quality.summarize import ContextWindow
+from conclave.quality.summarize import ContextWindow, WindowInputs
 
 
 def with_layers(session: Session) -> Session:
     """``session`` with its quality layer, safety guard and context window, in the order each needs the one before."""
     session.quality = QualityLayer(session)
     session.safety = SafetyGuard(session)
-    session.context = ContextWindow(session)
+    session.context = ContextWindow(WindowInputs(
+        settings=session.settings.summarization, strategy=session.strategy, record=session.record,
+        filtering=session.filtering, state=session.quality.state, consultation_id=session.bus.consultation_id,
+        steps=lambda: session.plan.steps(), present=session.present, labels=lambda: session.labels,
+        view=session.view, debate_state=lambda: session.quality.template_values("debate_state")["debate_state"]))
     return session

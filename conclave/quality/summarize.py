@@ -27,7 +27,7 @@ user message is counted with and without summarization (:meth:`ContextWindow.sum
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
@@ -39,8 +39,13 @@ from conclave.quality.exit import standing_of
 from conclave.tokens import count_tokens
 
 if TYPE_CHECKING:
+    from conclave.config.settings import SummarizationSettings
+    from conclave.engine.filtering import ArtifactFiltering
+    from conclave.engine.labels import JudgeLabels
+    from conclave.engine.record import Record
     from conclave.engine.rounds import RoundType, Step
-    from conclave.engine.session import Session
+    from conclave.engine.strategy import Strategy
+    from conclave.quality.debate_state import DebateState
 
 WORD_LIMITS = (60, 30, 15, 8)
 ITEM_WORDS = (20, 12, 6)  # words per stance or reason in a summary, tried in turn until it fits
@@ -56,11 +61,30 @@ class PlayedRound:
     schema: str | None = None  # the artifact schema of the agents' answers
 
 
+@dataclass(frozen=True)
+class WindowInputs:
+    """What the context window reads of its consultation; the engine's session supplies each
+    (:func:`conclave.engine.session_layers.with_layers`). The callables are read when a prompt is built: the labels
+    and views are then the calling seat's, and the plan may have been replaced (``show-prompt``)."""
+
+    settings: SummarizationSettings
+    strategy: Strategy
+    record: Record
+    filtering: ArtifactFiltering
+    state: DebateState  # the claims ledger
+    consultation_id: str
+    steps: Callable[[], list[Step]]  # the plan's steps
+    present: Callable[[], list[str]]  # agents taking part, in the judge's order
+    labels: Callable[[], JudgeLabels]
+    view: Callable[..., dict[str, Any]]  # (artifact, seat) -> the artifact as later rounds see it
+    debate_state: Callable[[], str]  # the DEBATE STATE block
+
+
 class ContextWindow:
     """The history of one consultation's rounds and the context of each call built from it."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, inputs: WindowInputs) -> None:
+        self.inputs = inputs
         self.played: dict[int, PlayedRound] = {}
         #: (round number, user message sent, the same message without summarization)
         self._sent: list[tuple[int, str, str]] = []
@@ -70,12 +94,12 @@ class ContextWindow:
 
     # ------------------------------------------------------------------------------------------- recording
 
-    def capture(self, session: Session, steps: list[Step], restored: set[int]) -> None:
+    def capture(self, steps: list[Step], restored: set[int]) -> None:
         """After every round (restored ones too): keep what it produced."""
         number = steps[0].number
         played = PlayedRound(number, steps[-1].type.title, tuple(s.type.name for s in steps))
         for step in steps:
-            output = session.record.output(step.type.name)
+            output = self.inputs.record.output(step.type.name)
             if output is None or output.number != number:
                 continue
             played.agents.update(output.by_agent)
@@ -86,7 +110,7 @@ class ContextWindow:
         self.played[number] = played
 
     def applies(self, number: int) -> bool:
-        settings = self.session.settings.summarization
+        settings = self.inputs.settings
         return settings.enabled and number >= settings.from_round
 
     # ------------------------------------------------------------------------------------------- one call
@@ -97,31 +121,31 @@ class ContextWindow:
         ``$earlier_rounds`` added and, when summarization applies, older inputs summarized or merged and the
         message fitted to the budget. ``measure``: a real call, counted in :meth:`summary` (the cost estimate's
         calls are not, and load no tokenizer)."""
-        session = self.session
-        template = session.strategy.template(round_type.template).text
+        inputs = self.inputs
+        template = inputs.strategy.template(round_type.template).text
         sources = self._sources(round_type, number)
         superseded = self._superseded(number, set(sources.values()))
         if not self.applies(number):
             full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False, agent=agent)}
             if measure:
-                message = user_message(self.session.strategy, round_type, full)
+                message = user_message(inputs.strategy, round_type, full)
                 self._note_sent(number, message, message)
             return full
         w8 = self._summarized(round_type, number, values, sources, superseded, template, agent)
         if measure or self.played:  # before round 1 (the cost estimate) there is nothing to fit
             message = self._fit(round_type, number, w8)
             if measure:
-                with session.filtering.unrecorded():  # never sent: only measured beside the summarized message
+                with inputs.filtering.unrecorded():  # never sent: only measured beside the summarized message
                     full = {**values, PLACEHOLDER: self._rounds_block(superseded, number, summarize=False,
                                                                      agent=agent)}
-                self._note_sent(number, message, user_message(self.session.strategy, round_type, full))
+                self._note_sent(number, message, user_message(inputs.strategy, round_type, full))
         return w8
 
     def _sources(self, round_type: RoundType, number: int) -> dict[str, int]:
         """Placeholder -> the round its input was produced in (inputs not produced yet are left out)."""
         out = {}
         for placeholder, source in round_type.inputs.items():
-            output = self.session.record.output(source.source)
+            output = self.inputs.record.output(source.source)
             if output is not None and output.number <= number:
                 out[placeholder] = output.number
         return out
@@ -135,7 +159,7 @@ class ContextWindow:
 
     def _replayed_now(self, k: int, number: int) -> bool:
         """Round ``k`` is of the kind being played now in round ``number`` (a repeat in progress)."""
-        group = [s.type.name for s in self.session.plan.steps() if s.number == number]
+        group = [s.type.name for s in self.inputs.steps() if s.number == number]
         return tuple(group) == self.played[k].type_names
 
     def _summarized(self, round_type: RoundType, number: int, values: Mapping[str, str], sources: Mapping[str, int],
@@ -158,13 +182,13 @@ class ContextWindow:
             else:
                 out[placeholder] = (f"(round {k} — {self._title(k)} — is merged into the DEBATE STATE: its claims and "
                                     f"evidence keep their ids there; full text: conclave show "
-                                    f"{self.session.bus.consultation_id} --round {k})")
+                                    f"{self.inputs.consultation_id} --round {k})")
                 merged = True
         block = self._rounds_block([k for k in superseded if k not in summarized], number, summarize=True,
                                   agent=agent)
         merged = merged or any(number - k > 3 for k in superseded)
         if merged and "debate_state" not in template:
-            state = self.session.quality.template_values("debate_state")["debate_state"]
+            state = self.inputs.debate_state()
             block = f"{block}\nThe debate so far, every claim and source under a stable id:\n{state}"
         out[PLACEHOLDER] = block
         return out
@@ -175,7 +199,7 @@ class ContextWindow:
             age = number - k
             if not summarize or age <= 1:
                 # filtered, its lists keep their top-ranked items: the prompt says so instead of "in full"
-                shown = ("in full" if not self.session.filtering.filtering else
+                shown = ("in full" if not self.inputs.filtering.filtering else
                          "lists cut to top items" + (", your reply whole" if agent else ""))
                 parts.append(f"Round {k} ({self._title(k)}, since repeated), {shown}, as JSON:\n"
                              f"{self._full(k, number, agent)}")
@@ -191,23 +215,23 @@ class ContextWindow:
         """Round ``k`` in full as round ``number`` shows ``agent`` (None: the judge): its replies and the judge's
         artifact, each filtered as shown again (``filtering.replies``, ``filtering.round4``); ``agent``'s own
         reply whole."""
-        session, played = self.session, self.played[k]
+        inputs, played, labels = self.inputs, self.played[k], self.inputs.labels()
         body: dict[str, Any] = {}
         if played.agents:
             seat = "judge" if agent is None else "agents"
-            others = len(session.present()) - 1 if agent is not None else 1  # the calls shown one reply again
+            others = len(inputs.present()) - 1 if agent is not None else 1  # the calls shown one reply again
 
             def shown(author: str, reply: dict[str, Any]) -> dict[str, Any]:
                 if author == agent or played.schema is None:
                     return reply
-                return session.filtering.reply(reply, played.schema, number, view=session.view, seat=seat,
-                                               agent=author, recipients=others)
+                return inputs.filtering.reply(reply, played.schema, number, view=inputs.view, seat=seat,
+                                              agent=author, recipients=others)
 
-            body["replies"] = {session.labels.label(a): session.view(shown(a, x)) for a, x in sorted(
-                played.agents.items(), key=lambda item: session.labels.label(item[0]))}
+            body["replies"] = {labels.label(a): inputs.view(shown(a, x)) for a, x in sorted(
+                played.agents.items(), key=lambda item: labels.label(item[0]))}
         if played.judge is not None:
-            judge = session.filtering.later(played.judge, number, view=session.view)
-            body["judge"] = session.view(judge) if judge is not None else None
+            judge = inputs.filtering.later(played.judge, number, view=inputs.view)
+            body["judge"] = inputs.view(judge) if judge is not None else None
         return prompt_json(_cut(body, words) if words else body)
 
     def _own_line(self, shown: str, k: int, agent: str | None) -> str:
@@ -220,7 +244,7 @@ class ContextWindow:
             return shown
 
         standing = standing_of(artifact)
-        ids = [c.id for c in self.session.quality.state.claims.values()
+        ids = [c.id for c in self.inputs.state.claims.values()
                if agent is not None and c.agent == agent and c.introduced_round == k]
         confidence = f"; confidence {standing.confidence:.2f}" if standing.confidence is not None else ""
         claims = f"; your claims from it: {', '.join(ids)}" if ids else ""
@@ -232,11 +256,11 @@ class ContextWindow:
         """Round ``k`` as a structured summary under ``summarization.summary_tokens`` tokens (real tokenizer)."""
         # every call of a round shows the same summary (its unfiltered counterpart, when savings are counted,
         # its own)
-        key = (k, self.session.quality.state.round, self.session.filtering.filtering,
-               tuple(self.session.labels.by_name.items()))  # each agent sees its own labels
+        key = (k, self.inputs.state.round, self.inputs.filtering.filtering,
+               tuple(self.inputs.labels().by_name.items()))  # each agent sees its own labels
         if key in self._summaries:
             return self._summaries[key]
-        budget = self.session.settings.summarization.summary_tokens
+        budget = self.inputs.settings.summary_tokens
         text = ""
         for words in ITEM_WORDS:
             for ids in (None, 12, 6):
@@ -249,9 +273,9 @@ class ContextWindow:
 
     def _summary_text(self, k: int, words: int, max_ids: int | None) -> str:
         """Round ``k`` summarized; the judge's artifact as filtering keeps it (its top-ranked items first)."""
-        session, played = self.session, self.played[k]
-        state = session.quality.state
-        label = session.labels.label
+        inputs, played = self.inputs, self.played[k]
+        state = inputs.state
+        label = inputs.labels().label
         claims = [c for c in state.claims.values() if c.introduced_round == k]
         evidence = [e for e in state.evidence.values() if e.added_round == k]
         decided = [c for c in state.claims.values() if c.last_updated_round == k and c.introduced_round != k
@@ -285,7 +309,7 @@ class ContextWindow:
                 vote = f" · vote {s.vote}" + (f': "{_words(reason, words)}"' if reason and s.vote != "ACCEPT" else "")
             lines.append(f'- {label(agent)}: "{_words(s.position, words)}"{conf}{vote}')
         if played.judge is not None:
-            judge = session.filtering.later(played.judge, state.round + 1, view=session.view)
+            judge = inputs.filtering.later(played.judge, state.round + 1, view=inputs.view)
             lines.extend(_judge_lines(judge or played.judge, words))
         return "\n".join(lines)
 
@@ -299,8 +323,8 @@ class ContextWindow:
 
     def _fit(self, round_type: RoundType, number: int, values: dict[str, str]) -> str:
         """Cut the full artifacts' strings until the user message is under the budget; the message sent."""
-        budget = self.session.settings.summarization.budget_tokens
-        message = user_message(self.session.strategy, round_type, values)
+        budget = self.inputs.settings.budget_tokens
+        message = user_message(self.inputs.strategy, round_type, values)
         if count_tokens(message) <= budget:
             return message
         original = dict(values)
@@ -309,7 +333,7 @@ class ContextWindow:
                 if placeholder != PLACEHOLDER:
                     values[placeholder] = _cut_json(text, words)
             values[PLACEHOLDER] = _cut_blocks(original[PLACEHOLDER], words)
-            message = user_message(self.session.strategy, round_type, values)
+            message = user_message(self.inputs.strategy, round_type, values)
             if count_tokens(message) <= budget:
                 return message
         self.over_budget.append(number)
@@ -331,7 +355,7 @@ class ContextWindow:
                 continue
             age = number - k
             if self.applies(number) and age > 1:
-                total += self.session.settings.summarization.summary_tokens if age <= 3 else 0
+                total += self.inputs.settings.summary_tokens if age <= 3 else 0
             else:
                 total += sum(s.type.max_tokens * (agents if s.type.seat == "agents" else 1) for s in groups[k])
         return total
