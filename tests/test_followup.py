@@ -291,11 +291,11 @@ async def test_mcp_conclave_continue_asks_a_follow_up(home: Path, fake_provider_
         result = await session.call_tool("conclave_continue", {
             "question": "And what would it cost?", "overrides": ["rounds=2"], "max_cost": 100, "format": "json"})
         bad = await session.call_tool("conclave_continue", {"id": "c-nosuch", "question": "Q?", "max_cost": 100})
-    assert not result.isError, text_of(result)
+    assert not result.is_error, text_of(result)
     data = json.loads(text_of(result))
     assert data["parent"] == parent and data["mode"] == "explore"
     assert VERDICT in sent(fake.requests[before:])
-    assert bad.isError and text_of(bad).startswith("parent: no consultation 'c-nosuch'")
+    assert bad.is_error and text_of(bad).startswith("parent: no consultation 'c-nosuch'")
 
 
 async def test_a_parent_journal_the_system_cannot_read_is_one_line_exit_1(home: Path) -> None:
