@@ -92,6 +92,8 @@ async def test_a_failed_request_goes_into_the_next_batch_and_a_malformed_line_fa
         rows = store.read_items(conclave_env, ev.run_id)
         assert figures["retried"] == 1, err  # the 500 went into the next batch; the unreadable line did not
         assert fake.batches.resubmitted == 0
+        # the retried Alpha alone in the next batch, its answer reaching its item (not failed when the batch ended)
+        assert [size for _, _, size in fake.batches.created[:2]] == [6, 1], err
         assert len(rows) == 2  # the run went on
         beta = [r["answers"]["round_1"].get("beta") for r in rows]
         alpha = [r["answers"]["round_1"].get("alpha") for r in rows]

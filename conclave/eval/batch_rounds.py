@@ -234,15 +234,20 @@ class BatchRounds:
 
     def _spawn(self, coroutine: Any, futures: list[asyncio.Future[Completion]]) -> None:
         """Run one batch's task; should it fail outside a provider's answer (the journal cannot be written, a
-        bug), every request it holds fails with that error instead of waiting forever."""
+        bug), every request it holds fails with that error instead of waiting forever. A task that ended normally
+        settled each request itself: answered, failed, or put back in ``pending`` for the next batch, whose
+        future must stay open for it."""
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
 
         def settle(done: asyncio.Task[None]) -> None:
             self._tasks.discard(done)
             error = None if done.cancelled() else done.exception()
+            if error is None and not done.cancelled():
+                return
+            requeued = {wait.future for wait in self.pending}  # no longer this task's to fail
             for future in futures:
-                if not future.done():
+                if not future.done() and future not in requeued:
                     future.set_exception(error or asyncio.CancelledError())
 
         task.add_done_callback(settle)
