@@ -18,6 +18,7 @@ from typing import Any
 from conclave import events as ev
 from conclave.errors import UsageError
 from conclave.store.journal import is_being_written
+from conclave.store.journal_file import filled_in
 from conclave.store.paths import StoreLayout
 
 #: how often a journal written by another process is checked for appended records
@@ -133,7 +134,7 @@ async def follow_journal(path: Path, after: int) -> AsyncIterator[dict[str, Any]
                 continue
             if isinstance(record, dict) and record.get("seq", -1) > sent:
                 sent = record["seq"]
-                yield record
+                yield filled_in(record, path)  # values repeated from earlier records are journaled as references
                 if record.get("type") == ev.CONSULTATION_COMPLETED:
                     return
         if not writing:
