@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import subprocess
@@ -68,11 +69,22 @@ def cli_env(home: Path) -> dict[str, str]:
     return env
 
 
+#: CPU seconds (user + system) of the last :func:`conclave` process and its children: on a shared machine the
+#: wall time also counts the time other processes held the CPU
+LAST_CPU = [0.0]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def conclave(home: Path, *args: str, check: bool = True) -> tuple[float, subprocess.CompletedProcess[str]]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run([sys.executable, "-m", "conclave", *args], env=cli_env(home), capture_output=True,
                           text=True, cwd=home)
     elapsed = time.perf_counter() - started
+    LAST_CPU[0] = _children_cpu() - cpu
     if check and done.returncode != 0:
         raise SystemExit(f"conclave {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-400:]}")
     return elapsed, done
@@ -259,18 +271,24 @@ def measure(home: Path, size: int, can_drop: bool) -> dict[str, Any]:
     figures: dict[str, Any] = {"size": size}
     seconds, _ = conclave(home, "index", "rebuild")
     figures["index rebuild s"] = seconds
+    figures["index rebuild cpu s"] = LAST_CPU[0]
     figures["rebuild consultations/s"] = size / seconds
     figures["index bytes/consultation"] = du(home / "index.db") / size
     figures["journal bytes/consultation"] = du(home / "journal") / size
     if can_drop:
         drop_caches()
     figures["stats --week cold s"], _ = conclave(home, "stats", "--week")
-    figures["stats --week warm s"] = min(conclave(home, "stats", "--week")[0] for _ in range(3))
+    figures["stats --week cold cpu s"] = LAST_CPU[0]
+    warm = []
+    for _ in range(3):
+        warm.append((conclave(home, "stats", "--week")[0], LAST_CPU[0]))
+    figures["stats --week warm s"], figures["stats --week warm cpu s"] = min(warm)
     figures["stats --all-time warm s"] = min(conclave(home, "stats", "--all-time")[0] for _ in range(2))
     if can_drop:
         drop_caches()
     seconds, done = conclave(home, "logs", "verify", check=False)
     figures["logs verify s"] = seconds
+    figures["logs verify cpu s"] = LAST_CPU[0]
     figures["logs verify exit"] = done.returncode
     figures["verify consultations/s"] = size / seconds
     for label, results in zip(("cold", "warm"), time_pages(home, can_drop), strict=True):
@@ -304,8 +322,8 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="conclave-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     can_drop = drop_caches()
-    print(f"work dir {work}; cold = {'page cache dropped' if can_drop else 'fresh process only (no root)'}",
-          flush=True)
+    print(f"work dir {work}; cold = {'page cache dropped' if can_drop else 'fresh process only (no root)'}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
 
     seeds = record_seed(work / "seed")
     for kind, size in journal_sizes(work / "seed", seeds).items():
@@ -316,7 +334,8 @@ def main() -> int:
         home = work / f"home-{size}"
         shutil.rmtree(home, ignore_errors=True)
         built = build_home(home, seeds, size, args.workers)
-        print(f"\n== {size:,} consultations (journaled in {built:.1f} s)", flush=True)
+        print(f"\n== {size:,} consultations (journaled in {built:.1f} s, load average {os.getloadavg()[0]:.1f})",
+              flush=True)
         figures = measure(home, size, can_drop)
         results.append(figures)
         for key, value in figures.items():
