@@ -1,6 +1,6 @@
 """Scale benchmark (issue 28): homes of 1k, 10k, 100k consultations, and each command's time at each size.
 
-    python bench/scale.py [--sizes 1000,10000,100000] [--work DIR] [--keep] [--pages-runs 2]
+    python bench/scale.py [--sizes 1000,10000,100000] [--work DIR] [--keep] [--reuse]
 
 1. Records a few real consultations with the CLI (``python -m conclave``) against the fake provider server in a
    process of its own (``bench/fake_process.py``, rich judge answers): ``rounds=4``, ``quick=true`` and the default
@@ -316,6 +316,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated home sizes")
     parser.add_argument("--work", type=Path, help="where the homes go (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the homes afterwards")
+    parser.add_argument("--reuse", action="store_true",
+                        help="measure the homes (and seed runs) already in --work instead of building them again")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes building a home")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -325,17 +327,27 @@ def main() -> int:
     print(f"work dir {work}; cold = {'page cache dropped' if can_drop else 'fresh process only (no root)'}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
 
-    seeds = record_seed(work / "seed")
+    seed_home = work / "seed"
+    if args.reuse and len(StoreLayout(seed_home).journal_ids()) == len(RUNS):
+        layout = StoreLayout(seed_home)
+        recorded = [read_records(layout.journal_path(cid)) for cid in layout.journal_ids()]  # in recording order
+        seeds = dict(zip(RUNS, recorded, strict=True))
+    else:
+        seeds = record_seed(seed_home)
     for kind, size in journal_sizes(work / "seed", seeds).items():
         print(f"journal bytes, one {kind} consultation: {size:,} ({len(seeds[kind])} records)", flush=True)
 
     results = []
     for size in sizes:
         home = work / f"home-{size}"
-        shutil.rmtree(home, ignore_errors=True)
-        built = build_home(home, seeds, size, args.workers)
-        print(f"\n== {size:,} consultations (journaled in {built:.1f} s, load average {os.getloadavg()[0]:.1f})",
-              flush=True)
+        if args.reuse and len(StoreLayout(home).journal_ids()) == size:
+            print(f"\n== {size:,} consultations (the journals already in {home}, load average "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+            built = build_home(home, seeds, size, args.workers)
+            print(f"\n== {size:,} consultations (journaled in {built:.1f} s, load average "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
         figures = measure(home, size, can_drop)
         results.append(figures)
         for key, value in figures.items():
@@ -344,7 +356,7 @@ def main() -> int:
                     print(f"   {key[6:]:>4} {status} {seconds:7.3f} s  {path}")
             elif key != "size":
                 print(f"  {key:32} {value:,.3f}" if isinstance(value, float) else f"  {key:32} {value}", flush=True)
-        if not args.keep:
+        if not args.keep and not args.reuse:
             shutil.rmtree(home)
 
     numeric = [k for k, v in results[0].items() if isinstance(v, float)]
