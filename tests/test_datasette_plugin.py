@@ -404,3 +404,25 @@ def test_a_killed_consultation_reads_interrupted_and_a_written_one_running(tmp_p
         assert shown() == ("running", False)
     finally:
         live.close()
+
+
+def test_every_table_page_canned_query_and_the_dashboard_answer_200(debates: Debates) -> None:
+    # Issue 28: the calls page sorted by started_at, a column it did not show, and answered 500 (KeyError) as soon
+    # as it had a next page (a page of one row here, as a home of any size has more calls than one page holds).
+    listing = get(debates.home, "/index.json").json()
+    tables = [f"/index/{t['name']}" for t in listing["tables"] if not t["hidden"]]
+    paths = ["/-/conclave", *tables, *(f"{table}?_size=1" for table in tables)]
+    paths += [f"/index/{q['name']}" for q in listing["queries"]]
+    assert "/index/calls" in paths and len(paths) > 30
+    failed = {path: get(debates.home, path).status_code for path in paths}
+    assert {path: status for path, status in failed.items() if status != 200} == {}
+
+
+def test_calls_page_shows_the_column_it_sorts_by_newest_first(debates: Debates) -> None:
+    page = get(debates.home, "/index/calls?_size=2")
+    assert page.status_code == 200, page.text[-300:]
+    columns = re.findall(r'<th [^>]*data-column="([a-z_]+)"', page.text)
+    assert "started_at" in columns
+    shown = get(debates.home, "/index/calls.json?_shape=array&_col=started_at").json()
+    starts = [row["started_at"] for row in shown]
+    assert starts and starts == sorted(starts, reverse=True)

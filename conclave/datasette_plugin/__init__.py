@@ -45,8 +45,10 @@ CSS_URL = "/-/conclave/conclave.css"
 DEFAULT_COLUMNS = {
     "consultations": ["started_at", "status", "mode", "question", "confidence", "dissent_count", "total_cost",
                       "total_tokens", "duration_s"],
-    "calls": ["round_number", "agent", "provider", "model", "attempt", "outcome", "latency_s", "output_tokens",
-              "cost"],
+    # started_at: the page sorts by it (metadata sort_desc), and Datasette's next-page link reads the sort column
+    # from the shown row (a hidden one answered 500)
+    "calls": ["started_at", "round_number", "agent", "provider", "model", "attempt", "outcome", "latency_s",
+              "output_tokens", "cost"],
     "artifacts": ["round_number", "artifact_type", "agent", "status", "artifact"],
 }
 DEFAULT_SQL = ("select id, started_at, status, mode, question, confidence, round(total_cost, 4) as cost\n"

@@ -21,6 +21,7 @@ from conclave.errors import StorageError
 from conclave.store.chain import GENESIS, canonical_json
 from conclave.store.heads import HeadsLog
 from conclave.store.journal_file import (
+    REFS,
     JournalFile,
     JournalLine,
     is_being_written,
@@ -88,6 +89,9 @@ class JournalWriter:
         self._durable = False  # some record of this journal was made durable (by this writer or an earlier one)
         self._unsynced = False  # records written out (write_out) but not fsynced yet
         self._headed = -1  # the last seq whose head is in the heads log (synced or not)
+        #: sha256 of the canonical JSON of each value (of at least :data:`REF_MIN_CHARS`) this writer journaled ->
+        #: (seq, path) of its first place: a later record refers to it instead of repeating it (see ``REFS``)
+        self._seen: dict[str, tuple[int, list[Any]]] = {}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -139,6 +143,9 @@ class JournalWriter:
         """Buffer one record; return it exactly as a reader will parse it back (secrets redacted, hash set)."""
         # Parsed back from the line, so the live index sees exactly what ``index rebuild`` will read.
         parsed: dict[str, Any] = json.loads(self.append_line(type_, ts, data))
+        if REFS in parsed:  # what a reader reads: the values it refers to filled in
+            parsed = {k: v for k, v in parsed.items() if k != REFS}
+            parsed["data"] = json.loads(canonical_json(data))
         return parsed
 
     def append_line(self, type_: str, ts: float, data: dict[str, Any]) -> bytes:
@@ -147,19 +154,53 @@ class JournalWriter:
         if self._failed is not None:
             raise JournalError(self._failed)
         with self._lock:
+            first: dict[str, list[Any]] = {}
+            lean, refs = self._refer(data, [], first)
             record: dict[str, Any] = {
-                "consultation_id": self.consultation_id, "data": data, "prev": self.prev, "seq": self.next_seq,
+                "consultation_id": self.consultation_id, "data": lean, "prev": self.prev, "seq": self.next_seq,
                 "ts": ts, "type": type_,
             }
+            if refs:
+                record[REFS] = refs
             body = canonical_json(record)
             if self._redactor.secrets and self._redactor.leaks(body):
                 record = self._redactor.scrub(record)
                 body = canonical_json(record)
+                first = {}  # its values were changed: later records repeat them in full
+            for digest, path in first.items():
+                self._seen.setdefault(digest, (self.next_seq, path))
             digest, line = encode_line(body)
             self._buffer.append(line)
             self.prev = digest
             self.next_seq += 1
         return line
+
+    def _refer(self, value: Any, path: list[Any], first: dict[str, list[Any]]) -> tuple[Any, list[list[Any]]]:
+        """``value`` with each dict or list in it (not itself) that repeats one an earlier record of this journal
+        holds replaced by ``None``, and the references for them (``[path, seq, path there]``); values of at least
+        :data:`REF_MIN_CHARS` met for the first time go to ``first`` (digest -> path)."""
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        out: Any = {} if isinstance(value, dict) else []
+        refs: list[list[Any]] = []
+        for key, item in items:
+            if isinstance(item, (dict, list)) and item:
+                text = canonical_json(item)
+                if len(text) >= REF_MIN_CHARS:
+                    digest = hashlib.sha256(text.encode()).hexdigest()
+                    where = [*path, key]
+                    if digest in self._seen:
+                        seq, there = self._seen[digest]
+                        refs.append([where, seq, there])
+                        item = None
+                    else:
+                        first.setdefault(digest, where)
+                        item, inner = self._refer(item, where, first)
+                        refs += inner
+            if isinstance(out, dict):
+                out[key] = item
+            else:
+                out.append(item)
+        return out, refs
 
     def _snapshot(self) -> tuple[int, bytes, int, str]:
         """What is buffered now: how many lines, their bytes, and the seq and hash of the last one (the head that
@@ -301,6 +342,11 @@ class JournalWriter:
         finally:
             os.close(self._fd)
             self._fd = -1
+
+
+#: the shortest value (characters of canonical JSON) a record refers to instead of repeating it: a reference costs
+#: about 60
+REF_MIN_CHARS = 256
 
 
 def _lock_soon(fd: int) -> bool:

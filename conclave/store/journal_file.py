@@ -43,7 +43,8 @@ class JournalFile:
 
     @property
     def records(self) -> list[dict[str, Any]]:
-        return [r for r in (line.record for line in self.lines) if r is not None]
+        """Every complete record, its references to earlier records' values filled in (:func:`expand_records`)."""
+        return expand_records([r for r in (line.record for line in self.lines) if r is not None])
 
 
 def read_journal(path: Path) -> JournalFile:
@@ -88,7 +89,64 @@ def parse_records(data: bytes, path: str | Path) -> list[dict[str, Any]]:
             records = json.loads(text)
         except ValueError:
             return read_journal(Path(path)).records
-    return [r for r in records if isinstance(r, dict)]
+    return expand_records([r for r in records if isinstance(r, dict)])
+
+
+#: A record's key listing the values of its ``data`` that repeat a value of an earlier record of the same journal,
+#: which the writer left out (``null`` in their place): ``[[where, seq, there], ...]``, ``where`` the path (keys and
+#: list positions) in this record's data, ``seq`` the earlier record and ``there`` the path in its data. The earlier
+#: record is hash-chained before this one, so what a reference stands for is as tamper-evident as the record.
+REFS = "refs"
+
+
+def expand_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` (in journal order) with every reference (:data:`REFS`) replaced by the value it stands for.
+
+    A record with references is returned as a new record without :data:`REFS` (the parsed record, whose hash
+    covers its references, is left as it is, for ``logs verify``); the others are returned as they are, so a
+    journal written before references existed reads exactly as before. A reference that names no earlier value
+    (a damaged journal, which ``logs verify`` reports) is left ``null``. Filled-in values are shared with the
+    record they come from, not copied."""
+    if not any(REFS in r for r in records):
+        return records
+    by_seq: dict[Any, dict[str, Any]] = {}
+    out = []
+    for record in records:
+        refs = record.get(REFS)
+        if isinstance(refs, list) and isinstance(record.get("data"), dict):
+            record = {k: v for k, v in record.items() if k != REFS}
+            for ref in refs:
+                with contextlib.suppress(LookupError, TypeError, ValueError):
+                    where, seq, there = ref
+                    value = _at(by_seq[seq]["data"], there)
+                    record["data"] = _put(record["data"], where, value)
+        by_seq.setdefault(record.get("seq"), record)
+        out.append(record)
+    return out
+
+
+def filled_in(record: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """A record parsed from one line of the journal ``path`` (a live reader's), its references filled in from
+    the records before it, which are in the file by then; a record without references is returned as it is."""
+    if REFS not in record:
+        return record
+    return next((r for r in read_records(path) if r.get("seq") == record.get("seq")), record)
+
+
+def _at(value: Any, path: list[Any]) -> Any:
+    for step in path:
+        value = value[step]
+    return value
+
+
+def _put(container: Any, path: list[Any], value: Any) -> Any:
+    """A copy of ``container`` with ``value`` at ``path`` (only the containers along the path are copied)."""
+    if not path:
+        return value
+    step, rest = path[0], path[1:]
+    copy = dict(container) if isinstance(container, dict) else list(container)
+    copy[step] = _put(container[step], rest, value)
+    return copy
 
 
 def _orjson() -> Any:
@@ -125,7 +183,11 @@ def last_record(path: Path, block: int = 1 << 16) -> dict[str, Any] | None:
             complete = tail[: tail.rfind(b"\n")] if b"\n" in tail else b""
             start = complete.rfind(b"\n")
             if start >= 0 or (position == 0 and complete):
-                return _parse(complete[start + 1 :])
+                last = _parse(complete[start + 1 :])
+                if last is not None and REFS in last:  # its references name earlier records
+                    records = read_records(path)
+                    return records[-1] if records else None
+                return last
     return None
 
 

@@ -18,11 +18,13 @@ migrations = Migrations("conclave.index")
 #: index and the secondary indexes over loaded tables is cheaper than maintaining them row by row. Only a
 #: migration that adds what can be built over existing rows (indexes, full-text search, views, tables the
 #: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
-REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds")
+REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
+                    "m021_dashboard_covering", "m022_verification_covering")
 
 #: migrations that only add an index for speed: a reader of an index it may not write (a read-only home) reads
 #: the same rows without them
-READ_OPTIONAL = ("m017_running_rounds",)
+READ_OPTIONAL = ("m017_running_rounds", "m020_calls_by_start", "m021_dashboard_covering",
+                 "m022_verification_covering")
 
 
 def apply_all_but_deferred(db: Any) -> None:
@@ -457,3 +459,35 @@ def m019_followup_parent(db: Any) -> None:
     # finds a consultation's children by this column (``logs show`` and Datasette's thread).
     db["consultations"].add_column("parent_id", str)
     db.execute("create index if not exists consultations_parent on consultations (parent_id)")
+
+
+@migrations()
+def m020_calls_by_start(db: Any) -> None:
+    # The calls table page sorts by started_at, newest first (datasette_metadata.yaml): at 100k consultations
+    # (over a million calls) that is a walk down this index instead of a sort of the whole table.
+    db.execute("create index if not exists calls_by_start on calls (started_at)")
+
+
+@migrations()
+def m021_dashboard_covering(db: Any) -> None:
+    # The dashboard's totals and charts (datasette_plugin, the canned queries it draws) aggregate every
+    # consultation: each reads one of these narrow indexes instead of the wide rows (questions, verdicts), so a
+    # cold index of 100k consultations answers within Datasette's time limit. Spending per provider reads the
+    # provider_daily rollup (calls are ten times as many rows).
+    for name, columns in (
+        ("consultations_spending", "started_at, total_cost, total_tokens"),
+        ("consultations_totals", "total_cost, total_tokens, early_terminated, cost_saved, filter_tokens_saved"),
+        ("consultations_confidence", "confidence"),
+        ("consultations_stopped_early", "early_terminated, started_at, rounds_skipped, cost_saved"),
+    ):
+        db.execute(f"create index if not exists {name} on consultations ({columns})")
+    db.execute("create index if not exists filters_saved on filters_applied "
+               "(filter, round_number, tokens_before, tokens_saved)")
+
+
+@migrations()
+def m022_verification_covering(db: Any) -> None:
+    # The verification_pass_rate canned query groups every answered check by question and answerer (some 45
+    # rows a consultation): read in this index's order, it needs neither the table nor a sort.
+    db.execute("create index if not exists verification_pass_rate on verification "
+               "(question_id, answered_by, passed)")

@@ -34,6 +34,7 @@ from conclave import events as ev
 from conclave.store.heads import HeadsLog
 from conclave.store.indexer import RESUMED
 from conclave.store.journal import JournalError, JournalWriter, read_records
+from conclave.store.journal_file import REFS, filled_in
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 from conclave.store.sqlite_index import IndexWriter
@@ -283,7 +284,7 @@ class Recorder:
             if self._index is None:
                 self._index = IndexWriter(self.layout.index_path)
             # Parsed back from the lines, so the live index sees exactly what ``index rebuild`` will read.
-            self._pending = [json.loads(r) if isinstance(r, bytes) else r for r in self._pending]
+            self._pending = [self._filled_in(json.loads(r)) if isinstance(r, bytes) else r for r in self._pending]
             self._index.write(self._pending)
         except Exception as exc:
             # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself;
@@ -292,6 +293,12 @@ class Recorder:
             return
         self._pending = []
         self._index_error = None
+
+
+    def _filled_in(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A record whose values repeat earlier records' (journaled as references) with those values filled in
+        from its journal, where they are durable by now."""
+        return filled_in(record, self.layout.journal_path(record["consultation_id"])) if REFS in record else record
 
 
 #: with ``defer_index``, how long after the last flush its records are indexed (the next round's requests leave

@@ -18,6 +18,7 @@ from conclave.config.settings import Settings, settings_from_container
 from conclave.errors import ConclaveError, UsageError
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalError, is_being_written, last_record, read_journal
+from conclave.store.journal_file import expand_records
 from conclave.store.paths import StoreLayout
 from conclave.store.verify import RESUMABLE_STATUSES, check_journal, headed_lines
 
@@ -49,7 +50,7 @@ def load_resume_point(layout: StoreLayout, consultation_id: str, *, resumable: b
     if problem is not None:
         raise JournalError(f"cannot resume: the journal fails verification: {problem}")
     # records after the last head are cut off when the run continues (see JournalWriter): nothing of them is reused
-    records = [r for r in (line.record for line in headed_lines(journal, heads)) if r is not None]
+    records = expand_records([r for r in (line.record for line in headed_lines(journal, heads)) if r is not None])
     started = next((r for r in records if r["type"] == ev.CONSULTATION_STARTED), None)
     if started is None:
         raise ConclaveError(f"cannot resume {consultation_id}: its journal has no consultation:started record")

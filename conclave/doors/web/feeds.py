@@ -23,6 +23,7 @@ from typing import Any
 from conclave import events as ev
 from conclave.errors import UsageError
 from conclave.store.journal import is_being_written
+from conclave.store.journal_file import filled_in
 from conclave.store.paths import StoreLayout
 
 #: how often a journal written by another process is checked for appended records
@@ -212,7 +213,7 @@ async def follow_journal(path: Path, after: int) -> AsyncIterator[list[dict[str,
                 continue
             if isinstance(record, dict) and record.get("seq", -1) > sent:
                 sent = record["seq"]
-                batch.append(record)
+                batch.append(filled_in(record, path))  # repeated values are journaled as references
                 if record.get("type") == ev.CONSULTATION_COMPLETED:
                     ended = True
                     break

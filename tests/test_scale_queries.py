@@ -1,0 +1,50 @@
+"""What the Datasette dashboard and the calls page ask of the index reads only what it needs (issue 28 item 2):
+SQLite's own query plans, on an index migrated by conclave, show each of those queries reading a narrow covering
+index or a rollup, never the wide rows of every consultation or every call. At 100k consultations a full scan of
+either ran past Datasette's time limit (HTTP 500)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conclave.datasette_plugin import CHARTS
+from conclave.store.sqlite_index import connect
+
+METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
+#: the dashboard's own totals and recent-consultations queries (conclave/datasette_plugin/__init__.py)
+DASHBOARD = {
+    "totals": "select count(*) as n, total(total_cost) as cost, total(total_tokens) as tokens, "
+              "total(early_terminated) as early, total(cost_saved) as saved, total(filter_tokens_saved) as filtered "
+              "from consultations",
+    "recent": "select id, started_at, status, mode, question, confidence, total_cost from consultations "
+              "order by started_at desc limit 25",
+    "calls page": "select * from calls order by started_at desc limit 101",
+}
+
+
+def canned() -> dict[str, str]:
+    queries: dict[str, Any] = yaml.safe_load(METADATA.read_text())["databases"]["index"]["queries"]
+    return {name: queries[name]["sql"] for name in (*(name for name, *_ in CHARTS), "verification_pass_rate")}
+
+
+def plan(db: Any, sql: str) -> list[str]:
+    return [row[3] for row in db.conn.execute(f"explain query plan {sql}")]
+
+
+@pytest.mark.parametrize("name", [*(name for name, *_ in CHARTS), "verification_pass_rate", *DASHBOARD])
+def test_each_dashboard_query_reads_an_index_or_a_rollup(tmp_path: Path, name: str) -> None:
+    db = connect(tmp_path / "index.db")
+    sql = {**canned(), **DASHBOARD}[name]
+    steps = plan(db, sql)
+    assert steps, sql
+    for step in steps:
+        if step.startswith(("SCAN", "SEARCH")):
+            table = step.split()[1]
+            narrow = "COVERING INDEX" in step or table.endswith("_daily") or (
+                name in ("recent", "calls page") and "USING INDEX" in step)  # a walk down the sort order, limit
+            assert narrow, f"{name}: {step}"
+    db.close()
