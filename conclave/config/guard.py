@@ -12,7 +12,8 @@ roots. Concretely, for every override from outside:
   ``live``, ``quality.safety``; no key or dict field named like an endpoint or key setting (``base_url``, …);
 - after composition, the providers, home, scrubbing, spending limits, approval, hedging and the safety evaluator
   equal those of the door's own configuration, and every file or directory named lies under the allowed roots
-  (real path, after symlinks).
+  (real path, after symlinks), and none is a secret file by name (``.env``, private keys, credential stores:
+  :func:`conclave.engine.context.is_secret_file`, of the name given or of the file it links to).
 
 Refusals are :class:`~conclave.errors.ConfigError` lines that name the key and never echo a value.
 """
@@ -90,6 +91,13 @@ class Roots:
         path = self.absolute(name)
         real = Path(os.path.realpath(path))
         if any(real.is_relative_to(root) for root in self.dirs):
+            from conclave.engine.context import is_secret_file  # lazy: it loads the PDF reader
+
+            if is_secret_file(path.name) or is_secret_file(real.name):
+                # the user names such a file at the terminal; a caller at a door is not the user, and the
+                # scrubber redacts only the values it recognises (the project summary skips them the same way)
+                raise ConfigError([f"{key}: {name} is a secret file (.env, private keys, credential stores); "
+                                   "a caller cannot send it"])
             return path
         lexical = Path(os.path.normpath(path))
         if any(lexical.is_relative_to(root) for root in self.dirs):
