@@ -230,3 +230,56 @@ def test_a_caller_cannot_name_a_secret_file_under_the_roots_as_context(tmp_path:
     assert "secret file" in str(composed.value)
     assert split_context([str(tmp_path / ".env.example")] if (tmp_path / ".env.example").touch() is None else [],
                          roots)[0]
+
+
+# ------------------------------------------------------------------------------- cost gate and approval
+
+async def test_streaming_or_following_up_does_not_pass_the_cost_gate(
+    fake_provider_server: FakeProviderServer, keyed_env: Path
+) -> None:
+    fake = fake_provider_server
+    script_panel(fake)
+    async for s in _serve(fake, keyed_env, "cost.always_allow_under=5"):
+        status, text = await s.chat({"model": "conclave/default", "messages": [{"role": "user", "content": QUESTION}]})
+        answer = json.loads(text)
+        parent, content = answer["conclave"]["id"], answer["choices"][0]["message"]["content"]
+    spent = len(fake.requests)
+    async for s in _serve(fake, keyed_env, "cost.always_allow_under=0"):
+        follow = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": content,
+                                                          "conclave": {"id": parent}},
+                  {"role": "user", "content": "And the cost?"}]
+        for stream in (True, False):
+            for messages in ([{"role": "user", "content": QUESTION}], follow):
+                status, text = await s.chat({"model": "conclave/default", "stream": stream, "messages": messages,
+                                             "cost": {"auto_approve": True}, "max_cost": 100})
+                assert status == 402, (stream, status, text[:300])
+        assert len(fake.requests) == spent
+
+
+async def test_an_mcp_client_cannot_forge_the_approved_state(
+    tmp_path: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    """The 2026-07-28 approval rides a sealed request state: an approval answer with a state of the client's own
+    making (a huge estimate) is a protocol error, and nothing is spent."""
+    from mcp import MCPError
+    from mcp.types import CallToolRequest, CallToolRequestParams, ElicitResult
+
+    home = tmp_path / "home"
+    home.mkdir()
+    script_panel(fake_provider_server)
+    async with mcp_session(home, fake_provider_server, mode=MODERN,
+                           server_overrides=("cost.always_allow_under=0",)) as client:
+        for state in (json.dumps({"estimate": 1e9}), "v1.AAAA.BBBB", ""):
+            params = CallToolRequestParams(
+                name="conclave_consult", arguments={"question": "Costly?", "rounds": 1},
+                input_responses={"approve_cost": ElicitResult(action="accept", content={"approve": True})},
+                request_state=state)
+            try:
+                answer = await client.session.send_request(CallToolRequest(params=params), CallToolResult)
+            except MCPError:
+                continue
+            assert answer.is_error, (state, text_of(answer))
+        for id_ in ("../../etc/passwd", "${oc.env:OPENAI_API_KEY}", "c-", "x\ny", "a,b", "c-x]", "'\"", ""):
+            result = await client.call_tool("conclave_continue", {"question": "More?", "id": id_})
+            assert result.is_error and SERVER_KEY not in text_of(result), (id_, text_of(result))
+    assert fake_provider_server.requests == []
