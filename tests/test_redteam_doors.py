@@ -283,3 +283,15 @@ async def test_an_mcp_client_cannot_forge_the_approved_state(
             result = await client.call_tool("conclave_continue", {"question": "More?", "id": id_})
             assert result.is_error and SERVER_KEY not in text_of(result), (id_, text_of(result))
     assert fake_provider_server.requests == []
+
+
+async def test_a_deeply_nested_body_is_a_400_in_openai_form_not_a_server_error(served: Served) -> None:
+    async with aiohttp.ClientSession(headers=served.auth) as session:
+        for body in (b"[" * 200_000 + b"]" * 200_000, b'{"model": "conclave/default", "messages": ' + b"[" * 100_000):
+            async with session.post(f"{served.base}/v1/chat/completions", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
+                assert response.status == 400, (response.status, (await response.text())[:200])
+                assert (await response.json())["error"]["type"] == "invalid_request_error"
+        async with session.get(f"{served.base}/v1/models") as response:
+            assert response.status == 200  # the server is still up
+    assert served.journals() == []

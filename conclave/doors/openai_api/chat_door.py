@@ -206,8 +206,8 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"the request body is over {request.client_max_size:,} bytes") from None
-    except ValueError:
-        raise ApiError(400, "the request body is not JSON") from None
+    except (ValueError, RecursionError):  # json's parser recurses: a deeply nested body is no request either
+        raise ApiError(400, "the request body is not JSON (or is nested too deeply)") from None
     chat = parse_chat(body, chat_door.door.groups, chat_door.known)
     run = await chat_door.start(chat)
     if chat.stream:
