@@ -228,6 +228,10 @@ def test_a_caller_cannot_name_a_secret_file_under_the_roots_as_context(tmp_path:
     with pytest.raises(ConfigError) as composed:
         door.compose("Q?", [f"context=[{tmp_path / name}]"])
     assert "secret file" in str(composed.value)
+    from conclave.doors.mcp.evaluations import check_set
+
+    with pytest.raises(ConfigError, match="secret file"):  # conclave_eval's set
+        check_set(str(tmp_path / name), roots)
     assert split_context([str(tmp_path / ".env.example")] if (tmp_path / ".env.example").touch() is None else [],
                          roots)[0]
 
