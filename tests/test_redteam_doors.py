@@ -299,3 +299,26 @@ async def test_a_deeply_nested_body_is_a_400_in_openai_form_not_a_server_error(s
         async with session.get(f"{served.base}/v1/models") as response:
             assert response.status == 200  # the server is still up
     assert served.journals() == []
+
+
+async def test_an_eval_whose_provider_echoes_the_key_never_shows_it_to_the_client(
+    tmp_path: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    for model in ("gpt-4o", "gpt-4.1"):
+        fake_provider_server.script(model, lambda request: Fault.http(401, f"Incorrect API key provided: {SERVER_KEY}"))
+    seen: list[str] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
+
+    async with mcp_session(home, fake_provider_server, mode=MODERN, server_overrides=EVAL_PANEL) as client:
+        result = await client.call_tool("conclave_eval", {"set": "arithmetic", "n": 1, "rounds": 1, "max_cost": 100},
+                                        progress_callback=progress)
+        consult = await client.call_tool("conclave_consult", {"question": "Q?", "rounds": 1, "max_cost": 100,
+                                                              "format": "both"}, progress_callback=progress)
+    assert seen and fake_provider_server.requests
+    for text in (_all_text(result), _all_text(consult), *seen):
+        assert SERVER_KEY not in text, text
+    assert SERVER_KEY not in _everything_under(home)
