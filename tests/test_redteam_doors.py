@@ -322,3 +322,37 @@ async def test_an_eval_whose_provider_echoes_the_key_never_shows_it_to_the_clien
     for text in (_all_text(result), _all_text(consult), *seen):
         assert SERVER_KEY not in text, text
     assert SERVER_KEY not in _everything_under(home)
+
+
+async def test_the_form_refuses_a_symlink_out_and_a_crafted_image_name_is_only_text(
+    served: Served, tmp_path: Path
+) -> None:
+    import base64
+    import re as _re
+
+    outside = tmp_path / "outside-secret.txt"
+    outside.write_text("TOP-SECRET-OUTSIDE\n")
+    (served.home / "link.txt").symlink_to(outside)
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    crafted = served.home / "a'><script>alert(1)<\\script>.png"
+    crafted.write_bytes(png)
+    async with aiohttp.ClientSession(headers=served.auth) as session:
+        form = {"question": QUESTION, "csrf": csrf_token(TOKEN), "context": "link.txt"}
+        async with session.post(f"{served.base}/consult", data=form, allow_redirects=False) as r:
+            page = await r.text()
+            assert r.status == 400 and "symlink that leads outside" in page and "TOP-SECRET" not in page
+        form["context"] = str(crafted)
+        async with session.post(f"{served.base}/consult", data=form, allow_redirects=False) as r:
+            assert r.status == 303, await r.text()
+            cid = r.headers["Location"].rsplit("/", 1)[1]
+        for _ in range(100):
+            if (StoreLayout(served.home).journal_path(cid)).exists() and "consultation:completed" in \
+                    StoreLayout(served.home).journal_path(cid).read_text():
+                break
+            import asyncio
+
+            await asyncio.sleep(0.2)
+        async with session.get(f"{served.base}/c/{cid}/report") as r:
+            report = await r.text()
+    assert "<script>alert(1)" not in report and not _re.search(r"<script>alert", report)
+    assert all("TOP-SECRET" not in json.dumps(req.json) for req in served.fake.requests)
