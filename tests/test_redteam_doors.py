@@ -4,7 +4,6 @@ terminal must not reach endpoints, keys, home, paths or approval, and no answer 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -38,10 +37,9 @@ class Served:
         return sorted(StoreLayout(self.home).journal_dir.glob("*.jsonl"))
 
     async def chat(self, body: Any, headers: dict[str, str] | None = None) -> tuple[int, str]:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{self.base}/v1/chat/completions", json=body,
-                                    headers={**self.auth, **(headers or {})}) as response:
-                return response.status, await response.text()
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{self.base}/v1/chat/completions", json=body, headers={**self.auth, **(headers or {})}) as response:
+            return response.status, await response.text()
 
 
 async def _serve(fake: FakeProviderServer, home: Path, *operator: str) -> AsyncIterator[Served]:
@@ -93,7 +91,7 @@ async def test_a_provider_error_that_echoes_the_key_reaches_no_answer_log_or_rec
     for model in AGENT_MODELS.values():
         fake.script(model, lambda request: Fault.http(401, f"Incorrect API key provided: {KEY}. Bearer {KEY}"))
     async for s in _serve(fake, keyed_env, "cost.always_allow_under=5"):
-        status, text = await s.chat({"model": "conclave/default", "stream": stream,
+        _, text = await s.chat({"model": "conclave/default", "stream": stream,
                                      "messages": [{"role": "user", "content": QUESTION}]})
         assert KEY not in text, text
         assert "SECRETVALUE" not in _everything_under(s.home)
@@ -148,8 +146,8 @@ async def test_cross_origin_and_tokenless_requests_are_refused(served: Served) -
 
 async def test_the_follow_up_form_needs_token_csrf_and_same_origin_and_a_real_id(served: Served) -> None:
     async with aiohttp.ClientSession() as session:
-        status, text = await served.chat({"model": "conclave/default",
-                                          "messages": [{"role": "user", "content": QUESTION}]})
+        _, text = await served.chat({"model": "conclave/default",
+                                     "messages": [{"role": "user", "content": QUESTION}]})
         cid = json.loads(text)["conclave"]["id"]
         form = {"question": "And the cost?", "csrf": csrf_token(TOKEN)}
         url = f"{served.base}/c/{cid}/follow-up"
@@ -175,7 +173,7 @@ async def test_the_follow_up_form_needs_token_csrf_and_same_origin_and_a_real_id
 
 from mcp.types import CallToolResult  # noqa: E402
 from test_mcp import mcp_session, text_of  # noqa: E402
-from test_mcp_tasks import EVAL_NAMES, EVAL_PANEL, MODERN, Tasks  # noqa: E402
+from test_mcp_tasks import EVAL_NAMES, EVAL_PANEL, MODERN  # noqa: E402
 
 from conclave.testing.answer_panel import AnswerPanel  # noqa: E402
 from conclave.testing.pytest_plugin import FAKE_KEYS  # noqa: E402
@@ -244,7 +242,7 @@ async def test_streaming_or_following_up_does_not_pass_the_cost_gate(
     fake = fake_provider_server
     script_panel(fake)
     async for s in _serve(fake, keyed_env, "cost.always_allow_under=5"):
-        status, text = await s.chat({"model": "conclave/default", "messages": [{"role": "user", "content": QUESTION}]})
+        _, text = await s.chat({"model": "conclave/default", "messages": [{"role": "user", "content": QUESTION}]})
         answer = json.loads(text)
         parent, content = answer["conclave"]["id"], answer["choices"][0]["message"]["content"]
     spent = len(fake.requests)
