@@ -32,6 +32,7 @@ from conclave.doors.openai_api.chat_door import openai_app
 from conclave.doors.openai_api.chat_request import parse_chat
 from conclave.doors.web.app import make_app
 from conclave.doors.web.feeds import Feeds
+from conclave.store.journal_file import read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.sessions import sessions
@@ -149,7 +150,7 @@ async def test_streamed_the_sdk_gets_round_progress_then_the_verdict(door: Serve
     assert progress[0].startswith(f"> conclave {cid}: 3 agents")
     assert "> round 1 · independent started" in progress and any("round 4" in line for line in progress)
     answer = text.split("\n\n", 1)[1] if text.startswith(">") else text
-    verdict = json.loads(door.journals()[0].read_text().splitlines()[-1])["data"]["result"]["verdict"]
+    verdict = read_records(door.journals()[0])[-1]["data"]["result"]["verdict"]  # references filled in
     assert answer.split("\n\n")[0].strip() == verdict["final_answer"]  # answer mode: the final answer first
     assert f"— conclave {cid} · complete" in text
 
