@@ -118,6 +118,10 @@ STARTER_KEY = web.AppKey("starter", list)  # [Starter] or [] (no form)
 LIMITS_KEY = web.AppKey("limits", RateLimits)
 
 
+#: where ``conclave serve --openai`` mounts the OpenAI-compatible routes: their 401 is an OpenAI-style JSON error
+OPENAI_PREFIX = "/v1/"
+
+
 def make_app(home: Path, token: str, feeds: Feeds | None = None, starter: Starter | None = None,
              limits: RateLimits | None = None, *, host: str = "127.0.0.1",
              heartbeat_s: float = HEARTBEAT_S) -> web.Application:
@@ -152,6 +156,10 @@ async def _auth(request: web.Request, handler: Any) -> web.StreamResponse:
     cookie = _cookie_name(request)
     supplied = request.query.get("token") or request.cookies.get(cookie) or header.removeprefix("Bearer ").strip()
     if not supplied or not hmac.compare_digest(supplied.encode(), expected.encode()):
+        if request.path.startswith(OPENAI_PREFIX):  # OpenAI clients read a JSON error body (the SDK: AuthenticationError)
+            return web.json_response({"error": {
+                "message": "a valid bearer token is required (Authorization: Bearer <the server's token>)",
+                "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}, status=401)
         return web.Response(status=401, text="401: this conclave view needs its session token (?token=…)\n")
     response: web.StreamResponse = await handler(request)
     if request.query.get("token") and not response.prepared:
