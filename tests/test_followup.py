@@ -122,6 +122,24 @@ async def test_an_override_changes_the_mode_of_a_follow_up(home: Path) -> None:
     assert result["mode"] == "converge" and result["parent"] == parent["consultation_id"]
 
 
+async def test_cfg_job_with_a_parent_says_what_the_run_takes_from_it(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        parent = (await ask_parent(home, fake, "mode=explore", "agents.security.model=gpt-4o-mini"))["consultation_id"]
+    code, out, err = await conclave(home, "And the cost?", "--cfg", "job", f"parent={parent[:10]}")
+    assert code == 0, err
+    yaml_text, note = out.rstrip("\n").rsplit("\n", 1)
+    assert "strategy: converge" in yaml_text  # Hydra's composed config: not what the follow-up runs ...
+    assert note.startswith(f"# parent={parent}: the run replaces the above with the parent's agents: ")
+    assert "security (openai/gpt-4o-mini)" in note and note.endswith("mode: explore")  # ... this line says it
+    code, out, err = await conclave(home, "And the cost?", "--cfg", "job", f"parent={parent}", "mode=converge",
+                                    "agents=default")
+    assert code == 0 and out.rstrip().endswith("the overrides choose the panel and mode, as shown above"), err
+    code, out, err = await conclave(home, "And the cost?", "--cfg", "job", "parent=c-nosuchid")
+    assert code == 0 and out.rstrip().splitlines()[-1] == (
+        f"# parent: no consultation 'c-nosuchid' in {home}/journal (`conclave logs list` shows them) "
+        "(a run with this parent is refused)"), err
+
+
 async def test_a_thread_of_three_shows_in_logs_show_show_and_datasettes_query(home: Path) -> None:
     async with FakeProviderServer() as fake:
         first = (await ask_parent(home, fake, "rounds=2"))["consultation_id"]
