@@ -156,7 +156,7 @@ async def _auth(request: web.Request, handler: Any) -> web.StreamResponse:
     cookie = _cookie_name(request)
     supplied = request.query.get("token") or request.cookies.get(cookie) or header.removeprefix("Bearer ").strip()
     if not supplied or not hmac.compare_digest(supplied.encode(), expected.encode()):
-        if request.path.startswith(OPENAI_PREFIX):  # OpenAI clients read a JSON error body (the SDK: AuthenticationError)
+        if request.path.startswith(OPENAI_PREFIX):  # OpenAI clients read a JSON error (the SDK: AuthenticationError)
             return web.json_response({"error": {
                 "message": "a valid bearer token is required (Authorization: Bearer <the server's token>)",
                 "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}, status=401)
