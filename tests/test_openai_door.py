@@ -187,7 +187,7 @@ async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Serv
                 assert response.status == 400, body
                 assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
         async with session.post(url, data=b"{}", headers={"Origin": "http://evil.test"}) as cross:
-            assert cross.status == 403
+            assert cross.status == 403 and (await cross.json())["error"]["code"] == "forbidden"
         huge = {"model": "conclave/default", "messages": [{"role": "user", "content": "x" * (1 << 20)}]}
         async with session.post(url, json=huge) as too_large:
             assert too_large.status == 413 and "request body is over" in (await too_large.json())["error"]["message"]
