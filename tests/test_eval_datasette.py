@@ -128,3 +128,15 @@ async def test_the_vote_at_the_debates_budget_line_is_kept(fake_provider_server:
         f"/-/conclave/eval?run={ev.run_id}")).text
     first = page.index("<strong>debate vs vote: ")
     assert first < page.index("<strong>debate vs vote at the debate&#39;s budget: ") < page.index('class="cv-eval-chart"')
+
+
+def test_each_calibration_series_has_its_own_colour_and_a_readable_name(eval_home: EvalRuns) -> None:
+    page = get(eval_home.home, "/-/conclave/eval").text
+    diagrams = re.findall(r'<svg[^>]*class="cv-reliability".*?</svg>', page, flags=re.S)
+    assert diagrams
+    for svg in diagrams:
+        legend = re.findall(r'r="5" fill="([^"]+)"/><text[^>]*>([^:<]+):', svg)
+        names = [name for _, name in legend]
+        assert len(legend) >= 5 and "judge&#x27;s pick" in names and "confidence-weighted vote" in names
+        assert not {"judge_pick", "vote_weighted", "vote_learned"} & set(names)  # not the raw identifiers
+        assert len({colour for colour, _ in legend}) == len(legend), legend  # no two series share a colour

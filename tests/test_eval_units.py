@@ -214,5 +214,8 @@ def test_the_html_report_renders_the_full_report_and_states_the_real_wall_time()
     page = render(run, rows, "html")
     full = page.split("<h2>Full report</h2>", 1)[1]
     assert "<pre>" not in full and "| protocol |" not in full and "**" not in full  # HTML, not Markdown text
-    assert "<th>protocol</th>" in full and "<h2>Calibration</h2>" in full and "<strong>debate vs vote" in full
-    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in full  # still escaped
+    assert "<th>protocol</th>" in full and "<h2>Calibration</h2>" in full and "Power: with 4 items" in full
+    # said once, above the full report: the title (with the set and item count) and the verdict line
+    assert "<h1>" not in full and page.count("<h1>") == 1 and "<h1>Evaluation ev-1 · &lt;b&gt;x&lt;/b&gt; · 4 item(s)" in page
+    assert page.count(run["summary"]["verdict_line"]) == 1 and run["summary"]["verdict_line"] in markdown
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page  # still escaped

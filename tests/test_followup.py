@@ -122,6 +122,24 @@ async def test_an_override_changes_the_mode_of_a_follow_up(home: Path) -> None:
     assert result["mode"] == "converge" and result["parent"] == parent["consultation_id"]
 
 
+async def test_cfg_job_with_a_parent_says_what_the_run_takes_from_it(home: Path) -> None:
+    async with FakeProviderServer() as fake:
+        parent = (await ask_parent(home, fake, "mode=explore", "agents.security.model=gpt-4o-mini"))["consultation_id"]
+    code, out, err = await conclave(home, "And the cost?", "--cfg", "job", f"parent={parent[:10]}")
+    assert code == 0, err
+    yaml_text, note = out.rstrip("\n").rsplit("\n", 1)
+    assert "strategy: converge" in yaml_text  # Hydra's composed config: not what the follow-up runs ...
+    assert note.startswith(f"# parent={parent}: the run replaces the above with the parent's agents: ")
+    assert "security (openai/gpt-4o-mini)" in note and note.endswith("mode: explore")  # ... this line says it
+    code, out, err = await conclave(home, "And the cost?", "--cfg", "job", f"parent={parent}", "mode=converge",
+                                    "agents=default")
+    assert code == 0 and out.rstrip().endswith("the overrides choose the panel and mode, as shown above"), err
+    code, out, err = await conclave(home, "And the cost?", "--cfg", "job", "parent=c-nosuchid")
+    assert code == 0 and out.rstrip().splitlines()[-1] == (
+        f"# parent: no consultation 'c-nosuchid' in {home}/journal (`conclave logs list` shows them) "
+        "(a run with this parent is refused)"), err
+
+
 async def test_a_thread_of_three_shows_in_logs_show_show_and_datasettes_query(home: Path) -> None:
     async with FakeProviderServer() as fake:
         first = (await ask_parent(home, fake, "rounds=2"))["consultation_id"]
@@ -131,6 +149,7 @@ async def test_a_thread_of_three_shows_in_logs_show_show_and_datasettes_query(ho
                                             "cost.auto_approve=true", "output.format=json", "rounds=2")
             assert code == 0, err
             ids.append(json.loads(out)["consultation_id"])
+        lone = (await ask_parent(home, fake, "rounds=2"))["consultation_id"]
     code, out, err = await conclave(home, "logs", "show", ids[1])
     assert code == 0, err
     thread = out.split("\nthread (3 consultations", 1)[1].splitlines()[1:]
@@ -148,6 +167,14 @@ async def test_a_thread_of_three_shows_in_logs_show_show_and_datasettes_query(ho
         assert response.status_code == 200, response.text
         assert [(r["depth"], r["id"], r["parent_id"]) for r in response.json()] == [
             (0, ids[0], None), (1, ids[1], ids[0]), (2, ids[2], ids[1])]
+    # the consultation's page shows its thread: the ancestor and the follow-up linked, itself not
+    page = (await datasette.client.get(f"/-/conclave/{ids[1]}")).text
+    thread_html = page.split('id="thread"', 1)[1].split("</section>", 1)[0]
+    assert "Follow-up thread (3 consultations)" in thread_html
+    assert [i for i in ids if f'href="/-/conclave/{i}"' in thread_html] == [ids[0], ids[2]]
+    assert thread_html.index(ids[0]) < thread_html.index(ids[1]) < thread_html.index(ids[2])
+    assert "(this consultation)" in thread_html and "And the cost?" in thread_html
+    assert 'id="thread"' not in (await datasette.client.get(f"/-/conclave/{lone}")).text
 
 
 async def test_show_prompt_shows_the_parent_block(home: Path) -> None:

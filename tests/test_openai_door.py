@@ -156,9 +156,18 @@ async def test_streamed_the_sdk_gets_round_progress_then_the_verdict(door: Serve
 
 
 async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Served) -> None:
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as unauthorized:
         await door.client(key="wrong").chat.completions.create(
             model="conclave/default", messages=[{"role": "user", "content": QUESTION}])
+    assert unauthorized.value.status_code == 401 and unauthorized.value.code == "invalid_api_key"
+    assert "bearer token" in unauthorized.value.message and "wrong" not in unauthorized.value.message
+    async with aiohttp.ClientSession() as anonymous:  # a raw request without a token: the same JSON body
+        async with anonymous.get(f"{door.base_url}/models") as response:
+            assert response.status == 401 and response.content_type == "application/json"
+            error = (await response.json())["error"]
+            assert set(error) >= {"message", "type", "code"} and error["type"] == "invalid_request_error"
+        async with anonymous.get(door.base_url.removesuffix("/v1") + "/") as live_view:  # the live view keeps its own
+            assert live_view.status == 401 and (await live_view.text()).startswith("401: this conclave view needs")
     with pytest.raises(openai.NotFoundError) as unknown:
         await door.client().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
     assert unknown.value.body["code"] == "model_not_found" and "GET /v1/models" in unknown.value.body["message"]
@@ -179,7 +188,7 @@ async def test_bad_requests_get_openai_style_errors_and_spend_nothing(door: Serv
                 assert response.status == 400, body
                 assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
         async with session.post(url, data=b"{}", headers={"Origin": "http://evil.test"}) as cross:
-            assert cross.status == 403
+            assert cross.status == 403 and (await cross.json())["error"]["code"] == "forbidden"
         huge = {"model": "conclave/default", "messages": [{"role": "user", "content": "x" * (1 << 20)}]}
         async with session.post(url, json=huge) as too_large:
             assert too_large.status == 413 and "request body is over" in (await too_large.json())["error"]["message"]

@@ -267,7 +267,23 @@ def _main(args: list[str]) -> int:
         if missing := offline_panel_blocked(overrides):
             print(f"conclave: {missing}", file=sys.stderr)  # before the run starts: nothing to resume
             return EXIT_USAGE
-    return run_hydra([*flags, *overrides])
+    code = run_hydra([*flags, *overrides])
+    if code == EXIT_OK and {"-c", "--cfg"} & set(flags) and "hydra" not in flags:
+        _parent_cfg_note(overrides)
+    return code
+
+
+def _parent_cfg_note(overrides: list[str]) -> None:
+    """After ``--cfg job parent=ID``: one comment line saying what the follow-up takes from its parent, which the
+    composed configuration Hydra printed does not show (the parent's panel and mode are read at run time)."""
+    refs = [o.partition("=")[2] for o in overrides if o.lstrip("+").startswith("parent=")]
+    ref = refs[-1].strip("'\"") if refs else ""
+    if ref in ("", "null"):
+        return
+    from conclave.engine.followup import cfg_note
+    from conclave.store.paths import StoreLayout
+
+    print(cfg_note(StoreLayout(default_home()), ref, overrides), flush=True)
 
 
 def _with_zero_config_panel(overrides: list[str]) -> list[str]:

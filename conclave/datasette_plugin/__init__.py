@@ -38,6 +38,7 @@ from conclave.render.journal_view import result_from_records
 from conclave.render.nodes import Facts, to_html
 from conclave.render.renderers import Context, render_artifact
 from conclave.store.journal import live_status, read_records
+from conclave.store.threads import THREAD_SQL
 
 CSS_URL = "/-/conclave/conclave.css"
 
@@ -295,6 +296,9 @@ details > summary { cursor: pointer; }
 .cv-eval-charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
 .cv-eval-charts svg { max-width: 100%; height: auto; border: 1px solid #d1d9e0; border-radius: 6px; }
 .cv-eval-lines { list-style: none; padding-left: 0; }
+.cv-thread-list { list-style: none; padding-left: 0; }
+.cv-thread-item { margin: 0.35em 0; padding-left: 0.6em; border-left: 3px solid #d1d9e0; }
+.cv-thread-id { font-size: 0.8em; }
 """
 
 
@@ -406,12 +410,35 @@ async def _consultation(datasette: Any, request: Any) -> Response:
                                                          ("movement", "Movement"), ("cost", "Cost"))
                    if f'id="{a}"' in report)
     body = (f'<p class="cv-nav">{nav}</p><p class="cv-nav">Jump to: {toc}</p>'
+            + await _thread_section(db, cid)
             + report
             + ("" if source == "journal" else
                '<p class="cv-muted">The journal was not found next to this index; this page was rebuilt from the '
                "index tables.</p>"))
     question = " ".join(str(result.get("question") or cid).split())
     return Response.html(await page(datasette, question[:90], body, request))
+
+
+async def _thread_section(db: Any, cid: str) -> str:
+    """The follow-up thread ``cid`` belongs to (its ancestors and its follow-ups), each linked to its page and
+    indented by depth; empty for a consultation that is no follow-up and has none."""
+    rows = [dict(r) for r in (await db.execute(THREAD_SQL, {"id": cid})).rows]
+    if len(rows) < 2:
+        return ""
+    items = []
+    for r in rows:
+        question = " ".join(str(r.get("question") or "").split())
+        short = question if len(question) <= 120 else question[:119] + "…"
+        started = escape((r.get("started_at") or "")[:16].replace("T", " "))
+        meta = f'<span class="cv-muted">{started} · {escape(r.get("status") or "")}</span>'
+        if r["id"] == cid:
+            head = f'<strong>{escape(short)}</strong> <span class="cv-muted">(this consultation)</span>'
+        else:
+            head = f'<a href="/-/conclave/{escape(r["id"])}">{escape(short)}</a>'
+        items.append(f'<li class="cv-thread-item" style="margin-left: {1.5 * int(r["depth"]):g}em">{head}<br>'
+                     f'<code class="cv-thread-id">{escape(r["id"])}</code> {meta}</li>')
+    return (f'<section class="cv-section cv-thread" id="thread"><h2>Follow-up thread ({len(rows)} consultations)'
+            f'</h2><ol class="cv-thread-list">{"".join(items)}</ol></section>')
 
 
 async def _journal_json(datasette: Any, request: Any) -> Response:

@@ -14,7 +14,7 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.config.settings import Settings, settings_from_container
-from conclave.errors import ConfigError, StorageError
+from conclave.errors import ConclaveError, ConfigError, StorageError
 from conclave.store.heads import key_from_env
 from conclave.store.journal import JournalError, read_records
 from conclave.store.paths import StoreLayout
@@ -111,6 +111,34 @@ def with_parent(settings: Settings, given: Iterable[str]) -> Settings:
     data["parent"] = parent.id
     data["home"] = str(settings.home)
     return settings_from_container(data)
+
+
+def cfg_note(layout: StoreLayout, ref: str, given: Iterable[str]) -> str:
+    """One YAML comment line for ``conclave --cfg job parent=ID``: Hydra prints the configuration as composed,
+    before a follow-up takes its parent's panel and mode (:func:`with_parent`); this line says what the run would
+    take from the parent instead, or why a run with this parent would be refused."""
+    try:
+        parent = load_parent(layout, ref)
+    except ConclaveError as exc:
+        return f"# {_one_line(exc)} (a run with this parent is refused)"
+    chosen = overridden(given)
+    if "agents" in chosen:
+        chosen.add("judge")
+    taken = []
+    agents = parent.config.get("agents")
+    if "agents" not in chosen and isinstance(agents, dict):
+        seats = ", ".join(f"{name} ({(a or {}).get('provider')}/{(a or {}).get('model')})" if isinstance(a, dict)
+                          else str(name) for name, a in agents.items())
+        taken.append(f"agents: {seats}")
+    judge = parent.config.get("judge")
+    if "judge" not in chosen and isinstance(judge, dict):
+        taken.append(f"judge: {judge.get('provider')}/{judge.get('model')}")
+    mode = parent.config.get("mode")
+    if "mode" not in chosen and mode:
+        taken.append(f"mode: {mode.get('strategy') if isinstance(mode, dict) else mode}")
+    if not taken:
+        return f"# parent={parent.id}: the overrides choose the panel and mode, as shown above"
+    return (f"# parent={parent.id}: the run replaces the above with the parent's {'; '.join(taken)}")
 
 
 def parent_block(settings: Settings) -> str:

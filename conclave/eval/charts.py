@@ -23,6 +23,12 @@ NAMES = {"single": "single agent", "vote": "round-1 vote", "judge": "judge synth
 #: coincides with, typically the debate it was forked from)
 SHAPES = {"single": "circle", "vote": "square", "judge": "triangle", "debate": "diamond", "quality": "ring",
           "vote_matched": "open-square"}
+#: the reliability diagram's other series (the aggregators scored beside the protocols): a colour and a name each,
+#: so no two series share the fallback colour and the legend names them as the report does
+CALIBRATION_COLOURS = {**COLOURS, "vote_weighted": "#0072B2", "vote_learned": "#7F7F7F", "judge_pick": "#000000",
+                       "sc_best": "#8C564B"}
+CALIBRATION_NAMES = {**NAMES, "vote_weighted": "confidence-weighted vote", "vote_learned": "learned-weight vote",
+                     "judge_pick": "judge's pick", "sc_best": "self-consistency best"}
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,sans-serif" font-size="12"'
 
 
@@ -248,7 +254,8 @@ def reliability_diagram(calibration: Mapping[str, Any], bins: str = "10 equal-wi
     parts.append(f'<text x="14" y="{y(0.5):.1f}" transform="rotate(-90 14 {y(0.5):.1f})" text-anchor="middle" '
                  f"{FONT}>accuracy</text>")
     for index, (name, cal) in enumerate(series):
-        colour = COLOURS.get(name, "#374151")
+        colour = CALIBRATION_COLOURS.get(name, "#374151")
+        shown = CALIBRATION_NAMES.get(name, name)
         total = max(1, sum(int(b.get("count") or 0) for b in cal["reliability"]))
         points = [(float(b["mean_confidence"]), float(b["accuracy"]), int(b["count"]), str(b.get("bin", "")))
                   for b in cal["reliability"] if b.get("mean_confidence") is not None and b.get("accuracy") is not None]
@@ -258,11 +265,11 @@ def reliability_diagram(calibration: Mapping[str, Any], bins: str = "10 equal-wi
         for conf, acc, count, label in points:
             radius = 3 + 7 * math.sqrt(count / total)
             parts.append(f'<circle cx="{x(conf):.1f}" cy="{y(acc):.1f}" r="{radius:.1f}" fill="{colour}" '
-                         f'fill-opacity="0.7" stroke="#fff"><title>{html.escape(name)} · bin {html.escape(label)}: '
+                         f'fill-opacity="0.7" stroke="#fff"><title>{html.escape(shown)} · bin {html.escape(label)}: '
                          f"{count} item(s), confidence {conf:.2f}, accuracy {acc:.2f}</title></circle>")
         legend_y = size + 4 + 18 * index
         parts.append(f'<circle cx="{left + 6}" cy="{legend_y - 4}" r="5" fill="{colour}"/>'
-                     f'<text x="{left + 16}" y="{legend_y}" {FONT}>{html.escape(name)}: '
+                     f'<text x="{left + 16}" y="{legend_y}" {FONT}>{html.escape(shown)}: '
                      f"{html.escape(str(cal.get('meaning', '')))} (n = {cal.get('n', 0)}, left out "
                      f"{cal.get('excluded', 0)})</text>")
     parts.append("</svg>")

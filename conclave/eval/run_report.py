@@ -84,12 +84,16 @@ def ordered(protocols: Mapping[str, Any]) -> list[str]:
     return [p for p in PROTOCOLS if p in protocols] + [p for p in protocols if p not in PROTOCOLS]
 
 
-def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
-    lines = [f"# Evaluation {run['run_id']} · {run.get('set_spec')} · {summary.get('items', 0)} item(s)", ""]
-    if toy_run(run):  # before the headline: a toy panel's figures are no answer
-        lines += [f"> **⚠ {TOY_BANNER}**", ">", f"> {TOY_EVAL}", ""]
-    # the answer first
-    lines += [f"**{summary.get('verdict_line', '')}**", ""]
+def _markdown(run: dict[str, Any], summary: dict[str, Any], *, headline: bool = True) -> str:
+    """The Markdown report; without ``headline`` it leaves out what the HTML page shows above its full report (the
+    title, the toy banner, the verdict line and the matched/quality lines), so the page does not say them twice."""
+    lines = []
+    if headline:
+        lines += [f"# Evaluation {run['run_id']} · {run.get('set_spec')} · {summary.get('items', 0)} item(s)", ""]
+        if toy_run(run):  # before the headline: a toy panel's figures are no answer
+            lines += [f"> **⚠ {TOY_BANNER}**", ">", f"> {TOY_EVAL}", ""]
+        # the answer first
+        lines += [f"**{summary.get('verdict_line', '')}**", ""]
     if summary.get("with_failures"):
         lines += [f"> **This run has failures**: {summary.get('failed_items', 0)} item(s) failed "
                   f"({', '.join(summary.get('failed_item_ids') or []) or 'none whole'}). Headlines are on the items "
@@ -97,7 +101,7 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any]) -> str:
                   "them. Per-protocol counts are under *Every item accounted for*.", ""]
     if run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
-    for key in ("matched_line", "quality_line"):
+    for key in ("matched_line", "quality_line") if headline else ():
         if summary.get(key):
             lines += [f"**{summary[key]}**", ""]
     if summary.get("matched_ratio") is not None or summary.get("matched_stopped"):
@@ -372,7 +376,8 @@ def pool_seeds(runs: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict
 
 def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     toy = toy_run(run)
-    body = [f"<h1>Evaluation {html.escape(run['run_id'])}</h1>"]
+    body = [f"<h1>Evaluation {html.escape(run['run_id'])} · {html.escape(str(run.get('set_spec')))} · "
+            f"{summary.get('items', 0)} item(s)</h1>"]
     if toy:  # before the headline: a toy panel's figures are no answer
         body.append(f"<p class=danger><strong>⚠ {html.escape(TOY_BANNER)}</strong> {html.escape(TOY_EVAL)}</p>")
     body.append(f"<p><strong>{html.escape(summary.get('verdict_line', ''))}</strong></p>")
@@ -402,7 +407,7 @@ def _html(run: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[str,
                     f"{cells}<td>{_pct(r.get('agreement'))}</td><td>{r.get('right_to_wrong', 0)}</td></tr>")
     body.append("</table>")
     # the Markdown report rendered as HTML; raw HTML in it stays text (html off), unsafe link targets are dropped
-    full = MarkdownIt("commonmark", {"html": False}).enable("table").render(_markdown(run, summary))
+    full = MarkdownIt("commonmark", {"html": False}).enable("table").render(_markdown(run, summary, headline=False))
     body.append('<h2>Full report</h2><div class="full-report">' + full + "</div>")
     return _page(f"Evaluation {run['run_id']}", "\n".join(body))
 

@@ -16,6 +16,7 @@ from typing import Any
 from conclave import events as ev
 from conclave.errors import UsageError
 from conclave.extras import install_hint
+from conclave.render.renderers import TITLES
 from conclave.store.journal_file import read_journal
 from conclave.store.paths import StoreLayout
 from conclave.store.verify import verify_store
@@ -47,6 +48,21 @@ def round_summaries(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                     "failed" if type_ == ev.ROUND_COMPLETED else f"interrupted ({data.get('reason')})")
                 ended_run.update(ended=ended, duration_s=data.get("duration_s"), cost=data.get("cost"))
     return runs
+
+
+def round_rows(rounds: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """The rounds table's rows for a reader: each type by its title (``cross_exam`` → Cross-examination), a
+    cross-examination the exit controller repeated named as the repeat it is."""
+    rows, seen = [], 0
+    for r in rounds:
+        kind = r["round_type"]
+        label = TITLES.get(kind, str(kind or "")) if kind else ""
+        if kind == "cross_exam":
+            label += f" (repeat {seen})" if seen else ""
+            seen += 1
+        rows.append((r["round_number"], label, r["ended"] or "not finished", _seconds(r["duration_s"]),
+                     money(r["cost"], "")))
+    return rows
 
 
 def audit_record(layout: StoreLayout, cid: str) -> dict[str, Any]:
@@ -189,7 +205,8 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]
 
 def audit_markdown(record: Mapping[str, Any]) -> str:
     lines = [f"# Audit record · {record['consultation_id']}", "", f"**Question:** {record['question']}", "",
-             f"**Status:** {record['status']} · **mode:** {record['mode']}"]
+             f"**Status:** {record['status']} · **mode:** {record['mode']}"
+             + (f" · **recorded:** {record['created_at']}" if record.get("created_at") else "")]
     if record.get("recommendation"):
         lines += ["", f"## Verdict{_confidence(record)}", "", str(record["recommendation"])]
     if record["dissent"]:
@@ -204,10 +221,7 @@ def audit_markdown(record: Mapping[str, Any]) -> str:
                        [*((a.get("name"), a.get("persona"), _seat(a)) for a in record["panel"]["agents"]),
                         ("judge", "", _seat(judge))])
     lines += ["", "## Rounds", ""]
-    lines += _md_table(["round", "type", "ended", "seconds", "cost"],
-                       [(r["round_number"], r["round_type"], r["ended"] or "not finished",
-                         _seconds(r["duration_s"]), money(r["cost"], ""))
-                        for r in record["rounds"]])
+    lines += _md_table(["round", "type", "ended", "seconds", "cost"], round_rows(record["rounds"]))
     lines += ["", "## Cost", "", *(f"- {label}: {value}" for label, value in cost_lines(record))]
     if record.get("context_sources"):
         lines += ["", "## Context sent", "", *(f"- {context_text(s)}" for s in record["context_sources"])]
@@ -289,10 +303,7 @@ def audit_html(record: Mapping[str, Any]) -> str:
         [*((a.get("name"), a.get("persona"), _seat(a)) for a in record["panel"]["agents"]),
          ("judge", "", _seat(judge))]))
     parts.append("<h2>Rounds</h2>" + _html_table(
-        ["round", "type", "ended", "seconds", "cost"],
-        [(r["round_number"], r["round_type"], r["ended"] or "not finished",
-          _seconds(r["duration_s"]), money(r["cost"], ""))
-         for r in record["rounds"]], numeric=(0, 3, 4)))
+        ["round", "type", "ended", "seconds", "cost"], round_rows(record["rounds"]), numeric=(0, 3, 4)))
     parts.append("<h2>Cost</h2>" + _facts([(label, _e(value)) for label, value in cost_lines(record)]))
     if record.get("context_sources"):
         parts.append("<h2>Context sent</h2><ul>" + "".join(

@@ -118,6 +118,10 @@ STARTER_KEY = web.AppKey("starter", list)  # [Starter] or [] (no form)
 LIMITS_KEY = web.AppKey("limits", RateLimits)
 
 
+#: where ``conclave serve --openai`` mounts the OpenAI-compatible routes: their 401 is an OpenAI-style JSON error
+OPENAI_PREFIX = "/v1/"
+
+
 def make_app(home: Path, token: str, feeds: Feeds | None = None, starter: Starter | None = None,
              limits: RateLimits | None = None, *, host: str = "127.0.0.1",
              heartbeat_s: float = HEARTBEAT_S) -> web.Application:
@@ -152,6 +156,9 @@ async def _auth(request: web.Request, handler: Any) -> web.StreamResponse:
     cookie = _cookie_name(request)
     supplied = request.query.get("token") or request.cookies.get(cookie) or header.removeprefix("Bearer ").strip()
     if not supplied or not hmac.compare_digest(supplied.encode(), expected.encode()):
+        if request.path.startswith(OPENAI_PREFIX):  # OpenAI clients read a JSON error (the SDK: AuthenticationError)
+            return _openai_error(401, "a valid bearer token is required (Authorization: Bearer <the server's token>)",
+                                 "invalid_api_key")
         return web.Response(status=401, text="401: this conclave view needs its session token (?token=…)\n")
     response: web.StreamResponse = await handler(request)
     if request.query.get("token") and not response.prepared:
@@ -170,25 +177,35 @@ async def _same_origin(request: web.Request, handler: Any) -> web.StreamResponse
     if request.method in ("GET", "HEAD"):
         navigation = request.headers.get("Sec-Fetch-Mode") == "navigate"
         if site not in (None, "same-origin", "none") and not navigation:
-            return _forbidden("cross-origin requests are refused")
+            return _forbidden("cross-origin requests are refused", request)
     else:
         origin = request.headers.get("Origin")
         if site not in (None, "same-origin") or (origin is not None and origin != f"{request.scheme}://{request.host}"):
-            return _forbidden("cross-origin requests are refused")
+            return _forbidden("cross-origin requests are refused", request)
     response: web.StreamResponse = await handler(request)
     return response
 
 
-def _forbidden(why: str) -> web.Response:
+def _forbidden(why: str, request: web.Request | None = None) -> web.Response:
+    if request is not None and request.path.startswith(OPENAI_PREFIX):
+        return _openai_error(403, why, "forbidden")
     return web.Response(status=403, text=f"403: {why}\n")
+
+
+def _openai_error(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> web.Response:
+    """An OpenAI-style error body, for the middlewares' refusals of the /v1 routes."""
+    return web.json_response({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                        "code": code}}, status=status, headers=headers)
 
 
 @web.middleware
 async def _rate_limit(request: web.Request, handler: Any) -> web.StreamResponse:
     wait = request.app[LIMITS_KEY].take(request.remote or "?")
     if wait:
-        return web.Response(status=429, text="429: too many requests\n",
-                            headers={"Retry-After": str(max(1, round(wait)))})
+        retry = {"Retry-After": str(max(1, round(wait)))}
+        if request.path.startswith(OPENAI_PREFIX):
+            return _openai_error(429, "too many requests", "rate_limit_exceeded", retry)
+        return web.Response(status=429, text="429: too many requests\n", headers=retry)
     response: web.StreamResponse = await handler(request)
     return response
 
