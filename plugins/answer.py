@@ -21,7 +21,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from conclave.artifacts.schema_registry import schemas_in
+from conclave.artifacts.schema_refs import schemas_in
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT, Input
 from conclave.engine.strategy import Strategy
 from conclave.hookspecs import hookimpl

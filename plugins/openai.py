@@ -39,7 +39,7 @@ from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from conclave.artifacts.schema_registry import deref, drop_null_optionals, resolver_for
+from conclave.artifacts.schema_refs import deref, drop_null_optionals, resolver_for
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
     BatchClient,

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from conclave.artifacts.schema_registry import schemas_in
+from conclave.artifacts.schema_refs import schemas_in
 from conclave.engine.rounds import CROSS_EXAM, CROSS_EXAM_REPLIES, INDEPENDENT, SYNTHESIS, VERDICT
 from conclave.engine.strategy import Strategy, consensus_confidence
 from conclave.hookspecs import hookimpl

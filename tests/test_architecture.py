@@ -196,13 +196,20 @@ def imported_at_start(*argv: str, home: Path) -> set[str]:
     return {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
 
+#: packages a command that calls no provider does not import: the schema validator (plugins register schemas from
+#: conclave.artifacts.schema_refs; the engine validates) and the optional packages of single commands
+NOT_AT_START = ("jsonschema", "json_repair", "sqlite_utils", "numpy", "weasyprint", "pypdf", "mcp", "datasette")
+
+
 def test_commands_that_call_no_provider_do_not_import_the_http_client(tmp_path: Path) -> None:
-    """--help and `plugins` load every plugin; provider plugins send through the pool's client, so aiohttp stays out."""
+    """--help and `plugins` load every plugin; provider plugins send through the pool's client, so aiohttp stays out;
+    nor do they import the schema validator or any optional package."""
     for argv in (["--help"], ["plugins"]):
         loaded = imported_at_start(*argv, home=tmp_path)
         assert "conclave.cli.task" in loaded or "conclave.plugin_manager" in loaded  # the reading worked
         assert "aiohttp" not in loaded, argv
         assert "conclave.providers.transport" not in loaded, argv
+        assert sorted(m for m in loaded if m.split(".")[0] in NOT_AT_START) == [], argv
 
 
 def test_only_the_transport_speaks_http_among_providers_and_plugins() -> None:

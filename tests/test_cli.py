@@ -130,6 +130,15 @@ def test_help_is_ours_and_lists_groups(tmp_path: Path) -> None:
     assert "early_termination.threshold" in proc.stdout
 
 
+def test_help_still_composes_its_overrides(tmp_path: Path) -> None:
+    """--help is printed without Hydra's app help, but a bad override still fails as one line, exit 2."""
+    proc = run_conclave("--help", "mode=nope", home=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "conclave: mode: 'nope' is not one of: adversarial, answer, converge, devils_advocate, explore"]
+
+
 def test_info_searchpath_shows_packaged_config(tmp_path: Path) -> None:
     proc = run_conclave("--info", "searchpath", home=tmp_path)
     assert proc.returncode == 0, proc.stderr

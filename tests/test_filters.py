@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from conclave.artifacts.artifact_filter import FILTERING_OFF_NOTICE, ArtifactFilter, limits_for, token_efficiency_stats
 from conclave.artifacts.schema_registry import ArtifactValidationError, current_version, validate
+from conclave.engine.filtering import checked_filter
 from conclave.plugin_manager import load_plugins
 
 HEADER = {"schema_version": current_version(), "created_at": "2025-12-28T14:00:30.000Z"}
@@ -185,7 +186,7 @@ def test_the_result_is_revalidated() -> None:
     broken = copy.deepcopy(SYNTHESIS)
     broken["tensions"][0]["viewpoints"] = broken["tensions"][0]["viewpoints"][:1]  # a tension needs two
     with pytest.raises(ArtifactValidationError, match="tensions"):
-        filter_.filter(broken, {"consensus_points": 3})
+        checked_filter(filter_, broken, {"consensus_points": 3})
 
 
 def test_a_subclass_that_ranks_badly_cannot_duplicate_items() -> None:

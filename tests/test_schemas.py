@@ -275,13 +275,14 @@ def test_invalid_fixture_fails_for_the_reason_in_its_name(fixture: str) -> None:
 def test_the_inlined_validator_reports_what_the_registry_validator_reports(fixture: str) -> None:
     from jsonschema import Draft202012Validator
 
+    from conclave.artifacts import schema_refs
     from conclave.artifacts import schema_registry as artifacts
 
     name, instance = _schema_of(fixture), _load(FIXTURES / fixture)
-    by_registry = Draft202012Validator(artifacts.get_schema(name), registry=artifacts._registry(),
+    by_registry = Draft202012Validator(artifacts.get_schema(name), registry=schema_refs.registry(),
                                        format_checker=Draft202012Validator.FORMAT_CHECKER)
     expected = sorted((e.json_path, e.message, str(e.validator)) for e in by_registry.iter_errors(instance))
-    assert "$ref" not in json.dumps({k: v for k, v in artifacts._inlined(name).items() if k != "$defs"})
+    assert "$ref" not in json.dumps({k: v for k, v in schema_refs.inlined(name).items() if k != "$defs"})
     assert sorted((e.path, e.message, e.validator) for e in validate(name, instance)
                   if e.validator != "finite") == expected
 

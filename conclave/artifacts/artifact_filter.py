@@ -2,7 +2,9 @@
 
 A filter only drops array items, ranked by a documented score; it never invents or rewrites content. That
 contract lives in :class:`ArtifactFilter`: a subclass only *ranks* items (returns indices), and the base class
-copies the kept items, leaves every other field untouched and re-validates the result against the schema.
+copies the kept items and leaves every other field untouched. The engine re-validates the result against the
+schema (:func:`conclave.engine.filtering.checked_filter`), so this module, which filter plugins import at
+registration, imports no schema validator.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
-
-from conclave.artifacts.schema_registry import check, declared_properties, fill_added_lists
 
 #: printed when ``filtering.enabled=false`` turns filtering off
 FILTERING_OFF_NOTICE = "🔍 Filtering off: using full debate artifacts (higher token cost)"
@@ -37,10 +37,10 @@ class ArtifactFilter(ABC):
         """Indices of ``items``, most important first (every index once)."""
 
     def filter(self, artifact: Mapping[str, Any], limits: Mapping[str, int]) -> dict[str, Any]:
-        """A new artifact whose ``limits`` fields keep only their top-N items, in rank order; schema-checked.
+        """A new artifact whose ``limits`` fields keep only their top-N items, in rank order.
 
-        Raises ``ValueError`` for a limit naming a field the artifact lacks or this filter may not shorten,
-        and ``conclave.artifacts.schema_registry.ArtifactValidationError`` if the result does not match its schema.
+        Raises ``ValueError`` for a limit naming a field the artifact lacks or this filter may not shorten.
+        :func:`conclave.engine.filtering.checked_filter` calls this and checks the result against its schema.
         """
         artifact_type = artifact.get("artifact_type")
         if not isinstance(artifact_type, str):
@@ -53,11 +53,6 @@ class ArtifactFilter(ABC):
             if sorted(order) != list(range(len(items))):
                 raise ValueError(f"{type(self).__name__}.rank({field}) must return each index of the items once")
             filtered[field] = [copy.deepcopy(items[i]) for i in order[:limit]]
-        # A strategy's own schema may add fields to the artifact type (answer mode's final_answer), and a stored
-        # artifact may predate the debate-quality lists; filtering touches neither, so the result is checked
-        # against the fields the artifact type's schema declares, absent quality lists read as empty.
-        declared = declared_properties(artifact_type)
-        check(artifact_type, fill_added_lists(artifact_type, {k: v for k, v in filtered.items() if k in declared}))
         return filtered
 
     def _check_limit(self, artifact: Mapping[str, Any], artifact_type: str, field: str, limit: int) -> None:

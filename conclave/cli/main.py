@@ -261,6 +261,8 @@ def _main(args: list[str]) -> int:
     if "--hydra-help" in flags:  # Hydra's help composes its own config, where an agents=… override cannot apply
         return run_hydra([*flags, *overrides])
     overrides = _with_zero_config_panel(overrides)
+    if flags and set(flags) <= {"-h", "--help"}:
+        return _help(overrides)
     if question is not None and (not flags or {"-m", "--multirun"} & set(flags)):
         from conclave.cli.panel import offline_panel_blocked
 
@@ -298,6 +300,17 @@ def _with_zero_config_panel(overrides: list[str]) -> list[str]:
     added = zero_config_overrides(overrides, os.environ, default_home())
     task.offline_notice_pending = f"agents={LOCAL_PANEL}" in added
     return [*added, *overrides]  # first, so the user's own agents.* overrides still apply on top
+
+
+def _help(overrides: list[str]) -> int:
+    """``conclave --help [OVERRIDE ...]``: the help text, or the one-line error of a bad override (exit 2)."""
+    from conclave.compose import help_text
+
+    def show() -> None:
+        print(help_text(overrides))
+
+    code = _reported(show)
+    return EXIT_OK if code is None else code
 
 
 def _run_subcommand(name: str, argv: list[str]) -> int:

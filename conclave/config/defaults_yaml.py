@@ -3,11 +3,17 @@
 
 The checked-in file is generated between two marker lines; the rest of it (Hydra's defaults list, the question,
 the judge, ``home`` and the ``hydra`` block: choices and interpolations, not defaults) is written by hand.
+A field's comment is its ``Field(description=...)``, else the docstring under it in the model's source (read here,
+not by pydantic at every start).
 ``python -m conclave.config.defaults_yaml`` rewrites the generated part; a test fails when it is stale.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import itertools
 import sys
 import textwrap
 from importlib.resources import files
@@ -33,8 +39,25 @@ def _scalar(value: Any) -> str:
     return text.removesuffix("\n...\n").strip()
 
 
-def _note(field: Any) -> str:
-    return " ".join((field.description or "").split())
+@functools.cache
+def attribute_docstrings(model: type[BaseModel]) -> dict[str, str]:
+    """Field name -> the string literal right under its annotated assignment in ``model`` or a base model."""
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not issubclass(cls, BaseModel) or cls is BaseModel:
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in itertools.pairwise(body):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def _note(model: type[BaseModel], name: str, field: Any) -> str:
+    return " ".join((field.description or attribute_docstrings(model).get(name, "")).split())
 
 
 def _lines(model: type[BaseModel], indent: str = "") -> list[str]:
@@ -43,7 +66,7 @@ def _lines(model: type[BaseModel], indent: str = "") -> list[str]:
         if field.is_required() or (not indent and name in HAND_WRITTEN):
             continue
         default = field.get_default(call_default_factory=True)
-        note = _note(field)
+        note = _note(model, name, field)
         if isinstance(default, BaseModel):  # a section: its note above it, then its keys
             if not indent and lines and lines[-1]:
                 lines.append("")  # a blank line either side of a top-level section

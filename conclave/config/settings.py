@@ -23,7 +23,10 @@ Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # The docstrings under fields document them (conf/config.yaml's comments are generated from them by
+    # conclave.config.defaults_yaml); pydantic does not read them (use_attribute_docstrings reads each model's
+    # source at import, about 0.1 s of every start).
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class AgentSpec(StrictModel):

@@ -1,8 +1,8 @@
 """Applying the configured artifact filter to what later rounds are shown, and counting what it saved.
 
-The filter (a plugin) only drops array items and re-validates; this module decides when it runs (never with
-``filtering.enabled=false``), emits ``filter:applied`` with real token counts of the JSON shown, and totals the savings
-for ``token_efficiency_stats``.
+The filter (a plugin) only drops array items and :func:`checked_filter` re-validates what it returns; this module
+decides when it runs (never with ``filtering.enabled=false``), emits ``filter:applied`` with real token counts of
+the JSON shown, and totals the savings for ``token_efficiency_stats``.
 
 The savings are counted per call, on the prompts themselves: every call made once the consultation has an
 artifact that later rounds filter (every call after the synthesis) is rendered a second time exactly as it would
@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from conclave.artifacts.artifact_filter import limits_for, token_efficiency_stats
+from conclave.artifacts.artifact_filter import ArtifactFilter, limits_for, token_efficiency_stats
+from conclave.artifacts.schema_registry import check, declared_properties, fill_added_lists
 from conclave.config.settings import Settings
 from conclave.engine.record import prompt_json
 from conclave.events import FILTER_APPLIED, EventBus
@@ -30,6 +31,22 @@ if TYPE_CHECKING:
     from conclave.plugin_manager import Plugins
 
 log = logging.getLogger(__name__)
+
+
+def checked_filter(filter_: ArtifactFilter, artifact: dict[str, Any], limits: dict[str, int]) -> dict[str, Any]:
+    """``filter_.filter(artifact, limits)``, the result checked against its artifact type's schema.
+
+    Raises what the filter raises (``ValueError`` for a bad limit) and
+    ``conclave.artifacts.schema_registry.ArtifactValidationError`` if the result does not match its schema.
+    """
+    filtered = filter_.filter(artifact, limits)
+    artifact_type = str(filtered["artifact_type"])
+    # A strategy's own schema may add fields to the artifact type (answer mode's final_answer), and a stored
+    # artifact may predate the debate-quality lists; filtering touches neither, so the result is checked
+    # against the fields the artifact type's schema declares, absent quality lists read as empty.
+    declared = declared_properties(artifact_type)
+    check(artifact_type, fill_added_lists(artifact_type, {k: v for k, v in filtered.items() if k in declared}))
+    return filtered
 
 
 class ArtifactFiltering:
@@ -89,7 +106,7 @@ class ArtifactFiltering:
         else:
             error = None
             try:
-                filtered = self._plugins.filters.get(name)().filter(artifact, limits)
+                filtered = checked_filter(self._plugins.filters.get(name)(), artifact, limits)
             except Exception as exc:
                 # Sending the unfiltered artifact is still correct (only dearer); say so instead of failing the run.
                 log.warning("filter %r failed on the round-%d %s: %s", name, round_number, artifact_type, exc)
