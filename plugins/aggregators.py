@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import sqlite3
 from collections.abc import Sequence
@@ -108,23 +108,33 @@ def graded_history(home: Path, kind: str | None) -> dict[str, tuple[int, int]]:
         tables = {r[0] for r in db.execute("select name from sqlite_master where type = 'table'")}
         if not {"eval_items", "agents"} <= tables:
             return {}
-        sql = ("select e.kind, e.expected, e.answers, a.agent, a.persona, a.provider, a.model from eval_items e "
-               "join agents a on a.consultation_id = e.consultation_id where e.expected is not null")
+        # Every aggregation reads the whole history (an evaluation adds to it item by item), so SQLite picks each
+        # agent's round-1 answer out of the row's JSON (``answers`` holds every protocol's), not Python; a row whose
+        # JSON is unreadable, or whose round 1 is not an object, is skipped.
+        # Identical rows (same seat, gold and answer) are counted once, by SQLite.
+        sql = ("select e.kind, e.expected, json_extract(e.answers, '$.round_1.\"' || a.agent || '\"') as given, "
+               "a.persona, a.provider, a.model, count(*) from eval_items e "
+               "join agents a on a.consultation_id = e.consultation_id "
+               "where e.expected is not null and json_valid(e.answers) "
+               "and json_type(e.answers, '$.round_1') = 'object'")
         params: tuple[Any, ...] = ()
         if kind is not None:
             sql += " and e.kind = ?"
             params = (kind,)
-        for item_kind, expected, answers, agent, persona, provider, model in db.execute(sql, params):
-            try:
-                given = (json.loads(answers or "{}").get("round_1") or {}).get(agent)
-            except (ValueError, AttributeError):
-                continue
+        sql += " group by e.kind, e.expected, given, a.persona, a.provider, a.model"
+        for item_kind, expected, given, persona, provider, model, rows in db.execute(sql, params):
             if given is None:
                 continue
             tally = out.setdefault(f"{persona}@{provider}/{model}", [0, 0])
-            tally[0] += int(is_correct(given, {"kind": item_kind or "exact", "answer": expected}))
-            tally[1] += 1
+            tally[0] += rows * int(_right(given, item_kind or "exact", expected))
+            tally[1] += rows
     return {seat: (right, graded) for seat, (right, graded) in out.items()}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _right(given: Any, kind: str, expected: Any) -> bool:
+    """:func:`is_correct` of one graded answer, remembered: the same rows are graded again at every aggregation."""
+    return is_correct(given, {"kind": kind, "answer": expected})
 
 
 class JudgePick:

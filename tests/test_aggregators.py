@@ -81,3 +81,24 @@ def test_judge_pick_needs_the_judge_and_then_picks_its_answer() -> None:
     assert before.group is None and "has not picked" in before.note
     after = _aggregate("judge_pick", ballots, AggregationContext(judge_answer="7."))
     assert after.group == 0 and after.agreement == pytest.approx(0.3333, abs=1e-4)
+
+
+def test_learned_history_skips_unreadable_rows_and_counts_numeric_answers_as_given(tmp_path: Path) -> None:
+    """Rows whose answers are not JSON, or whose round 1 is not an object, are not graded; an answer stored as a
+    JSON number is graded as the text it reads as; an agent absent from round 1 is not graded."""
+    _graded_history(tmp_path, 4, {"strong": 1.0, "weak1": 0.5, "weak2": 0.0})
+    db = connect(tmp_path / "index.db")
+    rows = {"c-bad": "{not json", "c-list": json.dumps({"round_1": ["1", "1", "1"]}),
+            "c-num": json.dumps({"round_1": {"strong": 1, "weak1": 1.0}})}
+    for cid, answers in rows.items():
+        db["eval_items"].insert({"run_id": "r1", "item_id": cid, "consultation_id": cid, "kind": "numeric",
+                                 "expected": "1", "answers": answers})
+        for agent, persona in PANEL:
+            db["agents"].insert({"consultation_id": cid, "agent": agent, "persona": persona, "provider": "openai",
+                                 "model": "gpt-4o"})
+    db.conn.commit()
+    db.conn.close()
+    found = _aggregate("learned", _ballots(["7", "8", "8"], [0.9, 0.9, 0.9]),
+                       AggregationContext(home=tmp_path, kind="numeric"))
+    assert found.basis == {"strong": 5, "weak1": 5, "weak2": 4}
+    assert "items: strong 5, weak1 5, weak2 4" in found.note

@@ -656,7 +656,7 @@ class Consultation:
             return
         write_out = None if durable else getattr(self.recorder, "write_out", None)
         if write_out is not None:
-            write_out()
+            write_out(self.id)  # this consultation's journal only: a recorder may be shared by many
         elif getattr(self.recorder, "until_durable", None) is not None:  # conclave's recorder, maybe shared
             self.recorder.flush(consultation_id=self.id)  # type: ignore[call-arg]
         else:

@@ -136,11 +136,18 @@ class Recorder:
             return
         self._write_index()
 
-    def write_out(self) -> None:
-        """Hand every appended record to the operating system, without fsync (see
-        :meth:`JournalWriter.write_out`): they survive this process being killed; the next :meth:`flush` (at the
-        latest when the next round starts, before it spends anything) makes them durable and indexes them."""
-        for writer in self._writers.values():
+    def write_out(self, consultation_id: str | None = None) -> None:
+        """Hand every appended record (only ``consultation_id``'s when given) to the operating system, without
+        fsync (see :meth:`JournalWriter.write_out`): they survive this process being killed; the next
+        :meth:`flush` (at the latest when the next round starts, before it spends anything) makes them durable and
+        indexes them. A recorder shared by many consultations (an evaluation) writes out only the one whose round
+        ended: one job per round, not one per open journal."""
+        if consultation_id is not None:
+            writer = self._writers.get(consultation_id)
+            writers = [] if writer is None else [writer]
+        else:
+            writers = list(self._writers.values())
+        for writer in writers:
             self._submit(_quietly(writer.write_out))  # a refusal fails the writer, which says why
 
     def wait_for_writes(self) -> None:
