@@ -305,8 +305,12 @@ def test_unknown_consultation_is_a_404(debates: Debates) -> None:
 def test_artifact_cells_are_rendered_not_blobs(debates: Debates) -> None:
     page = get(debates.home, f"/index/artifacts?consultation_id={debates.converge}&artifact_type=synthesis").text
     assert "5 consensus points, 1 tensions" in page
-    assert "<summary>Read it</summary>" in page and "Start with the invoice aggregate" in page
     assert "&#34;consensus_points&#34;" not in page and '"consensus_points"' not in page
+    # the index keeps the gist; "Read it" opens the transcript, which reads the full text from the journal
+    assert "Start with the invoice aggregate" not in page
+    link = f'href="/-/conclave/{debates.converge}" title="The full text, from the journal">Read it</a>'
+    assert link in page
+    assert "Start with the invoice aggregate" in get(debates.home, f"/-/conclave/{debates.converge}").text
 
 
 def test_consultations_table_opens_on_about_ten_columns(debates: Debates) -> None:

@@ -6,10 +6,12 @@ live indexing and ``index rebuild`` produce identical rows whatever order consul
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlite_utils import Migrations
 
+from conclave.store.artifact_gist import gist
 from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES, refresh_all_days
 
 migrations = Migrations("conclave.index")
@@ -491,3 +493,21 @@ def m022_verification_covering(db: Any) -> None:
     # rows a consultation): read in this index's order, it needs neither the table nor a sort.
     db.execute("create index if not exists verification_pass_rate on verification "
                "(question_id, answered_by, passed)")
+
+
+@migrations()
+def m023_artifact_gist(db: Any) -> None:
+    # The index keeps each artifact's gist (artifact_gist.py), not its full text, which stays in the journal: an
+    # index written before keeps its full artifacts until this rewrites them. The file keeps its size until
+    # VACUUM (or `conclave index rebuild`, which writes a new one).
+    def slim(text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return json.dumps(gist(value), sort_keys=True, ensure_ascii=False)
+
+    db.conn.create_function("conclave_artifact_gist", 1, slim, deterministic=True)
+    db.execute("update artifacts set artifact = conclave_artifact_gist(artifact) where artifact is not null")
