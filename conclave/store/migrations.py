@@ -12,9 +12,10 @@ from typing import Any
 from sqlite_utils import Migrations
 
 from conclave.store.artifact_gist import gist
+from conclave.store.index_reader import MIGRATION_SET
 from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES, refresh_all_days
 
-migrations = Migrations("conclave.index")
+migrations = Migrations(MIGRATION_SET)
 
 #: ``index rebuild`` applies every other migration, loads every row, then applies these: building the search
 #: index and the secondary indexes over loaded tables is cheaper than maintaining them row by row. Only a
@@ -23,10 +24,6 @@ migrations = Migrations("conclave.index")
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
                     "m021_dashboard_covering", "m022_verification_covering")
 
-#: migrations that only add an index for speed: a reader of an index it may not write (a read-only home) reads
-#: the same rows without them
-READ_OPTIONAL = ("m017_running_rounds", "m020_calls_by_start", "m021_dashboard_covering",
-                 "m022_verification_covering")
 
 
 def apply_all_but_deferred(db: Any) -> None:
