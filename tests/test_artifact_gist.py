@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from conclave import events as ev
-from conclave.store.artifact_gist import DISSENT_CHARS, ITEM_CHARS, TOP_CHARS
+from conclave.store.artifact_gist import ITEM_CHARS, KEPT_LISTS, TOP_CHARS
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
@@ -50,9 +50,9 @@ def _check_gists(rows: list[tuple[str, str]]) -> None:
         assert LONG not in text
         assert len(gist["rationale"]) == TOP_CHARS and gist["rationale"].endswith("…")
         assert len(gist["consensus_points"]) == 5  # counts stay right for the briefs
-        assert gist["consensus_points"][0] == {"point": LONG[: ITEM_CHARS - 1] + "…", "confidence": 0.7}
-        assert [len(p) for p in gist["key_points"]] == [ITEM_CHARS] * 3
-        assert len(text) < 2_000
+        assert gist["consensus_points"][0] == {"confidence": 0.7}  # an item's numbers; its texts are journaled
+        assert gist["key_points"] == [LONG[: ITEM_CHARS - 1] + "…", "", ""]  # the first, which a brief names
+        assert len(text) < 1_000
 
 
 def test_the_index_keeps_the_gist_and_the_journal_the_full_text(tmp_path: Path) -> None:
@@ -62,13 +62,13 @@ def test_the_index_keeps_the_gist_and_the_journal_the_full_text(tmp_path: Path) 
     journaled = [r["data"]["artifact"] for r in read_records(StoreLayout(tmp_path).journal_path(cid))
                  if r["type"] == ev.ROUND_ARTIFACT]
     assert journaled and all(a["rationale"] == LONG for a in journaled)
-    # the dissent log still reads the verdict's dissent, concern clipped at DISSENT_CHARS (180 chars: kept whole)
+    # the dissent log still reads the verdict's dissent (a concern is clipped at 300 chars: this one is kept whole)
     db = connect(StoreLayout(tmp_path).index_path)
     try:
         dissent = db.conn.execute("select agent, concern, severity from dissent_log").fetchall()
     finally:
         db.close()
-    assert dissent == [("security", "too slow " * 20, "high")] and len("too slow " * 20) < DISSENT_CHARS
+    assert dissent == [("security", "too slow " * 20, "high")] and len("too slow " * 20) < KEPT_LISTS["dissent"]
     rebuild(StoreLayout(tmp_path), workers=0)
     assert _artifacts(tmp_path) == rows
 

@@ -294,8 +294,9 @@ def test_consultation_page_without_a_journal_is_rebuilt_from_the_index(debates: 
         return await Datasette([str(index)]).client.get(f"/-/conclave/{debates.converge}")
 
     page = asyncio.run(fetch()).text
-    assert "rebuilt from the index tables" in page
-    assert "Round 2 · Synthesis" in page and "Auditability of every billing change comes first" in page
+    assert "rebuilt from the index tables, which keep each artifact's gist: the full texts are in the journal" in page
+    assert "Round 2 · Synthesis" in page and "Event-source the invoice aggregate first" in page  # the verdict
+    assert "A database trigger closes most of that gap" not in page  # a rebuttal's text is only in the journal
 
 
 def test_unknown_consultation_is_a_404(debates: Debates) -> None:

@@ -414,7 +414,7 @@ async def _consultation(datasette: Any, request: Any) -> Response:
             + report
             + ("" if source == "journal" else
                '<p class="cv-muted">The journal was not found next to this index; this page was rebuilt from the '
-               "index tables.</p>"))
+               "index tables, which keep each artifact's gist: the full texts are in the journal.</p>"))
     question = " ".join(str(result.get("question") or cid).split())
     return Response.html(await page(datasette, question[:90], body, request))
 

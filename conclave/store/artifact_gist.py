@@ -1,19 +1,27 @@
 """What the index keeps of an artifact: its gist, not its full text (issue 28: the full texts stay in the journal).
 
-The ``artifacts.artifact`` column holds :func:`gist`: every top-level scalar field (long texts clipped), every
-top-level list with all its items (so counts stay right) but each item reduced to its scalar fields with short
-clipped texts, and a verdict's ``dissent`` with longer concerns (the ``dissent_log`` view reads it). Table cells
-render their brief from it and link to the transcript, which reads the journal for the full artifact.
+The ``artifacts.artifact`` column holds :func:`gist`:
+
+- every top-level scalar field, texts clipped to :data:`TOP_CHARS` (positions, recommendations, confidence,
+  votes: what a table cell's brief shows and what a query filters on);
+- every top-level list with all its items, so its length stays right (briefs count consensus points,
+  challenges, options), but each item reduced: a text to the empty string except the first, which a brief may
+  name (clipped to :data:`ITEM_CHARS`), a mapping to its number and boolean fields;
+- in full (texts clipped), the lists queries and briefs read item by item: :data:`KEPT_LISTS` (a verdict's
+  ``dissent``, which the ``dissent_log`` view reads; an exploratory verdict's options, which its brief names).
+
+Table cells render their brief from it and link to the transcript, which reads the full artifact from the journal.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: clip lengths, in characters: a top-level text, a text inside a list item, a dissent entry's text
+#: clip lengths, in characters: a top-level text, a text inside a list item
 TOP_CHARS = 160
 ITEM_CHARS = 60
-DISSENT_CHARS = 300
+#: lists kept item by item, and the clip length of their texts
+KEPT_LISTS = {"dissent": 300, "recommendations": ITEM_CHARS}
 MARK = "…"
 
 
@@ -21,22 +29,28 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + MARK
 
 
-def _scalars(item: dict[str, Any], limit: int) -> dict[str, Any]:
+def _scalars(item: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """``item``'s scalar fields; its texts clipped to ``limit``, or dropped when ``limit`` is None."""
     out: dict[str, Any] = {}
     for key, value in item.items():
         if isinstance(value, str):
-            out[key] = _clip(value, limit)
+            if limit is not None:
+                out[key] = _clip(value, limit)
         elif not isinstance(value, dict | list):
             out[key] = value
     return out
 
 
-def _item(value: Any, limit: int) -> Any:
-    if isinstance(value, str):
-        return _clip(value, limit)
-    if isinstance(value, dict):
-        return _scalars(value, limit)
-    return None if isinstance(value, list) else value
+def _items(values: list[Any], limit: int | None) -> list[Any]:
+    out: list[Any] = []
+    for n, value in enumerate(values):
+        if isinstance(value, str):
+            out.append(_clip(value, ITEM_CHARS) if limit is not None or n == 0 else "")
+        elif isinstance(value, dict):
+            out.append(_scalars(value, limit))
+        else:
+            out.append(None if isinstance(value, list) else value)
+    return out
 
 
 def gist(artifact: Any) -> Any:
@@ -48,8 +62,7 @@ def gist(artifact: Any) -> Any:
         if isinstance(value, str):
             out[key] = _clip(value, TOP_CHARS)
         elif isinstance(value, list):
-            limit = DISSENT_CHARS if key == "dissent" else ITEM_CHARS
-            out[key] = [_item(v, limit) for v in value]
+            out[key] = _items(value, KEPT_LISTS.get(key))
         elif isinstance(value, dict):
             out[key] = _scalars(value, TOP_CHARS)
         else:
