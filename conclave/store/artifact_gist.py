@@ -23,6 +23,9 @@ ITEM_CHARS = 60
 #: lists kept item by item, and the clip length of their texts
 KEPT_LISTS = {"dissent": 300, "recommendations": ITEM_CHARS}
 MARK = "…"
+#: parsed JSON holds exactly these classes (no subclasses): containers, and what an item without texts drops
+_CONTAINERS = frozenset({dict, list})
+_DROPPED = frozenset({dict, list, str})
 
 
 def _clip(text: str, limit: int) -> str:
@@ -31,39 +34,38 @@ def _clip(text: str, limit: int) -> str:
 
 def _scalars(item: dict[str, Any], limit: int | None) -> dict[str, Any]:
     """``item``'s scalar fields; its texts clipped to ``limit``, or dropped when ``limit`` is None."""
-    out: dict[str, Any] = {}
-    for key, value in item.items():
-        if isinstance(value, str):
-            if limit is not None:
-                out[key] = _clip(value, limit)
-        elif not isinstance(value, dict | list):
-            out[key] = value
-    return out
+    if limit is None:
+        return {k: v for k, v in item.items() if v.__class__ not in _DROPPED}
+    return {k: (v if len(v) <= limit else v[: limit - 1] + MARK) if v.__class__ is str else v
+            for k, v in item.items() if v.__class__ not in _CONTAINERS}
 
 
 def _items(values: list[Any], limit: int | None) -> list[Any]:
     out: list[Any] = []
-    for n, value in enumerate(values):
-        if isinstance(value, str):
-            out.append(_clip(value, ITEM_CHARS) if limit is not None or n == 0 else "")
-        elif isinstance(value, dict):
-            out.append(_scalars(value, limit))
+    append = out.append
+    for value in values:
+        cls = value.__class__
+        if cls is str:
+            append(_clip(value, ITEM_CHARS) if limit is not None or not out else "")
+        elif cls is dict:
+            append(_scalars(value, limit))
         else:
-            out.append(None if isinstance(value, list) else value)
+            append(None if cls is list else value)
     return out
 
 
 def gist(artifact: Any) -> Any:
     """The part of ``artifact`` (a parsed artifact) that the index keeps; anything not a dict is kept as is."""
-    if not isinstance(artifact, dict):
+    if artifact.__class__ is not dict:
         return artifact
     out: dict[str, Any] = {}
     for key, value in artifact.items():
-        if isinstance(value, str):
-            out[key] = _clip(value, TOP_CHARS)
-        elif isinstance(value, list):
+        cls = value.__class__
+        if cls is str:
+            out[key] = value if len(value) <= TOP_CHARS else value[: TOP_CHARS - 1] + MARK
+        elif cls is list:
             out[key] = _items(value, KEPT_LISTS.get(key))
-        elif isinstance(value, dict):
+        elif cls is dict:
             out[key] = _scalars(value, TOP_CHARS)
         else:
             out[key] = value
