@@ -65,3 +65,17 @@ def test_stats_migrates_an_index_that_needs_it_and_creates_a_missing_one(tmp_pat
     empty = tmp_path / "empty"
     figures, _ = _stats(empty)
     assert figures["consultations"] == 0 and StoreLayout(empty).index_path.is_file()
+
+
+def test_show_imports_no_sqlite_utils(tmp_path: Path) -> None:
+    """``conclave show`` reads the journal: it imported sqlite-utils and numpy (0.4 s of CPU) only through the
+    ``logs`` command's id lookup."""
+    _record(tmp_path, 1)
+    cid = StoreLayout(tmp_path).journal_ids()[0]
+    env = {**os.environ, "CONCLAVE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "conclave", "show", cid[:6], "--format", "json"],
+                          capture_output=True, text=True, env=env, check=True, timeout=120)
+    assert json.loads(done.stdout)["consultation_id"] == cid
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "sqlite_utils" not in imported and "numpy" not in imported
