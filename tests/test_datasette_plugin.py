@@ -294,8 +294,9 @@ def test_consultation_page_without_a_journal_is_rebuilt_from_the_index(debates: 
         return await Datasette([str(index)]).client.get(f"/-/conclave/{debates.converge}")
 
     page = asyncio.run(fetch()).text
-    assert "rebuilt from the index tables" in page
-    assert "Round 2 · Synthesis" in page and "Auditability of every billing change comes first" in page
+    assert "rebuilt from the index tables, which keep each artifact's gist: the full texts are in the journal" in page
+    assert "Round 2 · Synthesis" in page and "Event-source the invoice aggregate first" in page  # the verdict
+    assert "A database trigger closes most of that gap" not in page  # a rebuttal's text is only in the journal
 
 
 def test_unknown_consultation_is_a_404(debates: Debates) -> None:
@@ -305,8 +306,12 @@ def test_unknown_consultation_is_a_404(debates: Debates) -> None:
 def test_artifact_cells_are_rendered_not_blobs(debates: Debates) -> None:
     page = get(debates.home, f"/index/artifacts?consultation_id={debates.converge}&artifact_type=synthesis").text
     assert "5 consensus points, 1 tensions" in page
-    assert "<summary>Read it</summary>" in page and "Start with the invoice aggregate" in page
     assert "&#34;consensus_points&#34;" not in page and '"consensus_points"' not in page
+    # the index keeps the gist; "Read it" opens the transcript, which reads the full text from the journal
+    assert "Start with the invoice aggregate" not in page
+    link = f'href="/-/conclave/{debates.converge}" title="The full text, from the journal">Read it</a>'
+    assert link in page
+    assert "Start with the invoice aggregate" in get(debates.home, f"/-/conclave/{debates.converge}").text
 
 
 def test_consultations_table_opens_on_about_ten_columns(debates: Debates) -> None:

@@ -221,7 +221,7 @@ def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, da
         return Markup(f'<span class="cv-nowrap" title="{escape(value)}">{escape(value[:10])} '
                       f"{escape(value[11:19])}</span>")
     if table == "artifacts" and column == "artifact":
-        return _artifact_cell(value, _row_get(row, "schema"))
+        return _artifact_cell(value, _row_get(row, "schema"), _row_get(row, "consultation_id"))
     if column == "raw_text":
         return Markup(f'<div class="cv-clamp">{escape(value)}</div>')
     if column in JSON_COLUMNS and value.startswith("{"):
@@ -249,7 +249,9 @@ def _row_get(row: Any, key: str) -> Any:
         return None
 
 
-def _artifact_cell(value: str, schema: Any) -> Any:
+def _artifact_cell(value: str, schema: Any, cid: Any = None) -> Any:
+    """The artifact's brief, from the gist the index keeps (store/artifact_gist.py), and a link to the
+    transcript, which reads the full artifact from the journal."""
     try:
         artifact = json.loads(value)
     except ValueError:
@@ -258,8 +260,11 @@ def _artifact_cell(value: str, schema: Any) -> Any:
         return None
     kind = schema if isinstance(schema, str) else None
     brief = to_html(render_artifact(artifact, kind, Context(brief=True)))
-    full = to_html(render_artifact(artifact, kind))
-    return Markup(f'<div class="cv-cell">{brief}<details><summary>Read it</summary>{full}</details></div>')
+    if isinstance(cid, Mapping):  # a foreign key Datasette expanded to its label
+        cid = cid.get("value")
+    link = "" if not isinstance(cid, str) else (
+        f' <a class="cv-nowrap" href="/-/conclave/{escape(cid)}" title="The full text, from the journal">Read it</a>')
+    return Markup(f'<div class="cv-cell">{brief}{link}</div>')
 
 
 @hookimpl
@@ -414,7 +419,7 @@ async def _consultation(datasette: Any, request: Any) -> Response:
             + report
             + ("" if source == "journal" else
                '<p class="cv-muted">The journal was not found next to this index; this page was rebuilt from the '
-               "index tables.</p>"))
+               "index tables, which keep each artifact's gist: the full texts are in the journal.</p>"))
     question = " ".join(str(result.get("question") or cid).split())
     return Response.html(await page(datasette, question[:90], body, request))
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.events import CONSULTATION_RESUMED as RESUMED  # written by `conclave resume` first
+from conclave.store.artifact_gist import gist
 from conclave.store.rollups import refresh_days
 
 _MAX_FAST_TS = 253_402_300_800.0  # 10000-01-01T00:00:00Z, past datetime's range
@@ -422,7 +423,7 @@ def _artifact(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, 
     artifact = get("artifact")
     b.rows["artifacts"].append((
         cid, seq, get("round_number"), get("artifact_type"), get("schema"), get("agent"), get("status"),
-        None if artifact is None else _ENCODE(artifact), len(raw) if isinstance(raw, str) else None,
+        None if artifact is None else _ENCODE(gist(artifact)), len(raw) if isinstance(raw, str) else None,
     ))
 
 

@@ -6,13 +6,16 @@ live indexing and ``index rebuild`` produce identical rows whatever order consul
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlite_utils import Migrations
 
+from conclave.store.artifact_gist import gist
+from conclave.store.index_reader import MIGRATION_SET
 from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES, refresh_all_days
 
-migrations = Migrations("conclave.index")
+migrations = Migrations(MIGRATION_SET)
 
 #: ``index rebuild`` applies every other migration, loads every row, then applies these: building the search
 #: index and the secondary indexes over loaded tables is cheaper than maintaining them row by row. Only a
@@ -21,10 +24,6 @@ migrations = Migrations("conclave.index")
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
                     "m021_dashboard_covering", "m022_verification_covering")
 
-#: migrations that only add an index for speed: a reader of an index it may not write (a read-only home) reads
-#: the same rows without them
-READ_OPTIONAL = ("m017_running_rounds", "m020_calls_by_start", "m021_dashboard_covering",
-                 "m022_verification_covering")
 
 
 def apply_all_but_deferred(db: Any) -> None:
@@ -491,3 +490,21 @@ def m022_verification_covering(db: Any) -> None:
     # rows a consultation): read in this index's order, it needs neither the table nor a sort.
     db.execute("create index if not exists verification_pass_rate on verification "
                "(question_id, answered_by, passed)")
+
+
+@migrations()
+def m023_artifact_gist(db: Any) -> None:
+    # The index keeps each artifact's gist (artifact_gist.py), not its full text, which stays in the journal: an
+    # index written before keeps its full artifacts until this rewrites them. The file keeps its size until
+    # VACUUM (or `conclave index rebuild`, which writes a new one).
+    def slim(text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return json.dumps(gist(value), sort_keys=True, ensure_ascii=False)
+
+    db.conn.create_function("conclave_artifact_gist", 1, slim, deterministic=True)
+    db.execute("update artifacts set artifact = conclave_artifact_gist(artifact) where artifact is not null")

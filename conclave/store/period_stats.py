@@ -57,8 +57,9 @@ def period_from_args(*, week: bool = False, month: str | None = None, all_time: 
 
 
 def compute_stats(db: Any, period: Period) -> dict[str, Any]:
-    """All figures for ``period`` as a JSON-ready dict (``conclave stats --json`` prints it as is)."""
-    conn = db.conn
+    """All figures for ``period`` as a JSON-ready dict (``conclave stats --json`` prints it as is); ``db`` is a
+    sqlite3 connection (index_reader.open_current) or a sqlite-utils Database."""
+    conn = getattr(db, "conn", db)
     span = Span.of(period.since, period.until)
     groups = consultation_totals(conn, span)
     modes: dict[str, dict[str, Any]] = {}

@@ -24,9 +24,10 @@ from typing import Any
 from sqlite_utils import Database
 
 from conclave.errors import StorageError, UsageError
+from conclave.store.index_reader import READ_OPTIONAL
 from conclave.store.indexer import Batch, build_batch, refresh_totals
 from conclave.store.journal import live_status, os_cause, parse_records
-from conclave.store.migrations import READ_OPTIONAL, apply_all_but_deferred, migrations
+from conclave.store.migrations import apply_all_but_deferred, migrations
 from conclave.store.paths import StoreLayout, check_consultation_id
 from conclave.store.rollups import refresh_days
 

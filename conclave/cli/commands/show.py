@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from conclave.cli.commands.arguments import CommandParser
-from conclave.cli.commands.logs import resolve_id
 from conclave.errors import UsageError
 from conclave.render.console import _print_markdown
 from conclave.render.html import render_html
@@ -35,7 +34,7 @@ def run(argv: list[str]) -> int:
 
 
     layout = StoreLayout(default_home())
-    cid = resolve_id(layout, args.id)
+    cid = layout.resolve_id(args.id)  # not logs' resolve_id: that module imports sqlite-utils (and numpy)
     records = read_records(layout.journal_path(cid))
     if not records:
         raise UsageError(f"consultation {cid} has no complete journal records")

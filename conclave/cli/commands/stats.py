@@ -7,9 +7,9 @@ import json
 import sys
 
 from conclave.cli.commands.arguments import CommandParser
+from conclave.store.index_reader import open_current
 from conclave.store.paths import StoreLayout, default_home
 from conclave.store.period_stats import compute_stats, period_from_args, render_text
-from conclave.store.sqlite_index import connect
 
 
 def run(argv: list[str]) -> int:
@@ -24,11 +24,16 @@ def run(argv: list[str]) -> int:
 
 
     chosen = period_from_args(week=args.week, month=args.month, all_time=args.all_time)
-    db = connect(StoreLayout(default_home()).index_path)
+    path = StoreLayout(default_home()).index_path
+    conn = open_current(path)
+    if conn is None:  # a new index, or one to migrate: sqlite-utils (0.3-0.7 s to import, numpy with it) does it
+        from conclave.store.sqlite_index import connect
+
+        conn = connect(path).conn
     try:
-        stats = compute_stats(db, chosen)
+        stats = compute_stats(conn, chosen)
     finally:
-        db.close()
+        conn.close()
     if args.json:
         json.dump(stats, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
