@@ -474,7 +474,8 @@ class Provider(abc.ABC):
         """Whether ``model`` takes image input: its price sheet entry says ``vision: true`` (by this provider's name,
         then its ``api``). A model the sheets do not mark is treated as text-only, and so is an in-process model
         (whatever hosted name it answers under)."""
-        if self.costs_nothing():
+        endpoint = self.endpoint()
+        if endpoint is None or endpoint.startswith(("local:", "file:")):  # in-process: a local model file
             return False
         return PriceTable.load().accepts_images((self.name, self.settings.api), model)
 
