@@ -26,10 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pypdf
-from pypdf.errors import PyPdfError
-
 from conclave.errors import ConfigError
+from conclave.extras import install_hint
 from conclave.providers.base import ImagePart
 
 if TYPE_CHECKING:
@@ -195,6 +193,11 @@ def image_type(data: bytes) -> str | None:
 def _pdf_file(name: str, data: bytes) -> tuple[str, dict[str, Any]]:
     """A PDF's text, page by page, while it stays within the context file bound (the first page is cut to it
     when it alone is larger)."""
+    try:
+        import pypdf  # the pdf extra: ~26 MiB of RSS that only a consultation with a PDF context file pays
+        from pypdf.errors import PyPdfError
+    except ImportError:
+        raise ConfigError([f"context: {name} is a PDF; reading PDFs needs pypdf: {install_hint('pdf')}"]) from None
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
