@@ -72,14 +72,7 @@ def read_run(home: Path, run_id: str) -> dict[str, Any]:
 
 def append_item(home: Path, run_id: str, row: dict[str, Any]) -> None:
     """Append one finished item's row; durable when this returns."""
-    path = run_dir(home, run_id) / "items.jsonl"
-    line = (json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_durably(run_dir(home, run_id) / "items.jsonl", row)
 
 
 def append_batch(home: Path, run_id: str, record: dict[str, Any]) -> None:
@@ -87,6 +80,11 @@ def append_batch(home: Path, run_id: str, record: dict[str, Any]) -> None:
     durable when this returns, so a batch id is on disk before its polling starts."""
     path = run_dir(home, run_id) / "batches.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
+    append_durably(path, record)
+
+
+def append_durably(path: Path, record: dict[str, Any]) -> None:
+    """Append ``record`` as one JSON line and fsync it: on disk when this returns."""
     line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:

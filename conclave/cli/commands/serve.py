@@ -24,7 +24,7 @@ import argparse
 import asyncio
 import sys
 
-from conclave.cli.commands.arguments import CommandParser, port, positive_seconds
+from conclave.cli.commands.arguments import CommandParser, count, dollars, port, positive_seconds
 from conclave.cli.main import _is_override
 from conclave.config.guard import Door, Roots
 from conclave.config.home import default_home
@@ -44,7 +44,7 @@ def run(argv: list[str]) -> int:
                         help="another directory context files may come from (besides the working directory)")
     parser.add_argument("--openai", action="store_true",
                         help="also serve the council as an OpenAI-compatible model under /v1 (docs/openai-door.md)")
-    parser.add_argument("--max-cost", type=_dollars, default=None, metavar="DOLLARS",
+    parser.add_argument("--max-cost", type=dollars, default=None, metavar="DOLLARS",
                         help="the largest estimate a consultation may start with unasked "
                              "(sets cost.always_allow_under; the form and /v1 callers cannot raise it)")
     parser.add_argument("--keep-finished", type=count, default=KEEP_FINISHED, metavar="N",
@@ -72,24 +72,3 @@ def run(argv: list[str]) -> int:
         print("conclave serve: stopped", file=sys.stderr)
         return 130
     return 0
-
-
-def _dollars(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars ≥ 0")
-    return value
-
-
-def count(text: str) -> int:
-    """A whole number, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
-    return value
