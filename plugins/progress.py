@@ -75,6 +75,7 @@ class ProgressView:
         self._stop = threading.Event()
         self._frame = 0
         self._queued: list[str] = []  # agents of this round waiting for a free slot of their endpoint
+        self._provider_of: dict[str, str] = {}  # agent (or "judge") -> its provider, to know whose slot freed up
         self._queue_noticed: set[str] = set()  # providers whose queueing was already explained (not a terminal)
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             ev.CONSULTATION_STARTED: self._started,
@@ -108,7 +109,8 @@ class ProgressView:
         number, label = self._round
         now = time.monotonic()
         spinner = _SPINNER[self._frame % len(_SPINNER)]
-        waiting = [f"{name} {spinner} {now - since:.1f}s" for name, since in self._thinking.items()]
+        waiting = [f"{name} {spinner} {now - since:.1f}s" for name, since in self._thinking.items()
+                   if name not in self._queued]  # a queued call is not running yet: it shows under "queued" only
         parts = [f"  ▸ Round {number} · {label:<11}", *self._entries, *waiting]
         if self._queued:
             parts.append(f"queued: {', '.join(self._queued)}")
@@ -154,6 +156,11 @@ class ProgressView:
 
     def _started(self, data: Mapping[str, Any]) -> None:
         self._agents = [str(a.get("name")) for a in data.get("agents") or [] if isinstance(a, Mapping)]
+        seats = [a for a in data.get("agents") or [] if isinstance(a, Mapping)]
+        self._provider_of = {str(a.get("name")): str(a.get("provider")) for a in seats}
+        judge = data.get("judge")
+        if isinstance(judge, Mapping):
+            self._provider_of["judge"] = str(judge.get("provider"))
         if data.get("filtering") is False:
             self._notice(FILTERING_OFF_NOTICE)
         resumed = data.get("resumed_rounds")
@@ -193,6 +200,7 @@ class ProgressView:
 
     def _queued_call(self, data: Mapping[str, Any]) -> None:
         name, provider = str(data.get("agent") or "?"), str(data.get("provider") or "?")
+        self._provider_of.setdefault(name, provider)
         if self.tty:
             if name not in self._queued:
                 self._queued.append(name)
@@ -209,6 +217,13 @@ class ProgressView:
             self._present = (self._present or set()) | {str(name)}
         if name in self._queued:
             self._queued.remove(name)
+        # its slot is free: the first call queued for the same provider starts now (its time runs from here)
+        freed = self._provider_of.get(str(name))
+        starting = next((q for q in self._queued if freed is not None and self._provider_of.get(q) == freed), None)
+        if starting is not None:
+            self._queued.remove(starting)
+            if self.live:
+                self._thinking[starting] = time.monotonic()
         if data.get("ok"):
             duration = data.get("duration_s")
             entry = f"{name} ✓ {duration:.1f}s" if isinstance(duration, int | float) else f"{name} ✓"

@@ -206,7 +206,8 @@ def test_calls_waiting_for_a_single_slot_server_show_as_queued() -> None:
                  hedge=False)
     assert screen(out.getvalue()) == ["  ▸ Round 1 · Independent   queued: architect, pragmatist"]
     bus.emit(ev.AGENT_COMPLETED, round_number=1, agent="architect", ok=True, duration_s=3.1)
-    assert screen(out.getvalue()) == ["  ▸ Round 1 · Independent   architect ✓ 3.1s   queued: pragmatist"]
+    # architect's slot went to pragmatist, the next call queued for the same provider: it is no longer queued
+    assert screen(out.getvalue()) == ["  ▸ Round 1 · Independent   architect ✓ 3.1s"]
 
     plain = io.StringIO()
     view = ProgressView(plain, tty=False)
@@ -214,6 +215,31 @@ def test_calls_waiting_for_a_single_slot_server_show_as_queued() -> None:
         view(ev.Event(ev.PROVIDER_QUEUED, "c", 0, 0.0, {"agent": agent, "provider": "openai", "max_concurrency": 1}))
     assert plain.getvalue().splitlines() == [
         "  ⧗ openai takes 1 call(s) at a time: the others are queued (providers.openai.max_concurrency)"]
+
+
+def test_a_queued_call_shows_once_as_queued_and_starts_its_clock_when_a_slot_of_its_provider_frees() -> None:
+    # the offline panel: one local model answers one call at a time (it used to show "pragmatist ⠏ 40.4s" beside
+    # "queued: pragmatist", timing a call that had not started)
+    out = io.StringIO()
+    bus = EventBus("c-test")
+    view = ProgressView(out, tty=True, live=True)
+    bus.subscribe(view, critical=True)
+    bus.emit(ev.CONSULTATION_STARTED, question="q", agents=[
+        {"name": "security", "provider": "local"}, {"name": "pragmatist", "provider": "local"},
+        {"name": "architect", "provider": "openai"}], judge={"provider": "local"})
+    bus.emit(ev.ROUND_STARTED, round_number=1, round_type="independent")
+    bus.emit(ev.PROVIDER_QUEUED, round_number=1, agent="pragmatist", provider="local", model="m", max_concurrency=1,
+             hedge=False)
+    view.close()
+    line = screen(out.getvalue())[-1]
+    assert re.fullmatch(r"  ▸ Round 1 · Independent   security \S \d+\.\ds   architect \S \d+\.\ds   "
+                        r"queued: pragmatist", line), line
+    bus.emit(ev.AGENT_COMPLETED, round_number=1, agent="architect", ok=True, duration_s=2.0)
+    assert screen(out.getvalue())[-1].endswith("queued: pragmatist")  # another provider's slot freed: still waits
+    bus.emit(ev.AGENT_COMPLETED, round_number=1, agent="security", ok=True, duration_s=3.0)
+    line = screen(out.getvalue())[-1]
+    assert re.fullmatch(r"  ▸ Round 1 · Independent   architect ✓ 2\.0s   security ✓ 3\.0s   pragmatist \S 0\.\ds",
+                        line), line
 
 
 def test_a_groupthink_firing_and_an_escalation_are_announced() -> None:
