@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -420,3 +421,21 @@ async def test_llm_continue_asks_a_follow_up_of_the_answer_it_continues(tmp_path
     [child] = re.findall(r"— conclave (c-[0-9a-z]{12})", second)
     started = _records(str(StoreLayout(tmp_path / "home").journal_path(child)))[0]
     assert started["data"]["config"]["parent"] == parent and started["data"]["question"] == "And what about cost?"
+
+
+async def test_a_consultation_the_data_home_refuses_is_a_500_and_its_live_feed_ends(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    script_panel(fake_provider_server)
+    async for door in _door(fake_provider_server, conclave_env, "cost.always_allow_under=5"):
+        journal_dir = StoreLayout(door.home).journal_dir
+        if journal_dir.is_dir():
+            shutil.rmtree(journal_dir)
+        journal_dir.write_text("not a directory\n")  # the journal cannot be written: the task fails, no end event
+        with pytest.raises(openai.APIStatusError) as failed:
+            await door.client().chat.completions.create(model="conclave/default",
+                                                        messages=[{"role": "user", "content": QUESTION}])
+        assert failed.value.status_code == 500, failed.value.body
+        assert "\n" not in failed.value.body["message"]
+        feeds = list(door.feeds.running.values())
+        assert len(feeds) == 1 and feeds[0].finished  # a viewer of /c/<id> is not left waiting for more
