@@ -123,7 +123,8 @@ async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(
     assert reply.choices[0].finish_reason == "stop" and reply.model == "conclave/default"
     assert reply.usage is not None and reply.usage.prompt_tokens > 0
     assert extra["status"] == "complete" and extra["report"] == f"/c/{cid}/report"
-    assert _records(extra["journal"])[0]["type"] == "consultation:started" and Path(extra["journal"]).stem == cid
+    assert extra["journal"] == f"journal/{cid}.jsonl" and extra["index"] == "index.db"  # the home's path is not shown
+    assert _records(str(door.home / extra["journal"]))[0]["type"] == "consultation:started"
     assert [row["id"] for row in sessions(StoreLayout(door.home), 10)] == [cid]
     first = next(r for r in door.fake.requests if r.model in AGENT_MODELS.values())
     sent = json.dumps(first.json)
@@ -269,7 +270,7 @@ async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: 
         {"role": "user", "content": "And what about cost?"},
     ])
     assert second.model_extra["conclave"]["parent"] == parent
-    started = _records(second.model_extra["conclave"]["journal"])[0]
+    started = _records(str(door.home / second.model_extra["conclave"]["journal"]))[0]
     assert started["data"]["config"]["parent"] == parent
 
 

@@ -137,7 +137,7 @@ class ConclaveMCP(MCPServer):
             if isinstance(cause, ValidationError):
                 raise ToolError(argument_errors(cause)) from None
             if isinstance(cause, ToolError | ConclaveError):
-                raise tool_error(cause) from None
+                raise tool_error(cause, self.config.home) from None
             raise
 
     async def task_from_journal(self, task_id: str) -> tuple[Status, str, CallToolResult | None] | None:
@@ -194,11 +194,13 @@ def argument_errors(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def tool_error(exc: BaseException) -> ToolError:
-    """One line per problem, as the CLI prints them (without a traceback)."""
-    if isinstance(exc, ConfigError):
-        return ToolError("; ".join(exc.problems))
-    return ToolError(str(exc).strip() or type(exc).__name__)
+def tool_error(exc: BaseException, home: Path | None = None) -> ToolError:
+    """One line per problem, as the CLI prints them (without a traceback). A path under ``home`` reads relative to
+    ``$CONCLAVE_HOME``: a client is not shown where the server keeps its data."""
+    text = "; ".join(exc.problems) if isinstance(exc, ConfigError) else (str(exc).strip() or type(exc).__name__)
+    if home is not None:
+        text = text.replace(str(home), "$CONCLAVE_HOME")
+    return ToolError(text)
 
 
 def compose(door: Door, question: str, outside: list[str], trusted: list[str]) -> Any:
