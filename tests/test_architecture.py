@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("conclave", "plugins")
 MAX_IMPORTS_IN_FUNCTIONS = 120
-GUARDED = frozenset({"hydra", "omegaconf", "pydantic", "asyncio", "threading", "atexit", "_imp", "pluggy"})
+GUARDED = frozenset({"hydra", "omegaconf", "pydantic", "asyncio", "threading", "atexit", "_imp", "pluggy",
+                       "referencing", "jsonschema", "aiohttp", "sqlite_utils", "datasette", "mcp"})
 
 
 def modules() -> dict[str, Path]:

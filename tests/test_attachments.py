@@ -9,7 +9,10 @@ import asyncio
 import base64
 import json
 import struct
+import subprocess
 import sys
+import sysconfig
+import venv
 import zlib
 from pathlib import Path
 from typing import Any
@@ -246,3 +249,32 @@ def test_an_encrypted_or_broken_pdf_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as broken_error:
         load_context(_settings(broken))
     assert broken_error.value.problems[0].startswith(f"context: cannot read {broken} as a PDF (")
+
+
+def test_without_the_pdf_extra_a_pdf_context_file_is_one_line_naming_it_exit_2(tmp_path: Path) -> None:
+    """An environment that has everything conclave needs but pypdf, as `pip install conclave-council` (without
+    ``[pdf]``) gives: a new venv whose site-packages links every installed distribution of this one except pypdf
+    (its ``.pth`` files, the editable install's included, are processed as usual)."""
+    source = Path(sysconfig.get_paths()["purelib"])
+    env_dir = tmp_path / "no-pdf-venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    for entry in source.iterdir():
+        if not entry.name.lower().startswith("pypdf") and not (target / entry.name).exists():
+            (target / entry.name).symlink_to(entry)
+    missing = subprocess.run([str(python), "-c", "import pypdf"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "No module named 'pypdf'" in missing.stderr
+    report = tmp_path / "report.pdf"
+    report.write_bytes(minimal_pdf(PAGES))
+    done = subprocess.run(
+        [str(python), "-m", "conclave", QUESTION, f"context=[{report}]", "agents=openai_only",
+         "providers.openai.base_url=http://127.0.0.1:9/v1"],  # nothing listens there: a call would fail, exit 1
+        capture_output=True, text=True, cwd=tmp_path, env=clean_env(tmp_path / "home", FAKE_KEYS),
+        stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, done.stderr
+    assert line.startswith(f"conclave: context: {report} is a PDF; reading PDFs needs pypdf: pip install ")
+    assert line.endswith("[pdf]'"), line

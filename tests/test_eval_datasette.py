@@ -4,6 +4,7 @@ through Datasette's own client, and once in a real ``datasette serve`` with head
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -140,3 +141,39 @@ def test_each_calibration_series_has_its_own_colour_and_a_readable_name(eval_hom
         assert len(legend) >= 5 and "judge&#x27;s pick" in names and "confidence-weighted vote" in names
         assert not {"judge_pick", "vote_weighted", "vote_learned"} & set(names)  # not the raw identifiers
         assert len({colour for colour, _ in legend}) == len(legend), legend  # no two series share a colour
+
+
+async def test_a_real_runs_shown_costs_add_up_from_its_item_rows(fake_provider_server: Any, conclave_env: Any) -> None:
+    """A run made by `conclave eval` (a subprocess on the fake): the total the overview shows is the sum of what its
+    items' consultations spent, and each chart point is its protocol's item costs over the items."""
+    from datasette.app import Datasette
+    from test_eval_cli import NAMES as PANEL_NAMES
+    from test_eval_cli import PANEL, _conclave
+
+    AnswerPanel({n: 0.7 for n in PANEL_NAMES}).install(fake_provider_server)
+    code, _, err = await _conclave("eval", "arithmetic", "eval.n=5", "rounds=2", "cost.auto_approve=true", *PANEL,
+                                   *fake_provider_server.overrides(), home=conclave_env)
+    assert code == 0, err
+    index = StoreLayout(conclave_env).index_path
+    db = sqlite3.connect(index)
+    db.row_factory = sqlite3.Row
+    items = db.execute("select * from eval_items").fetchall()
+    spent = db.execute("select sum(total_cost) from consultations where id in (select consultation_id from "
+                       "eval_items)").fetchone()[0]
+    assert len(items) == 5 and spent > 0
+    total = math.fsum(i["debate_cost"] for i in items)  # every protocol here is read from the item's consultation
+    assert total == pytest.approx(spent, abs=1e-5)
+    datasette = Datasette([str(index)])
+    (row,) = (await datasette.client.get("/index/eval_runs_overview.json?_shape=array")).json()
+    assert row["cost"] == pytest.approx(total, abs=1e-4) and row["items"] == 5
+    overview = (await datasette.client.get("/index/eval_runs_overview")).text
+    assert f'col-cost"><span class="cv-nowrap" title="{row["cost"]!r}">${total:.4f}</span>' in overview
+    page = (await datasette.client.get("/-/conclave/eval")).text
+    assert "· 5 item(s)" in page and "(Holm over 1 point)" in page
+    titles = point_titles(page)
+    for protocol in ("single", "vote", "judge", "debate"):
+        per_item = math.fsum(i[f"{protocol}_cost"] for i in items) / len(items)
+        shown = f"${per_item:.4f}" if per_item < 0.01 else f"${per_item:.3f}"
+        assert per_item > 0 and f"{NAMES[protocol]}: " in "".join(titles)
+        assert any(t.startswith(f"{NAMES[protocol]}: ") and t.endswith(f"({shown} per item)") for t in titles), \
+            (protocol, shown, titles)

@@ -136,7 +136,7 @@ async def test_cfg_job_with_a_parent_says_what_the_run_takes_from_it(home: Path)
     assert code == 0 and out.rstrip().endswith("the overrides choose the panel and mode, as shown above"), err
     code, out, err = await conclave(home, "And the cost?", "--cfg", "job", "parent=c-nosuchid")
     assert code == 0 and out.rstrip().splitlines()[-1] == (
-        f"# parent: no consultation 'c-nosuchid' in {home}/journal (`conclave logs list` shows them) "
+        f"# parent: no consultation 'c-nosuchid' in {home}/journal "
         "(a run with this parent is refused)"), err
 
 

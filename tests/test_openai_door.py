@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -122,7 +123,8 @@ async def test_the_sdk_gets_the_verdict_and_the_record_is_like_any_consultation(
     assert reply.choices[0].finish_reason == "stop" and reply.model == "conclave/default"
     assert reply.usage is not None and reply.usage.prompt_tokens > 0
     assert extra["status"] == "complete" and extra["report"] == f"/c/{cid}/report"
-    assert _records(extra["journal"])[0]["type"] == "consultation:started" and Path(extra["journal"]).stem == cid
+    assert extra["journal"] == f"journal/{cid}.jsonl" and extra["index"] == "index.db"  # the home's path is not shown
+    assert _records(str(door.home / extra["journal"]))[0]["type"] == "consultation:started"
     assert [row["id"] for row in sessions(StoreLayout(door.home), 10)] == [cid]
     first = next(r for r in door.fake.requests if r.model in AGENT_MODELS.values())
     sent = json.dumps(first.json)
@@ -268,7 +270,7 @@ async def test_a_conversation_that_goes_on_after_an_answer_is_a_follow_up(door: 
         {"role": "user", "content": "And what about cost?"},
     ])
     assert second.model_extra["conclave"]["parent"] == parent
-    started = _records(second.model_extra["conclave"]["journal"])[0]
+    started = _records(str(door.home / second.model_extra["conclave"]["journal"]))[0]
     assert started["data"]["config"]["parent"] == parent
 
 
@@ -420,3 +422,21 @@ async def test_llm_continue_asks_a_follow_up_of_the_answer_it_continues(tmp_path
     [child] = re.findall(r"— conclave (c-[0-9a-z]{12})", second)
     started = _records(str(StoreLayout(tmp_path / "home").journal_path(child)))[0]
     assert started["data"]["config"]["parent"] == parent and started["data"]["question"] == "And what about cost?"
+
+
+async def test_a_consultation_the_data_home_refuses_is_a_500_and_its_live_feed_ends(
+    fake_provider_server: FakeProviderServer, conclave_env: Path
+) -> None:
+    script_panel(fake_provider_server)
+    async for door in _door(fake_provider_server, conclave_env, "cost.always_allow_under=5"):
+        journal_dir = StoreLayout(door.home).journal_dir
+        if journal_dir.is_dir():
+            shutil.rmtree(journal_dir)
+        journal_dir.write_text("not a directory\n")  # the journal cannot be written: the task fails, no end event
+        with pytest.raises(openai.APIStatusError) as failed:
+            await door.client().chat.completions.create(model="conclave/default",
+                                                        messages=[{"role": "user", "content": QUESTION}])
+        assert failed.value.status_code == 500, failed.value.body
+        assert "\n" not in failed.value.body["message"]
+        feeds = list(door.feeds.running.values())
+        assert len(feeds) == 1 and feeds[0].finished  # a viewer of /c/<id> is not left waiting for more

@@ -113,6 +113,7 @@ async def test_model_and_extra_fields_cannot_reach_endpoints_keys_or_approval(se
     assert status == 200, text
     assert json.loads(text)["conclave"]["parent"] is None
     assert KEY not in text
+    assert str(served.home) not in text  # the extra field names the records relative to the home
 
 
 async def test_cross_origin_and_tokenless_requests_are_refused(served: Served) -> None:
@@ -354,3 +355,21 @@ async def test_the_form_refuses_a_symlink_out_and_a_crafted_image_name_is_only_t
             report = await r.text()
     assert "<script>alert(1)" not in report and not _re.search(r"<script>alert", report)
     assert all("TOP-SECRET" not in json.dumps(req.json) for req in served.fake.requests)
+
+
+async def test_mcp_errors_show_paths_relative_to_the_home_not_the_homes_path(
+    tmp_path: Path, fake_provider_server: FakeProviderServer
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    async with mcp_session(home, fake_provider_server) as client:
+        errors = [await client.call_tool("conclave_continue", {"question": "Q?", "max_cost": 100}),
+                  await client.call_tool("conclave_resume", {}),
+                  await client.call_tool("conclave_show", {"id": "c-nosuch"}),
+                  await client.call_tool("conclave_continue", {"id": "c-nosuch", "question": "Q?", "max_cost": 100})]
+    texts = [text_of(result) for result in errors]
+    assert all(result.is_error for result in errors), texts
+    assert all(str(home) not in text and str(tmp_path) not in text for text in texts), texts
+    assert texts[0] == "no consultation to follow up in $CONCLAVE_HOME/journal"
+    assert texts[2] == "no consultation 'c-nosuch' in $CONCLAVE_HOME/journal"
+    assert texts[3] == "parent: no consultation 'c-nosuch' in $CONCLAVE_HOME/journal"

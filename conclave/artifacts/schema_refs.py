@@ -12,16 +12,13 @@ import copy
 import functools
 import json
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from conclave.errors import PluginError
 from conclave.plugin_manager import get_plugins
-
-if TYPE_CHECKING:
-    from referencing._core import Resolver
 
 __all__ = [
     "ADDED_LISTS",
@@ -42,6 +39,24 @@ __all__ = [
     "schema_names",
     "schemas_in",
 ]
+
+
+class Resolved(Protocol):
+    """What a resolver's lookup answers: the schema a ``$ref`` names, and a resolver relative to that schema."""
+
+    @property
+    def contents(self) -> Any: ...
+
+    @property
+    def resolver(self) -> Resolver: ...
+
+
+class Resolver(Protocol):
+    """The part of ``referencing``'s resolver (what ``Registry.resolver`` returns) used here; the package exports
+    no public name for that type."""
+
+    def lookup(self, ref: str) -> Resolved: ...
+
 
 SCHEMA_PACKAGE = "conclave.schemas"
 _SUFFIX = ".schema.json"
@@ -117,7 +132,7 @@ def inlined(name: str) -> dict[str, Any]:
     return dict(inlined)
 
 
-def _inline(node: Any, resolver: Resolver[Any], seen: tuple[int, ...]) -> Any:
+def _inline(node: Any, resolver: Resolver, seen: tuple[int, ...]) -> Any:
     if isinstance(node, list):
         return [_inline(item, resolver, seen) for item in node]
     if not isinstance(node, dict):
@@ -191,7 +206,7 @@ class _FillPlan:
 
     __slots__ = ("_children", "_item", "_items", "_props", "_resolver", "lists")
 
-    def __init__(self, node: dict[str, Any], resolver: Resolver[Any]) -> None:
+    def __init__(self, node: dict[str, Any], resolver: Resolver) -> None:
         node, self._resolver = deref(node, resolver)
         props = node.get("properties")
         self._props: dict[str, Any] | None = props if isinstance(props, dict) else None
@@ -278,18 +293,18 @@ def _names_by_id() -> dict[str, str]:
 
 
 @functools.cache
-def inlined_resolver(name: str) -> Resolver[Any]:
+def inlined_resolver(name: str) -> Resolver:
     return resolver_for(known_schema(name))
 
 
-def resolver_for(schema: dict[str, Any]) -> Resolver[Any]:
+def resolver_for(schema: dict[str, Any]) -> Resolver:
     """A resolver for the ``$ref`` s in ``schema``: relative to its ``$id``, the shipped schemas registered."""
     uri = schema.get("$id", "urn:conclave:schema")
     resource = Resource.from_contents(schema, default_specification=DRAFT202012)
     return registry().with_resource(uri, resource).resolver(base_uri=uri)
 
 
-def deref(node: dict[str, Any], resolver: Resolver[Any]) -> tuple[dict[str, Any], Resolver[Any]]:
+def deref(node: dict[str, Any], resolver: Resolver) -> tuple[dict[str, Any], Resolver]:
     """Follow ``$ref`` until ``node`` has none; keywords beside a ``$ref`` override the referenced ones."""
     while "$ref" in node:
         resolved = resolver.lookup(node["$ref"])
@@ -298,7 +313,7 @@ def deref(node: dict[str, Any], resolver: Resolver[Any]) -> tuple[dict[str, Any]
     return node, resolver
 
 
-def _drop_nulls(value: Any, node: dict[str, Any], resolver: Resolver[Any]) -> Any:
+def _drop_nulls(value: Any, node: dict[str, Any], resolver: Resolver) -> Any:
     node, resolver = deref(node, resolver)
     if isinstance(value, dict) and isinstance(node.get("properties"), dict):
         required, props = set(node.get("required", ())), node["properties"]

@@ -35,6 +35,7 @@ from hydra.errors import HydraException
 from conclave.compose import compose_settings, config_groups
 from conclave.config.home import default_home
 from conclave.config.settings import Settings
+from conclave.engine.context import is_secret_file
 from conclave.engine.cost.consent import round_up_to_cent
 from conclave.errors import ConfigError
 
@@ -91,8 +92,6 @@ class Roots:
         path = self.absolute(name)
         real = Path(os.path.realpath(path))
         if any(real.is_relative_to(root) for root in self.dirs):
-            from conclave.engine.context import is_secret_file  # lazy: it loads the PDF reader
-
             if is_secret_file(path.name) or is_secret_file(real.name):
                 # the user names such a file at the terminal; a caller at a door is not the user, and the
                 # scrubber redacts only the values it recognises (the project summary skips them the same way)

@@ -14,7 +14,7 @@ from typing import Any
 
 from conclave import events as ev
 from conclave.config.settings import Settings, settings_from_container
-from conclave.errors import ConclaveError, ConfigError, StorageError
+from conclave.errors import ConclaveError, ConfigError, StorageError, UsageError
 from conclave.store.heads import key_from_env
 from conclave.store.journal import JournalError, read_records
 from conclave.store.paths import StoreLayout
@@ -36,25 +36,13 @@ class ParentRecord:
     result: dict[str, Any]
 
 
-def resolve_id(layout: StoreLayout, ref: str) -> str:
-    """The consultation whose id is ``ref`` or starts with it; a ``parent:`` config error when none or several."""
-    ids = layout.journal_ids()
-    if ref in ids:
-        return ref
-    matches = [i for i in ids if i.startswith(ref)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise ConfigError([f"parent: no consultation {ref!r} in {layout.journal_dir} (`conclave logs list` shows "
-                           "them)"])
-    raise ConfigError([f"parent: {ref!r} is ambiguous ({', '.join(matches[:3])}{' …' if len(matches) > 3 else ''});"
-                       " give more of the id"])
-
-
 def load_parent(layout: StoreLayout, ref: str, *, verify: bool = True) -> ParentRecord:
     """The parent ``ref`` names, verified as ``conclave logs verify`` does; one-line errors: unknown, ambiguous,
     failing verification or unfinished (exit 2), unreadable (exit 1)."""
-    cid = resolve_id(layout, ref)
+    try:
+        cid = layout.resolve_id(ref)
+    except UsageError as exc:  # the store's wording, named as the parent key
+        raise ConfigError([f"parent: {exc}"]) from None
     try:
         if verify:
             report = verify_store(layout, [cid], key=key_from_env())

@@ -298,7 +298,7 @@ def correct_across(summaries: Sequence[dict[str, Any]], key: str = "debate_vs_vo
     found = [s["comparisons"][key] for s in summaries if s["comparisons"][key].get("delta_pp") is not None]
     adjusted = holm([c["p"] for c in found])
     for comparison, p in zip(found, adjusted, strict=True):
-        comparison.update(p_corrected=p, correction=f"Holm over {len(found)} points")
+        comparison.update(p_corrected=p, correction=f"Holm over {len(found)} point{'' if len(found) == 1 else 's'}")
     for summary in summaries:
         if key == "debate_vs_vote" and key in (summary.get("comparisons") or {}):
             summary["verdict_line"] = verdict_line(summary["protocols"], summary["comparisons"][key],

@@ -108,6 +108,9 @@ class ServerConfig:
 
 
 AnyFunction = Callable[..., Any]
+#: the text part of a consulting tool's answer
+AnswerFormat = Annotated[Literal["markdown", "json", "both"], Field(description=(
+    "The text part of the answer: the Markdown report, the full result JSON, or both."))]
 
 
 class ConclaveMCP(MCPServer):
@@ -137,7 +140,7 @@ class ConclaveMCP(MCPServer):
             if isinstance(cause, ValidationError):
                 raise ToolError(argument_errors(cause)) from None
             if isinstance(cause, ToolError | ConclaveError):
-                raise tool_error(cause) from None
+                raise tool_error(cause, self.config.home) from None
             raise
 
     async def task_from_journal(self, task_id: str) -> tuple[Status, str, CallToolResult | None] | None:
@@ -194,11 +197,13 @@ def argument_errors(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def tool_error(exc: BaseException) -> ToolError:
-    """One line per problem, as the CLI prints them (without a traceback)."""
-    if isinstance(exc, ConfigError):
-        return ToolError("; ".join(exc.problems))
-    return ToolError(str(exc).strip() or type(exc).__name__)
+def tool_error(exc: BaseException, home: Path | None = None) -> ToolError:
+    """One line per problem, as the CLI prints them (without a traceback). A path under ``home`` reads relative to
+    ``$CONCLAVE_HOME``: a client is not shown where the server keeps its data."""
+    text = "; ".join(exc.problems) if isinstance(exc, ConfigError) else (str(exc).strip() or type(exc).__name__)
+    if home is not None:
+        text = text.replace(str(home), "$CONCLAVE_HOME")
+    return ToolError(text)
 
 
 def compose(door: Door, question: str, outside: list[str], trusted: list[str]) -> Any:
@@ -337,6 +342,13 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         return mcp.tool(name=name, title=title, description=description,
                         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False), structured_output=True)
 
+    def spending_tool(name: str, title: str, description: str) -> Callable[[AnyFunction], AnyFunction]:
+        """A tool that asks the panel's models (and may spend): it adds records, never changes one."""
+        return mcp.tool(name=name, title=title, description=description,
+                        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                    idempotent_hint=False, open_world_hint=True),
+                        structured_output=True)
+
     async def run_consultation(ctx: Context[Any, Any], settings: Any, *, stdin_text: str | None = None,
                                **resume: Any) -> tuple[Any, ProgressBridge]:
         plugins = get_plugins()
@@ -381,7 +393,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             return False
         return answer.action == "accept" and bool(getattr(answer.data, "approve", False))
 
-    @mcp.tool(
+    @spending_tool(
         name="conclave_consult",
         title="Consult a panel of LLMs",
         description=(
@@ -391,9 +403,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "structured content and the Markdown report as text. Over the cost threshold it returns an error with "
             "the estimate and how to approve it."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                    open_world_hint=True),
-        structured_output=True,
     )
     async def conclave_consult(
         ctx: Context[Any, Any],
@@ -420,8 +429,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
                                                        "(e.g. openai/gpt-4o).")] = None,
         high_stakes: Annotated[bool, Field(description=(
             "Run every round (no early termination) and refuse provider substitution (strict_models)."))] = False,
-        format: Annotated[Literal["markdown", "json", "both"], Field(description=(
-            "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
+        format: AnswerFormat = "markdown",
         max_cost: Annotated[float | None, Field(ge=0, description=(
             "Approve spending up to this many dollars (estimate) without asking; sets "
             "cost.always_allow_under."))] = None,
@@ -456,7 +464,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
 
-    @mcp.tool(
+    @spending_tool(
         name="conclave_continue",
         title="Ask a follow-up question",
         description=(
@@ -464,9 +472,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "panel and mode unless overrides change them, whose panel sees the earlier verdict, dissent and claims. "
             "Same answer, progress and cost gate as conclave_consult."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                    open_world_hint=True),
-        structured_output=True,
     )
     async def conclave_continue(
         ctx: Context[Any, Any],
@@ -475,8 +480,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "The consultation to follow up: id or unique prefix; default: the most recent one."))] = None,
         overrides: Annotated[list[str] | None, Field(description=(
             "Hydra overrides as for conclave_consult, e.g. [\"mode=explore\"]."))] = None,
-        format: Annotated[Literal["markdown", "json", "both"], Field(description=(
-            "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
+        format: AnswerFormat = "markdown",
         max_cost: Annotated[float | None, Field(ge=0, description=(
             "Approve spending up to this many dollars (estimate) without asking."))] = None,
     ) -> Annotated[CallToolResult, ConsultOutput]:
@@ -487,7 +491,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         return await conclave_consult(ctx, question, overrides=[*(overrides or []), f"parent={hydra_quote(parent)}"],
                                       format=format, max_cost=max_cost)
 
-    @mcp.tool(
+    @spending_tool(
         name="conclave_resume",
         title="Resume an interrupted consultation",
         description=(
@@ -495,16 +499,12 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "journal, neither re-run nor paid for again; the recorded configuration is reused. Same answer and "
             "progress as conclave_consult."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                    open_world_hint=True),
-        structured_output=True,
     )
     async def conclave_resume(
         ctx: Context[Any, Any],
         id: Annotated[str | None, Field(description=(
             "Consultation id or unique prefix; default: the most recent interrupted one."))] = None,
-        format: Annotated[Literal["markdown", "json", "both"], Field(description=(
-            "The text part of the answer: the Markdown report, the full result JSON, or both."))] = "markdown",
+        format: AnswerFormat = "markdown",
     ) -> Annotated[CallToolResult, ConsultOutput]:
         try:
             if not id:  # a consultation cancelled a moment ago is the one to continue: wait until it is saved
@@ -537,7 +537,7 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         assert consultation.result is not None
         return result_content(consultation.result.as_dict(), format)
 
-    @mcp.tool(
+    @spending_tool(
         name="conclave_eval",
         title="Evaluate the debate on a question set",
         description=(
@@ -547,9 +547,6 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
             "progress notifications. Over the cost threshold it fails with the estimate; pass max_cost to approve. "
             "run_id resumes an interrupted evaluation (finished items are not paid again)."
         ),
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                    open_world_hint=True),
-        structured_output=True,
     )
     async def conclave_eval(
         ctx: Context[Any, Any],

@@ -50,7 +50,8 @@ def closing_line(result: Mapping[str, Any]) -> str:
 
 def extra_field(result: Mapping[str, Any], layout: StoreLayout, parent: str | None) -> dict[str, Any]:
     """The ``conclave`` field of a response: the consultation id, how it ended, and where its records are (the
-    journal and index on this machine; the live page and report on this server)."""
+    journal and index relative to the server's data home, whose path a caller is not shown; the live page and report
+    on this server)."""
     cid = str(result.get("consultation_id"))
     cost = result.get("cost") if isinstance(result.get("cost"), Mapping) else {}
     assert isinstance(cost, Mapping)
@@ -60,8 +61,8 @@ def extra_field(result: Mapping[str, Any], layout: StoreLayout, parent: str | No
         "parent": parent,
         "confidence": result.get("confidence"),
         "cost": cost.get("actual"),
-        "journal": str(layout.journal_path(cid)),
-        "index": str(layout.index_path),
+        "journal": layout.journal_path(cid).relative_to(layout.home).as_posix(),
+        "index": layout.index_path.relative_to(layout.home).as_posix(),
         "live": f"/c/{cid}",
         "report": f"/c/{cid}/report",
     }

@@ -34,17 +34,14 @@ from conclave.config.guard import Door
 from conclave.doors.openai_api.chat_answer import answer_text, extra_field, usage
 from conclave.doors.openai_api.chat_request import ApiError, ChatRequest, model_names, parse_chat, parse_model
 from conclave.doors.web.feeds import Feeds
+from conclave.doors.web.gated_start import start_gated
 from conclave.engine.cost.consent import round_up_to_cent
-from conclave.engine.ids import new_consultation_id
-from conclave.engine.interaction import Interaction
 from conclave.engine.run import Consultation
 from conclave.errors import ConclaveError, ConfigError, PluginError, StorageError, UsageError
 from conclave.render.nodes import one_line
 
 #: how a caller at this door is named in the guard's refusals
 DOOR_NAME = "an OpenAI client"
-#: how long the cost gate may take before the request gives up waiting for its decision (the consultation goes on)
-DECISION_TIMEOUT_S = 120.0
 #: a comment line on a quiet stream, so clients and proxies keep it open through a long round
 HEARTBEAT_S = 10.0
 #: statuses answered with a chat message: those with a verdict, and a block by the safety evaluator (OpenAI's
@@ -85,36 +82,22 @@ class ChatDoor:
             settings = self.door.compose(chat.question, chat.overrides())
         except ConclaveError as exc:
             raise api_error(exc) from None
-        cid = new_consultation_id()
-        decided = asyncio.Event()
         progress: asyncio.Queue[str] = asyncio.Queue()
-        estimate: list[float | None] = [None]
 
-        def watch(event: ev.Event) -> None:
-            if event.type == ev.COST_ESTIMATED:
-                estimate[0] = event.data.get("estimated_cost")
-            if event.type in (ev.USER_CONSENT, ev.CONSULTATION_COMPLETED):
-                decided.set()
+        def show(event: ev.Event) -> None:
             line = progress_line(event)
             if line is not None:
                 progress.put_nowait(line)
 
-        consultation = Consultation(settings, interaction=Interaction.non_interactive(), recorder=self.recorder,
-                                    subscribers=[self.feeds.feed_for(cid), watch], consultation_id=cid,
-                                    stdin_text=chat.context, stream=True)
-        task = asyncio.create_task(consultation.run())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        waiter = asyncio.create_task(decided.wait())
-        await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if consultation.refusal is not None:
-            raise ApiError(402, refusal_text(cid, estimate[0], settings.cost.always_allow_under),
+        started = await start_gated(settings, self.feeds, self.recorder, self.tasks, on_event=show,
+                                    stdin_text=chat.context)
+        if started.consultation.refusal is not None:
+            raise ApiError(402, refusal_text(started.id, started.estimate, settings.cost.always_allow_under),
                            code="cost_over_limit", kind="insufficient_quota",
-                           extra={"estimated_cost": estimate[0], "consultation_id": cid})
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise api_error(task.exception())
-        return ChatRun(consultation, task, chat, progress=progress)
+                           extra={"estimated_cost": started.estimate, "consultation_id": started.id})
+        if (error := started.error()) is not None:
+            raise api_error(error)
+        return ChatRun(started.consultation, started.task, chat, progress=progress)
 
     async def outcome(self, run: ChatRun) -> dict[str, Any]:
         """The result dict once the consultation ended with a verdict; an :class:`ApiError` otherwise."""

@@ -17,21 +17,16 @@ from typing import Any
 
 from aiohttp import web
 
-from conclave import events as ev
 from conclave.compose import config_groups
 from conclave.config.guard import Door, approval_for
 from conclave.doors.web.app import Starter, make_app, new_token
 from conclave.doors.web.feeds import KEEP_FINISHED, KEEP_S, Feeds
+from conclave.doors.web.gated_start import start_gated
 from conclave.doors.web.page import FormChoices
-from conclave.engine.ids import new_consultation_id
-from conclave.engine.interaction import Interaction
-from conclave.engine.run import Consultation
 from conclave.errors import ConclaveError, UsageError
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 
-#: how long the consultation gate may take before the form gives up waiting (the consultation goes on)
-DECISION_TIMEOUT_S = 120.0
 #: how long a refused estimate may be approved from its page
 APPROVAL_TTL_S = 600.0
 
@@ -76,33 +71,15 @@ class LocalStarter:
             settings = self.door.compose(question, outside, approval or [])
         except ConclaveError as exc:
             return {"error": str(exc)}
-        cid = new_consultation_id()
-        decided = asyncio.Event()
-        estimate: list[float | None] = [None]
-
-        def watch(event: ev.Event) -> None:
-            if event.type == ev.COST_ESTIMATED:
-                estimate[0] = event.data.get("estimated_cost")
-            if event.type in (ev.USER_CONSENT, ev.CONSULTATION_COMPLETED):
-                decided.set()
-
-        consultation = Consultation(settings, interaction=Interaction.non_interactive(), recorder=self.recorder,
-                                    subscribers=[self.feeds.feed_for(cid), watch], consultation_id=cid, stream=True)
-        task = asyncio.create_task(consultation.run())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        task.add_done_callback(lambda _: self.feeds.finish(cid))  # ended without its end event too (an error)
-        waiter = asyncio.create_task(decided.wait())
-        await asyncio.wait({task, waiter}, timeout=DECISION_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if consultation.refusal is not None:
+        started = await start_gated(settings, self.feeds, self.recorder, self.tasks)
+        if started.consultation.refusal is not None:
             self._prune()  # refusals nobody approves do not pile up
             nonce = secrets.token_urlsafe(18)
-            self.pending[nonce] = (time.monotonic() + APPROVAL_TTL_S, question, outside, estimate[0])
-            return {"refused": consultation.refusal, "approval": nonce}
-        if task.done() and task.exception() is not None:
-            return {"error": f"{type(task.exception()).__name__}: {task.exception()}"}
-        return {"id": cid}
+            self.pending[nonce] = (time.monotonic() + APPROVAL_TTL_S, question, outside, started.estimate)
+            return {"refused": started.consultation.refusal, "approval": nonce}
+        if (error := started.error()) is not None:
+            return {"error": f"{type(error).__name__}: {error}"}
+        return {"id": started.id}
 
 
 async def start_site(app: web.Application, host: str, port: int, option: str = "--port"
