@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from conclave.eval import run_store as store
+from conclave.eval.batch_progress import BatchProgress, record_progress
 from conclave.providers.base import (
     BatchClient,
     BatchStatus,
@@ -107,6 +108,7 @@ class BatchRounds:
         self._arrivals = 0
         self._wave = 0
         self._watcher: asyncio.Task[None] | None = None
+        self._progress_failed = False
         self._tasks: set[asyncio.Task[None]] = set()
         for record in store.read_batches(self.home, run_id):
             event = record.get("event")
@@ -382,11 +384,26 @@ class BatchRounds:
                 continue
             if (status.status, status.done, status.failed) != shown:
                 shown = (status.status, status.done, status.failed)
-                print(f"conclave eval: batch {batch_id} ({provider.name}): {status.status} "
-                      f"{status.done}/{status.total} done, {status.failed} failed", file=self.err, flush=True)
+                self._progress(provider, batch_id, status)
             if status.ended:
                 return status
             await asyncio.sleep(self.poll_s)
+
+    def _progress(self, provider: Provider, batch_id: str, status: BatchStatus) -> None:
+        """The batch's ``eval:batch_progress`` record: on the terminal (and so over MCP) and in ``progress.jsonl``
+        (the web view's run page)."""
+        record = self.open.get(batch_id) or {}
+        progress = BatchProgress(self.run_id, provider.name, batch_id, status.status, status.state, status.done,
+                                 status.failed, status.total, int(record.get("wave") or 0),
+                                 tuple(int(r) for r in record.get("rounds") or ()), time.time())
+        print(progress.line(), file=self.err, flush=True)
+        try:
+            record_progress(self.home, progress)
+        except OSError as exc:  # a view that falls behind, never a reason to stop polling
+            if not self._progress_failed:
+                self._progress_failed = True
+                print(f"conclave eval: warning: batch progress not recorded for the web view ({exc})",
+                      file=self.err, flush=True)
 
     async def _results(self, client: BatchClient, batch_id: str, status: BatchStatus,
                        requests: Mapping[str, CompletionRequest]) -> dict[str, Completion | ProviderError]:
