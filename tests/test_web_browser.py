@@ -163,7 +163,7 @@ async def test_the_live_page_shows_rounds_while_they_run_and_to_late_joiners(
 
 
 def test_a_wrong_token_gets_401(served: str) -> None:
-    for path in ("/", "/c/x/events", "/consult"):
+    for path in ("/", "/c/x/events", "/consult", "/e/x", "/e/x/events"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{served}{path}?token=not-it", timeout=10)
         assert refused.value.code == 401
