@@ -154,7 +154,7 @@ async def test_sigkill_after_the_provider_accepted_before_the_id_was_journaled_a
                                                        judge_model="gpt-4.1" if api == "openai" else model)
     fake.batches.latency = 1.0
     fake.batches.stall_create = 600.0  # the batch is accepted; its id never reaches the client
-    panel = PANEL if api == "openai" else ALL_ON(api, model)
+    panel = PANEL if api == "openai" else all_on(api, model)
     process = await _start("eval", "arithmetic", "eval.n=3", "eval.run_id=ev-gap", "rounds=2", "eval.batch=true",
                            "eval.batch_poll_s=0.1", "selective.enabled=false", "cost.auto_approve=true", *panel,
                            *fake.overrides(), home=conclave_env)
@@ -168,7 +168,7 @@ async def test_sigkill_after_the_provider_accepted_before_the_id_was_journaled_a
     assert [r["event"] for r in store.read_batches(conclave_env, "ev-gap")] == ["intent"]
     fake.batches.stall_create = 0.0
     process = await _start("eval", "resume", "ev-gap", home=conclave_env)
-    out, err = await asyncio.wait_for(process.communicate(), timeout=240)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=240)
     assert process.returncode == 0, err.decode()
     assert fake.batches.resubmitted == 0  # counted at the fake: no request of the adopted batch sent again
     first_id = fake.batches.created[0][1]
@@ -180,7 +180,34 @@ async def test_sigkill_after_the_provider_accepted_before_the_id_was_journaled_a
     assert len(rows) == 3 and all(r["status"] == "complete" for r in rows), rows
 
 
-def ALL_ON(provider: str, model: str) -> list[str]:  # noqa: N802 - reads as a constant's name in the table
+async def test_sigkill_before_the_provider_accepted_submits_the_batch_once_on_resume(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake)
+    fake.batches.latency = 0.5
+    fake.batches.stall_upload = 600.0  # OpenAI: the input file is uploaded, no batch is created of it yet
+    process = await _start("eval", "arithmetic", "eval.n=3", "eval.run_id=ev-early", "rounds=2", "eval.batch=true",
+                           "eval.batch_poll_s=0.1", "selective.enabled=false", "cost.auto_approve=true", *PANEL,
+                           *fake.overrides(), home=conclave_env)
+    for _ in range(1200):
+        if fake.batches.files or process.returncode is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert process.returncode is None, (await process.communicate())[1].decode()
+    process.kill()
+    await process.wait()
+    assert not fake.batches.created
+    fake.batches.stall_upload = 0.0
+    process = await _start("eval", "resume", "ev-early", home=conclave_env)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=240)
+    assert process.returncode == 0, err.decode()
+    assert "the provider never accepted it; its 9 request(s) go into a new batch" in err.decode()
+    assert [size for _, _, size in fake.batches.created] == [9, 3] and fake.batches.resubmitted == 0
+    assert [r["event"] for r in store.read_batches(conclave_env, "ev-early")][:2] == ["intent", "abandoned"]
+    assert len(store.read_items(conclave_env, "ev-early")) == 3
+
+
+def all_on(provider: str, model: str) -> list[str]:
     """Every seat of the default panel, and the judge, on one model of ``provider``."""
     return [f"agents.{seat}.{key}={value}" for seat in ("security", "architect", "pragmatist")
             for key, value in (("provider", provider), ("model", model))] + [f"judge.provider={provider}",

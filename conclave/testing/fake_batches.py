@@ -9,7 +9,8 @@ end (``completed``, ``expired``, ``cancelled``); a batch over ``limits`` request
 ``received`` counts request lines, ``resubmitted`` those whose body had already been answered successfully in an
 earlier batch (paid twice), or that an earlier accepted batch already holds (submitted twice), ``created`` every
 accepted batch as ``(api, id, requests)``. ``stall_create`` holds a create call's response that many seconds after
-the batch was accepted (a client killed meanwhile never learns its id). Each API lists its batches, newest first,
+the batch was accepted (a client killed meanwhile never learns its id); ``stall_upload`` holds an OpenAI file
+upload's response (a client killed then never created its batch). Each API lists its batches, newest first,
 with its own paging (OpenAI ``after``, Anthropic ``after_id``, Gemini ``pageToken``).
 """
 
@@ -73,6 +74,7 @@ class BatchDesk:
         self.batches: dict[str, FakeBatch] = {}
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (filename, content)
         self.stall_create = 0.0
+        self.stall_upload = 0.0  # OpenAI: hold a file upload's response, before any batch is created of it
         self._answered: set[str] = set()  # digests of request bodies answered successfully
         self._held: set[str] = set()  # digests of request bodies in an accepted batch not expired or cancelled
         self._ids = itertools.count(1)
@@ -173,6 +175,8 @@ class BatchDesk:
             return _openai_error(400, "a file is required")
         file_id = f"file-fake{next(self._ids)}"
         self.files[file_id] = (upload.filename, upload.file.read())
+        if self.stall_upload > 0:
+            await asyncio.sleep(self.stall_upload)
         return web.json_response(self._file_object(file_id, str(form.get("purpose") or "batch")))
 
     def _file_object(self, file_id: str, purpose: str) -> dict[str, Any]:
