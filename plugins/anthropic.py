@@ -20,11 +20,14 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from importlib import resources
 from typing import Any, ClassVar
 
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    BATCH_CLOCK_SKEW_S,
+    BATCH_LIST_PAGES,
     BatchClient,
     BatchStatus,
     CacheRule,
@@ -280,14 +283,43 @@ class AnthropicBatch(BatchClient):
     def __init__(self, provider: AnthropicProvider) -> None:
         self.provider = provider
 
-    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]], *, tag: str) -> str:
+        """Message Batches carry no metadata: ``tag`` prefixes every request's custom id (``tag_key``)."""
         p = self.provider
-        body = {"requests": [{"custom_id": custom_id, "params": p.body(request, stream=False)}
+        body = {"requests": [{"custom_id": f"{tag}_{custom_id}", "params": p.body(request, stream=False)}
                              for custom_id, request in requests]}
         batch = p.decode(await p.send("POST", f"{p.base_url}/v1/messages/batches", json_body=body), "")
         if not isinstance(batch.get("id"), str):
             raise p.malformed("the batch was created without an id", "")
         return str(batch["id"])
+
+    async def find(self, tag: str, count: int, since: float) -> str | None:
+        """The batch of ``count`` requests created since ``since`` whose custom ids start with ``tag``, in
+        ``GET /v1/messages/batches`` (newest first, paged by ``after_id``). Custom ids are readable only in the
+        results of an ended batch: one still in progress is taken when it is the only such candidate (its results
+        are read by custom id, so a stranger's batch would answer none of ours)."""
+        p = self.provider
+        candidates: list[dict[str, Any]] = []
+        after = ""
+        for _ in range(BATCH_LIST_PAGES):
+            page = p.decode(await p.send("GET", f"{p.base_url}/v1/messages/batches?limit=100{after}"), "")
+            data = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            recent = [b for b in data if (_epoch(b.get("created_at")) or 0.0) >= since - BATCH_CLOCK_SKEW_S]
+            candidates += [b for b in recent if sum(int(v or 0) for v in (b.get("request_counts") or {}).values())
+                           == count]
+            if len(recent) < len(data) or not page.get("has_more") or not page.get("last_id"):
+                break
+            after = f"&after_id={page['last_id']}"
+        running = []
+        for batch in candidates:
+            if batch.get("processing_status") != "ended":
+                running.append(str(batch["id"]))
+                continue
+            raw = await p.send("GET", f"{p.base_url}/v1/messages/batches/{batch['id']}/results")
+            found = _CUSTOM_ID.search(raw.decode("utf-8", "replace"))
+            if found and found.group(1).startswith(f"{tag}_"):
+                return str(batch["id"])
+        return running[0] if len(running) == 1 else None
 
     async def status(self, batch_id: str) -> BatchStatus:
         p = self.provider
@@ -314,10 +346,11 @@ class AnthropicBatch(BatchClient):
                 row = json.loads(line)
             except ValueError:
                 found = _CUSTOM_ID.search(line)
-                if found and found.group(1) in requests:
-                    out[found.group(1)] = p.malformed("a batch result line is not JSON", "")
+                key = found.group(1).partition("_")[2] if found else ""
+                if key in requests:
+                    out[key] = p.malformed("a batch result line is not JSON", "")
                 continue
-            custom_id = str(row.get("custom_id"))
+            custom_id = str(row.get("custom_id")).partition("_")[2]  # the batch's tag, then the request's key
             request = requests.get(custom_id)
             result = row.get("result") or {}
             if request is None:
@@ -345,6 +378,14 @@ class AnthropicBatch(BatchClient):
 
 
 _CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')
+
+
+def _epoch(value: Any) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds; None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
 
 
 def _usage(raw: Any) -> Usage:

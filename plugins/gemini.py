@@ -28,12 +28,15 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    BATCH_CLOCK_SKEW_S,
+    BATCH_LIST_PAGES,
     BadRequestError,
     BatchClient,
     BatchStatus,
@@ -340,16 +343,34 @@ class GeminiBatch(BatchClient):
     def __init__(self, provider: GeminiProvider) -> None:
         self.provider = provider
 
-    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]], *, tag: str) -> str:
         p = self.provider
         model = requests[0][1].model
-        body = {"batch": {"displayName": f"conclave-{requests[0][0]}", "inputConfig": {"requests": {"requests": [
+        body = {"batch": {"displayName": f"conclave-{tag}", "inputConfig": {"requests": {"requests": [
             {"request": p.body(request), "metadata": {"key": custom_id}} for custom_id, request in requests]}}}}
         job = p.decode(await p.send("POST", p._url(model, "batchGenerateContent"), json_body=body), model)
         name = job.get("name") or (job.get("metadata") or {}).get("name")
         if not isinstance(name, str):
             raise p.malformed("the batch was created without a name", model)
         return name.removeprefix("batches/")
+
+    async def find(self, tag: str, count: int, since: float) -> str | None:
+        """The batch whose ``displayName`` carries ``tag``, in ``GET batches`` (newest first, paged by
+        ``pageToken``)."""
+        p = self.provider
+        token = ""
+        for _ in range(BATCH_LIST_PAGES):
+            page = p.decode(await p.send("GET", f"{p.base_url}/batches?pageSize=100{token}"), "")
+            jobs = [j for j in page.get("operations") or [] if isinstance(j, dict)]
+            for job in jobs:
+                metadata = job.get("metadata") or {}
+                if metadata.get("displayName") == f"conclave-{tag}":
+                    return str(job.get("name") or metadata.get("name")).removeprefix("batches/")
+            oldest = _epoch((jobs[-1].get("metadata") or {}).get("createTime")) if jobs else None
+            if not page.get("nextPageToken") or (oldest is not None and oldest < since - BATCH_CLOCK_SKEW_S):
+                return None
+            token = f"&pageToken={quote(str(page['nextPageToken']))}"
+        return None
 
     async def _job(self, batch_id: str) -> dict[str, Any]:
         p = self.provider
@@ -396,6 +417,14 @@ class GeminiBatch(BatchClient):
 def _cache_refused(exc: ProviderError) -> bool:
     """Whether Gemini refused a request because of its ``cachedContent`` (expired, deleted, another model's)."""
     return exc.status in (400, 403, 404) and "cachedcontent" in str(exc).lower().replace(" ", "").replace("_", "")
+
+
+def _epoch(value: Any) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds; None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
 
 
 def _seconds(value: Any) -> float | None:

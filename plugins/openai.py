@@ -37,11 +37,13 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from conclave.artifacts.schema_refs import deref, drop_null_optionals, resolver_for
 from conclave.hookspecs import hookimpl
 from conclave.providers.base import (
+    BATCH_CLOCK_SKEW_S,
+    BATCH_LIST_PAGES,
     BatchClient,
     BatchStatus,
     CacheRule,
@@ -396,7 +398,7 @@ class OpenAIBatch(BatchClient):
     def __init__(self, provider: OpenAIProvider) -> None:
         self.provider = provider
 
-    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]], *, tag: str) -> str:
         p = self.provider
         lines = [json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
                              "body": p.body(request, stream=False, form=p.forms(request)[0])}, ensure_ascii=False)
@@ -405,10 +407,27 @@ class OpenAIBatch(BatchClient):
         uploaded = p.decode(await p.send("POST", f"{p.base_url}/files", form={"purpose": "batch", "file": upload}),
                             "")
         batch = p.decode(await p.send("POST", f"{p.base_url}/batches", json_body={
-            "input_file_id": uploaded.get("id"), "endpoint": "/v1/chat/completions", "completion_window": "24h"}), "")
+            "input_file_id": uploaded.get("id"), "endpoint": "/v1/chat/completions", "completion_window": "24h",
+            "metadata": {TAG_KEY: tag}}), "")
         if not isinstance(batch.get("id"), str):
             raise p.malformed("the batch was created without an id", "")
         return str(batch["id"])
+
+    async def find(self, tag: str, count: int, since: float) -> str | None:
+        """The batch whose ``metadata`` carries ``tag``, in ``GET /batches`` (newest first, paged by ``after``)."""
+        p = self.provider
+        after = ""
+        for _ in range(BATCH_LIST_PAGES):
+            page = p.decode(await p.send("GET", f"{p.base_url}/batches?limit=100{after}"), "")
+            data = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            for batch in data:
+                if (batch.get("metadata") or {}).get(TAG_KEY) == tag:
+                    return str(batch["id"])
+            if not data or not page.get("has_more") or float(data[-1].get("created_at") or 0) < since - \
+                    BATCH_CLOCK_SKEW_S:
+                return None
+            after = f"&after={quote(str(data[-1]['id']))}"
+        return None
 
     async def _batch(self, batch_id: str) -> dict[str, Any]:
         p = self.provider
@@ -471,6 +490,8 @@ class OpenAIBatch(BatchClient):
 
 
 _CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')
+#: the batch ``metadata`` key holding the tag a batch was submitted with
+TAG_KEY = "conclave_batch"
 
 #: the keys the official SDK puts first in a Chat Completions body; it sorts the others by name
 _SDK_FIRST = ("model", "stream", "service_tier", "messages")

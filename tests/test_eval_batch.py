@@ -131,7 +131,9 @@ async def test_sigkill_while_polling_then_resume_polls_the_same_batch_and_resubm
     await process.wait()
     (_, first_id, first_size) = fake.batches.created[0]
     assert len(fake.batches.created) == 1 and first_size == 4 * 3  # round 1 of every item, one batch
-    assert store.read_batches(conclave_env, "ev-kill")[0]["batch_id"] == first_id  # journaled before polling
+    journaled = store.read_batches(conclave_env, "ev-kill")
+    assert [r["event"] for r in journaled][:2] == ["intent", "submitted"]  # the intent, before the provider saw it
+    assert journaled[1]["batch_id"] == first_id  # the id, journaled before polling
     process = await _start("eval", "resume", "ev-kill", home=conclave_env)
     out, err = await asyncio.wait_for(process.communicate(), timeout=240)
     assert process.returncode == 0, err.decode()
@@ -141,6 +143,75 @@ async def test_sigkill_while_polling_then_resume_polls_the_same_batch_and_resubm
     assert [size for _, _, size in fake.batches.created] == [12, 4]  # round 1, then the 4 syntheses
     assert len(store.read_items(conclave_env, "ev-kill")) == 4
     assert "| round-1 majority vote | 4/4 = 100.0% |" in out.decode()
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic", "gemini"])
+async def test_sigkill_after_the_provider_accepted_before_the_id_was_journaled_adopts_the_batch(
+        fake_provider_server: FakeProviderServer, conclave_env: Path, api: str) -> None:
+    fake = fake_provider_server
+    model = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash"}[api]
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake, agent_model=model,
+                                                       judge_model="gpt-4.1" if api == "openai" else model)
+    fake.batches.latency = 1.0
+    fake.batches.stall_create = 600.0  # the batch is accepted; its id never reaches the client
+    panel = PANEL if api == "openai" else all_on(api, model)
+    process = await _start("eval", "arithmetic", "eval.n=3", "eval.run_id=ev-gap", "rounds=2", "eval.batch=true",
+                           "eval.batch_poll_s=0.1", "selective.enabled=false", "cost.auto_approve=true", *panel,
+                           *fake.overrides(), home=conclave_env)
+    for _ in range(1200):  # until the provider accepted the first batch (its create call is still stalled)
+        if fake.batches.created or process.returncode is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert process.returncode is None, (await process.communicate())[1].decode()
+    process.kill()  # SIGKILL inside the window: accepted by the provider, its id not journaled
+    await process.wait()
+    assert [r["event"] for r in store.read_batches(conclave_env, "ev-gap")] == ["intent"]
+    fake.batches.stall_create = 0.0
+    process = await _start("eval", "resume", "ev-gap", home=conclave_env)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=240)
+    assert process.returncode == 0, err.decode()
+    assert fake.batches.resubmitted == 0  # counted at the fake: no request of the adopted batch sent again
+    first_id = fake.batches.created[0][1]
+    assert f"batch {first_id} ({api}): found by its tag" in err.decode()
+    assert [size for _, _, size in fake.batches.created] == [9, 3]  # round 1 once, then the 3 syntheses
+    submitted = [r for r in store.read_batches(conclave_env, "ev-gap") if r["event"] == "submitted"]
+    assert submitted[0]["batch_id"] == first_id and submitted[0]["adopted"] is True
+    rows = store.read_items(conclave_env, "ev-gap")
+    assert len(rows) == 3 and all(r["status"] == "complete" for r in rows), rows
+
+
+async def test_sigkill_before_the_provider_accepted_submits_the_batch_once_on_resume(
+        fake_provider_server: FakeProviderServer, conclave_env: Path) -> None:
+    fake = fake_provider_server
+    AnswerPanel({name: 1.0 for name in NAMES}).install(fake)
+    fake.batches.latency = 0.5
+    fake.batches.stall_upload = 600.0  # OpenAI: the input file is uploaded, no batch is created of it yet
+    process = await _start("eval", "arithmetic", "eval.n=3", "eval.run_id=ev-early", "rounds=2", "eval.batch=true",
+                           "eval.batch_poll_s=0.1", "selective.enabled=false", "cost.auto_approve=true", *PANEL,
+                           *fake.overrides(), home=conclave_env)
+    for _ in range(1200):
+        if fake.batches.files or process.returncode is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert process.returncode is None, (await process.communicate())[1].decode()
+    process.kill()
+    await process.wait()
+    assert not fake.batches.created
+    fake.batches.stall_upload = 0.0
+    process = await _start("eval", "resume", "ev-early", home=conclave_env)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=240)
+    assert process.returncode == 0, err.decode()
+    assert "the provider never accepted it; its 9 request(s) go into a new batch" in err.decode()
+    assert [size for _, _, size in fake.batches.created] == [9, 3] and fake.batches.resubmitted == 0
+    assert [r["event"] for r in store.read_batches(conclave_env, "ev-early")][:2] == ["intent", "abandoned"]
+    assert len(store.read_items(conclave_env, "ev-early")) == 3
+
+
+def all_on(provider: str, model: str) -> list[str]:
+    """Every seat of the default panel, and the judge, on one model of ``provider``."""
+    return [f"agents.{seat}.{key}={value}" for seat in ("security", "architect", "pragmatist")
+            for key, value in (("provider", provider), ("model", model))] + [f"judge.provider={provider}",
+                                                                            f"judge.model={model}"]
 
 
 async def test_a_provider_without_a_batch_api_is_one_line_and_exit_2(fake_provider_server: FakeProviderServer,
@@ -254,4 +325,4 @@ async def test_a_batch_journal_that_cannot_be_written_fails_the_items_instead_of
         assert code == 1, err
         rows = store.read_items(conclave_env, ev.run_id)
         assert len(rows) == 2 and all(not r["answers"]["round_1"] for r in rows)  # nothing answered, nothing hung
-        assert len(fake.batches.created) == 1  # the batch the provider accepted was not submitted again
+        assert fake.batches.created == []  # its intent could not be journaled: the provider never saw the batch

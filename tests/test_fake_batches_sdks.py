@@ -116,3 +116,38 @@ async def test_gemini_batch_mode_through_the_sdk() -> None:
             {"contents": [{"role": "user", "parts": [{"text": "q"}]}], "metadata": {"key": "c"}}])
         await client.aio.batches.cancel(name=cancelled.name)
         assert (await client.aio.batches.get(name=cancelled.name)).state == types.JobState.JOB_STATE_CANCELLED
+
+
+async def test_each_batch_list_pages_newest_first_through_the_sdks() -> None:
+    """What a resumed run reads to find a batch it was submitting when it died: the lists, as the SDKs page them."""
+    async with FakeProviderServer() as fake:
+        fake.batches.latency = 60
+        oai = openai.AsyncOpenAI(api_key="sk-test", base_url=fake.base_url("openai"))
+        line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                           "body": _chat("gpt-4o", "q")})
+        upload = await oai.files.create(file=("in.jsonl", io.BytesIO(line.encode())), purpose="batch")
+        made = [await oai.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+                                         completion_window="24h", metadata={"conclave_batch": f"t{i}"})
+                for i in range(3)]
+        listed = [b async for b in oai.batches.list(limit=2)]  # the SDK follows `after` over two pages
+        assert [b.id for b in listed] == [b.id for b in reversed(made)]
+        assert [b.metadata["conclave_batch"] for b in listed] == ["t2", "t1", "t0"]
+
+        ant = anthropic.AsyncAnthropic(api_key="sk-ant", base_url=fake.base_url("anthropic"))
+        created = [await ant.messages.batches.create(requests=[
+            {"custom_id": f"tag{i}_r", "params": {"model": "claude-sonnet-4-5", "max_tokens": 5,
+                                                  "messages": [{"role": "user", "content": "q"}]}}])
+            for i in range(3)]
+        seen = [b async for b in ant.messages.batches.list(limit=2)]
+        assert [b.id for b in seen] == [b.id for b in reversed(created)]
+        assert seen[0].request_counts.processing == 1 and seen[0].created_at is not None
+
+        client = genai.Client(api_key="g-fake", http_options=types.HttpOptions(
+            base_url=fake.url + "/gemini", api_version="v1beta", retry_options=types.HttpRetryOptions(attempts=1)))
+        jobs = [await client.aio.batches.create(model="gemini-2.5-flash", config={"display_name": f"conclave-t{i}"},
+                                                src=[{"contents": [{"role": "user", "parts": [{"text": "q"}]}],
+                                                      "metadata": {"key": "k"}}]) for i in range(3)]
+        pager = await client.aio.batches.list(config={"page_size": 2})
+        names = [job async for job in pager]
+        assert [j.name for j in names] == [j.name for j in reversed(jobs)]
+        assert [j.display_name for j in names] == ["conclave-t2", "conclave-t1", "conclave-t0"]

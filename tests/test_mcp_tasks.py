@@ -7,6 +7,7 @@ approval."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -343,6 +344,42 @@ async def test_an_evaluation_runs_from_mcp_as_a_task_or_a_blocking_call(
     assert result.structured_content is not None and result.structured_content["ok"] is True
     assert text_of(result).startswith("# Evaluation ev-")
     assert "| round-1 majority vote | 3/3 = 100.0% |" in text_of(result)
+
+
+BATCH_LINE = re.compile(r"conclave eval: batch (batch_fake\d+) \(openai, round 1\): (\w+) (\d+)/(\d+) done, "
+                        r"(\d+) failed")
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_a_batched_evaluation_shows_each_batchs_progress_in_the_task_status_or_notifications(
+    home: Path, fake_provider_server: FakeProviderServer, mode: str
+) -> None:
+    fake = fake_provider_server
+    AnswerPanel({name: 1.0 for name in EVAL_NAMES}).install(fake)
+    fake.batches.latency = 3.5  # long enough for several polls to see the counts grow
+    arguments = {"set": "arithmetic", "n": 3, "rounds": 2, "max_cost": 100, "batch": "true", "batch_poll_s": 1}
+    said: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        said.append(message or "")
+
+    async with mcp_session(home, fake, mode=mode, extensions=[Tasks()],
+                           server_overrides=(*EVAL_PANEL, "selective.enabled=false")) as client:
+        if mode == MODERN:
+            task, _ = await start_task(client, "conclave_eval", arguments)
+            seen: list[tuple[float, TaskInfo]] = []
+            await poll_until(client, task.task_id, lambda i: i.status != "working", seen=seen, every=0.05)
+            said = [info.status_message or "" for _, info in seen]
+            result = await result_of(client, task.task_id)
+        else:
+            result = await client.call_tool("conclave_eval", arguments, progress_callback=on_progress)
+    assert not result.is_error, text_of(result)
+    first = fake.batches.created[0][1]  # round 1 of the 3 items: 9 requests, one batch
+    shown = [m.groups() for m in map(BATCH_LINE.search, said) if m and m.group(1) == first]
+    assert shown, said
+    assert {(provider_id, total) for provider_id, _, _, total, _ in shown} == {(first, "9")}
+    assert shown[-1][1:] == ("completed", "9", "9", "0")  # its end, with the counts
+    assert any(status == "in_progress" and int(done) < 9 for _, status, done, _, _ in shown)  # and on the way
 
 
 async def test_an_evaluation_set_must_be_registered_or_under_the_allowed_roots(

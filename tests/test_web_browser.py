@@ -23,6 +23,7 @@ from browser_support import needs_browser, screenshot, serving
 from test_engine_support import AGENT_MODELS, JUDGE_MODEL
 
 from conclave.store.paths import StoreLayout
+from conclave.testing.answer_panel import AnswerPanel
 from conclave.testing.fake_server import FakeProviderServer, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
@@ -162,9 +163,68 @@ async def test_the_live_page_shows_rounds_while_they_run_and_to_late_joiners(
 
 
 def test_a_wrong_token_gets_401(served: str) -> None:
-    for path in ("/", "/c/x/events", "/consult"):
+    for path in ("/", "/c/x/events", "/consult", "/e/x", "/e/x/events"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{served}{path}?token=not-it", timeout=10)
         assert refused.value.code == 401
     listing = urllib.request.urlopen(f"{served}/?token={TOKEN}", timeout=10).read().decode()
     assert "<form method=post action=/consult class=start>" in listing
+
+
+EVAL_PANEL = ["agents.security.provider=openai", "agents.security.model=gpt-4o", "agents.pragmatist.provider=openai",
+              "agents.pragmatist.model=gpt-4o", "judge.model=gpt-4.1"]
+
+
+async def test_an_evaluation_runs_page_shows_each_batchs_progress_while_it_is_polled(
+    served: str, browser: Any, fake_provider_server: FakeProviderServer, tmp_path: Path
+) -> None:
+    """A batched ``conclave eval`` in the served home: its page lists every batch with provider, id, status and
+    counts done/failed/total, live, then as each ended."""
+    from selenium.webdriver.common.by import By
+
+    fake = fake_provider_server
+    AnswerPanel({n: 1.0 for n in ("Security Expert", "Systems Architect", "Pragmatic Engineer")}).install(fake)
+    fake.batches.latency = 4.0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(FAKE_KEYS, CONCLAVE_HOME=str(tmp_path), CONCLAVE_PROGRESS="0")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "conclave", "eval", "arithmetic", "eval.n=3", "eval.run_id=ev-web", "rounds=2",
+        "eval.batch=true", "eval.batch_poll_s=0.2", "selective.enabled=false", "cost.auto_approve=true",
+        *EVAL_PANEL, *fake.overrides(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE, env=env, cwd=str(tmp_path))
+    for _ in range(600):  # the run exists once its estimate was approved
+        if (tmp_path / "eval" / "ev-web" / "run.json").is_file() or process.returncode is not None:
+            break
+        await asyncio.sleep(0.05)
+    listing = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{served}/?token={TOKEN}", timeout=10).read())
+    assert "<a href='/e/ev-web'>ev-web</a>" in listing.decode()
+    await asyncio.to_thread(browser.get, f"{served}/e/ev-web?token={TOKEN}")
+
+    def rows() -> list[list[str]]:
+        found: list[list[str]] = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#batches tr')).map("
+            "r => Array.from(r.cells).map(c => c.textContent))")
+        return found
+
+    live: list[list[str]] = []
+    for _ in range(600):  # round 1's batch while it is being answered: part of its requests done
+        live = await asyncio.to_thread(rows)
+        if live and live[0][3] == "in_progress" and not live[0][4].startswith(("0/", "9/")):
+            break
+        await asyncio.sleep(0.05)
+    first = fake.batches.created[0][1]
+    assert live and live[0][:4] == ["openai", first, "1", "in_progress"], live
+    assert live[0][4].endswith("/9 done, 0 failed"), live
+    await asyncio.to_thread(screenshot, browser, "eval_batches_running")
+    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, err.decode()
+    for _ in range(200):
+        if browser.find_element(By.ID, "conn").text == "run ended":
+            break
+        await asyncio.sleep(0.1)
+    assert browser.find_element(By.ID, "conn").text == "run ended"
+    assert browser.find_element(By.ID, "status").text == "complete"
+    ended = await asyncio.to_thread(rows)
+    assert ended == [["openai", first, "1", "completed", "9/9 done, 0 failed"],
+                     ["openai", fake.batches.created[1][1], "2", "completed", "3/3 done, 0 failed"]], ended
+    await asyncio.to_thread(screenshot, browser, "eval_batches_ended")

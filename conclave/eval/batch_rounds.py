@@ -3,11 +3,14 @@ time every unfinished item waits on a model, the waiting requests go out as one 
 provider's size limit). Selective debate and early termination decide inside each consultation, between batches,
 which items go on.
 
-Every batch is journaled in the run's ``batches.jsonl`` once the provider accepted it, before it is polled; its
-answers are journaled when it ends. A resumed run polls the batches still open and serves every journaled answer
-again without asking (a request is known by its item, its content and its occurrence), so nothing accepted is
-submitted twice. A request that failed inside a batch goes into the next one (``mixed``: is asked interactively);
-an unreadable result line is its item's failure.
+Every batch is journaled in the run's ``batches.jsonl`` three times: its intent (a tag of our choosing, its
+requests) before the provider sees it, its id once the provider accepted it (before it is polled), its answers
+when it ends. The tag travels with the batch (OpenAI: ``metadata``; Anthropic: the custom ids' prefix; Gemini: the
+display name), so a run killed between the provider's acceptance and the id's journal entry finds the batch in the
+provider's list when it resumes, and adopts it instead of submitting it again. A resumed run polls the batches
+still open and serves every journaled answer again without asking (a request is known by its item, its content and
+its occurrence), so nothing accepted is submitted twice. A request that failed inside a batch goes into the next
+one (``mixed``: is asked interactively); an unreadable result line is its item's failure.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from conclave.eval import run_store as store
+from conclave.eval.batch_progress import BatchProgress, record_progress
 from conclave.providers.base import (
     BatchClient,
     BatchStatus,
@@ -97,20 +102,29 @@ class BatchRounds:
         self.pending: list[_Wait] = []
         self.answers: dict[str, dict[str, Any]] = {}  # key -> a journaled completion
         self.open: dict[str, dict[str, Any]] = {}  # batch id -> its submitted record, not yet ended
+        self.intents: dict[str, dict[str, Any]] = {}  # tag -> a batch about to be submitted, its id not journaled
         self.inflight: dict[str, asyncio.Future[Completion]] = {}  # key -> the answer of a resumed open batch
         self._occurrences: Counter[tuple[str, str]] = Counter()
         self._arrivals = 0
         self._wave = 0
         self._watcher: asyncio.Task[None] | None = None
+        self._progress_failed = False
         self._tasks: set[asyncio.Task[None]] = set()
         for record in store.read_batches(self.home, run_id):
-            if record.get("event") == "submitted":
-                self.open[str(record["batch_id"])] = record
-            elif record.get("event") == "answers":
+            event = record.get("event")
+            if event == "intent":
+                self.intents[str(record["tag"])] = record
+            elif event == "submitted":  # the intent's requests, now with the batch's id
+                intent = self.intents.pop(str(record.get("tag")), {})
+                self.open[str(record["batch_id"])] = {**intent, **record}
+            elif event == "abandoned":  # the provider never accepted it
+                self.intents.pop(str(record.get("tag")), None)
+            elif event == "answers":
                 self.answers.update(record.get("answers") or {})
-            elif record.get("event") == "ended":
+            elif event == "ended":
                 self.open.pop(str(record.get("batch_id")), None)
-        self._wave = max((int(r.get("wave") or 0) for r in self.open.values()), default=0)
+        self._wave = max((int(r.get("wave") or 0) for r in [*self.open.values(), *self.intents.values()]),
+                         default=0)
 
     # ------------------------------------------------------------------------------------- per item
 
@@ -127,7 +141,18 @@ class BatchRounds:
         return provider.batch_client() is not None
 
     def resume(self) -> None:
-        """Poll again the batches an earlier, killed run left open."""
+        """Poll again the batches an earlier, killed run left open, and look up in the provider's list those it
+        was submitting when it died (accepted: adopted and polled; not: their requests go into a new batch)."""
+        for tag, intent in list(self.intents.items()):
+            provider = self.provider(str(intent.get("provider")))
+            client = provider.batch_client()
+            if client is None:
+                continue
+            futures = {key: asyncio.get_running_loop().create_future() for key in intent.get("keys") or []}
+            self.inflight.update(futures)
+            print(f"conclave eval: batch {tag} ({provider.name}): was being submitted when the run stopped; "
+                  f"looking for it among the provider's batches", file=self.err, flush=True)
+            self._spawn(self._adopt(client, provider, intent, futures), list(futures.values()))
         for batch_id, record in list(self.open.items()):
             provider = self.provider(str(record.get("provider")))
             client = provider.batch_client()
@@ -139,6 +164,45 @@ class BatchRounds:
             print(f"conclave eval: batch {batch_id} ({provider.name}): polling again after a restart, "
                   f"{len(keys)} request(s), not submitted again", file=self.err, flush=True)
             self._spawn(self._resumed(client, provider, batch_id, futures), list(futures.values()))
+
+    async def _adopt(self, client: BatchClient, provider: Provider, intent: dict[str, Any],
+                     futures: dict[str, asyncio.Future[Completion]]) -> None:
+        tag = str(intent["tag"])
+        try:
+            batch_id, why = await self._find(client, provider, intent), "the provider never accepted it"
+        except ProviderError as exc:  # the list cannot be read: unknown, so the requests are asked again
+            batch_id, why = None, f"its batches cannot be listed ({exc})"
+        self.intents.pop(tag, None)
+        if batch_id is None:
+            store.append_batch(self.home, self.run_id, {"event": "abandoned", "tag": tag})
+            print(f"conclave eval: batch {tag} ({provider.name}): {why}; its {len(futures)} request(s) go into "
+                  f"a new batch", file=self.err, flush=True)
+            for key, future in futures.items():
+                self.inflight.pop(key, None)
+                if not future.done():
+                    future.set_exception(_NotSubmitted(f"{provider.name}: batch {tag} was never accepted",
+                                                       provider=provider.name))
+            return
+        store.append_batch(self.home, self.run_id, {"event": "submitted", "tag": tag, "batch_id": batch_id,
+                                                     "adopted": True, "at": time.time()})
+        self.open[batch_id] = {**intent, "event": "submitted", "batch_id": batch_id}
+        print(f"conclave eval: batch {batch_id} ({provider.name}): found by its tag {tag}, accepted before the "
+              f"run stopped; polling it, {len(futures)} request(s), not submitted again", file=self.err, flush=True)
+        await self._resumed(client, provider, batch_id, futures)
+
+    async def _find(self, client: BatchClient, provider: Provider, intent: dict[str, Any]) -> str | None:
+        """The id of the batch submitted with ``intent``'s tag, from the provider's list (asked again after a
+        transient failure, like polling); None when the provider holds none."""
+        failures = 0
+        while True:
+            try:
+                return await client.find(str(intent["tag"]), len(intent.get("keys") or []),
+                                         float(intent.get("at") or 0.0))
+            except ProviderError as exc:
+                failures += 1
+                if failures > POLL_FAILURES or (not exc.retryable and exc.status is not None and exc.status < 500):
+                    raise
+                await asyncio.sleep(self.poll_s)
 
     async def _resumed(self, client: BatchClient, provider: Provider, batch_id: str,
                        futures: dict[str, asyncio.Future[Completion]]) -> None:
@@ -176,6 +240,8 @@ class BatchRounds:
                     answer = await resumed
                     self._count(item, provider, answer)
                     return answer
+                except _NotSubmitted:
+                    pass  # never accepted: into the next batch
                 except ProviderError:
                     if self.mode == "mixed":
                         return await self._interactive(item, provider.name, request)
@@ -257,21 +323,36 @@ class BatchRounds:
     async def _one_batch(self, client: BatchClient, waits: list[_Wait], wave: int) -> None:
         provider = self.provider(waits[0].provider.name)
         rounds = sorted({w.round_number for w in waits})
-        try:
-            batch_id = await client.submit([(w.key, w.request) for w in waits])
-        except ProviderError as exc:
-            print(f"conclave eval: {provider.name}: batch of {len(waits)} request(s) refused: {exc}",
-                  file=self.err, flush=True)
-            for wait in waits:
-                await self._failed(wait, exc)
-            return
-        record = {
-            "event": "submitted", "batch_id": batch_id, "provider": provider.name, "wave": wave, "rounds": rounds,
-            "keys": [w.key for w in waits], "items": sorted({w.item for w in waits}), "at": time.time(),
+        tag, at = secrets.token_hex(8), time.time()
+        intent = {
+            "event": "intent", "tag": tag, "provider": provider.name, "wave": wave, "rounds": rounds,
+            "keys": [w.key for w in waits], "items": sorted({w.item for w in waits}), "at": at,
             "shapes": {w.key: {"model": w.request.model, "schema_name": w.request.schema_name,
                                "json_schema": w.request.json_schema} for w in waits}}
-        store.append_batch(self.home, self.run_id, record)
-        self.open[batch_id] = record
+        store.append_batch(self.home, self.run_id, intent)  # on disk before the provider sees the batch
+        self.intents[tag] = intent
+        try:
+            batch_id = await client.submit([(w.key, w.request) for w in waits], tag=tag)
+        except ProviderError as exc:
+            found = None
+            if exc.status is None or exc.status >= 500:  # no answer, or a server's failure: it may have accepted
+                try:
+                    found = await client.find(tag, len(waits), at)
+                except ProviderError:
+                    found = None
+            if found is None:
+                self.intents.pop(tag, None)
+                store.append_batch(self.home, self.run_id, {"event": "abandoned", "tag": tag})
+                print(f"conclave eval: {provider.name}: batch of {len(waits)} request(s) refused: {exc}",
+                      file=self.err, flush=True)
+                for wait in waits:
+                    await self._failed(wait, exc)
+                return
+            batch_id = found
+        self.intents.pop(tag, None)
+        store.append_batch(self.home, self.run_id, {"event": "submitted", "tag": tag, "batch_id": batch_id,
+                                                     "at": time.time()})
+        self.open[batch_id] = {**intent, "event": "submitted", "batch_id": batch_id}
         self.figures.batches[(wave, f"{provider.name}/{waits[0].request.model}" if client.per_model
                               else provider.name)] += 1
         print(f"conclave eval: batch {batch_id} ({provider.name}, round {'/'.join(map(str, rounds))}): "
@@ -303,11 +384,26 @@ class BatchRounds:
                 continue
             if (status.status, status.done, status.failed) != shown:
                 shown = (status.status, status.done, status.failed)
-                print(f"conclave eval: batch {batch_id} ({provider.name}): {status.status} "
-                      f"{status.done}/{status.total} done, {status.failed} failed", file=self.err, flush=True)
+                self._progress(provider, batch_id, status)
             if status.ended:
                 return status
             await asyncio.sleep(self.poll_s)
+
+    def _progress(self, provider: Provider, batch_id: str, status: BatchStatus) -> None:
+        """The batch's ``eval:batch_progress`` record: on the terminal (and so over MCP) and in ``progress.jsonl``
+        (the web view's run page)."""
+        record = self.open.get(batch_id) or {}
+        progress = BatchProgress(self.run_id, provider.name, batch_id, status.status, status.state, status.done,
+                                 status.failed, status.total, int(record.get("wave") or 0),
+                                 tuple(int(r) for r in record.get("rounds") or ()), time.time())
+        print(progress.line(), file=self.err, flush=True)
+        try:
+            record_progress(self.home, progress)
+        except OSError as exc:  # a view that falls behind, never a reason to stop polling
+            if not self._progress_failed:
+                self._progress_failed = True
+                print(f"conclave eval: warning: batch progress not recorded for the web view ({exc})",
+                      file=self.err, flush=True)
 
     async def _results(self, client: BatchClient, batch_id: str, status: BatchStatus,
                        requests: Mapping[str, CompletionRequest]) -> dict[str, Completion | ProviderError]:
@@ -393,6 +489,10 @@ class ItemBatches:
 
 class _Unanswered(ProviderError):
     outcome = "cancelled"
+
+
+class _NotSubmitted(ProviderError):
+    """A batch an earlier run was submitting when it died, which the provider never accepted."""
 
 
 def _missing(provider: Provider, key: str) -> ProviderError:

@@ -324,6 +324,12 @@ class BatchStatus:
         return self.state != "in_progress"
 
 
+#: how far a provider's clock may be from ours when a batch is looked up by when it was created
+BATCH_CLOCK_SKEW_S = 600.0
+#: the most pages of a provider's batch list :meth:`BatchClient.find` reads
+BATCH_LIST_PAGES = 50
+
+
 class BatchClient(abc.ABC):
     """A provider's asynchronous batch API: requests submitted together, answered later at the batch price. The
     requests are built, and the answers read, exactly as the provider's interactive calls are."""
@@ -334,8 +340,15 @@ class BatchClient(abc.ABC):
     per_model: ClassVar[bool] = True
 
     @abc.abstractmethod
-    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]]) -> str:
-        """Submit ``(custom_id, request)`` pairs as one batch; its id once the provider accepted it."""
+    async def submit(self, requests: Sequence[tuple[str, CompletionRequest]], *, tag: str) -> str:
+        """Submit ``(custom_id, request)`` pairs as one batch carrying ``tag`` (a client-chosen key, journaled
+        before this call: what :meth:`find` looks for); its id once the provider accepted it."""
+
+    async def find(self, tag: str, count: int, since: float) -> str | None:
+        """The id of the batch :meth:`submit` created with ``tag`` (``count`` requests, created after ``since``,
+        epoch seconds), from the provider's list of batches; None when the provider holds none (it never accepted
+        it). A client that cannot list answers None, and the requests are submitted again."""
+        return None
 
     @abc.abstractmethod
     async def status(self, batch_id: str) -> BatchStatus:

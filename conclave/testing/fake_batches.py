@@ -7,11 +7,16 @@ every request answered as the interactive endpoint would answer it (the model's 
 request's failure, a malformed fault a result line that is not JSON). ``outcomes`` scripts how the next batches
 end (``completed``, ``expired``, ``cancelled``); a batch over ``limits`` requests is refused with HTTP 400.
 ``received`` counts request lines, ``resubmitted`` those whose body had already been answered successfully in an
-earlier batch (paid twice), ``created`` every accepted batch as ``(api, id, requests)``.
+earlier batch (paid twice), or that an earlier accepted batch already holds (submitted twice), ``created`` every
+accepted batch as ``(api, id, requests)``. ``stall_create`` holds a create call's response that many seconds after
+the batch was accepted (a client killed meanwhile never learns its id); ``stall_upload`` holds an OpenAI file
+upload's response (a client killed then never created its batch). Each API lists its batches, newest first,
+with its own paging (OpenAI ``after``, Anthropic ``after_id``, Gemini ``pageToken``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -68,7 +73,10 @@ class BatchDesk:
         self.created: list[tuple[str, str, int]] = []
         self.batches: dict[str, FakeBatch] = {}
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (filename, content)
+        self.stall_create = 0.0
+        self.stall_upload = 0.0  # OpenAI: hold a file upload's response, before any batch is created of it
         self._answered: set[str] = set()  # digests of request bodies answered successfully
+        self._held: set[str] = set()  # digests of request bodies in an accepted batch not expired or cancelled
         self._ids = itertools.count(1)
 
     def add_routes(self, router: web.UrlDispatcher, prefix: Mapping[str, str]) -> None:
@@ -77,12 +85,15 @@ class BatchDesk:
         router.add_get(f"{openai}/files/{{id}}", self._file_get)
         router.add_get(f"{openai}/files/{{id}}/content", self._file_content)
         router.add_post(f"{openai}/batches", self._openai_create)
+        router.add_get(f"{openai}/batches", self._openai_list)
         router.add_get(f"{openai}/batches/{{id}}", self._openai_get)
         router.add_post(f"{openai}/batches/{{id}}/cancel", self._openai_cancel)
         gemini = prefix["gemini"]
+        router.add_get(f"{gemini}/batches", self._gemini_list)
         router.add_get(f"{gemini}/batches/{{id}}", self._gemini_get)
         router.add_post(f"{gemini}/batches/{{id}}", self._gemini_cancel)  # batches/{id}:cancel
         router.add_post(f"{anthropic}/v1/messages/batches", self._anthropic_create)
+        router.add_get(f"{anthropic}/v1/messages/batches", self._anthropic_list)
         router.add_get(f"{anthropic}/v1/messages/batches/{{id}}", self._anthropic_get)
         router.add_get(f"{anthropic}/v1/messages/batches/{{id}}/results", self._anthropic_results)
         router.add_post(f"{anthropic}/v1/messages/batches/{{id}}/cancel", self._anthropic_cancel)
@@ -94,9 +105,9 @@ class BatchDesk:
         prefix = {"openai": "batch_fake", "anthropic": "msgbatch_fake"}.get(api, "fake")
         batch = FakeBatch(api, f"{prefix}{next(self._ids)}", requests, time.time(), self.latency, outcome, **extra)
         self.received += len(requests)
-        for _, body in requests:
-            if _digest(body) in self._answered:
-                self.resubmitted += 1
+        digests = [_digest(body) for _, body in requests]
+        self.resubmitted += sum(1 for d in digests if d in self._answered or d in self._held)
+        self._held.update(digests)
         self.batches[batch.id] = batch
         self.created.append((api, batch.id, len(requests)))
         return batch
@@ -107,6 +118,8 @@ class BatchDesk:
             return
         lines: list[dict[str, Any]] = []
         answered = batch.outcome == "completed" and batch.cancelled_at is None
+        if not answered:  # never answered: sending these again is no second payment
+            self._held -= {_digest(body) for _, body in batch.requests}
         counts = {"succeeded": 0, "errored": 0, "expired": 0, "canceled": 0}
         for custom_id, body in batch.requests:
             if not answered:
@@ -120,12 +133,30 @@ class BatchDesk:
                 lines.append({"custom_id": custom_id, "kind": "malformed"})
                 continue
             ok = status == 200
+            if not ok:
+                self._held.discard(_digest(body))
             counts["succeeded" if ok else "errored"] += 1
             if ok:
                 self._answered.add(_digest(body))
             lines.append({"custom_id": custom_id, "kind": "succeeded" if ok else "errored", "status": status,
                           "body": payload})
         batch.results, batch.counts = lines, counts
+
+    async def stall(self) -> None:
+        """Hold a create call's response (the batch is accepted already) for ``stall_create`` seconds."""
+        if self.stall_create > 0:
+            await asyncio.sleep(self.stall_create)
+
+    def listed(self, api: str, after: str | None, limit: int) -> tuple[list[FakeBatch], bool]:
+        """One page of ``api``'s batches, newest first, after the batch ``after``; whether more follow."""
+        now = time.time()
+        newest = [b for b in reversed(self.batches.values()) if b.api == api]
+        for batch in newest:
+            self._finish(batch, now)
+        ids = [b.id for b in newest]
+        start = ids.index(after) + 1 if after in ids else 0
+        page = newest[start:start + max(1, min(limit, 100))]
+        return page, start + len(page) < len(newest)
 
     def _batch(self, request: web.Request, api: str) -> FakeBatch:
         batch = self.batches.get(request.match_info["id"])
@@ -144,6 +175,8 @@ class BatchDesk:
             return _openai_error(400, "a file is required")
         file_id = f"file-fake{next(self._ids)}"
         self.files[file_id] = (upload.filename, upload.file.read())
+        if self.stall_upload > 0:
+            await asyncio.sleep(self.stall_upload)
         return web.json_response(self._file_object(file_id, str(form.get("purpose") or "batch")))
 
     def _file_object(self, file_id: str, purpose: str) -> dict[str, Any]:
@@ -181,7 +214,14 @@ class BatchDesk:
             return _openai_error(400, f"a batch holds at most {self.limits['openai']} requests")
         batch = self._accept("openai", requests, input_file_id=file_id, endpoint=str(body.get("endpoint")),
                              metadata=body.get("metadata"))
+        await self.stall()
         return web.json_response(self._openai_object(batch))
+
+    async def _openai_list(self, request: web.Request) -> web.StreamResponse:
+        page, more = self.listed("openai", request.query.get("after"), int(request.query.get("limit") or 20))
+        data = [self._openai_object(b) for b in page]
+        return web.json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                                  "last_id": data[-1]["id"] if data else None, "has_more": more})
 
     def _openai_object(self, batch: FakeBatch) -> dict[str, Any]:
         now = time.time()
@@ -251,7 +291,15 @@ class BatchDesk:
         if len(raw) > self.limits["anthropic"]:
             return _anthropic_error(413, f"a batch holds at most {self.limits['anthropic']} requests")
         requests = [(str(r.get("custom_id")), dict(r.get("params") or {})) for r in raw if isinstance(r, dict)]
-        return web.json_response(self._anthropic_object(self._accept("anthropic", requests)))
+        batch = self._accept("anthropic", requests)
+        await self.stall()
+        return web.json_response(self._anthropic_object(batch))
+
+    async def _anthropic_list(self, request: web.Request) -> web.StreamResponse:
+        page, more = self.listed("anthropic", request.query.get("after_id"), int(request.query.get("limit") or 20))
+        data = [self._anthropic_object(b) for b in page]
+        return web.json_response({"data": data, "has_more": more, "first_id": data[0]["id"] if data else None,
+                                  "last_id": data[-1]["id"] if data else None})
 
     def _anthropic_object(self, batch: FakeBatch) -> dict[str, Any]:
         now = time.time()
@@ -311,7 +359,16 @@ class BatchDesk:
         requests = [(str((r.get("metadata") or {}).get("key")), {**dict(r.get("request") or {}), "model": model})
                     for r in raw if isinstance(r, dict)]
         batch = self._accept("gemini", requests, endpoint=model, metadata=body.get("batch"))
+        await self.stall()
         return web.json_response(self._gemini_object(batch))
+
+    async def _gemini_list(self, request: web.Request) -> web.StreamResponse:
+        token = request.query.get("pageToken")
+        page, more = self.listed("gemini", token, int(request.query.get("pageSize") or 20))
+        body: dict[str, Any] = {"operations": [self._gemini_object(b) for b in page]}
+        if more:
+            body["nextPageToken"] = page[-1].id
+        return web.json_response(body)
 
     def _gemini_object(self, batch: FakeBatch) -> dict[str, Any]:
         ended = batch.results is not None

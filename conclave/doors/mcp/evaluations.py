@@ -4,7 +4,9 @@ The evaluation runs as its own ``conclave eval`` process (Hydra's global state a
 of the server), in the server's data home, with the server's own overrides (provider endpoints) and only what the
 named arguments stand for: the client passes no raw override. The set is a registered generator (``arithmetic``,
 ``gym:<task>``) or a file under the server's allowed roots. Each line the run prints on stderr becomes progress (or
-the task's status); cancelling sends it SIGINT, as Ctrl-C does, and ``run_id`` resumes it (``conclave eval resume``).
+the task's status) — a batched run's ``eval:batch_progress`` lines among them (provider, batch id, status, counts
+done/failed/total, :mod:`conclave.eval.batch_progress`); cancelling sends it SIGINT, as Ctrl-C does, and
+``run_id`` resumes it (``conclave eval resume``).
 """
 
 from __future__ import annotations
@@ -54,8 +56,15 @@ def check_set(spec: str, roots: Roots) -> str:
     return str(path)
 
 
-def eval_overrides(*, n: int, rounds: int | None, panel: str | None, max_cost: float | None) -> list[str]:
+def eval_overrides(*, n: int, rounds: int | None, panel: str | None, max_cost: float | None,
+                   batch: str | None = None, batch_poll_s: float | None = None) -> list[str]:
     out = [f"eval.n={n}"]
+    if batch is not None:
+        if batch not in ("true", "mixed"):
+            raise ConfigError([f"batch: {batch!r} is not allowed; allowed: true, mixed"])
+        out.append(f"eval.batch={batch}")
+    if batch_poll_s is not None:
+        out.append(f"eval.batch_poll_s={float(batch_poll_s)!r}")
     if rounds is not None:
         out.append(f"rounds={rounds}")
     if panel is not None:

@@ -561,10 +561,16 @@ def build_server(config: ServerConfig, **kwargs: Any) -> ConclaveMCP:
         run_id: Annotated[str | None, Field(description=(
             "Resume this interrupted run instead of starting one (the other arguments are the run's own)."))]
         = None,
+        batch: Annotated[Literal["true", "mixed"] | None, Field(description=(
+            "Through the providers' batch APIs at batch prices, one batch per round barrier (mixed: a provider "
+            "without one, and a request a batch failed, is asked interactively); progress names each batch's "
+            "provider, id, status and counts done/failed/total."))] = None,
+        batch_poll_s: Annotated[float | None, Field(ge=1, le=3600, description=(
+            "Seconds between two status requests of an open batch (default 30)."))] = None,
     ) -> Annotated[CallToolResult, EvalOutput]:
         try:
             arguments = [] if run_id else [check_set(set, config.roots), *eval_overrides(
-                n=n, rounds=rounds, panel=panel, max_cost=max_cost)]
+                n=n, rounds=rounds, panel=panel, max_cost=max_cost, batch=batch, batch_poll_s=batch_poll_s)]
             job = CURRENT_JOB.get()
             outcome = await run_eval(
                 config.home, config.base_overrides, arguments,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -37,8 +38,16 @@ from aiohttp import web
 
 from conclave.compose import hydra_quote
 from conclave.doors.web.feeds import Feeds
-from conclave.doors.web.page import FormChoices, consultation_page, index_page, report_unavailable_page
+from conclave.doors.web.page import (
+    FormChoices,
+    consultation_page,
+    eval_run_page,
+    index_page,
+    report_unavailable_page,
+)
 from conclave.errors import UsageError
+from conclave.eval import run_store as store
+from conclave.eval.batch_progress import read_progress
 from conclave.render.html import render_html
 from conclave.render.journal_view import result_from_records
 from conclave.store.journal_file import read_records
@@ -54,6 +63,10 @@ MAX_STREAMS = 16
 HEARTBEAT_S = 15.0
 #: consultations the list page shows
 LIST_LIMIT = 100
+#: evaluation runs the list page shows
+EVAL_LIST_LIMIT = 20
+#: how often an evaluation run's page stream looks for new batch progress
+PROGRESS_POLL_S = 0.5
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
@@ -138,6 +151,8 @@ def make_app(home: Path, token: str, feeds: Feeds | None = None, starter: Starte
     app.router.add_post("/c/{id}/follow-up", _follow_up)
     app.router.add_get("/c/{id}/events", _events)
     app.router.add_get("/c/{id}/report", _report)
+    app.router.add_get("/e/{run_id}", _eval_run)
+    app.router.add_get("/e/{run_id}/events", _eval_events)
     return app
 
 
@@ -212,7 +227,19 @@ async def _rate_limit(request: web.Request, handler: Any) -> web.StreamResponse:
 
 async def _index(request: web.Request) -> web.Response:
     rows = await _list_rows(request.app)
-    return _html(index_page(rows, **_form_args(request)))
+    runs = await asyncio.to_thread(_eval_runs, request.app[FEEDS_KEY].layout.home)
+    return _html(index_page(rows, **_form_args(request), runs=runs))
+
+
+def _eval_runs(home: Path) -> list[dict[str, Any]]:
+    """The newest evaluation runs of the home (by run id), each as its ``run.json`` has it."""
+    runs = []
+    for run_id in reversed(store.run_ids(home)[-EVAL_LIST_LIMIT:]):
+        try:
+            runs.append(store.read_run(home, run_id))
+        except (UsageError, ValueError):  # removed or being rewritten meanwhile
+            continue
+    return runs
 
 
 async def _list_rows(app: web.Application) -> list[dict[str, Any]]:
@@ -378,6 +405,61 @@ async def _events(request: web.Request) -> web.StreamResponse:
         pass
     finally:
         pending.cancel()
+        bucket.streams -= 1
+    return response
+
+
+def _known_run(request: web.Request) -> tuple[str, dict[str, Any]]:
+    """The evaluation run of the path and its ``run.json``, or 404 (an id that cannot name a run included)."""
+    run_id = request.match_info["run_id"]
+    try:
+        return run_id, store.read_run(request.app[FEEDS_KEY].layout.home, run_id)
+    except (UsageError, ValueError):
+        raise web.HTTPNotFound(text="no such evaluation run\n") from None
+
+
+async def _eval_run(request: web.Request) -> web.Response:
+    run_id, run = await asyncio.to_thread(_known_run, request)
+    return _html(eval_run_page(run_id, run))
+
+
+async def _eval_events(request: web.Request) -> web.StreamResponse:
+    """The run's ``eval:batch_progress`` records over Server-Sent Events (``id:`` is the byte offset in
+    ``progress.jsonl`` after the record, so a dropped connection resumes after the last one it saw), new ones as
+    the run appends them, until the run is no longer running."""
+    run_id, _ = await asyncio.to_thread(_known_run, request)
+    home = request.app[FEEDS_KEY].layout.home
+    limits: RateLimits = request.app[LIMITS_KEY]
+    bucket = limits.clients.setdefault(request.remote or "?", _Bucket())
+    if bucket.streams >= limits.max_streams:
+        return web.Response(status=429, text="429: too many open event streams\n", headers={"Retry-After": "5"})
+    heartbeat_s = request.app[SETTINGS_KEY].heartbeat_s
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    bucket.streams += 1
+    offset, quiet, status = max(0, _last_event_id(request)), 0.0, ""
+    try:
+        while True:
+            records, offset = await asyncio.to_thread(read_progress, home, run_id, offset)
+            if records:
+                await response.write(b"".join(
+                    f"id: {offset}\ndata: {json.dumps(r.as_dict(), ensure_ascii=False)}\n\n".encode()
+                    for r in records))
+                quiet = 0.0
+                continue
+            status = str((await asyncio.to_thread(store.read_run, home, run_id)).get("status") or "")
+            if status not in ("starting", "running"):
+                break
+            await asyncio.sleep(PROGRESS_POLL_S)
+            quiet += PROGRESS_POLL_S
+            if quiet >= heartbeat_s:
+                await response.write(b": ping\n\n")
+                quiet = 0.0
+        await response.write(f"event: end\ndata: {json.dumps({'status': status})}\n\n".encode())
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
         bucket.streams -= 1
     return response
 

@@ -52,6 +52,11 @@ form.approve { border:0; padding:8px 0 0; margin:0; background:none; }
 #verdict { background:var(--card); border:2px solid var(--accent); border-radius:8px; padding:14px; margin:14px 0; }
 #verdict:empty { display:none; }
 #conn { font-size:12px; color:var(--muted); }
+h2 { font-size:16px; margin:24px 0 8px; }
+.status.in_progress { color:var(--run); } .status.expired,.status.cancelled,.status.failed { color:var(--bad); }
+.status.completed { color:var(--ok); } td.id { font-family:ui-monospace,Menlo,monospace; }
+.bar { height:6px; background:var(--line); border-radius:3px; margin-top:4px; width:220px; }
+.bar > div { height:100%; background:var(--accent); border-radius:3px; }
 """
 
 _SCRIPT = r"""
@@ -225,7 +230,7 @@ def _form(form: FormChoices, csrf: str, question: str, picked: dict[str, str]) -
 
 def index_page(rows: list[dict[str, Any]], *, form: FormChoices | None, csrf: str = "", error: str | None = None,
                refused: str | None = None, approval: str | None = None, question: str = "",
-               picked: dict[str, str] | None = None) -> str:
+               picked: dict[str, str] | None = None, runs: list[dict[str, Any]] | None = None) -> str:
     parts = ["<header><h1>conclave</h1><div class=sub>consultations on this machine</div></header><main>"]
     if error:
         parts.append(f"<div class='note error'>{html.escape(error)}</div>")
@@ -252,8 +257,64 @@ def index_page(rows: list[dict[str, Any]], *, form: FormChoices | None, csrf: st
         parts.append("</tbody></table>")
     elif not error and not refused:
         parts.append("<p>No consultation yet.</p>")
+    if runs:
+        parts.append("<h2>Evaluations</h2><table class=runs><thead><tr><th>Run</th><th>Set</th><th>Batches</th>"
+                     "<th>Status</th><th>Started</th></tr></thead><tbody>")
+        for run in runs:
+            status = html.escape(str(run.get("status") or ""))
+            parts.append(
+                f"<tr><td><a href='/e/{html.escape(str(run['run_id']))}'>{html.escape(str(run['run_id']))}</a></td>"
+                f"<td>{html.escape(str(run.get('set_spec') or ''))}</td>"
+                f"<td>{html.escape(str(run.get('batch_mode') or 'off'))}</td><td class='status {status}'>{status}</td>"
+                f"<td>{html.escape(_when(run.get('started_at')))}</td></tr>")
+        parts.append("</tbody></table>")
     parts.append("</main>")
     return _page("conclave", "".join(parts))
+
+
+_RUN_SCRIPT = r"""
+const rid = document.body.dataset.run;
+const rows = document.getElementById("batches");
+const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;","\"":"&quot;","'":"&#39;"}[c]));
+const source = new EventSource("/e/" + encodeURIComponent(rid) + "/events");
+source.onopen = () => { document.getElementById("conn").textContent = "live"; };
+source.onmessage = e => {
+  const d = JSON.parse(e.data);  // one eval:batch_progress record
+  let row = rows.querySelector('[data-batch="' + CSS.escape(d.batch_id) + '"]');
+  if (!row) {
+    row = document.createElement("tr"); row.dataset.batch = d.batch_id; rows.appendChild(row);
+    document.getElementById("none").remove?.();
+  }
+  const share = d.total ? Math.round(100 * d.done / d.total) : 0;
+  row.className = "batch " + d.state;
+  row.innerHTML = "<td>" + esc(d.provider) + "</td><td class=id>" + esc(d.batch_id) + "</td><td>"
+    + esc(d.rounds.join("/")) + "</td><td class='status " + esc(d.state) + "'>" + esc(d.status) + "</td>"
+    + "<td class=counts>" + d.done + "/" + d.total + " done, " + d.failed + " failed"
+    + "<div class=bar><div style='width:" + share + "%'></div></div></td>";
+};
+source.addEventListener("end", e => {
+  source.close(); document.getElementById("conn").textContent = "run ended";
+  const status = document.getElementById("status"), d = JSON.parse(e.data);
+  status.textContent = d.status; status.className = "status " + d.status;
+});
+source.onerror = () => { document.getElementById("conn").textContent = "reconnecting…"; };
+"""
+
+
+def eval_run_page(run_id: str, run: dict[str, Any]) -> str:
+    """The live page of one evaluation run: a row per provider batch (provider, id, rounds, status, counts
+    done/failed/total), updated from its ``eval:batch_progress`` records as they arrive."""
+    status = html.escape(str(run.get("status") or ""))
+    body = (
+        f"<header><h1>Evaluation {html.escape(run_id)}</h1><div class=sub>{html.escape(str(run.get('set_spec') or ''))}"
+        f" · {html.escape(str(run.get('items') or 0))} item(s) · batches: "
+        f"{html.escape(str(run.get('batch_mode') or 'off'))} · <span id=status class='status {status}'>{status}"
+        "</span> · <span id=conn>connecting…</span> · <a href='/'>all consultations</a></div></header>"
+        "<main><table><thead><tr><th>Provider</th><th>Batch</th><th>Round</th><th>Status</th><th>Requests</th>"
+        "</tr></thead><tbody id=batches></tbody></table><p id=none>No batch yet.</p></main>"
+        f"<script>{_RUN_SCRIPT}</script>"
+    )
+    return _page(f"conclave · {run_id}", body, f" data-run='{html.escape(run_id)}'")
 
 
 def report_unavailable_page(consultation_id: str) -> str:
