@@ -23,6 +23,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from conclave.errors import StorageError, UsageError
+from conclave.store.cores import default_workers
 from conclave.store.index_reader import READ_OPTIONAL
 from conclave.store.indexer import Batch, build_batch, refresh_totals
 from conclave.store.journal import live_status, os_cause, parse_records, read_records, try_lock
@@ -224,19 +225,6 @@ class RebuildReport:
     seconds: float
 
 
-# Writing a chunk takes about half as long as reading and folding it, so past this many workers more of them only
-# queue for the write lock (each holding a chunk in memory and a page cache).
-MAX_DEFAULT_WORKERS = 4
-
-
-def _default_workers() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_DEFAULT_WORKERS))
-
-
 # Pragmas of the connections that load a rebuild's scratch file: no rollback journal and no fsync (a scratch file
 # that anything fails to finish is thrown away; rebuild() makes the finished one durable once), a larger page cache.
 _SCRATCH_PRAGMAS = ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA cache_size=-65536")
@@ -249,12 +237,12 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
 
     The rows are loaded into a scratch file beside the index (``index.db.rebuild``), in chunks of ``chunk``
     consultations, one transaction each (rows and totals); then search, views and indexes are built over them
-    once, and the daily rollups refreshed once. ``workers`` forked processes (default: one per CPU, at most
-    :data:`MAX_DEFAULT_WORKERS`) each read, fold and write whole chunks, taking turns at the write lock, so one
-    parses while another writes (0 = everything in this process). The finished file then replaces the index in
-    one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it was. Journals written
-    to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not verified here:
-    ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
+    once, and the daily rollups refreshed once. ``workers`` forked processes (default:
+    :func:`~conclave.store.cores.default_workers`) each read, fold and write whole chunks, taking turns at the
+    write lock, so one parses while another writes (0 = everything in this process). The finished file then
+    replaces the index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it
+    was. Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
+    verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
     """
     started = time.perf_counter()
     target = layout.index_path
@@ -267,7 +255,7 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
     since = time.time()
     with _only_rebuild(scratch):
         try:
-            ids, records = _build(layout, scratch, chunk, _default_workers() if workers is None else workers)
+            ids, records = _build(layout, scratch, chunk, default_workers() if workers is None else workers)
             _install(scratch, target)
         finally:
             _remove_database(scratch)
