@@ -21,7 +21,7 @@ from test_index import dump, record_interleaved
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
 from conclave.store.journal import JournalWriter, read_records
-from conclave.store.journal_file import REFS
+from conclave.store.journal_file import REFS, expand_records, parse_records
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 from conclave.store.sqlite_index import IndexWriter, _catch_up, rebuild
@@ -170,3 +170,22 @@ def test_verify_in_worker_processes_names_every_tampered_journal(tmp_path: Path)
     done = run_conclave("logs", "verify", home=tmp_path)
     assert done.returncode == 1
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == [f"FAIL {cid}" for cid in tampered]
+
+
+def test_references_filled_in_place_never_change_the_record_they_come_from() -> None:
+    """``index rebuild`` fills references into the records it just parsed; one that points inside a value another
+    reference filled in (no writer makes one; a damaged journal might) must not write into the earlier record."""
+    earlier = {"x": {"k": 1, "big": ["long"] * 3}, "y": [1, 2]}
+    records = [
+        {"consultation_id": "c", "seq": 0, "data": earlier},
+        {"consultation_id": "c", "seq": 1, "data": {"a": None, "b": {"c": None}, "l": [0, None]},
+         REFS: [[["a"], 0, ["x"]], [["a", "k"], 0, ["x", "big"]], [["b", "c"], 0, ["y"]], [["l", 1], 0, ["y"]],
+                [["a", "big", 0], 0, ["y"]], [["nowhere", "deep"], 0, ["x"]], [["b"], 7, ["x"]]]},
+    ]
+    text = b"".join(json.dumps(r).encode() + b"\n" for r in records)
+    copied = expand_records(json.loads(json.dumps(records)))
+    in_place = parse_records(text, "unused")
+    assert in_place == copied
+    assert in_place[0]["data"] == earlier  # the values it lent are as they were
+    assert in_place[1]["data"]["a"] == {"k": ["long"] * 3, "big": [[1, 2], "long", "long"]}
+    assert all(REFS not in r for r in in_place)
