@@ -232,11 +232,19 @@ _SCRATCH_PRAGMAS = ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA
 INSTALL_BUSY_TIMEOUT_S = 1.0
 
 
-def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None) -> RebuildReport:
+#: consultations per chunk of a rebuild, at most: a transaction's worth of rows held in memory
+MAX_CHUNK = 500
+#: chunks per worker, at least, when there are enough consultations: while one worker writes its chunk the
+#: others parse theirs, so a home split into as many chunks as workers would leave them queueing at the end
+CHUNKS_PER_WORKER = 4
+
+
+def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | None = None) -> RebuildReport:
     """Recreate the index from every journal through the same indexing code path as live recording.
 
     The rows are loaded into a scratch file beside the index (``index.db.rebuild``), in chunks of ``chunk``
-    consultations, one transaction each (rows and totals); then search, views and indexes are built over them
+    consultations (default: up to :data:`MAX_CHUNK`, :data:`CHUNKS_PER_WORKER` per worker at least), one
+    transaction each (rows and totals); then search, views and indexes are built over them
     once, and the daily rollups refreshed once. ``workers`` forked processes (default:
     :func:`~conclave.store.cores.default_workers`) each read, fold and write whole chunks, taking turns at the
     write lock, so one parses while another writes (0 = everything in this process). The finished file then
@@ -280,13 +288,15 @@ def _only_rebuild(scratch: Path) -> Iterator[None]:
         os.close(fd)  # after every SQLite connection to the file is closed (closing a file drops POSIX locks)
 
 
-def _build(layout: StoreLayout, scratch: Path, chunk: int, workers: int) -> tuple[list[str], int]:
+def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) -> tuple[list[str], int]:
     """Load every journal into ``scratch`` and finish it as an index; the ids indexed and the record count."""
     db = _connect_scratch(scratch)
     try:
         with write_txn(db):
             apply_all_but_deferred(db)  # the tables rows go to; indexes, search and views come after the rows
         ids = layout.journal_ids()
+        if chunk is None:
+            chunk = max(1, min(MAX_CHUNK, -(-len(ids) // (CHUNKS_PER_WORKER * max(1, workers)))))
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
         records = 0
         days: dict[str, str] = {}  # day -> a consultation that started on it
