@@ -339,7 +339,10 @@ def _install(scratch: Path, target: Path) -> None:
         _remove_database(target)  # a log or shared-memory file left without its database
         _replace(scratch, target)
         return
-    old = sqlite3.connect(str(target), timeout=INSTALL_BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        old = sqlite3.connect(str(target), timeout=INSTALL_BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:  # a directory where the index should be, no permission
+        raise IndexOpenError(target, _sqlite_cause(exc, target)) from exc
     try:
         try:
             old.execute("PRAGMA journal_mode=DELETE")  # refused while another connection has it open
@@ -365,7 +368,10 @@ def _install(scratch: Path, target: Path) -> None:
 
 
 def _replace(scratch: Path, target: Path) -> None:
-    os.replace(scratch, target)
+    try:
+        os.replace(scratch, target)
+    except OSError as exc:
+        raise IndexOpenError(target, os_cause(exc)) from exc
     with contextlib.suppress(OSError):  # the rename made durable (not where directories cannot be opened)
         fd = os.open(target.parent, os.O_RDONLY)
         try:
