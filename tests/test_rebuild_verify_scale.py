@@ -20,7 +20,7 @@ from test_index import dump, record_interleaved
 
 from conclave import events as ev
 from conclave.store.heads import HeadsLog
-from conclave.store.journal import JournalWriter, read_records
+from conclave.store.journal import JournalWriter, read_records, try_lock
 from conclave.store.journal_file import REFS, expand_records, parse_records
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
@@ -189,3 +189,19 @@ def test_references_filled_in_place_never_change_the_record_they_come_from() -> 
     assert in_place[0]["data"] == earlier  # the values it lent are as they were
     assert in_place[1]["data"]["a"] == {"k": ["long"] * 3, "big": [[1, 2], "long", "long"]}
     assert all(REFS not in r for r in in_place)
+
+
+def test_a_second_rebuild_meanwhile_is_one_line_and_leaves_the_index_alone(tmp_path: Path) -> None:
+    record_interleaved(tmp_path, [synthetic_events(n) for n in range(2)], writers=1)
+    before = dump(tmp_path)
+    scratch = StoreLayout(tmp_path).index_path.with_name("index.db.rebuild")
+    fd = os.open(scratch, os.O_RDWR | os.O_CREAT)
+    try:
+        assert try_lock(fd, exclusive=True)  # as the first rebuild holds it
+        done = run_conclave("index", "rebuild", home=tmp_path)
+    finally:
+        os.close(fd)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"conclave index: cannot rebuild the index: another `conclave index rebuild` is writing {scratch}"]
+    assert dump(tmp_path) == before

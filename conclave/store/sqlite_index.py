@@ -261,20 +261,21 @@ def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | Non
         raise IndexOpenError(target, os_cause(exc)) from exc
     scratch = target.with_name(target.name + ".rebuild")
     since = time.time()
-    with _only_rebuild(scratch):
+    with _only_rebuild(scratch) as fd:
         try:
             ids, records = _build(layout, scratch, chunk, default_workers() if workers is None else workers)
             _install(scratch, target)
         finally:
-            _remove_database(scratch)
+            if _is_file(fd, scratch):  # not renamed into place (a rebuild started since has a scratch of its own)
+                scratch.unlink()
     _catch_up(layout, since)
     return RebuildReport(len(ids), records, time.perf_counter() - started)
 
 
 @contextlib.contextmanager
-def _only_rebuild(scratch: Path) -> Iterator[None]:
-    """Hold an advisory lock on the scratch file for the whole rebuild (two rebuilds would load one file); the
-    lock dies with its process, so a rebuild killed half way never blocks the next one."""
+def _only_rebuild(scratch: Path) -> Iterator[int]:
+    """Hold an advisory lock on the scratch file (a descriptor of it) for the whole rebuild: two rebuilds would
+    load one file. The lock dies with its process, so a rebuild killed half way never blocks the next one."""
     try:
         fd = os.open(scratch, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -283,9 +284,18 @@ def _only_rebuild(scratch: Path) -> Iterator[None]:
         if not try_lock(fd, exclusive=True):
             raise StorageError(f"cannot rebuild the index: another `conclave index rebuild` is writing {scratch}")
         os.ftruncate(fd, 0)  # what a rebuild killed half way left
-        yield
+        yield fd
     finally:
         os.close(fd)  # after every SQLite connection to the file is closed (closing a file drops POSIX locks)
+
+
+def _is_file(fd: int, path: Path) -> bool:
+    """True when ``path`` names the file open as ``fd``."""
+    try:
+        found, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) -> tuple[list[str], int]:
