@@ -89,7 +89,7 @@ def parse_records(data: bytes, path: str | Path) -> list[dict[str, Any]]:
             records = json.loads(text)
         except ValueError:
             return read_journal(Path(path)).records
-    return expand_records([r for r in records if isinstance(r, dict)])
+    return expand_records([r for r in records if isinstance(r, dict)], in_place=True)
 
 
 #: A record's key listing the values of its ``data`` that repeat a value of an earlier record of the same journal,
@@ -99,14 +99,16 @@ def parse_records(data: bytes, path: str | Path) -> list[dict[str, Any]]:
 REFS = "refs"
 
 
-def expand_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def expand_records(records: list[dict[str, Any]], *, in_place: bool = False) -> list[dict[str, Any]]:
     """``records`` (in journal order) with every reference (:data:`REFS`) replaced by the value it stands for.
 
     A record with references is returned as a new record without :data:`REFS` (the parsed record, whose hash
     covers its references, is left as it is, for ``logs verify``); the others are returned as they are, so a
     journal written before references existed reads exactly as before. A reference that names no earlier value
     (a damaged journal, which ``logs verify`` reports) is left ``null``. Filled-in values are shared with the
-    record they come from, not copied."""
+    record they come from, not copied. ``in_place``: the records were just parsed for this caller alone, so
+    references are filled into them rather than into copies (never into a value filled in from an earlier
+    record: that one is copied first, as before)."""
     if not any(REFS in r for r in records):
         return records
     by_seq: dict[Any, dict[str, Any]] = {}
@@ -114,12 +116,21 @@ def expand_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for record in records:
         refs = record.get(REFS)
         if isinstance(refs, list) and isinstance(record.get("data"), dict):
-            record = {k: v for k, v in record.items() if k != REFS}
+            if in_place:
+                del record[REFS]
+            else:
+                record = {k: v for k, v in record.items() if k != REFS}
+            shared: set[int] = set()  # ids of the values filled in: they belong to earlier records
             for ref in refs:
-                with contextlib.suppress(LookupError, TypeError, ValueError):
+                try:
                     where, seq, there = ref
                     value = _at(by_seq[seq]["data"], there)
-                    record["data"] = _put(record["data"], where, value)
+                    if in_place:
+                        record["data"] = _put_in_place(record["data"], where, value, shared)
+                    else:
+                        record["data"] = _put(record["data"], where, value)
+                except (LookupError, TypeError, ValueError):
+                    continue
         by_seq.setdefault(record.get("seq"), record)
         out.append(record)
     return out
@@ -137,6 +148,24 @@ def _at(value: Any, path: list[Any]) -> Any:
     for step in path:
         value = value[step]
     return value
+
+
+def _put_in_place(root: Any, path: list[Any], value: Any, shared: set[int]) -> Any:
+    """``root`` with ``value`` at ``path``, set in place, except below a value in ``shared`` (filled in from an
+    earlier record): from there on the containers along the path are copied (:func:`_put`)."""
+    if not path:
+        return value
+    node = root
+    for i, step in enumerate(path[:-1]):
+        child = node[step]
+        if id(child) in shared:
+            node[step] = _put(child, path[i + 1 :], value)
+            shared.add(id(value))
+            return root
+        node = child
+    node[path[-1]] = value
+    shared.add(id(value))
+    return root
 
 
 def _put(container: Any, path: list[Any], value: Any) -> Any:

@@ -73,7 +73,7 @@ def merge_homes(target: Path, sources: list[Path]) -> MergeReport:
     report.consultations = rebuilt.consultations
 
     reindex(layout.home)
-    verified = verify_store(layout)
+    verified = verify_store(layout, workers=None)  # a command of its own, as `logs verify`: every core
     report.verified = verified.ok
     report.problems = [str(p) for p in verified.problems]
     return report

@@ -12,7 +12,6 @@ import multiprocessing.util
 import os
 import shutil
 import sqlite3
-import threading
 import time
 from collections import deque
 from collections.abc import Generator, Iterator
@@ -24,9 +23,10 @@ from typing import Any
 from sqlite_utils import Database
 
 from conclave.errors import StorageError, UsageError
+from conclave.store.cores import default_workers
 from conclave.store.index_reader import READ_OPTIONAL
 from conclave.store.indexer import Batch, build_batch, refresh_totals
-from conclave.store.journal import live_status, os_cause, parse_records
+from conclave.store.journal import live_status, os_cause, parse_records, read_records, try_lock
 from conclave.store.migrations import apply_all_but_deferred, migrations
 from conclave.store.paths import StoreLayout, check_consultation_id
 from conclave.store.rollups import refresh_days
@@ -225,49 +225,92 @@ class RebuildReport:
     seconds: float
 
 
-# Writing a chunk takes about half as long as reading and folding it, so past this many workers more of them only
-# queue for the write lock (each holding a chunk in memory and a page cache).
-MAX_DEFAULT_WORKERS = 4
+# Pragmas of the connections that load a rebuild's scratch file: no rollback journal and no fsync (a scratch file
+# that anything fails to finish is thrown away; rebuild() makes the finished one durable once), a larger page cache.
+_SCRATCH_PRAGMAS = ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA cache_size=-65536")
+#: how long installing a rebuilt index waits for other connections to the old one to finish a transaction
+INSTALL_BUSY_TIMEOUT_S = 1.0
 
 
-def _default_workers() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_DEFAULT_WORKERS))
+#: consultations per chunk of a rebuild, at most: a transaction's worth of rows held in memory
+MAX_CHUNK = 500
+#: chunks per worker, at least, when there are enough consultations: while one worker writes its chunk the
+#: others parse theirs, so a home split into as many chunks as workers would leave them queueing at the end
+CHUNKS_PER_WORKER = 4
 
 
-# Pragmas for the connections that write a rebuild: no fsync at WAL checkpoints (an index lost to a power cut is
-# rebuilt from the journal; rebuild() makes the result durable once at the end), a larger page cache, and freed
-# pages not zeroed one by one (SQLite builds with secure_delete on in some distributions, Debian's among them:
-# dropping the old tables then writes the whole old index again). Whatever the old index held is in the journal.
-_BULK_PRAGMAS = ("PRAGMA synchronous=OFF", "PRAGMA cache_size=-65536", "PRAGMA secure_delete=FAST")
-
-
-def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None) -> RebuildReport:
+def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | None = None) -> RebuildReport:
     """Recreate the index from every journal through the same indexing code path as live recording.
 
-    The schema is dropped and migrated afresh in one transaction. Journals are then read, folded and written in
-    chunks of ``chunk`` consultations, one ``BEGIN IMMEDIATE`` transaction each (rows and totals), so concurrent
-    writers wait at most one chunk; the daily rollups are refreshed once at the end. ``workers`` forked processes
-    (default: one per CPU, at most :data:`MAX_DEFAULT_WORKERS`) each read, fold and write whole chunks, taking
-    turns at the write lock, so one parses while another writes (0 = everything in this process). Journals are
-    not verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
+    The rows are loaded into a scratch file beside the index (``index.db.rebuild``), in chunks of ``chunk``
+    consultations (default: up to :data:`MAX_CHUNK`, :data:`CHUNKS_PER_WORKER` per worker at least), one
+    transaction each (rows and totals); then search, views and indexes are built over them
+    once, and the daily rollups refreshed once. ``workers`` forked processes (default:
+    :func:`~conclave.store.cores.default_workers`) each read, fold and write whole chunks, taking turns at the
+    write lock, so one parses while another writes (0 = everything in this process). The finished file then
+    replaces the index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it
+    was. Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
+    verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
     """
     started = time.perf_counter()
-    _refuse_read_only(layout.index_path)
-    db = _connect_or_recreate(layout.index_path)
+    target = layout.index_path
+    _refuse_read_only(target)
     try:
-        for pragma in _BULK_PRAGMAS:
-            db.conn.execute(pragma)
-        with _read_in_background(layout.index_path):  # dropping the old tables reads every page of them
-            _recreate_schema(db)
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise IndexOpenError(target, os_cause(exc)) from exc
+    scratch = target.with_name(target.name + ".rebuild")
+    since = time.time()
+    with _only_rebuild(scratch) as fd:
+        try:
+            ids, records = _build(layout, scratch, chunk, default_workers() if workers is None else workers)
+            _install(scratch, target)
+        finally:
+            if _is_file(fd, scratch):  # not renamed into place (a rebuild started since has a scratch of its own)
+                scratch.unlink()
+    _catch_up(layout, since)
+    return RebuildReport(len(ids), records, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def _only_rebuild(scratch: Path) -> Iterator[int]:
+    """Hold an advisory lock on the scratch file (a descriptor of it) for the whole rebuild: two rebuilds would
+    load one file. The lock dies with its process, so a rebuild killed half way never blocks the next one."""
+    try:
+        fd = os.open(scratch, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot rebuild the index: cannot create {scratch}: {os_cause(exc)}") from None
+    try:
+        if not try_lock(fd, exclusive=True):
+            raise StorageError(f"cannot rebuild the index: another `conclave index rebuild` is writing {scratch}")
+        os.ftruncate(fd, 0)  # what a rebuild killed half way left
+        yield fd
+    finally:
+        os.close(fd)  # after every SQLite connection to the file is closed (closing a file drops POSIX locks)
+
+
+def _is_file(fd: int, path: Path) -> bool:
+    """True when ``path`` names the file open as ``fd``."""
+    try:
+        found, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) -> tuple[list[str], int]:
+    """Load every journal into ``scratch`` and finish it as an index; the ids indexed and the record count."""
+    db = _connect_scratch(scratch)
+    try:
+        with write_txn(db):
+            apply_all_but_deferred(db)  # the tables rows go to; indexes, search and views come after the rows
         ids = layout.journal_ids()
+        if chunk is None:
+            chunk = max(1, min(MAX_CHUNK, -(-len(ids) // (CHUNKS_PER_WORKER * max(1, workers)))))
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
         records = 0
         days: dict[str, str] = {}  # day -> a consultation that started on it
-        for count, chunk_days in _index_chunks(layout, chunks, _default_workers() if workers is None else workers):
+        for count, chunk_days in _index_chunks(layout, scratch, chunks, workers):
             records += count
             for day, cid in chunk_days.items():
                 days.setdefault(day, cid)
@@ -276,11 +319,105 @@ def rebuild(layout: StoreLayout, *, chunk: int = 500, workers: int | None = None
         with write_txn(db):  # refresh_days() recomputes whole days: one consultation per day names them all
             refresh_days(db.conn, sorted(days.values()))
         settle_killed_rounds(db, layout)  # a journal records no end for a killed round: nobody writes it now
-        db.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        db.conn.execute("PRAGMA journal_mode=WAL")  # what the index is opened in (kept in the file)
     finally:
         db.close()
-    _fsync(layout.index_path)  # the rebuild's connections never fsync: make the new index durable once
-    return RebuildReport(len(ids), records, time.perf_counter() - started)
+    _fsync(scratch)  # the loading connections never fsync: make the new index durable once, before it is used
+    return ids, records
+
+
+def _connect_scratch(path: Path) -> Any:
+    """A sqlite-utils Database on a rebuild's scratch file, set for loading (:data:`_SCRATCH_PRAGMAS`)."""
+    try:
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        for pragma in _SCRATCH_PRAGMAS:
+            conn.execute(pragma)
+    except sqlite3.Error as exc:
+        raise IndexOpenError(path, _sqlite_cause(exc, path)) from exc
+    return Database(conn)
+
+
+def _install(scratch: Path, target: Path) -> None:
+    """Put the finished ``scratch`` index in the place of ``target``, all at once.
+
+    Renamed over it when no other connection has it open (its write-ahead log is emptied and removed first,
+    under its lock: a leftover log would be read as the new file's). Otherwise (``browse``, ``serve``, a
+    consultation being recorded) copied into it with SQLite's backup API: one write transaction, which those
+    connections see as any other commit, and which a crash rolls back. An old index that is not a SQLite
+    database is simply replaced."""
+    if not target.exists():
+        _remove_database(target)  # a log or shared-memory file left without its database
+        _replace(scratch, target)
+        return
+    try:
+        old = sqlite3.connect(str(target), timeout=INSTALL_BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:  # a directory where the index should be, no permission
+        raise IndexOpenError(target, _sqlite_cause(exc, target)) from exc
+    try:
+        try:
+            old.execute("PRAGMA journal_mode=DELETE")  # refused while another connection has it open
+            old.execute("BEGIN EXCLUSIVE")  # no process opens the old file between the check and the rename
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise IndexOpenError(target, _sqlite_cause(exc, target)) from exc
+            new = sqlite3.connect(str(scratch), isolation_level=None)
+            try:
+                old.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+                new.backup(old)
+            finally:
+                new.close()
+            return
+        except sqlite3.DatabaseError as exc:
+            if "not a database" not in str(exc) and "malformed" not in str(exc):
+                raise IndexOpenError(target, _sqlite_cause(exc, target)) from exc
+            old.close()
+            _remove_database(target)
+        _replace(scratch, target)
+    finally:
+        old.close()
+
+
+def _replace(scratch: Path, target: Path) -> None:
+    try:
+        os.replace(scratch, target)
+    except OSError as exc:
+        raise IndexOpenError(target, os_cause(exc)) from exc
+    with contextlib.suppress(OSError):  # the rename made durable (not where directories cannot be opened)
+        fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _catch_up(layout: StoreLayout, since: float) -> None:
+    """Index again, over the installed index, every journal written to since ``since`` (epoch seconds): a
+    consultation recorded while the rebuild ran wrote its later rows to the old index, and the rebuild read its
+    journal as it was then. Indexing is idempotent, so a journal indexed twice gives the same rows."""
+    changed = []
+    margin = 1.0  # file times come from a clock coarser than time.time()
+    for cid in layout.journal_ids():
+        with contextlib.suppress(OSError):
+            if layout.journal_path(cid).stat().st_mtime >= since - margin:
+                changed.append(cid)
+    if not changed:
+        return
+    batch = Batch()
+    for cid in changed:
+        with contextlib.suppress(OSError):
+            build_batch(read_records(layout.journal_path(cid)), batch)
+    db = connect(layout.index_path)
+    try:
+        with write_txn(db):
+            batch.write(db)
+        settle_killed_rounds(db, layout)  # as the rebuild did: a round of a journal nobody writes was killed
+    finally:
+        db.close()
 
 
 def _refuse_read_only(path: Path) -> None:
@@ -290,74 +427,21 @@ def _refuse_read_only(path: Path) -> None:
 
 
 def _fsync(index_path: Path) -> None:
-    """fsync the database file and its write-ahead log (whatever part of it was not checkpointed)."""
-    for path in (index_path, index_path.with_name(index_path.name + "-wal")):
-        try:
-            fd = os.open(path, os.O_RDWR)  # (Windows flushes only what is open for writing)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def _read_in_background(path: Path) -> Iterator[None]:
-    """Read ``path`` through the page cache in another thread meanwhile, when it fits in a quarter of memory.
-
-    Dropping a table reads each of its pages, one at a time and out of order: when the old index is no longer
-    in the page cache (it is usually cold when it is rebuilt), that costs several times a sequential read."""
+    """fsync the database file."""
+    fd = os.open(index_path, os.O_RDWR)  # (Windows flushes only what is open for writing)
     try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        size = path.stat().st_size
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no index yet
-        yield
-        return
-    if not 0 < size <= memory // 4:
-        yield
-        return
-    stop = threading.Event()
-
-    def read() -> None:
-        with contextlib.suppress(OSError), open(path, "rb", buffering=0) as f:
-            while not stop.is_set() and f.read(1 << 20):
-                pass
-
-    reader = threading.Thread(target=read, name="conclave-index-read", daemon=True)
-    reader.start()
-    try:
-        yield
+        os.fsync(fd)
     finally:
-        stop.set()
-        reader.join()  # before any worker is forked
-
-
-def _recreate_schema(db: Any) -> None:
-    """Drop everything and apply every migration but :data:`~conclave.store.migrations.REBUILD_DEFERRED`: the
-    tables rows go to. Those stay pending until the rows are loaded; a process that connects meanwhile (or after
-    a rebuild that died) applies them itself, so the index is never left without them."""
-    with write_txn(db):
-        conn = db.conn
-        for (view,) in conn.execute("select name from sqlite_master where type = 'view'").fetchall():
-            conn.execute(f"drop view [{view}]")
-        conn.execute("drop table if exists consultations_fts")  # takes its shadow tables with it
-        # Everything else, whatever schema version (or damage) it is at, is dropped and migrated afresh.
-        tables = conn.execute(
-            "select name from sqlite_master where type = 'table' and name not like 'sqlite_%' "
-            "and name != ?", [migrations.migrations_table]).fetchall()
-        for (table,) in tables:
-            conn.execute(f"drop table [{table}]")
-        if db[migrations.migrations_table].exists():
-            conn.execute(f"delete from {migrations.migrations_table} where migration_set = ?", [migrations.name])
-        apply_all_but_deferred(db)
+        os.close(fd)
 
 
 class _ChunkWriter:
-    """Reads, folds and writes chunks of consultations (rows and totals; not rollups) on its own connection."""
+    """Reads, folds and writes chunks of consultations (rows and totals; not rollups) on its own connection to
+    the scratch file ``path``."""
 
-    def __init__(self, layout: StoreLayout, lock: Any = None) -> None:
+    def __init__(self, layout: StoreLayout, path: Path, lock: Any = None) -> None:
         self.layout = layout
+        self.path = path
         self.lock = lock  # taken around each write transaction, so writer processes queue without polling
         self._db: Any = None
 
@@ -373,9 +457,7 @@ class _ChunkWriter:
             build_batch(records, batch)
             count += len(records)
         if self._db is None:
-            self._db = connect(self.layout.index_path, migrate=False)
-            for pragma in _BULK_PRAGMAS:
-                self._db.conn.execute(pragma)
+            self._db = _connect_scratch(self.path)
         turn = self.lock if self.lock is not None else contextlib.nullcontext()
         with turn, write_txn(self._db):
             batch.write_rows(self._db.conn)
@@ -429,9 +511,9 @@ def _read_ahead(paths: list[str], window: int = READ_AHEAD) -> Generator[tuple[s
 _worker: _ChunkWriter | None = None  # in a worker process
 
 
-def _start_worker(layout: StoreLayout, lock: Any) -> None:
+def _start_worker(layout: StoreLayout, path: Path, lock: Any) -> None:
     global _worker
-    _worker = _ChunkWriter(layout, lock)
+    _worker = _ChunkWriter(layout, path, lock)
     multiprocessing.util.Finalize(_worker, _worker.close, exitpriority=10)
 
 
@@ -440,12 +522,13 @@ def _write_chunk(ids: list[str]) -> tuple[int, dict[str, str]]:
     return _worker(ids)
 
 
-def _index_chunks(layout: StoreLayout, chunks: list[list[str]], workers: int) -> Iterator[tuple[int, dict[str, str]]]:
+def _index_chunks(layout: StoreLayout, path: Path, chunks: list[list[str]],
+                  workers: int) -> Iterator[tuple[int, dict[str, str]]]:
     """Index every chunk; yields what :meth:`_ChunkWriter.__call__` returns for each (chunk order in this process,
     completion order with workers)."""
     # fork only: a spawned worker would re-import ``python -m conclave``'s __main__ and run the CLI again.
     if workers < 1 or len(chunks) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        writer = _ChunkWriter(layout)
+        writer = _ChunkWriter(layout, path)
         try:
             for ids in chunks:
                 yield writer(ids)
@@ -455,7 +538,7 @@ def _index_chunks(layout: StoreLayout, chunks: list[list[str]], workers: int) ->
     context = multiprocessing.get_context("fork")
     lock = context.Lock()
     with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context, initializer=_start_worker,
-                             initargs=(layout, lock)) as pool:
+                             initargs=(layout, path, lock)) as pool:
         futures = [pool.submit(_write_chunk, ids) for ids in chunks]
         try:
             for future in as_completed(futures):
@@ -463,16 +546,3 @@ def _index_chunks(layout: StoreLayout, chunks: list[list[str]], workers: int) ->
         finally:
             for future in futures:
                 future.cancel()
-
-
-def _connect_or_recreate(path: Path) -> Any:
-    """The index without migrating it (its schema is about to be recreated); a file that is not a SQLite
-    database is deleted first."""
-    try:
-        return connect(path, migrate=False)
-    except IndexOpenError as exc:
-        if not exc.corrupt:
-            raise
-    for suffix in ("", "-wal", "-shm"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
-    return connect(path, migrate=False)

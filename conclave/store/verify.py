@@ -21,12 +21,16 @@ What each check proves is in docs/records-and-tamper-evidence.md ("Tamper eviden
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import re
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conclave.store.chain import GENESIS, record_hash
+from conclave.store.cores import default_workers
 from conclave.store.heads import KEY_VARIABLE, HeadsLog
 from conclave.store.journal_file import JournalFile, JournalLine, is_being_written, last_record, read_journal
 from conclave.store.paths import StoreLayout
@@ -73,7 +77,10 @@ class _Link:
 
 _CID_PREFIX = b'{"consultation_id":"'
 _HASH_KEY = b',"hash":"'
-_BODY_TAIL = re.compile(rb',"prev":"([0-9a-f]{64})","seq":(\d+),"ts":[^,"]*,"type":"(?:[^"\\]|\\.)*"\}$')
+# A record with references (``refs``: lists of keys, list positions and seqs) has them between prev and seq; their
+# text holds no colon or brace, so this tail can only match the record's own keys, never a look-alike in its data.
+_BODY_TAIL = re.compile(
+    rb',"prev":"([0-9a-f]{64})"(?:,"refs":\[[\[\]",0-9A-Za-z_\-]*\])?,"seq":(\d+),"ts":[^,"]*,"type":"(?:[^"\\]|\\.)*"\}$')
 
 
 def _link(line: JournalLine) -> _Link | None:
@@ -185,11 +192,13 @@ STORE = "(heads log)"  # the consultation_id of problems of the heads log itself
 
 
 def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None, *,
-                 key: bytes | None = None, against: str | None = None) -> VerifyReport:
+                 key: bytes | None = None, against: str | None = None, workers: int | None = 0) -> VerifyReport:
     """Verify the given journals (default: every journal, and every consultation the heads log knows).
 
     ``key``: also require every head of a verified journal to carry a valid HMAC under it (keyed mode).
     ``against``: also require the heads log to start with what :meth:`HeadsLog.anchor` gave (anchored mode).
+    ``workers``: forked processes that check the journals, a share each (None: one per CPU, as ``logs verify``
+    does; 0: this process, as a server or a single consultation's check does).
     """
     heads_log = HeadsLog(layout.heads_path, key)
     entries = heads_log.entries()
@@ -211,30 +220,82 @@ def verify_store(layout: StoreLayout, consultation_ids: list[str] | None = None,
             STORE, "missing", None, None,
             f"{layout.heads_path} is missing while journals exist: every recorded head is gone, so a rewritten "
             "journal would pass unnoticed"))
-    for cid in ids:
-        path = layout.journal_path(cid)
-        heads = all_heads.get(cid, [])
-        try:
-            journal = read_journal(path)
-        except FileNotFoundError:
-            detail = f"journal file {path.name} is missing" + (
-                f" (heads log records seq {max(s for s, _ in heads)})" if heads else "")
-            report.problems.append(Problem(cid, "missing", None, None, detail))
-            continue
-        report.journals += 1
-        report.records += len(journal.lines)
-        if journal.torn_at is not None:
-            report.torn.append(cid)
-        problem = check_journal(cid, journal, heads)
-        if problem is None and heads_log_exists:  # (without the log, "missing" above already says it all)
-            problem = check_headed(cid, path, journal, heads)
-        if problem is None and cid in closed:
-            problem = _check_continued(cid, journal, closed[cid])
-        if problem is None and key is not None:
-            problem = _check_keyed(heads_log, [h for h in entries if h.consultation_id == cid], cid, journal)
-        if problem is not None:
-            report.problems.append(problem)
+    checker = _Checker(layout, all_heads, closed, heads_log_exists, heads_log if key is not None else None, entries)
+    for found in _check_all(checker, ids, default_workers() if workers is None else workers):
+        report.journals += found.journals
+        report.records += found.records
+        report.torn += found.torn
+        report.problems += found.problems
     return report
+
+
+class _Checker:
+    """Checks journals against what the heads log recorded for them; one instance is shared by forked workers."""
+
+    def __init__(self, layout: StoreLayout, all_heads: dict[str, list[tuple[int, str]]], closed: dict[str, int],
+                 heads_log_exists: bool, keyed: HeadsLog | None, entries: list[Any]) -> None:
+        self.layout, self.all_heads, self.closed = layout, all_heads, closed
+        self.heads_log_exists, self.keyed = heads_log_exists, keyed
+        self.entries: dict[str, list[Any]] = {}  # consultation -> its heads, as the log holds them (with MACs)
+        for head in entries:
+            self.entries.setdefault(head.consultation_id, []).append(head)
+
+    def __call__(self, ids: list[str]) -> VerifyReport:
+        """The report of the journals ``ids`` alone (in their order)."""
+        layout, all_heads, closed, heads_log_exists = self.layout, self.all_heads, self.closed, self.heads_log_exists
+        report = VerifyReport()
+        for cid in ids:
+            path = layout.journal_path(cid)
+            heads = all_heads.get(cid, [])
+            try:
+                journal = read_journal(path)
+            except FileNotFoundError:
+                detail = f"journal file {path.name} is missing" + (
+                    f" (heads log records seq {max(s for s, _ in heads)})" if heads else "")
+                report.problems.append(Problem(cid, "missing", None, None, detail))
+                continue
+            report.journals += 1
+            report.records += len(journal.lines)
+            if journal.torn_at is not None:
+                report.torn.append(cid)
+            problem = check_journal(cid, journal, heads)
+            if problem is None and heads_log_exists:  # (without the log, "missing" above already says it all)
+                problem = check_headed(cid, path, journal, heads)
+            if problem is None and cid in closed:
+                problem = _check_continued(cid, journal, closed[cid])
+            if problem is None and self.keyed is not None:
+                problem = _check_keyed(self.keyed, self.entries.get(cid, []), cid, journal)
+            if problem is not None:
+                report.problems.append(problem)
+        return report
+
+
+#: journals per task of a worker: enough to amortise a task's round trip, few enough to share the work evenly
+VERIFY_CHUNK = 200
+_checker: _Checker | None = None  # in a worker process
+
+
+def _start_checker(checker: _Checker) -> None:
+    global _checker
+    _checker = checker
+
+
+def _check_chunk(ids: list[str]) -> VerifyReport:
+    assert _checker is not None
+    return _checker(ids)
+
+
+def _check_all(checker: _Checker, ids: list[str], workers: int) -> Iterator[VerifyReport]:
+    """The reports of ``ids`` in chunks, in order; by ``workers`` forked processes when there are several chunks
+    (fork only: a spawned worker would re-import ``python -m conclave``'s __main__ and run the CLI again)."""
+    chunks = [ids[i : i + VERIFY_CHUNK] for i in range(0, len(ids), VERIFY_CHUNK)]
+    if workers < 2 or len(chunks) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        yield checker(ids)
+        return
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context, initializer=_start_checker,
+                             initargs=(checker,)) as pool:
+        yield from pool.map(_check_chunk, chunks)
 
 
 def headed_lines(journal: JournalFile, heads: list[tuple[int, str]]) -> list[JournalLine]:

@@ -229,7 +229,7 @@ def _seconds(value: Any) -> str:
 def _verify(layout: StoreLayout, ids: list[str] | None, against: str | None) -> int:
     key = key_from_env()
     try:
-        report = verify_store(layout, ids, key=key, against=against)
+        report = verify_store(layout, ids, key=key, against=against, workers=None)
     except ValueError as exc:  # a malformed --against digest
         raise UsageError(str(exc)) from None
     for problem in report.problems:
