@@ -233,7 +233,8 @@ def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, da
         return Markup(f'<span class="cv-nowrap" title="{escape(value)}">{escape(value[:10])} '
                       f"{escape(value[11:19])}</span>")
     if table == "artifacts" and column == "artifact":
-        return _artifact_cell(value, _row_get(row, "schema"), _row_get(row, "consultation_id"))
+        return _artifact_cell(value, _row_get(row, "schema"), _row_get(row, "consultation_id"),
+                              _row_get(row, "artifact_type"))
     if column == "raw_text":
         return Markup(f'<div class="cv-clamp">{escape(value)}</div>')
     if column in JSON_COLUMNS and value.startswith("{"):
@@ -261,15 +262,17 @@ def _row_get(row: Any, key: str) -> Any:
         return None
 
 
-def _artifact_cell(value: str, schema: Any, cid: Any = None) -> Any:
-    """The artifact's brief, from the gist the index keeps (store/artifact_gist.py), and a link to the
-    transcript, which reads the full artifact from the journal."""
+def _artifact_cell(value: str, schema: Any, cid: Any = None, artifact_type: Any = None) -> Any:
+    """The artifact's brief, from the gist the index keeps (store/artifact_gist.py; its type is the row's
+    ``artifact_type``), and a link to the transcript, which reads the full artifact from the journal."""
     try:
         artifact = json.loads(value)
     except ValueError:
         return None
-    if not isinstance(artifact, Mapping):
+    if not isinstance(artifact, dict):
         return None
+    if isinstance(artifact_type, str):
+        artifact.setdefault("artifact_type", artifact_type)
     kind = schema if isinstance(schema, str) else None
     brief = to_html(render_artifact(artifact, kind, Context(brief=True)))
     if isinstance(cid, Mapping):  # a foreign key Datasette expanded to its label
@@ -385,6 +388,8 @@ async def _records_from_index(db: Any, cid: str) -> list[dict[str, Any]]:
             artifact = json.loads(r["artifact"] or "null")
         except ValueError:
             continue
+        if isinstance(artifact, dict):  # the gist leaves to the row what its columns say
+            artifact = {"artifact_type": r["artifact_type"], "round_number": r["round_number"], **artifact}
         records.append({"type": "consultation:round_artifact", "seq": r["seq"], "data": {**r, "artifact": artifact}})
     for r in await rows("select * from substitutions where consultation_id = ? order by seq"):
         records.append({"type": "consultation:provider_substituted", "seq": r["seq"], "data": r})

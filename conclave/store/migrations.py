@@ -495,21 +495,23 @@ def m022_verification_covering(db: Any) -> None:
                "(question_id, answered_by, passed)")
 
 
+def _gist_text(text: str | None) -> str | None:
+    """The gist of an artifact stored as JSON text (text that is not JSON is kept as is)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps(gist(value), sort_keys=True, ensure_ascii=False)
+
+
 @migrations()
 def m023_artifact_gist(db: Any) -> None:
     # The index keeps each artifact's gist (artifact_gist.py), not its full text, which stays in the journal: an
     # index written before keeps its full artifacts until this rewrites them. The file keeps its size until
     # VACUUM (or `conclave index rebuild`, which writes a new one).
-    def slim(text: str | None) -> str | None:
-        if text is None:
-            return None
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text
-        return json.dumps(gist(value), sort_keys=True, ensure_ascii=False)
-
-    db.conn.create_function("conclave_artifact_gist", 1, slim, deterministic=True)
+    db.conn.create_function("conclave_artifact_gist", 1, _gist_text, deterministic=True)
     db.execute("update artifacts set artifact = conclave_artifact_gist(artifact) where artifact is not null")
 
 
@@ -533,3 +535,11 @@ def m025_dissent_and_cost_reads(db: Any) -> None:
                "(consultation_id, seq, artifact_type, artifact) where artifact_type = 'verdict'")
     for name in ("dissent_log", "cost_by_provider"):
         db.create_view(name, VIEWS[name], replace=True)
+
+
+@migrations()
+def m026_gist_without_row_fields(db: Any) -> None:
+    # The gist leaves out what the artifact's row says in its own columns (artifact_gist.ON_THE_ROW): an index
+    # written before has its gists cut again, as m023 cut the full texts (the gist of a gist is the gist).
+    db.conn.create_function("conclave_artifact_gist", 1, _gist_text, deterministic=True)
+    db.execute("update artifacts set artifact = conclave_artifact_gist(artifact) where artifact is not null")
