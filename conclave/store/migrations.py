@@ -22,7 +22,8 @@ migrations = Migrations(MIGRATION_SET)
 #: migration that adds what can be built over existing rows (indexes, full-text search, views, tables the
 #: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
-                    "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads")
+                    "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
+                    "m027_groupthink_order")
 
 
 
@@ -543,3 +544,12 @@ def m026_gist_without_row_fields(db: Any) -> None:
     # written before has its gists cut again, as m023 cut the full texts (the gist of a gist is the gist).
     db.conn.create_function("conclave_artifact_gist", 1, _gist_text, deterministic=True)
     db.execute("update artifacts set artifact = conclave_artifact_gist(artifact) where artifact is not null")
+
+
+@migrations()
+def m027_groupthink_order(db: Any) -> None:
+    # The groupthink canned query lists consultations escalated first, then by firings, newest first: walked in
+    # this index's order, Datasette's first thousand rows are read and counted, not every consultation sorted
+    # (1.3 s cold at 10k).
+    db.execute("create index if not exists consultations_groupthink on consultations "
+               "(escalated desc, groupthink_firings desc, started_at desc)")
