@@ -55,6 +55,12 @@ def test_the_index_keeps_what_is_counted_and_the_journal_the_reasons(tmp_path: P
     assert columns == COUNTED
     assert "idx_verification_question_id_passed" not in indexes and "verification_pass_rate" in indexes
     assert rows == checks
+    db = connect(StoreLayout(tmp_path).index_path)
+    try:  # stored in its key's order: the key is not kept again in an index of its own
+        assert "WITHOUT ROWID" in db.conn.execute(
+            "select sql from sqlite_master where name = 'verification'").fetchone()[0].upper()
+    finally:
+        db.close()
     rebuild(StoreLayout(tmp_path), workers=0)
     assert verification(tmp_path) == (columns, indexes, rows)
 
