@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from conclave import events as ev
-from conclave.store.artifact_gist import ITEM_CHARS, KEPT_LISTS, TOP_CHARS
+from conclave.store.artifact_gist import ITEM_CHARS, KEPT_LISTS, ON_THE_ROW, TOP_CHARS, gist
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
@@ -88,3 +88,25 @@ def test_m023_slims_an_index_written_before(tmp_path: Path) -> None:
     finally:
         db.close()
     _check_gists(_artifacts(tmp_path))
+
+
+def test_the_gist_leaves_out_what_the_row_says(tmp_path: Path) -> None:
+    """artifact_type, round_number, agent_id, schema_version and created_at (about 140 bytes of each gist) are the
+    row's columns or read by no one; an index written before m026 has them cut on connect, the rest unchanged."""
+    cid = _record_long_texts(tmp_path)
+    journaled = {r["seq"]: r["data"]["artifact"] for r in read_records(StoreLayout(tmp_path).journal_path(cid))
+                 if r["type"] == ev.ROUND_ARTIFACT}
+    assert any(set(a) & ON_THE_ROW for a in journaled.values())
+    rows = _artifacts(tmp_path)
+    assert rows and not any(set(json.loads(text)) & ON_THE_ROW for _kind, text in rows)
+    db = connect(StoreLayout(tmp_path).index_path)
+    try:
+        for seq, artifact in journaled.items():  # as m023 left them: the gist with the row's fields
+            kept = gist({k: v for k, v in artifact.items() if k not in ON_THE_ROW})
+            db.conn.execute("update artifacts set artifact = ? where consultation_id = ? and seq = ?",
+                            [json.dumps({**kept, **{k: v for k, v in artifact.items() if k in ON_THE_ROW}},
+                                        sort_keys=True, ensure_ascii=False), cid, seq])
+        db.conn.execute("delete from _sqlite_migrations where name = 'm026_gist_without_row_fields'")
+    finally:
+        db.close()
+    assert _artifacts(tmp_path) == rows

@@ -3,7 +3,8 @@
 The ``artifacts.artifact`` column holds :func:`gist`:
 
 - every top-level scalar field, texts clipped to :data:`TOP_CHARS` (positions, recommendations, confidence,
-  votes: what a table cell's brief shows and what a query filters on);
+  votes: what a table cell's brief shows and what a query filters on), except :data:`ON_THE_ROW`, which the
+  artifact's row holds in its own columns or no reader of the index asks for;
 - every top-level list with all its items, so its length stays right (briefs count consensus points,
   challenges, options), but each item reduced: a text to the empty string except the first, which a brief may
   name (clipped to :data:`ITEM_CHARS`), a mapping to its number and boolean fields;
@@ -23,6 +24,9 @@ ITEM_CHARS = 60
 #: lists kept item by item, and the clip length of their texts
 KEPT_LISTS = {"dissent": 300, "recommendations": ITEM_CHARS}
 MARK = "…"
+#: top-level fields the gist leaves out: the row's artifact_type, round_number, agent and schema columns say them,
+#: and a renderer skips them (about 140 bytes of each artifact's gist)
+ON_THE_ROW = frozenset({"artifact_type", "round_number", "agent_id", "schema_version", "created_at"})
 #: parsed JSON holds exactly these classes (no subclasses): containers, and what an item without texts drops
 _CONTAINERS = frozenset({dict, list})
 _DROPPED = frozenset({dict, list, str})
@@ -60,6 +64,8 @@ def gist(artifact: Any) -> Any:
         return artifact
     out: dict[str, Any] = {}
     for key, value in artifact.items():
+        if key in ON_THE_ROW:
+            continue
         cls = value.__class__
         if cls is str:
             out[key] = value if len(value) <= TOP_CHARS else value[: TOP_CHARS - 1] + MARK

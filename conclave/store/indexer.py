@@ -107,8 +107,7 @@ _CHILD_COLUMNS = {
                  "supports"),
     "claim_checks": ("consultation_id", "round_number", "agent", "anchor", "claim_source", "labelled",
                      "unlabelled", "facts", "facts_cited", "violations", "rules"),
-    "verification": ("consultation_id", "round_number", "agent", "question_id", "passed", "reason",
-                     "answered_by"),
+    "verification": ("consultation_id", "round_number", "agent", "question_id", "passed", "answered_by"),
     "synthesis_coverage": ("consultation_id", "round_number", "claims", "agents", "claims_unaccounted",
                            "positions_unaccounted", "violations"),
     "safety_checks": ("consultation_id", "seq", "round_number", "round_type", "stage", "tier", "tier_name",
@@ -500,8 +499,7 @@ def _quality_checks(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: f
         ))
     for result in d.get("verification") or []:
         b.rows["verification"].append((
-            cid, number, agent, result.get("question_id"), _flag(result.get("passed")), result.get("reason"),
-            result.get("by"),
+            cid, number, agent, result.get("question_id"), _flag(result.get("passed")), result.get("by"),
         ))
 
 

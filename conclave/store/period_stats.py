@@ -13,7 +13,7 @@ from typing import Any
 
 from conclave.errors import UsageError
 from conclave.store.indexer import iso
-from conclave.store.period_sql import period_where
+from conclave.store.period_sql import period_rows, period_where
 from conclave.store.rollups import (
     CONFIDENCE_BUCKETS,
     CONSULTATION_FIGURES,
@@ -135,21 +135,22 @@ def exit_figures(conn: Any, period: Period) -> dict[str, Any]:
     """How the period's debates ended: consultations per exit reason, mean rounds and cross-examination rounds
     played, and the context tokens every call sent with and without summarization (``saved``: the share removed,
     over all consultations; rounds before 5 are never summarized)."""
-    clauses, params = ["exit_reason is not null"], []
-    for op, bound in ((">=", period.since), ("<", period.until)):
-        if bound is not None:
-            clauses.append(f"started_at {op} ?")
-            params.append(bound)
-    where = " and ".join(clauses)
-    reasons = conn.execute(f"select exit_reason, count(*) from consultations where {where} group by exit_reason "
-                           "order by count(*) desc, exit_reason", params).fetchall()
-    rounds, repeats, sent, whole = conn.execute(
-        "select avg(rounds_completed), avg(cross_exam_rounds), coalesce(sum(context_tokens), 0), "
-        f"coalesce(sum(context_tokens_unsummarized), 0) from consultations where {where}", params).fetchone()
+    # One pass over the period's consultations, grouped by reason. Neither a condition nor the grouping may use
+    # the exit_reason index (the unary + keeps it out): SQLite would walk it over all of history to save a sort
+    # instead of reading the period by start.
+    where, params = period_where(period.since, period.until, "started_at")
+    groups = conn.execute(
+        "select exit_reason, count(*), total(rounds_completed), count(rounds_completed), total(cross_exam_rounds), "
+        "count(cross_exam_rounds), coalesce(sum(context_tokens), 0), coalesce(sum(context_tokens_unsummarized), 0) "
+        f"from consultations {where} group by +exit_reason", params).fetchall()
+    reasons = sorted(((reason, n) for reason, n, *_ in groups if reason is not None), key=lambda r: (-r[1], r[0]))
+    rounds = _ratio(sum(g[2] for g in groups), sum(g[3] for g in groups), 2)
+    repeats = _ratio(sum(g[4] for g in groups), sum(g[5] for g in groups), 2)
+    sent, whole = sum(g[6] for g in groups), sum(g[7] for g in groups)
     return {
         "reasons": {reason: n for reason, n in reasons},
-        "avg_rounds": round(rounds, 2) if rounds is not None else None,
-        "avg_cross_exam_rounds": round(repeats, 2) if repeats is not None else None,
+        "avg_rounds": rounds,
+        "avg_cross_exam_rounds": repeats,
         "context_tokens": sent,
         "context_tokens_unsummarized": whole,
         "context_saved": _ratio(whole - sent, whole),
@@ -159,17 +160,16 @@ def exit_figures(conn: Any, period: Period) -> dict[str, Any]:
 def groupthink_figures(conn: Any, period: Period) -> dict[str, Any]:
     """Groupthink over the period's consultations: detector firings by type (and how many were acted on), the
     objection rounds, how many changed a claim's status, escalations, and the consultations run in shadow."""
-    where, params = period_where(period.since, period.until)
-    fired = dict(conn.execute(
-        "select g.detector, count(*) from groupthink_checks g join consultations c on c.id = g.consultation_id "
-        f"{where} {'and' if where else 'where'} g.fired = 1 group by g.detector", params).fetchall())
-    acted = conn.execute(
-        "select count(*) from groupthink_checks g join consultations c on c.id = g.consultation_id "
-        f"{where} {'and' if where else 'where'} g.fired = 1 and g.acted = 1", params).fetchone()[0]
+    since, until = period.since, period.until
+    where, params = period_where(since, until)
+    source, fired_params = period_rows("groupthink_checks", "g", since, until, "g.fired = 1")
+    fired = dict(conn.execute(f"select g.detector, count(*) {source} group by g.detector", fired_params).fetchall())
+    source, acted_params = period_rows("groupthink_checks", "g", since, until, "g.fired = 1", "g.acted = 1")
+    acted = conn.execute(f"select count(*) {source}", acted_params).fetchone()[0]
+    source, objection_params = period_rows("objection_rounds", "o", since, until)
     rounds, changed, new, escalated = conn.execute(
         "select count(*), coalesce(sum(o.status_changes > 0), 0), coalesce(sum(o.new_claims > 0), 0), "
-        "coalesce(sum(o.escalated), 0) from objection_rounds o join consultations c on c.id = o.consultation_id "
-        f"{where}", params).fetchone()
+        f"coalesce(sum(o.escalated), 0) {source}", objection_params).fetchone()
     shadow = conn.execute(f"select count(*) from consultations c {where} {'and' if where else 'where'} "
                           "c.quality_stage = 'shadow'", params).fetchone()[0]
     return {
@@ -187,20 +187,21 @@ def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
     """Debate quality over the period's consultations: label adoption (share of claims labelled), citation
     compliance (share of FACT claims cited), rule violations (of them, what syntheses left unaccounted), pass rate
     per verification question, and judge statements resting on no agent claim or text."""
-    where, params = period_where(period.since, period.until)
+    since, until = period.since, period.until
+    where, params = period_where(since, until)
+    source, checks_params = period_rows("claim_checks", "k", since, until)
     labelled, unlabelled, facts, cited, violations = conn.execute(
         "select coalesce(sum(k.labelled), 0), coalesce(sum(k.unlabelled), 0), coalesce(sum(k.facts), 0), "
-        "coalesce(sum(k.facts_cited), 0), coalesce(sum(k.violations), 0) "
-        f"from claim_checks k join consultations c on c.id = k.consultation_id {where}", params).fetchone()
-    passes = conn.execute(
-        "select v.question_id, sum(v.passed), count(*) from verification v join consultations c "
-        f"on c.id = v.consultation_id {where} {'and' if where else 'where'} v.passed is not null "
-        "group by v.question_id order by v.question_id", params).fetchall()
+        f"coalesce(sum(k.facts_cited), 0), coalesce(sum(k.violations), 0) {source}", checks_params).fetchone()
+    source, passes_params = period_rows("verification", "v", since, until, "v.passed is not null")
+    passes = conn.execute(f"select v.question_id, sum(v.passed), count(*) {source} group by v.question_id "
+                          "order by v.question_id", passes_params).fetchall()
     ungrounded = conn.execute(f"select coalesce(sum(c.ungrounded_statements), 0) from consultations c {where}",
                               params).fetchone()[0]
+    source, coverage_params = period_rows("synthesis_coverage", "s", since, until)
     unaccounted = conn.execute(
-        "select coalesce(sum(s.claims_unaccounted + s.positions_unaccounted), 0) from synthesis_coverage s join "
-        f"consultations c on c.id = s.consultation_id {where}", params).fetchone()[0]
+        f"select coalesce(sum(s.claims_unaccounted + s.positions_unaccounted), 0) {source}",
+        coverage_params).fetchone()[0]
     return {
         "claims": labelled,
         "label_adoption": _ratio(labelled, labelled + unlabelled),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conclave.store.period_sql import period_where
+from conclave.store.period_sql import period_rows, period_where
 
 
 def safety_figures(conn: Any, since: str | None, until: str | None) -> dict[str, Any]:
@@ -16,14 +16,14 @@ def safety_figures(conn: Any, since: str | None, until: str | None) -> dict[str,
     blocked, would_block = conn.execute(
         f"select coalesce(sum(c.safety_blocked), 0), coalesce(sum(c.safety_would_block), 0) from consultations c "
         f"{where}", params).fetchone()
-    join = f"from safety_checks s join consultations c on c.id = s.consultation_id {where}"
+    source, checks_params = period_rows("safety_checks", "s", since, until)
     evaluations, responses, tier1_ms = conn.execute(
-        f"select coalesce(sum(s.evaluated), 0), coalesce(sum(s.responses), 0), total(s.tier1_ms) {join}",
-        params).fetchone()
+        f"select coalesce(sum(s.evaluated), 0), coalesce(sum(s.responses), 0), total(s.tier1_ms) {source}",
+        checks_params).fetchone()
+    source, blocks_params = period_rows("safety_checks", "s", since, until, "(s.blocked = 1 or s.would_block = 1)")
     by_category = conn.execute(
-        f"select s.block_category, sum(s.blocked), sum(s.would_block) {join} "
-        f"{'and' if where else 'where'} (s.blocked = 1 or s.would_block = 1) group by s.block_category "
-        "order by s.block_category", params).fetchall()
+        f"select s.block_category, sum(s.blocked), sum(s.would_block) {source} group by s.block_category "
+        "order by s.block_category", blocks_params).fetchall()
     return {
         "screened": sum(tiers.values()),
         "tier_reached": {str(tier): tiers.get(tier, 0) for tier in (1, 2, 3)},
