@@ -626,7 +626,7 @@ class ProviderPool:
             if call.gate is not None:
                 call.gate.release(token)
         if pacer is not None:
-            pacer.answered()
+            pacer.answered(completion.usage.total_tokens)
         self._record(call, instance.name, request.model, number, started_at, t0, hedge, usage=completion.usage,
                      estimated=False)
         return replace(completion, provider=instance.name)
