@@ -5,7 +5,7 @@ headers, as the real APIs send it: OpenAI ``x-ratelimit-{limit,remaining,reset}-
 such as ``1s`` or ``120ms``), Anthropic ``anthropic-ratelimit-requests-{limit,remaining,reset}`` (the reset as an
 RFC 3339 time, whole seconds rounded up); Gemini sends none. The reset is when the bucket is full again. It also
 counts what was answered, so a caller can check that no request was paid twice (an identical request body answered
-more than once)."""
+more than once), and the fewest requests left after an answer (how hard the callers pressed on the limit)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class RateLimit:
         self.tokens = float(burst)
         self.last = clock()
         self.limited = 0  # requests answered 429
+        self.lowest = burst  # the fewest requests left after an answered one: how close the callers came
         self.answered: Counter[str] = Counter()  # request body digest -> times answered (paid)
 
     def __call__(self, request: RecordedRequest) -> Fault | None:
@@ -42,6 +43,7 @@ class RateLimit:
             wait = (1.0 - self.tokens) / self.per_second
             return Fault.rate_limited(retry_after=round(max(wait, 0.001), 3))
         self.tokens -= 1.0
+        self.lowest = min(self.lowest, math.floor(self.tokens))
         request.response_headers.update(self.headers(request.api))
         body = json.dumps(request.json, sort_keys=True, ensure_ascii=False).encode()
         self.answered[hashlib.sha256(body).hexdigest()] += 1
