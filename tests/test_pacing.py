@@ -224,23 +224,26 @@ async def test_a_call_through_the_pool_paces_its_endpoint_by_the_fake_s_headers(
 async def test_the_official_sdks_see_the_fake_s_rate_limit_headers(conclave_env) -> None:
     openai = pytest.importorskip("openai")
     anthropic = pytest.importorskip("anthropic")
-    limit = RateLimit(1.0, 2)
+    limit = RateLimit(0.2, 3)
     async with FakeProviderServer() as fake:
         for model in ("gpt-4o", "claude-sonnet-4-5"):
             fake.script(model, lambda request: limit(request) or Reply(text="yes"))
         client = openai.AsyncOpenAI(api_key="sk-fake", base_url=fake.base_url("openai"), max_retries=0)
         raw = await client.chat.completions.with_raw_response.create(
             model="gpt-4o", messages=[{"role": "user", "content": "q"}])
-        assert raw.headers["x-ratelimit-limit-requests"] == "2"
-        assert raw.headers["x-ratelimit-remaining-requests"] == "1"
-        assert duration_s(raw.headers["x-ratelimit-reset-requests"]) == pytest.approx(1.0, abs=0.1)
+        assert raw.headers["x-ratelimit-limit-requests"] == "3"
+        assert raw.headers["x-ratelimit-remaining-requests"] == "2"
+        assert duration_s(raw.headers["x-ratelimit-reset-requests"]) == pytest.approx(5.0, abs=0.1)
         assert raw.parse().choices[0].message.content == "yes"
+        async with client.chat.completions.with_streaming_response.create(  # a stream carries them too
+                model="gpt-4o", messages=[{"role": "user", "content": "q"}], stream=True) as streamed:
+            assert streamed.headers["x-ratelimit-remaining-requests"] == "1"
         claude = anthropic.AsyncAnthropic(api_key="sk-ant-fake", base_url=fake.base_url("anthropic"), max_retries=0)
         raw = await claude.messages.with_raw_response.create(
             model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "q"}])
-        assert raw.headers["anthropic-ratelimit-requests-remaining"] == "0"
+        assert raw.headers["anthropic-ratelimit-requests-remaining"] == "0"  # one per 5 s: none back yet
         reset = datetime.fromisoformat(raw.headers["anthropic-ratelimit-requests-reset"])
-        assert 0 < (reset - datetime.now(UTC)).total_seconds() <= 3
+        assert 0 < (reset - datetime.now(UTC)).total_seconds() <= 16  # the bucket is whole in ~15 s
         with pytest.raises(anthropic.RateLimitError) as refused:  # the bucket is empty: 429, headers and all
             await claude.messages.create(model="claude-sonnet-4-5", max_tokens=10,
                                          messages=[{"role": "user", "content": "q"}])
