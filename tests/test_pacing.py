@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from conclave import events
 from conclave.config.settings import ProviderSettings
+from conclave.events import EventBus
 from conclave.plugin_manager import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.pacing import Allowance, Pacer, RateLimits, pacer_for
@@ -219,6 +221,25 @@ async def test_a_call_through_the_pool_paces_its_endpoint_by_the_fake_s_headers(
     assert pacer.limits.requests.remaining == 1  # 3, less the two calls
     assert 2.0 < pacer.limits.requests.reset_s <= 11.0  # the bucket is whole again in (10 s less the time between)
     assert pacer.take() > 1.0  # the one left is spread over the time to reset: the next call waits
+
+
+async def test_a_call_waiting_for_its_pace_is_not_hedged(conclave_env, plugins):
+    # the wait is the key's limit, not a slow server: a backup to the same endpoint would wait for the same limit
+    # and, when both get sent, be paid twice (a default-size bench sweep paid 135 requests twice so)
+    limit = RateLimit(1.0, 2)
+    bus = EventBus("c-test")
+    seen: list[events.Event] = []
+    bus.subscribe(seen.append)
+    settings = {"hedging": {"enabled": True, "hedge_after_s": 0.1, "floor_s": 0.01, "burst": 5}}
+    async with FakeProviderServer() as fake:
+        fake.script("gpt-4o", lambda request: limit(request) or Reply(text="yes"))
+        async with ProviderPool(fake.settings(**settings), plugins, bus) as pool:
+            for _ in range(2):  # the second waits ~1 s: one left, whole again in a second
+                await pool.complete(agent="a", provider="openai", request=_request("gpt-4o"), round_number=1,
+                                    allow_substitution=False)
+            requests = fake.requests_for("gpt-4o")
+    assert len(requests) == 2 and requests[1].ts - requests[0].ts > 0.5
+    assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
 
 
 async def test_the_official_sdks_see_the_fake_s_rate_limit_headers(conclave_env) -> None:

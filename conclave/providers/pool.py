@@ -556,8 +556,6 @@ class ProviderPool:
                 if slot.locked():
                     self._queued(call, instance, request.model, hedge)
                 await stack.enter_async_context(slot)
-            if not hedge:
-                call.sent.set()
 
             async def attempt(number: int, remaining: float) -> Completion:
                 if number > 1 and self.before_spending is not None:
@@ -593,6 +591,8 @@ class ProviderPool:
                 await asyncio.sleep(wait_s)
                 remaining -= wait_s
             pace = pacer.cuts
+        if not hedge:  # the hedge delay counts from here: a wait for the endpoint's slot or pace is not slowness
+            call.sent.set()
         started_at, t0 = time.time(), time.perf_counter()
         token = object()
         streamed: list[str] = []
