@@ -1,5 +1,5 @@
 """Pacing under a rate limit: requests to an endpoint are spaced by what its answers say is left of the key's limit,
-and by the 429s it answers when it says nothing.
+and by the 429s it answers (the only signal from an API that says nothing).
 
 A rate limit belongs to the endpoint's key, not to one call or one consultation, so the pace is kept per endpoint
 for everything the process runs on its event loop (an evaluation's concurrent items, a server's consultations).
@@ -12,9 +12,10 @@ count for the key, so every process sharing the key slows as it falls, before an
 size L, n processes settle at the bucket's refill rate with about L/(n+1) left. A reading stops counting once its
 reset time has passed (the limit is whole again).
 
-From 429s (the fallback, e.g. Gemini, which sends no such headers), the rule is TCP's: on a 429 the request rate is
+From 429s (the fallback; Gemini sends no such headers), the rule is TCP's: on a 429 the request rate is
 halved (once per burst of refusals: a refusal of a request scheduled before the last cut does not cut again) and no
 request starts before the Retry-After; every answer raises the rate a little. The slower of the two paces holds.
+A call's wait for its pace is not slowness: its hedge delay starts when the pacer lets it go (conclave.providers.pool).
 """
 
 from __future__ import annotations
