@@ -17,7 +17,7 @@ from conclave.plugin_manager import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.pacing import Allowance, Pacer, RateLimits, pacer_for
 from conclave.providers.pool import ProviderPool
-from conclave.testing.fake_server import FakeProviderServer, RecordedRequest, Reply
+from conclave.testing.fake_server import FakeProviderServer, Fault, RecordedRequest, Reply
 from conclave.testing.rate_limit import RateLimit, go_duration
 from plugins.openai import duration_s
 
@@ -239,6 +239,23 @@ async def test_a_call_waiting_for_its_pace_is_not_hedged(conclave_env, plugins):
                                     allow_substitution=False)
             requests = fake.requests_for("gpt-4o")
     assert len(requests) == 2 and requests[1].ts - requests[0].ts > 0.5
+    assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
+
+
+async def test_a_call_waiting_out_a_429_is_not_hedged_on_the_same_endpoint(conclave_env, plugins):
+    # no other provider to back it up: a backup on the same key waits for the same Retry-After, and when both are
+    # then sent the request is paid twice
+    bus = EventBus("c-test")
+    seen: list[events.Event] = []
+    bus.subscribe(seen.append)
+    settings = {"hedging": {"enabled": True, "hedge_after_s": 0.1, "floor_s": 0.01, "burst": 5}}
+    async with FakeProviderServer() as fake:
+        fake.script("gpt-4o", Fault.rate_limited(retry_after=0.6), Reply(text="yes"), Reply(text="yes"))
+        async with ProviderPool(fake.settings(**settings), plugins, bus) as pool:
+            await pool.complete(agent="a", provider="openai", request=_request("gpt-4o"), round_number=1,
+                                allow_substitution=False)
+            requests = fake.requests_for("gpt-4o")
+    assert len(requests) == 2  # the refused one and its retry
     assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
 
 

@@ -472,7 +472,10 @@ class ProviderPool:
                 return primary.result()
             target = (self.backup_for(provider, request.model, request) if substitute else None) \
                 or (provider, request.model)
-            if self._one_slot_for_both(provider, target[0]) or not self.budget.try_acquire():
+            # a primary waiting out its key's limit: a backup on the same endpoint waits for it too (paid twice if
+            # both are then sent)
+            same_limit = target == (provider, request.model) and _hedge_reason(call, False) == "rate_limited"
+            if self._one_slot_for_both(provider, target[0]) or same_limit or not self.budget.try_acquire():
                 return await primary
             call.hedged = True
             log.debug("%s: %s/%s silent after %.2fs, hedging with %s/%s", call.agent, provider, request.model, delay,
