@@ -1,10 +1,12 @@
 """An unattended `conclave eval` sweep against a rate-limited provider (the fake server answering 429 with
-Retry-After from a token bucket, as a hosted API limits a key), run as users run it: one `conclave eval -m`
-process, its points in parallel joblib workers sharing one CONCLAVE_HOME.
+Retry-After from a token bucket, as a hosted API limits a key, and reporting the bucket's state in OpenAI's
+x-ratelimit-* headers on every answer), run as users run it: one `conclave eval -m` process, its points in parallel
+joblib workers sharing one CONCLAVE_HOME.
 
 Prints: whether the sweep finished on its own (exit 0, every item of every point complete), calls answered (paid),
-429s and retries as a share of the calls, requests paid twice (an identical request answered more than once), and
-the wall time. Goals: completes; retries ≤ 10% of calls; nothing paid twice.
+429s and retries as a share of the calls, the fewest requests the bucket had left (the limit binds when it runs
+low), requests paid twice (an identical request answered more than once), and the wall time. Goals: completes;
+retries ≤ 10% of calls; nothing paid twice.
 
     python bench/eval_ratelimit.py [--items 1000] [--points 3] [--per-second 40] [--burst 20] [--latency 0.05]
     python bench/eval_ratelimit.py --items 20 --json      # the test's smaller version; the figures as JSON
@@ -62,7 +64,7 @@ async def sweep(items: int, points: int, per_second: float, burst: int, latency:
     return {
         "exit_code": process.returncode, "items": items * points, "items_complete": complete,
         "item_statuses": statuses, "points_complete": runs, "points": points, "calls_paid": paid,
-        "rate_limited_429": limit.limited,
+        "rate_limited_429": limit.limited, "lowest_remaining": limit.lowest,
         "retry_share": round(limit.limited / paid, 4) if paid else None, "paid_twice": limit.paid_twice,
         "wall_s": round(wall, 1), "per_second": per_second, "burst": burst, "latency_s": latency,
         "stderr_tail": err.decode()[-3000:],
@@ -92,6 +94,7 @@ def main() -> None:
     print(f"{'calls paid':<24} {figures['calls_paid']}")
     print(f"{'429s (retries)':<24} {figures['rate_limited_429']} = {100 * share:.1f}% of calls "
           f"(goal ≤ 10%: {'met' if share <= 0.10 else 'NOT met'})")
+    print(f"{'fewest left in bucket':<24} {figures['lowest_remaining']} of {args.burst}")
     print(f"{'paid twice':<24} {figures['paid_twice']} (goal 0: {'met' if figures['paid_twice'] == 0 else 'NOT met'})")
     print(f"{'wall':<24} {figures['wall_s']} s ({figures['calls_paid'] / max(figures['wall_s'], 1e-9):.1f} calls/s)")
     if figures["stderr_tail"]:

@@ -43,6 +43,7 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.http import HTTPProvider, api_name, approx_tokens, parse_object, schema_name
+from conclave.providers.pacing import Allowance, RateLimits
 
 API_VERSION = "2023-06-01"
 #: the first API version that rejects ``temperature``/``top_p``/``top_k`` with a 400 (ISO dates compare as strings)
@@ -93,6 +94,12 @@ class AnthropicProvider(HTTPProvider):
             return QuotaExhaustedError(f"{self.name} credit exhausted for this key — check billing (HTTP 400): "
                                        f"{message}", **kw)
         return None
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits | None:
+        """``anthropic-ratelimit-requests-remaining`` and ``-reset`` (an RFC 3339 time: when the limit is whole
+        again), the same for ``-tokens`` (the most restrictive token limit in effect); sent with every answer."""
+        requests, tokens = (_allowance(headers, what) for what in ("requests", "tokens"))
+        return None if requests is None and tokens is None else RateLimits(requests, tokens)
 
     def body(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
         """The request body for ``request`` (what the API receives, key excluded)."""
@@ -400,6 +407,19 @@ def _usage(raw: Any) -> Usage:
         cached_input_tokens=cached,
         cache_write_tokens=written,
     )
+
+
+def _allowance(headers: Mapping[str, str], what: str) -> Allowance | None:
+    remaining, reset = (headers.get(f"anthropic-ratelimit-{what}-{part}") for part in ("remaining", "reset"))
+    if not remaining or not reset:
+        return None
+    try:
+        left, reset_at = float(remaining), datetime.fromisoformat(reset)
+    except ValueError:
+        return None
+    if reset_at.tzinfo is None:
+        return None
+    return Allowance(left, max(0.0, reset_at.timestamp() - time.time()))
 
 
 @hookimpl

@@ -60,6 +60,7 @@ from conclave.providers.base import (
     Usage,
 )
 from conclave.providers.http import HTTPProvider, api_name, approx_tokens, parse_object, schema_name
+from conclave.providers.pacing import Allowance, RateLimits
 from conclave.providers.schema_hints import (
     CAPPED_MAX_ITEMS,
     anchored_patterns_only,
@@ -92,6 +93,12 @@ class OpenAIProvider(HTTPProvider):
     def is_openai(self) -> bool:
         """api.openai.com itself: the only endpoint whose ``json_schema`` is strict mode."""
         return self.is_official() and urlsplit(self.base_url).hostname == OPENAI_HOST
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits | None:
+        """``x-ratelimit-remaining-requests`` and ``x-ratelimit-reset-requests`` (a duration such as ``6m0s`` or
+        ``20ms``: the time until the limit is whole again), the same for ``-tokens``; sent with every answer."""
+        requests, tokens = (_allowance(headers, what) for what in ("requests", "tokens"))
+        return None if requests is None and tokens is None else RateLimits(requests, tokens)
 
     # ------------------------------------------------------------------------------------- structured output
 
@@ -592,6 +599,30 @@ def _usage(raw: Any) -> Usage:
         output_tokens=int(raw.get("completion_tokens") or 0),
         cached_input_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
     )
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(h|ms|m|s|us|µs|ns)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def duration_s(text: str) -> float | None:
+    """Seconds in a duration as OpenAI writes its rate-limit resets (``1s``, ``6m0s``, ``20ms``, ``1h2m3.5s``)."""
+    text = text.strip()
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+
+
+def _allowance(headers: Mapping[str, str], what: str) -> Allowance | None:
+    remaining, reset = headers.get(f"x-ratelimit-remaining-{what}"), headers.get(f"x-ratelimit-reset-{what}")
+    reset_s = duration_s(reset) if reset else None
+    try:
+        left = float(remaining) if remaining else None
+    except ValueError:
+        left = None
+    # Azure sends -1 for a limit it does not report
+    return None if left is None or left < 0 or reset_s is None else Allowance(left, reset_s)
 
 
 @hookimpl

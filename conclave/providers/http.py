@@ -35,6 +35,7 @@ from conclave.providers.base import (
     ServerError,
     TransportError,
 )
+from conclave.providers.pacing import RateLimits, pacer_for
 from conclave.providers.sse import iter_sse
 from conclave.providers.structured import is_local_url
 from conclave.store.redact import MIN_SECRET_LENGTH, key_variables
@@ -173,6 +174,7 @@ class HTTPProvider(Provider):
         headers = self.headers(model)
         try:
             async with self._session().request("POST", url, data=self.encode(body), headers=headers) as resp:
+                self.heard(resp.headers)
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise self.error_for(resp.status, raw, resp.headers, model)
@@ -226,6 +228,7 @@ class HTTPProvider(Provider):
         headers["Accept"] = "text/event-stream"
         try:
             async with self._session().request("POST", url, data=self.encode(body), headers=headers) as resp:
+                self.heard(resp.headers)
                 if resp.status >= 400:
                     raise self.error_for(resp.status, await resp.read(), resp.headers, model)
                 async for event in iter_sse(resp.content):
@@ -237,6 +240,17 @@ class HTTPProvider(Provider):
                 f"{self.name} sent an unreadable event stream for {model}: {self.redact(str(exc))}",
                 provider=self.name, model=model,
             ) from exc
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits | None:
+        """The key's rate-limit state an answer's headers report (each API has its own), or None: not reported."""
+        return None
+
+    def heard(self, headers: Mapping[str, str]) -> None:
+        """Pace this endpoint by the rate-limit state an answer (of any status) reports."""
+        endpoint = self.endpoint()
+        limits = self.rate_limits(headers)
+        if endpoint and limits is not None:
+            pacer_for(endpoint).heard(limits)
 
     def decode(self, raw: bytes, model: str) -> dict[str, Any]:
         try:

@@ -472,7 +472,10 @@ class ProviderPool:
                 return primary.result()
             target = (self.backup_for(provider, request.model, request) if substitute else None) \
                 or (provider, request.model)
-            if self._one_slot_for_both(provider, target[0]) or not self.budget.try_acquire():
+            # a primary waiting out its key's limit: a backup on the same endpoint waits for it too (paid twice if
+            # both are then sent)
+            same_limit = target == (provider, request.model) and _hedge_reason(call, False) == "rate_limited"
+            if self._one_slot_for_both(provider, target[0]) or same_limit or not self.budget.try_acquire():
                 return await primary
             call.hedged = True
             log.debug("%s: %s/%s silent after %.2fs, hedging with %s/%s", call.agent, provider, request.model, delay,
@@ -556,8 +559,6 @@ class ProviderPool:
                 if slot.locked():
                     self._queued(call, instance, request.model, hedge)
                 await stack.enter_async_context(slot)
-            if not hedge:
-                call.sent.set()
 
             async def attempt(number: int, remaining: float) -> Completion:
                 if number > 1 and self.before_spending is not None:
@@ -593,6 +594,8 @@ class ProviderPool:
                 await asyncio.sleep(wait_s)
                 remaining -= wait_s
             pace = pacer.cuts
+        if not hedge:  # the hedge delay counts from here: a wait for the endpoint's slot or pace is not slowness
+            call.sent.set()
         started_at, t0 = time.time(), time.perf_counter()
         token = object()
         streamed: list[str] = []
@@ -626,7 +629,7 @@ class ProviderPool:
             if call.gate is not None:
                 call.gate.release(token)
         if pacer is not None:
-            pacer.answered()
+            pacer.answered(completion.usage.total_tokens)
         self._record(call, instance.name, request.model, number, started_at, t0, hedge, usage=completion.usage,
                      estimated=False)
         return replace(completion, provider=instance.name)

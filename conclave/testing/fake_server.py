@@ -211,6 +211,8 @@ class RecordedRequest:
     #: input tokens the fake's prompt cache served to this request, and wrote for it
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    #: headers the answer to this request carries besides the usual ones (a rate limit's state: set by a gate)
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     def carries(self, key: str) -> bool:
         """Whether this request carried ``key`` in any auth header (or a ``key`` query parameter)."""
@@ -541,7 +543,7 @@ class FakeProviderServer:
             self.cache.apply(use)  # answered: what it wrote is readable from now on
             if record.stream:
                 return await self._stream(request, record, api.frames(answer))
-            return web.json_response(api.body(answer))
+            return web.json_response(api.body(answer), headers=record.response_headers)
         except asyncio.CancelledError:
             record.disconnected = True
             raise
@@ -572,7 +574,7 @@ class FakeProviderServer:
             raw = json.dumps(api.body(answer)).encode()
             return web.Response(body=raw[: len(raw) // 2], content_type="application/json")
         status = fault.status or api.overloaded_status
-        headers = {}
+        headers = dict(record.response_headers)
         if fault.retry_after is not None:
             headers["Retry-After"] = f"{fault.retry_after:g}"
         if fault.should_retry is not None:
@@ -590,7 +592,8 @@ class FakeProviderServer:
         return Reply(text="A partial answer that will be cut off before it is complete.")
 
     async def _stream(self, request: web.Request, record: RecordedRequest, frames: list[bytes]) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                               **record.response_headers})
         try:
             await response.prepare(request)
             for frame in frames:
