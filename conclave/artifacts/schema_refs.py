@@ -18,7 +18,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from conclave.errors import PluginError
-from conclave.plugin_manager import get_plugins
+from conclave.plugin_manager import Plugins, get_plugins
 
 __all__ = [
     "ADDED_LISTS",
@@ -71,11 +71,17 @@ def schemas_in(package: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-@functools.cache
 def all_schemas() -> dict[str, dict[str, Any]]:
     """The core schemas (``schemas/``) and every schema a loaded plugin registered."""
+    return _schemas_of(get_plugins())
+
+
+# The caches built from the loaded plugins are keyed by them: the process-wide plugins are loaded once for each value
+# of CONCLAVE_PLUGINS, so a narrower set asked for once (a test, a restricted run) never stands for the full one later.
+@functools.cache
+def _schemas_of(plugins: Plugins) -> dict[str, dict[str, Any]]:
     found = schemas_in(SCHEMA_PACKAGE)
-    registered = get_plugins().schemas
+    registered = plugins.schemas
     for name, schema in registered.items():
         if name in found:
             raise PluginError(f"plugin {registered.owner(name)!r} registered schema {name!r}, a core schema's name")
@@ -106,10 +112,14 @@ def declared_properties(name: str) -> frozenset[str]:
     return frozenset(known_schema(name).get("properties", {}))
 
 
-@functools.cache
 def registry() -> Registry[Any]:
+    return _registry_of(get_plugins())
+
+
+@functools.cache
+def _registry_of(plugins: Plugins) -> Registry[Any]:
     # Every file is registered under its $id, so relative $refs between files resolve without any retrieval.
-    return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in all_schemas().values())
+    return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in _schemas_of(plugins).values())
 
 
 
@@ -252,9 +262,13 @@ class _FillPlan:
             self.item().expand(depth - 1)
 
 
-@functools.cache
 def fill_plan(name: str) -> _FillPlan | None:
-    schema = all_schemas().get(name)
+    return _fill_plan_of(name, get_plugins())
+
+
+@functools.cache
+def _fill_plan_of(name: str, plugins: Plugins) -> _FillPlan | None:
+    schema = _schemas_of(plugins).get(name)
     return None if schema is None else _FillPlan(schema, resolver_for(schema))
 
 
@@ -287,9 +301,13 @@ def drop_null_optionals(schema: dict[str, Any], instance: Any) -> Any:
     return _drop_nulls(instance, schema, resolver_for(schema))
 
 
-@functools.cache
 def _names_by_id() -> dict[str, str]:
-    return {s["$id"]: name for name, s in all_schemas().items() if "$id" in s}
+    return _names_by_id_of(get_plugins())
+
+
+@functools.cache
+def _names_by_id_of(plugins: Plugins) -> dict[str, str]:
+    return {s["$id"]: name for name, s in _schemas_of(plugins).items() if "$id" in s}
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conclave.plugin_manager import get_plugins
+from conclave.plugin_manager import Plugins, get_plugins
 from conclave.yamlload import load_packaged
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class PriceTable:
     @classmethod
     def load(cls) -> PriceTable:
         """The sheets the loaded plugins registered (loaded once per process)."""
-        return _packaged_table()
+        return _packaged_table(get_plugins())
 
     def price(self, providers: str | Iterable[str], model: str, *, batch: bool = False) -> ModelPrice | None:
         """The price of ``model`` in the first of ``providers`` that lists it (exact id, then its alias); with
@@ -255,8 +255,10 @@ def _vision(model: str, entry: Mapping[str, Any]) -> bool:
 
 
 @functools.cache
-def _packaged_table() -> PriceTable:
-    registered = get_plugins().registries["price_sheets"]
+def _packaged_table(plugins: Plugins) -> PriceTable:
+    """The sheets ``plugins`` register (keyed by them: a narrower CONCLAVE_PLUGINS asked for once never stands for
+    the full set later)."""
+    registered = plugins.registries["price_sheets"]
     sheets = []
     for provider, path in registered.items():
         origin = f"pricing/{provider}.yaml of plugin {registered.owner(provider)!r}"
