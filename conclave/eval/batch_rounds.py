@@ -283,6 +283,9 @@ class BatchRounds:
                 self._flush()
 
     def _flush(self) -> None:
+        # The rows of the items that finished before this barrier were written unsynced: durable before the next
+        # batches spend anything (one fsync per barrier, not one per item).
+        store.sync_items(self.home, self.run_id)
         waits, self.pending = self.pending, []
         self._wave += 1
         groups: dict[tuple[str, str], list[_Wait]] = defaultdict(list)

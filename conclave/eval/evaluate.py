@@ -335,7 +335,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
         if rounds is not None:  # what its calls cost at batch prices, and would have cost interactively
             billed, equivalent = rounds.per_item.get(item.id, [0.0, 0.0])
             row.update(batch_cost=round(billed, 8), interactive_equivalent_cost=round(equivalent, 8))
-        store.append_item(home, ev.run_id, row)
+        store.append_item(home, ev.run_id, row, durable=rounds is None)  # batched: synced at each barrier
         try:
             store.index_item(home, ev.run_id, row)
         except Exception as exc:  # the file is the truth; `conclave index rebuild` repairs the index
@@ -358,6 +358,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                 await rounds.drain()
     finally:
         recorder.close()
+        if rounds is not None:
+            store.sync_items(home, ev.run_id)  # the rows written since the last barrier
         rows = [done[i.id] for i in ev.items if i.id in done]
         complete = len(rows) == len(ev.items)
         summary = ev.summary = summarise(rows, prices=prices)

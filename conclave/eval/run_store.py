@@ -70,9 +70,27 @@ def read_run(home: Path, run_id: str) -> dict[str, Any]:
     return data
 
 
-def append_item(home: Path, run_id: str, row: dict[str, Any]) -> None:
-    """Append one finished item's row; durable when this returns."""
-    append_durably(run_dir(home, run_id) / "items.jsonl", row)
+def append_item(home: Path, run_id: str, row: dict[str, Any], *, durable: bool = True) -> None:
+    """Append one finished item's row; durable when this returns, or with ``durable=False`` only handed to the
+    operating system (it survives the process being killed) until :func:`sync_items` (a batched run syncs the
+    rows once per round barrier, before the next batch spends anything, not once per item)."""
+    path = run_dir(home, run_id) / "items.jsonl"
+    if durable:
+        append_durably(path, row)
+    else:
+        _append(path, row, sync=False)
+
+
+def sync_items(home: Path, run_id: str) -> None:
+    """Make every row :func:`append_item` wrote so far durable (one fsync; nothing to do before the first)."""
+    try:
+        fd = os.open(run_dir(home, run_id) / "items.jsonl", os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def append_batch(home: Path, run_id: str, record: dict[str, Any]) -> None:
@@ -85,11 +103,16 @@ def append_batch(home: Path, run_id: str, record: dict[str, Any]) -> None:
 
 def append_durably(path: Path, record: dict[str, Any]) -> None:
     """Append ``record`` as one JSON line and fsync it: on disk when this returns."""
+    _append(path, record, sync=True)
+
+
+def _append(path: Path, record: dict[str, Any], *, sync: bool) -> None:
     line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -34,7 +34,7 @@ from conclave import events as ev
 from conclave.store.heads import HeadsLog
 from conclave.store.indexer import RESUMED
 from conclave.store.journal import JournalError, JournalWriter, read_records
-from conclave.store.journal_file import REFS, filled_in
+from conclave.store.journal_file import REFS, expand_records
 from conclave.store.paths import StoreLayout
 from conclave.store.redact import Redactor
 from conclave.store.sqlite_index import IndexWriter
@@ -291,8 +291,9 @@ class Recorder:
             if self._index is None:
                 self._index = IndexWriter(self.layout.index_path)
             # Parsed back from the lines, so the live index sees exactly what ``index rebuild`` will read.
-            self._pending = [self._filled_in(json.loads(r)) if isinstance(r, bytes) else r for r in self._pending]
-            self._index.write(self._pending)
+            records = self._filled_in([json.loads(r) if isinstance(r, bytes) else r for r in self._pending])
+            self._pending[:] = records  # parsed once, even when the write below fails and is retried
+            self._index.write(records)
         except Exception as exc:
             # Keep the records: the next flush retries them in order, so a passing lock timeout heals itself;
             # close() says so once if they never made it.
@@ -302,10 +303,32 @@ class Recorder:
         self._index_error = None
 
 
-    def _filled_in(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A record whose values repeat earlier records' (journaled as references) with those values filled in
-        from its journal, where they are durable by now."""
-        return filled_in(record, self.layout.journal_path(record["consultation_id"])) if REFS in record else record
+    def _filled_in(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``records`` with the values that repeat earlier records' (journaled as references) filled in: from the
+        records written with them when those hold every value referred to (a consultation indexed at its end),
+        else from their journals, where they are durable by now, each read once however many of its records
+        hold references."""
+        journals: dict[str, dict[Any, dict[str, Any]]] = {}
+        written: dict[Any, dict[Any, dict[str, Any]]] = {}  # consultation -> seq -> record (filled) so far
+        out = []
+        for record in records:
+            before = written.setdefault(record.get("consultation_id"), {})
+            if REFS in record:
+                refs = record[REFS] if isinstance(record[REFS], list) else []
+                seqs = [ref[1] for ref in refs if isinstance(ref, list) and len(ref) == 3 and isinstance(ref[1], int)]
+                if seqs and len(seqs) == len(refs) and all(seq in before for seq in seqs):
+                    record = expand_records([*(before[seq] for seq in sorted(set(seqs))), record])[-1]
+                else:
+                    consultation_id = record["consultation_id"]
+                    by_seq = journals.get(consultation_id)
+                    if by_seq is None:
+                        by_seq = journals[consultation_id] = {}
+                        for known in read_records(self.layout.journal_path(consultation_id)):
+                            by_seq.setdefault(known.get("seq"), known)
+                    record = by_seq.get(record.get("seq"), record)
+            before.setdefault(record.get("seq"), record)
+            out.append(record)
+        return out
 
 
 #: with ``defer_index``, how long after the last flush its records are indexed (the next round's requests leave
