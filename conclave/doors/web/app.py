@@ -370,18 +370,28 @@ async def _report(request: web.Request) -> web.Response:
     return _html(text)
 
 
-async def _events(request: web.Request) -> web.StreamResponse:
-    cid = _known(request)
-    feeds: Feeds = request.app[FEEDS_KEY]
+async def _open_stream(request: web.Request) -> tuple[web.StreamResponse, _Bucket] | web.Response:
+    """A Server-Sent Events response, counted against its client's open streams (the caller takes one off the
+    bucket when it ends); a 429 when the client has too many open."""
     limits: RateLimits = request.app[LIMITS_KEY]
     bucket = limits.clients.setdefault(request.remote or "?", _Bucket())
     if bucket.streams >= limits.max_streams:
         return web.Response(status=429, text="429: too many open event streams\n", headers={"Retry-After": "5"})
-    heartbeat_s = request.app[SETTINGS_KEY].heartbeat_s
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
     bucket.streams += 1
+    return response, bucket
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    cid = _known(request)
+    feeds: Feeds = request.app[FEEDS_KEY]
+    opened = await _open_stream(request)
+    if isinstance(opened, web.Response):
+        return opened
+    response, bucket = opened
+    heartbeat_s = request.app[SETTINGS_KEY].heartbeat_s
     stream = feeds.follow(cid, _last_event_id(request)).__aiter__()
     # The next record is awaited across heartbeats: cancelling a pending __anext__ (as wait_for does on its
     # timeout) would close the generator, and an idle stream would end while the consultation goes on.
@@ -429,15 +439,11 @@ async def _eval_events(request: web.Request) -> web.StreamResponse:
     the run appends them, until the run is no longer running."""
     run_id, _ = await asyncio.to_thread(_known_run, request)
     home = request.app[FEEDS_KEY].layout.home
-    limits: RateLimits = request.app[LIMITS_KEY]
-    bucket = limits.clients.setdefault(request.remote or "?", _Bucket())
-    if bucket.streams >= limits.max_streams:
-        return web.Response(status=429, text="429: too many open event streams\n", headers={"Retry-After": "5"})
+    opened = await _open_stream(request)
+    if isinstance(opened, web.Response):
+        return opened
+    response, bucket = opened
     heartbeat_s = request.app[SETTINGS_KEY].heartbeat_s
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
-    await response.prepare(request)
-    bucket.streams += 1
     offset, quiet, status = max(0, _last_event_id(request)), 0.0, ""
     try:
         while True:
