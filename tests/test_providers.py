@@ -53,7 +53,8 @@ AUTH_HEADERS = {"authorization", "x-api-key", "x-goog-api-key", "api-key"}
 
 @pytest.fixture
 def plugins(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("CONCLAVE_PLUGINS", "openai,anthropic,gemini")
+    # the three providers, and the plugins whose artifact schemas the schema test below sends through them
+    monkeypatch.setenv("CONCLAVE_PLUGINS", "openai,anthropic,gemini,strategies,answer")
     return load_plugins()
 
 
