@@ -13,7 +13,14 @@ from sqlite_utils import Migrations
 
 from conclave.store.artifact_gist import gist
 from conclave.store.index_reader import MIGRATION_SET
-from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES, refresh_all_days
+from conclave.store.rollups import (
+    CONSULTATION_FIGURES,
+    FLOAT_FIGURES,
+    MODEL_FIGURES,
+    PROVIDER_FIGURES,
+    VERIFICATION_FIGURES,
+    refresh_all_days,
+)
 
 migrations = Migrations(MIGRATION_SET)
 
@@ -23,7 +30,7 @@ migrations = Migrations(MIGRATION_SET)
 #: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
                     "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
-                    "m027_groupthink_order")
+                    "m027_groupthink_order", "m028_model_and_verification_rollups")
 
 
 
@@ -153,14 +160,12 @@ from consultations c
 """,
     # Every call, grouped: read in the table's own order and sorted (the unary + keeps SQLite from walking the
     # (provider, model) index instead, which fetches each row from wherever it lies: 1 s cold at 10k).
+    # Summed from the model_daily rollup (m028), a few rows a day, not from every call of history.
     "cost_by_provider": """
-select provider, model, count(*) as calls,
-       sum(outcome = 'ok') as ok_calls,
-       sum(outcome not in ('ok', 'cancelled')) as failed_calls,
-       sum(hedge) as hedged_calls,
-       sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens,
-       round(total(cost), 6) as cost, round(avg(latency_s), 3) as avg_latency_s
-from calls group by +provider, +model
+select provider, model, sum(calls) as calls, sum(ok_calls) as ok_calls, sum(failed_calls) as failed_calls,
+       sum(hedged_calls) as hedged_calls, sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens,
+       round(total(cost), 6) as cost, round(total(latency_s) / sum(timed_calls), 3) as avg_latency_s
+from model_daily group by provider, model
 """,
     # The latest verdict of each consultation (a resumed round 4 may have produced an earlier one), read from the
     # verdicts' own index (m025): SQLite would rather find them by artifact type and read each from the table.
@@ -571,3 +576,22 @@ def m027_groupthink_order(db: Any) -> None:
     # (1.3 s cold at 10k).
     db.execute("create index if not exists consultations_groupthink on consultations "
                "(escalated desc, groupthink_firings desc, started_at desc)")
+
+
+@migrations()
+def m028_model_and_verification_rollups(db: Any) -> None:
+    # Two more daily rollups (rollups.py), kept as consultations are indexed: calls per provider and model, which
+    # the cost_by_provider view sums (it grouped every call of history: 0.6 s cold at 10k), and answered
+    # verification checks per question and answerer, which the verification_pass_rate query sums. That query no
+    # longer needs m022's covering index, a second copy of the verification table (1.4 KB a consultation).
+    def columns(figures: dict[str, str]) -> dict[str, type]:
+        return {name: float if name in FLOAT_FIGURES else int for name in figures}
+
+    db["model_daily"].create({"day": str, "provider": str, "model": str, **columns(MODEL_FIGURES)},
+                             pk=("day", "provider", "model"), if_not_exists=True)
+    db["verification_daily"].create({"day": str, "question_id": str, "answered_by": str,
+                                     **columns(VERIFICATION_FIGURES)},
+                                    pk=("day", "question_id", "answered_by"), if_not_exists=True)
+    db.execute("drop index if exists verification_pass_rate")
+    db.create_view("cost_by_provider", VIEWS["cost_by_provider"], replace=True)
+    refresh_all_days(db.conn)
