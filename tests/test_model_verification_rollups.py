@@ -190,3 +190,16 @@ def test_m029_stores_child_tables_in_key_order_live_upgraded_and_rebuilt(tmp_pat
     finally:
         db.close()
     assert child_rows(index) == live  # connect() applied m029 and m030
+
+
+def test_rebuild_leaves_no_free_pages(tmp_path: Path) -> None:
+    """Indexes deferred migrations build and later ones drop (m022 then m028, m004 then m030) left their pages
+    free in the rebuilt file (1.7 KB a consultation at 10k)."""
+    index = record(tmp_path)
+    rebuild(StoreLayout(tmp_path), workers=0)
+    db = connect(index)
+    try:
+        assert db.conn.execute("pragma freelist_count").fetchone()[0] == 0
+        assert db.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
