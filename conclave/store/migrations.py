@@ -13,7 +13,14 @@ from sqlite_utils import Migrations
 
 from conclave.store.artifact_gist import gist
 from conclave.store.index_reader import MIGRATION_SET
-from conclave.store.rollups import CONSULTATION_FIGURES, FLOAT_FIGURES, PROVIDER_FIGURES, refresh_all_days
+from conclave.store.rollups import (
+    CONSULTATION_FIGURES,
+    FLOAT_FIGURES,
+    MODEL_FIGURES,
+    PROVIDER_FIGURES,
+    VERIFICATION_FIGURES,
+    refresh_all_days,
+)
 
 migrations = Migrations(MIGRATION_SET)
 
@@ -23,7 +30,8 @@ migrations = Migrations(MIGRATION_SET)
 #: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
                     "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
-                    "m027_groupthink_order")
+                    "m027_groupthink_order", "m028_model_and_verification_rollups",
+                    "m030_no_artifact_type_index")
 
 
 
@@ -153,14 +161,12 @@ from consultations c
 """,
     # Every call, grouped: read in the table's own order and sorted (the unary + keeps SQLite from walking the
     # (provider, model) index instead, which fetches each row from wherever it lies: 1 s cold at 10k).
+    # Summed from the model_daily rollup (m028), a few rows a day, not from every call of history.
     "cost_by_provider": """
-select provider, model, count(*) as calls,
-       sum(outcome = 'ok') as ok_calls,
-       sum(outcome not in ('ok', 'cancelled')) as failed_calls,
-       sum(hedge) as hedged_calls,
-       sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens,
-       round(total(cost), 6) as cost, round(avg(latency_s), 3) as avg_latency_s
-from calls group by +provider, +model
+select provider, model, sum(calls) as calls, sum(ok_calls) as ok_calls, sum(failed_calls) as failed_calls,
+       sum(hedged_calls) as hedged_calls, sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens,
+       round(total(cost), 6) as cost, round(total(latency_s) / sum(timed_calls), 3) as avg_latency_s
+from model_daily group by provider, model
 """,
     # The latest verdict of each consultation (a resumed round 4 may have produced an earlier one), read from the
     # verdicts' own index (m025): SQLite would rather find them by artifact type and read each from the table.
@@ -571,3 +577,61 @@ def m027_groupthink_order(db: Any) -> None:
     # (1.3 s cold at 10k).
     db.execute("create index if not exists consultations_groupthink on consultations "
                "(escalated desc, groupthink_firings desc, started_at desc)")
+
+
+@migrations()
+def m028_model_and_verification_rollups(db: Any) -> None:
+    # Two more daily rollups (rollups.py), kept as consultations are indexed: calls per provider and model, which
+    # the cost_by_provider view sums (it grouped every call of history: 0.6 s cold at 10k), and answered
+    # verification checks per question and answerer, which the verification_pass_rate query sums. That query no
+    # longer needs m022's covering index, a second copy of the verification table (1.4 KB a consultation).
+    def columns(figures: dict[str, str]) -> dict[str, type]:
+        return {name: float if name in FLOAT_FIGURES else int for name in figures}
+
+    db["model_daily"].create({"day": str, "provider": str, "model": str, **columns(MODEL_FIGURES)},
+                             pk=("day", "provider", "model"), if_not_exists=True)
+    db["verification_daily"].create({"day": str, "question_id": str, "answered_by": str,
+                                     **columns(VERIFICATION_FIGURES)},
+                                    pk=("day", "question_id", "answered_by"), if_not_exists=True)
+    db.execute("drop index if exists verification_pass_rate")
+    db.create_view("cost_by_provider", VIEWS["cost_by_provider"], replace=True)
+    refresh_all_days(db.conn)
+
+
+#: child tables m029 stores in their key's order: none is read by rowid, and each is smaller so (its other
+#: indexes, which then hold the key instead of the rowid, grow by less than the key's own index took)
+KEY_ORDERED = ("agent_rounds", "claim_checks", "transitions", "claims", "context_rounds", "synthesis_coverage",
+               "evidence", "exit_decisions", "rounds", "artifacts", "filters_applied", "safety_checks",
+               "groupthink_checks")
+
+
+@migrations()
+def m029_child_tables_in_key_order(db: Any) -> None:
+    # Each of these child tables, keyed by (consultation_id, ...), kept its key a second time in the primary key's
+    # own index (1.8 KB of a consultation's 17 KB at 10k): stored WITHOUT ROWID, the rows are the key's b-tree, as
+    # m024 did for verification. Copied out and back, not renamed (a rename re-checks every view); its indexes
+    # are made again. ``agents`` keeps its rowid: the panel's order is read by it. The artifact_type index
+    # (m004) served only the artifacts page's facet, which is no longer declared: it goes (200 bytes a
+    # consultation), and any column can still be faceted from the page's menu.
+    db.execute("drop index if exists idx_artifacts_artifact_type")
+    for table in KEY_ORDERED:
+        (sql,) = db.execute("select sql from sqlite_master where type = 'table' and name = ?", [table]).fetchone()
+        if "without rowid" in sql.lower():
+            continue
+        indexes = [index_sql for (index_sql,) in db.execute(
+            "select sql from sqlite_master where type = 'index' and tbl_name = ? and sql is not null", [table])]
+        columns = ", ".join(f'"{c}"' for c in db[table].columns_dict)
+        db.execute(f'create temp table key_ordered_copy as select {columns} from "{table}"')
+        db.execute(f'drop table "{table}"')
+        db.execute(f"{sql} without rowid")
+        db.execute(f'insert into "{table}" ({columns}) select {columns} from temp.key_ordered_copy')
+        db.execute("drop table temp.key_ordered_copy")
+        for index_sql in indexes:
+            db.execute(index_sql)
+
+
+@migrations()
+def m030_no_artifact_type_index(db: Any) -> None:
+    # m029 drops m004's artifact_type index on an index written before; ``index rebuild`` creates it again with
+    # m004, deferred until the rows are loaded, so this (deferred too) drops it after.
+    db.execute("drop index if exists idx_artifacts_artifact_type")

@@ -47,6 +47,23 @@ PROVIDER_FIGURES: dict[str, str] = {
     "cost": "total(k.cost)",
     "latency_s": "total(k.latency_s)",
 }
+#: figure -> aggregate over ``calls`` rows ``k`` (grouped by provider and model): the cost_by_provider view
+MODEL_FIGURES: dict[str, str] = {
+    "calls": "count(*)",
+    "ok_calls": "coalesce(sum(k.outcome = 'ok'), 0)",
+    "failed_calls": "coalesce(sum(k.outcome not in ('ok', 'cancelled')), 0)",
+    "hedged_calls": "coalesce(sum(k.hedge), 0)",
+    "input_tokens": "coalesce(sum(k.input_tokens), 0)",
+    "output_tokens": "coalesce(sum(k.output_tokens), 0)",
+    "cost": "total(k.cost)",
+    "latency_s": "total(k.latency_s)",
+    "timed_calls": "count(k.latency_s)",
+}
+#: figure -> aggregate over answered ``verification`` rows ``v`` (grouped by question and answerer)
+VERIFICATION_FIGURES: dict[str, str] = {
+    "answered": "count(*)",
+    "passed": "coalesce(sum(v.passed), 0)",
+}
 FLOAT_FIGURES = {"cost", "confidence_sum", "cost_saved", "latency_s"}
 
 _CONSULTATION_RAW = "select mode, status, {figures} from consultations{where} group by mode, status"
@@ -67,34 +84,66 @@ _TOUCHED_DAYS = """
 select distinct substr(started_at, 1, 10) from consultations
 where id in (select value from json_each(?)) and started_at is not null
 """
-_REFRESH = (
-    "delete from consultation_daily where day = :day",
-    "delete from provider_daily where day = :day",
-    "insert into consultation_daily (day, mode, status, {names}) select :day, mode, status, {figures} "
-    "from consultations{where} group by mode, status".format(
-        names=", ".join(CONSULTATION_FIGURES), figures=_figures(CONSULTATION_FIGURES),
-        where=_DAY.format(column="started_at")),
-    "insert into provider_daily (day, provider, {names}) "
-    "select :day, k.provider, {figures} from consultations c join calls k on k.consultation_id = c.id{where} "
-    "group by k.provider".format(
-        names=", ".join(PROVIDER_FIGURES), figures=_figures(PROVIDER_FIGURES),
-        where=_DAY.format(column="c.started_at")),
-)
+#: rollup table -> the statements that recompute one ``:day`` of it
+_REFRESH: dict[str, tuple[str, str]] = {
+    "consultation_daily": (
+        "delete from consultation_daily where day = :day",
+        "insert into consultation_daily (day, mode, status, {names}) select :day, mode, status, {figures} "
+        "from consultations{where} group by mode, status".format(
+            names=", ".join(CONSULTATION_FIGURES), figures=_figures(CONSULTATION_FIGURES),
+            where=_DAY.format(column="started_at")),
+    ),
+    "provider_daily": (
+        "delete from provider_daily where day = :day",
+        "insert into provider_daily (day, provider, {names}) "
+        "select :day, k.provider, {figures} from consultations c join calls k on k.consultation_id = c.id{where} "
+        "group by k.provider".format(
+            names=", ".join(PROVIDER_FIGURES), figures=_figures(PROVIDER_FIGURES),
+            where=_DAY.format(column="c.started_at")),
+    ),
+    "model_daily": (
+        "delete from model_daily where day = :day",
+        "insert into model_daily (day, provider, model, {names}) "
+        "select :day, k.provider, k.model, {figures} from consultations c "
+        "join calls k on k.consultation_id = c.id{where} group by k.provider, k.model".format(
+            names=", ".join(MODEL_FIGURES), figures=_figures(MODEL_FIGURES),
+            where=_DAY.format(column="c.started_at")),
+    ),
+    "verification_daily": (
+        "delete from verification_daily where day = :day",
+        "insert into verification_daily (day, question_id, answered_by, {names}) "
+        "select :day, v.question_id, v.answered_by, {figures} from consultations c "
+        "join verification v on v.consultation_id = c.id{where} and v.passed is not null "
+        "group by v.question_id, v.answered_by".format(
+            names=", ".join(VERIFICATION_FIGURES), figures=_figures(VERIFICATION_FIGURES),
+            where=_DAY.format(column="c.started_at")),
+    ),
+}
+
+
+def _refresh(conn: Any, days: list[dict[str, str]]) -> None:
+    """Recompute ``days`` of every rollup the index has (a migration before m028 refreshes an index that does not
+    have the later ones yet)."""
+    present = {name for (name,) in conn.execute(
+        "select name from sqlite_master where type = 'table' and name in (select value from json_each(?))",
+        [json.dumps(list(_REFRESH))])}
+    for table, statements in _REFRESH.items():
+        if table in present:
+            for sql in statements:
+                conn.executemany(sql, days)
 
 
 def refresh_days(conn: Any, consultation_ids: list[str]) -> None:
-    """Recompute both rollups for every day on which one of ``consultation_ids`` started."""
+    """Recompute the rollups for every day on which one of ``consultation_ids`` started."""
     days = [{"day": day} for (day,) in conn.execute(_TOUCHED_DAYS, [json.dumps(consultation_ids)])]
-    for sql in _REFRESH:
-        conn.executemany(sql, days)
+    _refresh(conn, days)
 
 
 def refresh_all_days(conn: Any) -> None:
-    """Recompute both rollups for every day any consultation started (after a figure is added)."""
+    """Recompute the rollups for every day any consultation started (after a figure is added)."""
     days = [{"day": day} for (day,) in conn.execute(
         "select distinct substr(started_at, 1, 10) from consultations where started_at is not null")]
-    for sql in _REFRESH:
-        conn.executemany(sql, days)
+    _refresh(conn, days)
 
 
 @dataclass(frozen=True)
