@@ -153,7 +153,8 @@ async def test_an_answer_consultation_labels_numbers_checks_and_indexes_claims(
     assert quality["grounding"]["4"] and all(s["grounded"] for s in quality["grounding"]["4"])
     with sqlite3.connect(StoreLayout(tmp_path).index_path) as db:
         cid = result.consultation_id
-        indexed = db.execute("select claim_id, agent from claims where consultation_id = ? order by rowid",
+        indexed = db.execute("select claim_id, agent from claims where consultation_id = ? "
+                             "order by length(claim_id), claim_id",
                              (cid,)).fetchall()
         judged = db.execute("select question_id, passed from verification where consultation_id = ? and "
                             "answered_by = 'judge' and passed is not null order by question_id", (cid,)).fetchall()

@@ -247,7 +247,8 @@ async def test_the_index_holds_claims_evidence_checks_anchors_and_figures(
     recorder.close()
     cid = run.result.consultation_id
     with sqlite3.connect(StoreLayout(tmp_path).index_path) as db:
-        claims = db.execute("select claim_id, agent, status from claims where consultation_id = ? order by rowid",
+        claims = db.execute("select claim_id, agent, status from claims where consultation_id = ? "
+                            "order by length(claim_id), claim_id",
                             (cid,)).fetchall()
         evidence = db.execute("select evidence_id, title, supports from evidence where consultation_id = ?",
                               (cid,)).fetchall()
