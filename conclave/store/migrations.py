@@ -47,8 +47,9 @@ def apply_all_but_deferred(db: Any) -> None:
             migrations._record_applied(db, migration.name)
 
 
-#: migrations that rewrite whole tables of an existing index: seconds at 10,000 consultations (m028 0.8 s, m029
-#: 3.1 s on a 190 MB index written before m028), half a minute or more at 100,000
+#: migrations that rewrite whole tables of an existing index: seconds at 10,000 consultations (on a 190 MB index
+#: written before m028, on a loaded machine: m028 0.5-0.8 s, m029 1.6-2.4 s, the commit 0.6 s), ten times that
+#: at 100,000
 REWRITING = ("m023_artifact_gist", "m024_verification_counted", "m026_gist_without_row_fields",
              "m028_model_and_verification_rollups", "m029_child_tables_in_key_order")
 #: from this many bytes in use (about 3,500 consultations written before m028, about a second of rewriting), an
@@ -635,9 +636,10 @@ def m029_child_tables_in_key_order(db: Any) -> None:
     # Each of these child tables, keyed by (consultation_id, ...), kept its key a second time in the primary key's
     # own index (1.8 KB of a consultation's 17 KB at 10k): stored WITHOUT ROWID, the rows are the key's b-tree, as
     # m024 did for verification. Each table's rows are copied once, into a new table that then takes the old
-    # one's name (copying out to a temporary table and back, as at first, took 40% more CPU on an existing 10k
-    # index); its indexes are made again. The rename is done as legacy_alter_table does it, leaving the views
-    # alone: they name the table as before, and dissent_log names an index (m025) the new table gets only after.
+    # one's name (copying out to a temporary table and back, as at first, took 3.1 s instead of 1.6-2.4 s on an
+    # existing 10k index); its indexes are made again. The rename is done as legacy_alter_table does it, leaving
+    # the views alone: they name the table as before, and dissent_log names an index (m025) the new table gets
+    # only after.
     # ``agents`` keeps its rowid: the panel's order is read by it. The artifact_type index (m004) served only the
     # artifacts page's facet, which is no longer declared: it goes (200 bytes a consultation), and any column can
     # still be faceted from the page's menu.
