@@ -9,6 +9,8 @@ the pages the rewrite left free. Real SQLite, real ``python -m conclave`` proces
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -298,3 +300,36 @@ def test_readers_during_an_upgrade_see_the_old_schema_or_the_new_one_whole(home:
         assert rollups == (1 if flags else 0) and rows == artifacts and dissent == seen[0][3]
     assert in_new_form(child_tables(index), before)
     assert applied(index).count("m029_child_tables_in_key_order") == 1
+
+
+DATASETTE_PAGES = ("/index/artifacts", "/index/artifacts.json?_size=5", "/index/rounds", "/index/dissent_log",
+                   "/index/cost_by_provider", "/index/claims.json")
+
+
+def test_datasette_serving_the_index_answers_before_during_and_after_an_upgrade(home: Path) -> None:
+    from datasette.app import Datasette  # an optional extra, imported where the test needs it
+
+    async def watch() -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[tuple[str, int]]]:
+        datasette = Datasette([str(home / "index.db")])
+
+        async def statuses() -> list[tuple[str, int]]:
+            return [(page, (await datasette.client.get(page)).status_code) for page in DATASETTE_PAGES]
+
+        before = await statuses()
+        upgrader = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "conclave", "logs", "list", env=env(home), cwd=home,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        assert upgrader.stderr is not None
+        assert (await upgrader.stderr.readline()).decode().rstrip("\n") == NOTICE
+        during: list[tuple[str, int]] = []
+        while upgrader.returncode is None:
+            during += await statuses()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(upgrader.wait(), 0.05)
+        assert upgrader.returncode == 0
+        return before, during, await statuses()
+
+    before, during, after = asyncio.run(watch())
+    assert before == after == [(page, 200) for page in DATASETTE_PAGES]
+    assert during and all(status == 200 for _, status in during), during
+    assert all(flag for flag, _, _ in child_tables(home / "index.db").values())
