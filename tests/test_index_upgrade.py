@@ -284,12 +284,16 @@ def test_readers_during_an_upgrade_see_the_old_schema_or_the_new_one_whole(home:
     reader = subprocess.Popen([sys.executable, "-c", READER, str(index), json.dumps(KEY_ORDERED)], text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     other = start(home, "logs", "list")  # a second process that would upgrade waits for the first, then reads
+    stats = start(home, "stats", "--json")  # so does stats (it reads m028's rollups)
     out, err = reader.communicate(timeout=180)
     assert reader.returncode == 0, err
     upgrader_out, _ = upgrader.communicate(timeout=180)
     other_out, other_err = other.communicate(timeout=180)
     assert upgrader.returncode == 0 and other.returncode == 0, other_err
     assert other_err == "" and other_out == upgrader_out  # it did not upgrade again, and read the same rows
+    stats_out, stats_err = stats.communicate(timeout=180)
+    assert stats.returncode == 0 and stats_err == "", stats_err
+    assert json.loads(stats_out)["consultations"] == 6 * (COPIES + 1)
     seen = [json.loads(line) for line in out.splitlines()]
     artifacts = before["artifacts"][1]
     old = [s for s in seen if s[0] == 0]
