@@ -46,6 +46,8 @@ def _vacuum(path: Path) -> int:
     try:
         started = time.perf_counter()
         before = sum(page_bytes(db))
+        print(f"conclave index: vacuuming {path} ({before / 1e6:,.1f} MB, {page_bytes(db)[1] / 1e6:,.1f} MB of it "
+              "free) …", file=sys.stderr, flush=True)
         db.conn.execute("VACUUM")
         db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file shrinks now, not when the last reader leaves
         after = sum(page_bytes(db))
