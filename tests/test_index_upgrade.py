@@ -28,6 +28,7 @@ from conclave.store.migrations import KEY_ORDERED, NOTICE_BYTES
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.rollups import refresh_all_days
+from conclave.store.sqlite_index import IndexOpenError, connect
 from conclave.testing.synthetic_events import synthetic_events
 
 NOTICE = "conclave: upgrading the index (m028, m029, one time) …"
@@ -340,3 +341,32 @@ def test_datasette_serving_the_index_answers_before_during_and_after_an_upgrade(
     assert before == after == [(page, 200) for page in DATASETTE_PAGES]
     assert during and all(status == 200 for _, status in during), during
     assert all(flag for flag, _, _ in child_tables(home / "index.db").values())
+
+
+HOLD_THE_LOCK = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("begin immediate")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("rollback")
+"""
+
+
+def test_an_opener_that_cannot_get_the_lock_to_upgrade_says_why_in_one_line(tmp_path: Path) -> None:
+    """At 100,000 consultations an upgrade can outlast the 30 s a second opener waits for the write lock."""
+    index = old_index(tmp_path, 0)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(index)], text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with pytest.raises(IndexOpenError) as raised:
+            connect(index, busy_timeout_s=0.2)
+    finally:
+        holder.communicate("\n", timeout=60)
+    message = str(raised.value)
+    assert message == (f"cannot open the index {index}: another process is writing it, as an upgrade of a big index "
+                       "after an update of conclave does for a while; try again when it is done")
+    assert not set(UPGRADES) & set(applied(index))
+    connect(index).close()  # once it is free, the upgrade is done
+    assert set(UPGRADES) <= set(applied(index))

@@ -67,7 +67,7 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
         # The index can be rebuilt from the journal, so it does not need an fsync per commit.
         conn.execute("PRAGMA synchronous=NORMAL")
         if migrate and migrations.pending(db):
-            _upgrade(db)
+            _upgrade(db, path)
     except sqlite3.Error as exc:
         db.close()
         if _read_only_home(path):
@@ -79,11 +79,22 @@ def connect(path: Path, *, migrate: bool = True, busy_timeout_s: float | None = 
     return db
 
 
-def _upgrade(db: Any) -> None:
+def _upgrade(db: Any, path: Path) -> None:
     """Apply the pending migrations in one write transaction: a process killed or interrupted meanwhile leaves the
     index as it was, and the next to connect applies them; readers see the old schema until the commit. On a big
     index, a line on stderr before a migration that rewrites tables, and one after saying how to give the disk
-    back the pages the rewrite left free."""
+    back the pages the rewrite left free. Raises :class:`IndexOpenError` when another process holds the write lock
+    past the busy timeout (at 100,000 consultations, another process's upgrade can)."""
+    try:
+        _apply_pending(db)
+    except sqlite3.OperationalError as exc:
+        if "database is locked" not in str(exc):
+            raise
+        raise IndexOpenError(path, "another process is writing it, as an upgrade of a big index after an update "
+                                   "of conclave does for a while; try again when it is done") from exc
+
+
+def _apply_pending(db: Any) -> None:
     with write_txn(db):
         notice = upgrade_notice(db)  # what is pending, now that this process holds the lock
         if notice:
