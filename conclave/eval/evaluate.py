@@ -247,7 +247,14 @@ def run(evaluation: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = Fa
 
 async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = False, out: TextIO | None = None,
                     err: TextIO | None = None) -> int:
-    """:func:`run` inside a running event loop."""
+    """:func:`run` inside a running event loop, holding the run's lock throughout: its ``run.json`` says
+    ``running`` only while this process holds it, so readers see a killed run as interrupted."""
+    with store.running(ev.settings.home, ev.run_id):
+        return await _run_locked(ev, plugins, interaction, quiet=quiet, out=out, err=err)
+
+
+async def _run_locked(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool, out: TextIO | None,
+                      err: TextIO | None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
 
     home = ev.settings.home
@@ -284,8 +291,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
             return EXIT_FAILED
         remember(consent, home, err)
     snapshot = config_snapshot(ev.settings, "")
-    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel,
-               quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
+    run.update(status="running", pid=os.getpid(), estimated_cost=total, config_hash=config_hash(snapshot),
+               local_panel=ev.local_panel, quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
                quality_reused_round_1=None if ev.arm is None else ev.reuse_round_1, round_1_key=ev.round_1_key)
     if batching is not None:
         run.update(batch_mode=batching, estimated_interactive_cost=interactive)
