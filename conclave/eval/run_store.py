@@ -69,7 +69,7 @@ def read_run(home: Path, run_id: str) -> dict[str, Any]:
     """The run's ``run.json``, its status as it stands: a run that says ``running`` while no process holds its
     lock was killed before it could say otherwise, and reads ``interrupted``."""
     data = _read_run_file(home, run_id)
-    if data.get("status") in LIVE_STATUSES and not is_being_run(home, run_id):
+    if data.get("status") in LIVE_STATUSES and ADVISORY_LOCKS and not is_being_run(home, run_id):
         # read again: the run may have ended (written its last status, then let go of the lock) meanwhile
         data = _read_run_file(home, run_id)
         if data.get("status") in LIVE_STATUSES:
@@ -90,6 +90,8 @@ def _read_run_file(home: Path, run_id: str) -> dict[str, Any]:
 
 #: what ``run.json`` says while a process runs the run
 LIVE_STATUSES = ("starting", "running")
+#: where there is no flock (Windows), nothing tells a live run from a killed one: the file's status stands
+ADVISORY_LOCKS = os.name == "posix"
 LOCK_FILE = "run.lock"
 #: how long a run's process waits for readers' momentary shared locks before saying another process runs it
 LOCK_WAIT_S = 0.5
