@@ -87,21 +87,21 @@ def hedges_sent(db: sqlite3.Connection) -> list[tuple[float, str]]:
 
 def classify_repeats(repeats: list[list[tuple[float, str]]], hedges: list[tuple[float, str]],
                      window_s: float = 2.0) -> tuple[int, int]:
-    """(repeated answers a same-model hedge explains, the rest): a repeat is a hedge's when a hedge of its model
-    was sent within ``window_s`` before one of the body's answers (each hedge explains one repeat). A same-model
-    hedge sends the primary's request again on purpose, and both are billed; anything else is a true duplicate."""
-    unused = sorted(hedges)
-    by_hedge = other = 0
-    for answers in repeats:
-        for _ in answers[1:]:
-            match = next((h for h in unused for at, model in answers
-                          if h[1] == model and 0.0 <= at - h[0] <= window_s), None)
-            if match is None:
-                other += 1
-            else:
-                unused.remove(match)
-                by_hedge += 1
-    return by_hedge, other
+    """(repeated answers a same-model hedge explains, the rest). A same-model hedge sends the primary's request
+    again on purpose, and both are billed; anything else is a true duplicate. Hedges and repeats are paired by
+    model, the closest first: a hedge sent at most ``window_s`` before one of the body's answers explains one of
+    its repeats (each hedge explains one)."""
+    pairs = sorted((at - sent, r, h) for r, answers in enumerate(repeats) for h, (sent, model) in enumerate(hedges)
+                   for at, answered_model in answers if answered_model == model and 0.0 <= at - sent <= window_s)
+    wanted = [len(answers) - 1 for answers in repeats]
+    used: set[int] = set()
+    by_hedge = 0
+    for _, r, h in pairs:
+        if wanted[r] and h not in used:
+            used.add(h)
+            wanted[r] -= 1
+            by_hedge += 1
+    return by_hedge, sum(wanted)
 
 
 def main() -> None:
