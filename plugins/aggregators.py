@@ -15,11 +15,8 @@
 
 from __future__ import annotations
 
-import functools
 import math
-import sqlite3
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conclave.engine.aggregation import (
@@ -30,7 +27,7 @@ from conclave.engine.aggregation import (
     normalise,
     pick_heaviest,
 )
-from conclave.eval.scoring import is_correct
+from conclave.eval.graded import graded_history
 from conclave.hookspecs import hookimpl
 
 CONFIDENCE_TEMPERATURE = 0.25
@@ -72,12 +69,15 @@ class Learned:
 
     def aggregate(self, ballots: Sequence[Ballot], groups: Sequence[Sequence[int]],
                   context: AggregationContext) -> Aggregate:
-        history = graded_history(context.home, context.kind) if context.home is not None else {}
+        if context.graded is not None:  # kept by the caller (an evaluation), current as of now
+            history = context.graded(context.kind)
+        else:
+            history = graded_history(context.home, context.kind) if context.home is not None else {}
         weights, basis, note = learned_weights(ballots, history)
         return pick_heaviest(self.name, ballots, groups, weights, note=note, basis=basis)
 
 
-def learned_weights(ballots: Sequence[Ballot], history: dict[str, tuple[int, int]]
+def learned_weights(ballots: Sequence[Ballot], history: Mapping[str, tuple[int, int]]
                     ) -> tuple[dict[str, float], dict[str, int], str]:
     """(weights, graded items per seat, note) from ``history``: seat -> (right, graded)."""
     basis = {b.agent: history.get(b.seat, (0, 0))[1] for b in ballots}
@@ -96,45 +96,6 @@ def learned_weights(ballots: Sequence[Ballot], history: dict[str, tuple[int, int
     return ({a: trust * w / total + (1 - trust) * equal for a, w in odds.items()}, basis,
             f"per-seat accuracy from graded history (items: {shown}), {trust:.0%} learned, the rest equal "
             "weights")
-
-
-def graded_history(home: Path, kind: str | None) -> dict[str, tuple[int, int]]:
-    """seat -> (right, graded) over the eval items in ``home``'s index (of task ``kind`` when given)."""
-    path = home / "index.db"
-    if not path.exists():
-        return {}
-    out: dict[str, list[int]] = {}
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        tables = {r[0] for r in db.execute("select name from sqlite_master where type = 'table'")}
-        if not {"eval_items", "agents"} <= tables:
-            return {}
-        # Every aggregation reads the whole history (an evaluation adds to it item by item), so SQLite picks each
-        # agent's round-1 answer out of the row's JSON (``answers`` holds every protocol's), not Python; a row whose
-        # JSON is unreadable, or whose round 1 is not an object, is skipped.
-        # Identical rows (same seat, gold and answer) are counted once, by SQLite.
-        sql = ("select e.kind, e.expected, json_extract(e.answers, '$.round_1.\"' || a.agent || '\"') as given, "
-               "a.persona, a.provider, a.model, count(*) from eval_items e "
-               "join agents a on a.consultation_id = e.consultation_id "
-               "where e.expected is not null and json_valid(e.answers) "
-               "and json_type(e.answers, '$.round_1') = 'object'")
-        params: tuple[Any, ...] = ()
-        if kind is not None:
-            sql += " and e.kind = ?"
-            params = (kind,)
-        sql += " group by e.kind, e.expected, given, a.persona, a.provider, a.model"
-        for item_kind, expected, given, persona, provider, model, rows in db.execute(sql, params):
-            if given is None:
-                continue
-            tally = out.setdefault(f"{persona}@{provider}/{model}", [0, 0])
-            tally[0] += rows * int(_right(given, item_kind or "exact", expected))
-            tally[1] += rows
-    return {seat: (right, graded) for seat, (right, graded) in out.items()}
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _right(given: Any, kind: str, expected: Any) -> bool:
-    """:func:`is_correct` of one graded answer, remembered: the same rows are graded again at every aggregation."""
-    return is_correct(given, {"kind": kind, "answer": expected})
 
 
 class JudgePick:

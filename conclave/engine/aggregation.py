@@ -11,7 +11,7 @@ judge_pick.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,6 +43,9 @@ class AggregationContext:
     home: Path | None = None  # the user's home: learned weights read its index
     kind: str | None = None  # the task kind (eval items have one; a plain question has none)
     judge_answer: str | None = None  # the judge's pick among the round-1 answers, once a judge has seen them
+    #: kind -> the graded history (seat -> (right, graded)) as the caller keeps it (an evaluation, which adds its
+    #: items as it grades them); None: learned weights read it from ``home``'s index
+    graded: Callable[[str | None], Mapping[str, tuple[int, int]]] | None = None
 
 
 @dataclass

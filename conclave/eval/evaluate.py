@@ -36,6 +36,7 @@ from conclave.errors import ConfigError, UsageError
 from conclave.eval import quality_arm
 from conclave.eval import run_store as store
 from conclave.eval.batch_rounds import BatchMode, BatchRounds
+from conclave.eval.graded import GradedHistory
 from conclave.eval.items import Item
 from conclave.eval.protocols import (
     Capture,
@@ -247,7 +248,14 @@ def run(evaluation: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = Fa
 
 async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool = False, out: TextIO | None = None,
                     err: TextIO | None = None) -> int:
-    """:func:`run` inside a running event loop."""
+    """:func:`run` inside a running event loop, holding the run's lock throughout: its ``run.json`` says
+    ``running`` only while this process holds it, so readers see a killed run as interrupted."""
+    with store.running(ev.settings.home, ev.run_id):
+        return await _run_locked(ev, plugins, interaction, quiet=quiet, out=out, err=err)
+
+
+async def _run_locked(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool, out: TextIO | None,
+                      err: TextIO | None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
 
     home = ev.settings.home
@@ -284,8 +292,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
             return EXIT_FAILED
         remember(consent, home, err)
     snapshot = config_snapshot(ev.settings, "")
-    run.update(status="running", estimated_cost=total, config_hash=config_hash(snapshot), local_panel=ev.local_panel,
-               quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
+    run.update(status="running", pid=os.getpid(), estimated_cost=total, config_hash=config_hash(snapshot),
+               local_panel=ev.local_panel, quality_overrides=ev.arm_overrides, quality_off=ev.quality_off or None,
                quality_reused_round_1=None if ev.arm is None else ev.reuse_round_1, round_1_key=ev.round_1_key)
     if batching is not None:
         run.update(batch_mode=batching, estimated_interactive_cost=interactive)
@@ -298,6 +306,8 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
     arm = None if ev.arm is None else ev.arm.model_copy(update={"cost": ev.arm.cost.model_copy(
         update={"auto_approve": True})})
     recorder = Recorder(home)
+    # the learned votes' graded history: read once, then each item added as it is indexed (not re-read per item)
+    graded = GradedHistory(home)
     # batched, every item is in flight at once: a round of all of them is one batch per provider
     semaphore = asyncio.Semaphore(max(1, len(todo)) if batching else ev.options.concurrency)
     run_pool = ProviderPool(base, plugins)
@@ -324,7 +334,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                                         best=ev.best_agent if ev.options.sc_best else None,
                                         best_samples=ev.best_samples,
                                         batch=None if rounds is None else rounds.for_item(item.id),
-                                        seed=item_seed(ev.run_id, item.id))
+                                        seed=item_seed(ev.run_id, item.id), graded=graded)
             finally:
                 if rounds is not None:
                     rounds.item_done(item.id)
@@ -336,11 +346,13 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
             billed, equivalent = rounds.per_item.get(item.id, [0.0, 0.0])
             row.update(batch_cost=round(billed, 8), interactive_equivalent_cost=round(equivalent, 8))
         store.append_item(home, ev.run_id, row, durable=rounds is None)  # batched: synced at each barrier
+        graded.forget(ev.run_id, item.id)  # the row it replaces, when a failed item is run again
         try:
             store.index_item(home, ev.run_id, row)
         except Exception as exc:  # the file is the truth; `conclave index rebuild` repairs the index
             print(f"conclave eval: warning: index write failed ({exc}); rows are safe in {store.eval_dir(home)}",
                   file=err)
+        graded.learn(ev.run_id, item.id)  # the later items' learned votes count it from now on, as read from the index
         done[item.id] = row
         finished += 1
         marks = " ".join(f"{p} {'✓' if o.correct else '✗'}" for p, o in result.protocols.items()
@@ -358,6 +370,7 @@ async def run_async(ev: EvalRun, plugins: Any, interaction: Any, *, quiet: bool 
                 await rounds.drain()
     finally:
         recorder.close()
+        graded.close()
         if rounds is not None:
             store.sync_items(home, ev.run_id)  # the rows written since the last barrier
         rows = [done[i.id] for i in ev.items if i.id in done]
@@ -451,7 +464,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
                    single: str, arm: Settings | None = None, reuse: bool = False,
                    matched: MatchedBudget | None = None, paired: dict[str, Any] | None = None,
                    best: str | None = None, best_samples: int = 0, batch: Any = None,
-                   seed: int | None = None) -> ItemResult:
+                   seed: int | None = None, graded: GradedHistory | None = None) -> ItemResult:
     """One consultation on ``item``, journaled and indexed like any other, scored for every protocol; with
     ``arm``, a second consultation (the quality protocol) continues from the first one's round 1 (``reuse``) or
     runs whole; with ``matched``, round-1 samples for the vote at the debate's budget; with ``paired`` (a sweep
@@ -476,7 +489,7 @@ async def run_item(item: Item, settings: Settings, plugins: Any, recorder: Any, 
             capture.agents[(1, agent)] = {"cost": paired.get(f"single_{agent}_cost"),
                                           "input_tokens": int(paired.get(f"single_{agent}_tokens") or 0),
                                           "duration_s": float(paired.get(f"single_{agent}_wall_s") or 0.0)}
-    scored = score(item, base, capture, order, single, home=settings.home)
+    scored = score(item, base, capture, order, single, home=settings.home, graded=graded)
     if start and paired:
         scored.spent["debate"] = spent_in(capture, skip=(1,))
         scored.round_1_from = str(paired.get("run_id"))

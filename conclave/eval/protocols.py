@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
-from conclave.engine.aggregation import AggregationContext, Ballot
+from conclave.engine.aggregation import Aggregate, AggregationContext, Ballot
 from conclave.engine.strategy import consensus_confidence
+from conclave.eval.graded import GradedHistory
 from conclave.eval.items import Item
 from conclave.eval.quality_arm import figures
 from conclave.eval.scoring import canonical, is_correct
@@ -123,6 +124,8 @@ class ItemResult:
     #: what this item spent, by the protocol that paid: {"debate": {"cost", "tokens"}, "quality": …}
     spent: dict[str, dict[str, Any]] = field(default_factory=dict)
     round_1_from: str | None = None  # the sweep run whose round-1 answers this item's consultation restored
+    #: the learned vote's weights per agent and the graded items per agent they were fitted to
+    learned: dict[str, Any] = field(default_factory=dict)
 
     @property
     def oracle_gap(self) -> bool:
@@ -149,6 +152,8 @@ class ItemResult:
             row[f"{name}_status"] = self.statuses.get(name, "completed")
         row["spent"] = self.spent
         row["round_1_from"] = self.round_1_from
+        if self.learned:
+            row["vote_learned_weights"] = self.learned
         row["answers"] = {"round_1": self.round_1, "round_3": self.round_3,
                           "round_3_effective": self.round_3_effective,
                           "unsupported_switches": self.unsupported_switches}
@@ -177,9 +182,10 @@ def majority(answers: Sequence[tuple[str, str | None]], kind: str, choices: list
 
 
 def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: Sequence[str],
-          single_agent: str, home: Path | None = None) -> ItemResult:
+          single_agent: str, home: Path | None = None, graded: GradedHistory | None = None) -> ItemResult:
     """Score every protocol of one consultation's ``result`` (its result JSON) on ``item``; ``home``: whose
-    index the learned weights read (None: no history, equal weights)."""
+    index the learned weights read (None: no history, equal weights), or ``graded``, that history as the
+    evaluation keeps it."""
     arts = result.get("artifacts") or {}
     round_1 = {a: _answer(arts.get("round_1", {}).get(a)) for a in agent_order if a in arts.get("round_1", {})}
     round_3 = {a: _answer(r) for a, r in (arts.get("round_3_replies") or {}).items()}
@@ -253,9 +259,13 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
 
     round_1_cost = cost_of((1,))
     ballots = _ballots(result, round_1, agent_order)
+    learned: dict[str, Any] = {}
     for name, aggregator in (("vote_weighted", "confidence"), ("vote_learned", "learned")):
-        picked, weight = aggregate(aggregator, ballots, item, AggregationContext(home=home, kind=item.kind))
+        picked, weight, found = aggregate(aggregator, ballots, item,
+                                          AggregationContext(home=home, kind=item.kind, graded=graded))
         protocols[name] = Outcome(picked, is_correct(picked, item), weight, *round_1_cost)
+        if aggregator == "learned" and found is not None:  # what the learned vote weighed, and on what history
+            learned = {"weights": found.weights, "basis": found.basis}
     picked, weight = _judge_pick(ballots, item, judge_answer)
     judge_cost = cost_of([n for n in sorted(capture.rounds) if n <= through_synthesis]) if synthesis is not None \
         else round_1_cost
@@ -274,7 +284,7 @@ def score(item: Item, result: Mapping[str, Any], capture: Capture, agent_order: 
         round_3_effective=round_3_effective, unsupported_switches=int(conformity.get("unsupported_switches") or 0),
         agreement_confidence=agreement if vote_answer else None, oracle=any(right_1.values()),
         right_to_wrong=flips_rw, wrong_to_right=flips_wr, early_terminated=early, rounds_completed=completed,
-        quality_layer=layer, statuses=statuses, spent={"debate": spent_in(capture)},
+        quality_layer=layer, statuses=statuses, spent={"debate": spent_in(capture)}, learned=learned,
     )
 
 
@@ -419,16 +429,16 @@ def groups_of(ballots: Sequence[Ballot], item: Item) -> list[list[int]]:
 
 
 def aggregate(name: str, ballots: Sequence[Ballot], item: Item, context: AggregationContext
-              ) -> tuple[str | None, float | None]:
-    """(answer, weight behind it) of the registered aggregator ``name`` over ``ballots``."""
+              ) -> tuple[str | None, float | None, Aggregate | None]:
+    """(answer, weight behind it, the whole decision) of the registered aggregator ``name`` over ``ballots``."""
     if not ballots:
-        return None, None
+        return None, None, None
     found = get_plugins().aggregators.get(name).aggregate(ballots, groups_of(ballots, item), context)
     if found.group is None:
-        return None, None
+        return None, None, found
     groups = groups_of(ballots, item)
     best = max(groups[found.group], key=lambda i: (found.weights.get(ballots[i].agent, 0.0), -i))
-    return ballots[best].answer, found.agreement
+    return ballots[best].answer, found.agreement, found
 
 
 def _judge_pick(ballots: Sequence[Ballot], item: Item, judge_answer: str | None) -> tuple[str | None, float | None]:

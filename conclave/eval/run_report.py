@@ -99,7 +99,10 @@ def _markdown(run: dict[str, Any], summary: dict[str, Any], *, headline: bool = 
                   f"({', '.join(summary.get('failed_item_ids') or []) or 'none whole'}). Headlines are on the items "
                   "every compared protocol completed; the intent-to-treat figure (a failure counted wrong) is beside "
                   "them. Per-protocol counts are under *Every item accounted for*.", ""]
-    if run.get("status") != "complete":
+    if run.get("status") == "running":
+        lines += [f"> Run status: running (process {run.get('pid')}); these figures cover the items finished so far.",
+                  ""]
+    elif run.get("status") != "complete":
         lines += [f"> Run status: {run.get('status')} — resume with `conclave eval resume {run['run_id']}`.", ""]
     for key in ("matched_line", "quality_line") if headline else ():
         if summary.get(key):

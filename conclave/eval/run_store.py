@@ -2,8 +2,10 @@
 
 ``run.json`` holds the run's definition and, once finished, its summary (written atomically); ``items.jsonl``
 gets one fsynced line per finished item, so an interrupted run resumes with exactly the items it has not
-finished. Index writes take ``BEGIN IMMEDIATE`` like every other index writer, so parallel processes
-(a joblib sweep) writing one home queue instead of losing rows.
+finished. The process running a run holds an exclusive ``flock`` on its ``run.lock``; the operating system drops it
+when that process ends, however it ends (SIGKILL too), so a reader tells a live run from a killed one however long
+the live one has been quiet (a batch poll may wait an hour). Index writes take ``BEGIN IMMEDIATE`` like every
+other index writer, so parallel processes (a joblib sweep) writing one home queue instead of losing rows.
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import json
 import os
 import re
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from conclave.errors import UsageError
+from conclave.store.journal import try_lock
 from conclave.store.sqlite_index import connect, write_txn
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -60,6 +66,18 @@ def write_run(home: Path, run: dict[str, Any]) -> None:
 
 
 def read_run(home: Path, run_id: str) -> dict[str, Any]:
+    """The run's ``run.json``, its status as it stands: a run that says ``running`` while no process holds its
+    lock was killed before it could say otherwise, and reads ``interrupted``."""
+    data = _read_run_file(home, run_id)
+    if data.get("status") in LIVE_STATUSES and ADVISORY_LOCKS and not is_being_run(home, run_id):
+        # read again: the run may have ended (written its last status, then let go of the lock) meanwhile
+        data = _read_run_file(home, run_id)
+        if data.get("status") in LIVE_STATUSES:
+            data["status"] = "interrupted"
+    return data
+
+
+def _read_run_file(home: Path, run_id: str) -> dict[str, Any]:
     path = run_dir(home, run_id) / "run.json"
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -68,6 +86,46 @@ def read_run(home: Path, run_id: str) -> dict[str, Any]:
         hint = f"; known runs: {', '.join(known[-5:])}" if known else "; no eval runs in this home"
         raise UsageError(f"eval run {run_id!r} not found under {eval_dir(home)}{hint}") from None
     return data
+
+
+#: what ``run.json`` says while a process runs the run
+LIVE_STATUSES = ("starting", "running")
+#: where there is no flock (Windows), nothing tells a live run from a killed one: the file's status stands
+ADVISORY_LOCKS = os.name == "posix"
+LOCK_FILE = "run.lock"
+#: how long a run's process waits for readers' momentary shared locks before saying another process runs it
+LOCK_WAIT_S = 0.5
+
+
+@contextmanager
+def running(home: Path, run_id: str) -> Iterator[None]:
+    """Hold the run's lock while this process runs it (released when the block ends or the process dies); a
+    one-line :class:`UsageError` when another process runs it now."""
+    directory = run_dir(home, run_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while not try_lock(fd, exclusive=True):  # readers hold a shared lock for microseconds
+            if time.monotonic() >= deadline:
+                raise UsageError(f"eval.run_id: run {run_id} is being run by another process; wait for it to end, "
+                                 f"or stop it and then `conclave eval resume {run_id}`")
+            time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_being_run(home: Path, run_id: str) -> bool:
+    """True while some process holds the run's lock (is inside :func:`running`)."""
+    try:
+        fd = os.open(run_dir(home, run_id) / LOCK_FILE, os.O_RDONLY)
+    except OSError:  # no lock file: no process of this version ever ran it, none runs it now
+        return False
+    try:
+        return not try_lock(fd, exclusive=False)
+    finally:
+        os.close(fd)
 
 
 def append_item(home: Path, run_id: str, row: dict[str, Any], *, durable: bool = True) -> None:

@@ -447,6 +447,7 @@ class ProviderPool:
             answered = asyncio.create_task(self._answered.wait()) if provisional else None
             if answered is not None:
                 waiting.add(answered)
+            due = loop.time() + remaining
             try:
                 done, _ = await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -455,6 +456,12 @@ class ProviderPool:
             if primary in done:
                 return None
             if not done:
+                # Woken late, this process was stalled (a busy machine, a blocking write): an answer that arrived
+                # meanwhile is not read yet, and a hedge now pays for it twice. The primary gets back the time
+                # the stall took (at most the delay) before it counts as silent.
+                late = loop.time() - due
+                if late > STALL_S and await _finishes(primary, min(late, delay)):
+                    return None
                 return delay
 
     def _peer_answered(self, round_number: int, latency: float) -> None:
@@ -789,6 +796,16 @@ def _valid_test_answer(completion: Completion) -> str | None:
 
 def _outcome(exc: BaseException) -> str:
     return exc.outcome if isinstance(exc, ProviderError) else "bug"
+
+
+#: a hedge timer firing this much later than due means the event loop was stalled, not the provider silent
+STALL_S = 0.05
+
+
+async def _finishes(task: asyncio.Task[Any], within_s: float) -> bool:
+    """Whether ``task`` is done within ``within_s`` seconds (it is not cancelled meanwhile)."""
+    done, _ = await asyncio.wait({task}, timeout=within_s)
+    return task in done
 
 
 def _hedge_reason(call: _Call, primary_failed: bool) -> str:

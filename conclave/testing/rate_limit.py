@@ -32,6 +32,8 @@ class RateLimit:
         self.limited = 0  # requests answered 429
         self.lowest = burst  # the fewest requests left after an answered one: how close the callers came
         self.answered: Counter[str] = Counter()  # request body digest -> times answered (paid)
+        #: request body digest -> (wall-clock time, model) of each answer: to tell what a repeat was
+        self.answered_at: dict[str, list[tuple[float, str]]] = {}
 
     def __call__(self, request: RecordedRequest) -> Fault | None:
         now = self.clock()
@@ -46,7 +48,9 @@ class RateLimit:
         self.lowest = min(self.lowest, math.floor(self.tokens))
         request.response_headers.update(self.headers(request.api))
         body = json.dumps(request.json, sort_keys=True, ensure_ascii=False).encode()
-        self.answered[hashlib.sha256(body).hexdigest()] += 1
+        digest = hashlib.sha256(body).hexdigest()
+        self.answered[digest] += 1
+        self.answered_at.setdefault(digest, []).append((time.time(), str(request.json.get("model") or "")))
         return None
 
     def headers(self, api: str) -> dict[str, str]:
@@ -72,6 +76,10 @@ class RateLimit:
     def paid_twice(self) -> int:
         """Answers to a request body already answered once."""
         return sum(count - 1 for count in self.answered.values())
+
+    def repeats(self) -> list[list[tuple[float, str]]]:
+        """The (time, model) of every answer to each request body answered more than once."""
+        return [times for digest, times in self.answered_at.items() if self.answered[digest] > 1]
 
 
 def go_duration(seconds: float) -> str:

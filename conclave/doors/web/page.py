@@ -296,6 +296,8 @@ source.addEventListener("end", e => {
   source.close(); document.getElementById("conn").textContent = "run ended";
   const status = document.getElementById("status"), d = JSON.parse(e.data);
   status.textContent = d.status; status.className = "status " + d.status;
+  if (d.status && d.status !== "complete")
+    document.getElementById("hint").innerHTML = " — resume with <code>conclave eval resume " + esc(rid) + "</code>";
 });
 source.onerror = () => { document.getElementById("conn").textContent = "reconnecting…"; };
 """
@@ -305,11 +307,14 @@ def eval_run_page(run_id: str, run: dict[str, Any]) -> str:
     """The live page of one evaluation run: a row per provider batch (provider, id, rounds, status, counts
     done/failed/total), updated from its ``eval:batch_progress`` records as they arrive."""
     status = html.escape(str(run.get("status") or ""))
+    hint = "" if status in ("running", "starting", "complete") else (
+        f" — resume with <code>conclave eval resume {html.escape(run_id)}</code>")
     body = (
         f"<header><h1>Evaluation {html.escape(run_id)}</h1><div class=sub>{html.escape(str(run.get('set_spec') or ''))}"
         f" · {html.escape(str(run.get('items') or 0))} item(s) · batches: "
         f"{html.escape(str(run.get('batch_mode') or 'off'))} · <span id=status class='status {status}'>{status}"
-        "</span> · <span id=conn>connecting…</span> · <a href='/'>all consultations</a></div></header>"
+        f"</span><span id=hint>{hint}</span> · <span id=conn>connecting…</span> · <a href='/'>all consultations</a>"
+        "</div></header>"
         "<main><table><thead><tr><th>Provider</th><th>Batch</th><th>Round</th><th>Status</th><th>Requests</th>"
         "</tr></thead><tbody id=batches></tbody></table><p id=none>No batch yet.</p></main>"
         f"<script>{_RUN_SCRIPT}</script>"
