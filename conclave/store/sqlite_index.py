@@ -30,7 +30,7 @@ from conclave.store.indexer import Batch, build_batch, refresh_totals
 from conclave.store.journal import live_status, os_cause, parse_records, read_records, try_lock
 from conclave.store.migrations import apply_all_but_deferred, migrations
 from conclave.store.paths import StoreLayout, check_consultation_id
-from conclave.store.rollups import refresh_days
+from conclave.store.rollups import refresh_all_days
 
 BUSY_TIMEOUT_S = 30.0
 # A consultation waits at most this long for the index lock at a round boundary (it blocks the event loop);
@@ -309,16 +309,12 @@ def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) 
         if chunk is None:
             chunk = max(1, min(MAX_CHUNK, -(-len(ids) // (CHUNKS_PER_WORKER * max(1, workers)))))
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
-        records = 0
-        days: dict[str, str] = {}  # day -> a consultation that started on it
-        for count, chunk_days in _index_chunks(layout, scratch, chunks, workers):
-            records += count
-            for day, cid in chunk_days.items():
-                days.setdefault(day, cid)
+        records = sum(_index_chunks(layout, scratch, chunks, workers))
+        deferred = {migration.name for migration in migrations.pending(db)}
         with write_txn(db):  # search, views, rollup tables and indexes, built over the loaded rows
             migrations.apply(db)
-        with write_txn(db):  # refresh_days() recomputes whole days: one consultation per day names them all
-            refresh_days(db.conn, sorted(days.values()))
+            if _ROLLUPS_MIGRATION not in deferred:  # it fills every day's rollups itself, over the loaded rows
+                refresh_all_days(db.conn)
         settle_killed_rounds(db, layout)  # a journal records no end for a killed round: nobody writes it now
         # Deferred migrations drop indexes earlier ones built (m028, m030), and chunks land in key order only per
         # chunk: written again in order, the file holds no free pages and full ones (at 10k: 17.6 KB a
@@ -329,6 +325,10 @@ def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) 
         db.close()
     _fsync(scratch)  # the loading connections never fsync: make the new index durable once, before it is used
     return ids, records
+
+
+#: the deferred migration that creates the last rollups and then recomputes every day of every rollup (m028)
+_ROLLUPS_MIGRATION = "m028_model_and_verification_rollups"
 
 
 def _connect_scratch(path: Path) -> Any:
@@ -450,9 +450,8 @@ class _ChunkWriter:
         self.lock = lock  # taken around each write transaction, so writer processes queue without polling
         self._db: Any = None
 
-    def __call__(self, ids: list[str]) -> tuple[int, dict[str, str]]:
-        """Index the consultations ``ids``; their record count and the days they started on (day -> one of
-        them), whose rollups the caller refreshes."""
+    def __call__(self, ids: list[str]) -> int:
+        """Index the consultations ``ids`` (rows and totals; the caller fills the rollups); their record count."""
         batch = Batch()
         count = 0
         journal_dir = str(self.layout.journal_dir)
@@ -468,12 +467,7 @@ class _ChunkWriter:
         with turn, write_txn(self._db):
             batch.write_rows(self._db.conn)
             refresh_totals(self._db.conn, sorted(batch.consultations))
-        days: dict[str, str] = {}
-        for cid, columns in batch.consultations.items():
-            started = columns.get("started_at")
-            if isinstance(started, str):
-                days.setdefault(started[:10], cid)
-        return count, days
+        return count
 
     def close(self) -> None:
         if self._db is not None:
@@ -538,13 +532,13 @@ def _start_worker(layout: StoreLayout, path: Path, lock: Any) -> None:
     multiprocessing.util.Finalize(_worker, _worker.close, exitpriority=10)
 
 
-def _write_chunk(ids: list[str]) -> tuple[int, dict[str, str]]:
+def _write_chunk(ids: list[str]) -> int:
     assert _worker is not None
     return _worker(ids)
 
 
 def _index_chunks(layout: StoreLayout, path: Path, chunks: list[list[str]],
-                  workers: int) -> Iterator[tuple[int, dict[str, str]]]:
+                  workers: int) -> Iterator[int]:
     """Index every chunk; yields what :meth:`_ChunkWriter.__call__` returns for each (chunk order in this process,
     completion order with workers)."""
     # fork only: a spawned worker would re-import ``python -m conclave``'s __main__ and run the CLI again.
