@@ -57,6 +57,7 @@ def test_a_forked_rebuild_over_many_chunks_gives_every_table_of_live_indexing(tm
         assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
     finally:
         conn.close()
+    assert sorted(path.name for path in layout.index_path.parent.glob("index.db*")) == ["index.db"]
 
 
 def test_a_claim_restated_by_each_debate_state_is_written_once_as_its_latest_state() -> None:
@@ -85,3 +86,14 @@ def test_a_rebuild_in_this_process_leaves_the_cycle_collector_as_it_found_it(tmp
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_packed_copy_left_by_a_rebuild_killed_while_writing_it_is_written_again(tmp_path: Path) -> None:
+    mixed_home(tmp_path)
+    age_journals(tmp_path)
+    live = every_table(tmp_path)
+    layout = StoreLayout(tmp_path)
+    layout.index_path.with_name("index.db.packed").write_bytes(b"half of a database")
+    rebuild(layout, chunk=4, workers=0)
+    assert every_table(tmp_path) == live
+    assert not layout.index_path.with_name("index.db.packed").exists()
