@@ -250,7 +250,8 @@ def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | Non
     :func:`~conclave.store.cores.default_workers`) each read, fold and write whole chunks, taking turns at the
     write lock, so one parses while another writes (0 = everything in this process). The finished rows are then
     copied in key order into a second file (``index.db.packed``, SQLite's ``VACUUM INTO``), which replaces the
-    index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it was. Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
+    index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it was.
+    Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
     verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
     """
     started = time.perf_counter()
