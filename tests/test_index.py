@@ -328,7 +328,7 @@ def test_an_interrupted_rebuild_leaves_migrations_any_connection_completes(tmp_p
     def die(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(index_module, "refresh_days", die)
+    monkeypatch.setattr(index_module, "settle_killed_rounds", die)
     monkeypatch.setattr(migrations, "apply", _apply_only_before_deferred(migrations.apply))
     with pytest.raises(KeyboardInterrupt):
         rebuild(StoreLayout(tmp_path), chunk=2, workers=0)

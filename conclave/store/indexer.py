@@ -152,6 +152,10 @@ class Batch:
     # (consultation, round number, started_at) of each round start: it supersedes the later rounds that an
     # earlier run completed on top of that round's earlier run (see :data:`_SUPERSEDE`)
     restarts: list[tuple[str, int, str]] = field(default_factory=list)
+    # (consultation, id) -> the latest claim / piece of evidence of the batch's debate states: each state restates
+    # every one, and only the last survives (insert or replace), so only the last becomes a row (:meth:`statements`)
+    claims: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
+    evidence: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
 
     def consultation(self, cid: str) -> dict[str, Any]:
         return self.consultations.setdefault(cid, {})
@@ -185,6 +189,10 @@ class Batch:
         for table, rows in self.rows.items():
             if rows:
                 out.append((_CHILD_SQL[table], rows))
+        if self.claims:
+            out.append((_CHILD_SQL["claims"], [_claim_row(cid, c) for (cid, _), c in self.claims.items()]))
+        if self.evidence:
+            out.append((_CHILD_SQL["evidence"], [_evidence_row(cid, e) for (cid, _), e in self.evidence.items()]))
         rounds = (((cid, number), cols) for (cid, number), cols in self.rounds.items())
         for columns, values in _group_by_columns(rounds):
             out.append((_upsert_sql("rounds", ("consultation_id", "round_number"), columns), values))
@@ -504,19 +512,25 @@ def _quality_checks(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: f
 
 
 def _debate_state(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
-    """The latest state wins: every claim and piece of evidence is upserted under its stable id."""
+    """The latest state wins: every claim and piece of evidence is upserted under its stable id (and within a
+    batch, only its latest state is kept: see :attr:`Batch.claims`)."""
     state = d.get("state") or {}
+    claims, evidence = b.claims, b.evidence
     for c in state.get("claims") or []:
-        b.rows["claims"].append((
-            cid, c.get("id"), c.get("agent"), c.get("label"), c.get("status"), c.get("text"),
-            c.get("introduced_round"), c.get("last_updated_round"), _json(c.get("support")),
-            _json(c.get("opposition")), c.get("status_reason"),
-        ))
+        claims[(cid, c.get("id"))] = c  # (both tables are WITHOUT ROWID: the order rows go in leaves no trace)
     for e in state.get("evidence") or []:
-        b.rows["evidence"].append((
-            cid, e.get("id"), e.get("kind"), e.get("title"), e.get("url"), e.get("gist"), e.get("agent"),
-            e.get("added_round"), _json(e.get("supports")),
-        ))
+        evidence[(cid, e.get("id"))] = e
+
+
+def _claim_row(cid: str, c: dict[str, Any]) -> tuple[Any, ...]:
+    return (cid, c.get("id"), c.get("agent"), c.get("label"), c.get("status"), c.get("text"),
+            c.get("introduced_round"), c.get("last_updated_round"), _json(c.get("support")),
+            _json(c.get("opposition")), c.get("status_reason"))
+
+
+def _evidence_row(cid: str, e: dict[str, Any]) -> tuple[Any, ...]:
+    return (cid, e.get("id"), e.get("kind"), e.get("title"), e.get("url"), e.get("gist"), e.get("agent"),
+            e.get("added_round"), _json(e.get("supports")))
 
 
 def _coverage(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ timeout instead of failing when a deferred transaction tries to upgrade its lock
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import multiprocessing.util
 import os
@@ -30,7 +31,7 @@ from conclave.store.indexer import Batch, build_batch, refresh_totals
 from conclave.store.journal import live_status, os_cause, parse_records, read_records, try_lock
 from conclave.store.migrations import apply_all_but_deferred, migrations, page_bytes, upgrade_notice
 from conclave.store.paths import StoreLayout, check_consultation_id
-from conclave.store.rollups import refresh_days
+from conclave.store.rollups import refresh_all_days
 
 BUSY_TIMEOUT_S = 30.0
 # A consultation waits at most this long for the index lock at a round boundary (it blocks the event loop);
@@ -288,9 +289,10 @@ def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | Non
     transaction each (rows and totals); then search, views and indexes are built over them
     once, and the daily rollups refreshed once. ``workers`` forked processes (default:
     :func:`~conclave.store.cores.default_workers`) each read, fold and write whole chunks, taking turns at the
-    write lock, so one parses while another writes (0 = everything in this process). The finished file then
-    replaces the index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it
-    was. Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
+    write lock, so one parses while another writes (0 = everything in this process). The finished rows are then
+    copied in key order into a second file (``index.db.packed``, SQLite's ``VACUUM INTO``), which replaces the
+    index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it was.
+    Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
     verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
     """
     started = time.perf_counter()
@@ -301,13 +303,15 @@ def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | Non
     except OSError as exc:
         raise IndexOpenError(target, os_cause(exc)) from exc
     scratch = target.with_name(target.name + ".rebuild")
+    packed = target.with_name(target.name + ".packed")
     since = time.time()
     with _only_rebuild(scratch) as fd:
         try:
-            ids, records = _build(layout, scratch, chunk, default_workers() if workers is None else workers)
-            _install(scratch, target)
-        finally:
-            if _is_file(fd, scratch):  # not renamed into place (a rebuild started since has a scratch of its own)
+            ids, records = _build(layout, scratch, packed, chunk, default_workers() if workers is None else workers)
+            _install(packed, target)
+        finally:  # (both are this rebuild's alone while it holds the scratch file's lock)
+            packed.unlink(missing_ok=True)  # not renamed into place (copied into an index held open, or failed)
+            if _is_file(fd, scratch):
                 scratch.unlink()
     _catch_up(layout, since)
     return RebuildReport(len(ids), records, time.perf_counter() - started)
@@ -339,8 +343,10 @@ def _is_file(fd: int, path: Path) -> bool:
     return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) -> tuple[list[str], int]:
-    """Load every journal into ``scratch`` and finish it as an index; the ids indexed and the record count."""
+def _build(layout: StoreLayout, scratch: Path, packed: Path, chunk: int | None,
+           workers: int) -> tuple[list[str], int]:
+    """Load every journal into ``scratch``, finish it as an index and copy that into ``packed``, made durable;
+    the ids indexed and the record count."""
     db = _connect_scratch(scratch)
     try:
         with write_txn(db):
@@ -349,26 +355,35 @@ def _build(layout: StoreLayout, scratch: Path, chunk: int | None, workers: int) 
         if chunk is None:
             chunk = max(1, min(MAX_CHUNK, -(-len(ids) // (CHUNKS_PER_WORKER * max(1, workers)))))
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
-        records = 0
-        days: dict[str, str] = {}  # day -> a consultation that started on it
-        for count, chunk_days in _index_chunks(layout, scratch, chunks, workers):
-            records += count
-            for day, cid in chunk_days.items():
-                days.setdefault(day, cid)
+        records = sum(_index_chunks(layout, scratch, chunks, workers))
+        deferred = {migration.name for migration in migrations.pending(db)}
         with write_txn(db):  # search, views, rollup tables and indexes, built over the loaded rows
             migrations.apply(db)
-        with write_txn(db):  # refresh_days() recomputes whole days: one consultation per day names them all
-            refresh_days(db.conn, sorted(days.values()))
+            if _ROLLUPS_MIGRATION not in deferred:  # it fills every day's rollups itself, over the loaded rows
+                refresh_all_days(db.conn)
         settle_killed_rounds(db, layout)  # a journal records no end for a killed round: nobody writes it now
-        # Deferred migrations drop indexes earlier ones built (m028, m030), and chunks land in key order only per
-        # chunk: written again in order, the file holds no free pages and full ones (at 10k: 17.6 KB a
-        # consultation before, about 1.3 s of a 22 s rebuild).
-        db.conn.execute("VACUUM")
-        db.conn.execute("PRAGMA journal_mode=WAL")  # what the index is opened in (kept in the file)
+        # Deferred migrations drop indexes earlier ones built (m028, m030: 1.7 KB of free pages a consultation),
+        # and chunks land in key order only per chunk (pages 12% empty): copied in key order, the index holds no
+        # free pages and full ones (at 10k: 14.5 KB a consultation instead of 17.2). VACUUM INTO writes that copy
+        # once, where VACUUM writes it and then copies it back (0.48 s of CPU at 10k instead of 0.79).
+        packed.unlink(missing_ok=True)  # what a rebuild killed half way left (VACUUM INTO wants no file there)
+        db.conn.execute("VACUUM INTO ?", [str(packed)])
     finally:
         db.close()
-    _fsync(scratch)  # the loading connections never fsync: make the new index durable once, before it is used
+    try:
+        conn = sqlite3.connect(str(packed), isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # what the index is opened in (kept in the file)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise IndexOpenError(packed, _sqlite_cause(exc, packed)) from exc
+    _fsync(packed)  # nothing fsynced it (nor the loading connections): make the new index durable once, now
     return ids, records
+
+
+#: the deferred migration that creates the last rollups and then recomputes every day of every rollup (m028)
+_ROLLUPS_MIGRATION = "m028_model_and_verification_rollups"
 
 
 def _connect_scratch(path: Path) -> Any:
@@ -490,34 +505,44 @@ class _ChunkWriter:
         self.lock = lock  # taken around each write transaction, so writer processes queue without polling
         self._db: Any = None
 
-    def __call__(self, ids: list[str]) -> tuple[int, dict[str, str]]:
-        """Index the consultations ``ids``; their record count and the days they started on (day -> one of
-        them), whose rollups the caller refreshes."""
+    def __call__(self, ids: list[str]) -> int:
+        """Index the consultations ``ids`` (rows and totals; the caller fills the rollups); their record count."""
         batch = Batch()
         count = 0
         journal_dir = str(self.layout.journal_dir)
         paths = [f"{journal_dir}/{check_consultation_id(cid)}.jsonl" for cid in ids]
-        for path, data in _read_ahead(paths):
-            records = parse_records(data, path)
-            build_batch(records, batch)
-            count += len(records)
+        with _no_cycle_collection():
+            for path, data in _read_ahead(paths):
+                records = parse_records(data, path)
+                build_batch(records, batch)
+                count += len(records)
         if self._db is None:
             self._db = _connect_scratch(self.path)
         turn = self.lock if self.lock is not None else contextlib.nullcontext()
         with turn, write_txn(self._db):
             batch.write_rows(self._db.conn)
             refresh_totals(self._db.conn, sorted(batch.consultations))
-        days: dict[str, str] = {}
-        for cid, columns in batch.consultations.items():
-            started = columns.get("started_at")
-            if isinstance(started, str):
-                days.setdefault(started[:10], cid)
-        return count, days
+        return count
 
     def close(self) -> None:
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector paused (as it was, after): parsed JSON and the rows folded from it hold no
+    reference cycles, so reference counting frees them all, and the collector, which runs again and again as a
+    chunk's journals are parsed (hundreds of thousands of new containers), only walks them (at 10k, 0.3-0.4 ms of a
+    consultation's 1.3-1.7 ms of CPU in a worker)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # Journals not read since they were written are often no longer in the page cache: ask the kernel to read this
@@ -562,13 +587,13 @@ def _start_worker(layout: StoreLayout, path: Path, lock: Any) -> None:
     multiprocessing.util.Finalize(_worker, _worker.close, exitpriority=10)
 
 
-def _write_chunk(ids: list[str]) -> tuple[int, dict[str, str]]:
+def _write_chunk(ids: list[str]) -> int:
     assert _worker is not None
     return _worker(ids)
 
 
 def _index_chunks(layout: StoreLayout, path: Path, chunks: list[list[str]],
-                  workers: int) -> Iterator[tuple[int, dict[str, str]]]:
+                  workers: int) -> Iterator[int]:
     """Index every chunk; yields what :meth:`_ChunkWriter.__call__` returns for each (chunk order in this process,
     completion order with workers)."""
     # fork only: a spawned worker would re-import ``python -m conclave``'s __main__ and run the CLI again.
