@@ -4,7 +4,6 @@ once, as its latest state."""
 
 from __future__ import annotations
 
-import gc
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -72,20 +71,6 @@ def test_a_claim_restated_by_each_debate_state_is_written_once_as_its_latest_sta
     assert len({row[:2] for row in evidence}) == len(evidence)
     latest = {c["id"]: c for r in states for c in r["data"]["state"]["claims"]}
     assert {row[1]: row[4] for row in claims} == {cid: c.get("status") for cid, c in latest.items()}
-
-
-def test_a_rebuild_in_this_process_leaves_the_cycle_collector_as_it_found_it(tmp_path: Path) -> None:
-    """Chunks are parsed with the cycle collector paused (parsed JSON has no cycles); it runs again after."""
-    mixed_home(tmp_path)
-    assert gc.isenabled()
-    rebuild(StoreLayout(tmp_path), chunk=5, workers=0)
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        rebuild(StoreLayout(tmp_path), chunk=5, workers=0)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
 
 
 def test_a_packed_copy_left_by_a_rebuild_killed_while_writing_it_is_written_again(tmp_path: Path) -> None:

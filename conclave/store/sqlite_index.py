@@ -7,7 +7,6 @@ timeout instead of failing when a deferred transaction tries to upgrade its lock
 from __future__ import annotations
 
 import contextlib
-import gc
 import multiprocessing
 import multiprocessing.util
 import os
@@ -511,11 +510,10 @@ class _ChunkWriter:
         count = 0
         journal_dir = str(self.layout.journal_dir)
         paths = [f"{journal_dir}/{check_consultation_id(cid)}.jsonl" for cid in ids]
-        with _no_cycle_collection():
-            for path, data in _read_ahead(paths):
-                records = parse_records(data, path)
-                build_batch(records, batch)
-                count += len(records)
+        for path, data in _read_ahead(paths):
+            records = parse_records(data, path)
+            build_batch(records, batch)
+            count += len(records)
         if self._db is None:
             self._db = _connect_scratch(self.path)
         turn = self.lock if self.lock is not None else contextlib.nullcontext()
@@ -528,21 +526,6 @@ class _ChunkWriter:
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
-
-
-@contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Python's cycle collector paused (as it was, after): parsed JSON and the rows folded from it hold no
-    reference cycles, so reference counting frees them all, and the collector, which runs again and again as a
-    chunk's journals are parsed (hundreds of thousands of new containers), only walks them (at 10k, 0.3-0.4 ms of a
-    consultation's 1.3-1.7 ms of CPU in a worker)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # Journals not read since they were written are often no longer in the page cache: ask the kernel to read this
