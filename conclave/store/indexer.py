@@ -152,10 +152,14 @@ class Batch:
     # (consultation, round number, started_at) of each round start: it supersedes the later rounds that an
     # earlier run completed on top of that round's earlier run (see :data:`_SUPERSEDE`)
     restarts: list[tuple[str, int, str]] = field(default_factory=list)
-    # (consultation, id) -> the latest claim / piece of evidence of the batch's debate states: each state restates
-    # every one, and only the last survives (insert or replace), so only the last becomes a row (:meth:`statements`)
-    claims: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
-    evidence: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
+    # (consultation, id) -> the row of the latest claim / piece of evidence of the batch's debate states: each
+    # state restates every one, and only the last survives (insert or replace), so only the last becomes a row
+    claims: dict[tuple[str, Any], tuple[Any, ...]] = field(default_factory=dict)
+    evidence: dict[tuple[str, Any], tuple[Any, ...]] = field(default_factory=dict)
+    # the latest states seen by the :func:`build_batch` call under way, made rows when it returns: the batch then
+    # keeps no parsed record alive (a rebuild's batch spans hundreds of journals)
+    latest_claims: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
+    latest_evidence: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
 
     def consultation(self, cid: str) -> dict[str, Any]:
         return self.consultations.setdefault(cid, {})
@@ -190,9 +194,9 @@ class Batch:
             if rows:
                 out.append((_CHILD_SQL[table], rows))
         if self.claims:
-            out.append((_CHILD_SQL["claims"], [_claim_row(cid, c) for (cid, _), c in self.claims.items()]))
+            out.append((_CHILD_SQL["claims"], list(self.claims.values())))
         if self.evidence:
-            out.append((_CHILD_SQL["evidence"], [_evidence_row(cid, e) for (cid, _), e in self.evidence.items()]))
+            out.append((_CHILD_SQL["evidence"], list(self.evidence.values())))
         rounds = (((cid, number), cols) for (cid, number), cols in self.rounds.items())
         for columns, values in _group_by_columns(rounds):
             out.append((_upsert_sql("rounds", ("consultation_id", "round_number"), columns), values))
@@ -295,6 +299,12 @@ def build_batch(records: Iterable[dict[str, Any]], batch: Batch | None = None) -
             if seq is None or ts is None:  # a record without them (KeyError) or with null ones
                 seq, ts = record["seq"], record["ts"]
             handler(batch, columns, cid, seq, ts, data)
+    for (cid, claim_id), c in batch.latest_claims.items():
+        batch.claims[(cid, claim_id)] = _claim_row(cid, c)
+    for (cid, evidence_id), e in batch.latest_evidence.items():
+        batch.evidence[(cid, evidence_id)] = _evidence_row(cid, e)
+    batch.latest_claims.clear()
+    batch.latest_evidence.clear()
     return batch
 
 
@@ -513,9 +523,9 @@ def _quality_checks(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: f
 
 def _debate_state(b: Batch, columns: dict[str, Any], cid: str, seq: int, ts: float, d: dict[str, Any]) -> None:
     """The latest state wins: every claim and piece of evidence is upserted under its stable id (and within a
-    batch, only its latest state is kept: see :attr:`Batch.claims`)."""
+    batch, only its latest state becomes a row: see :attr:`Batch.claims`)."""
     state = d.get("state") or {}
-    claims, evidence = b.claims, b.evidence
+    claims, evidence = b.latest_claims, b.latest_evidence
     for c in state.get("claims") or []:
         claims[(cid, c.get("id"))] = c  # (both tables are WITHOUT ROWID: the order rows go in leaves no trace)
     for e in state.get("evidence") or []:
