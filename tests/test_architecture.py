@@ -165,6 +165,15 @@ def private_uses(tree: ast.Module) -> list[str]:
                 uses += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
                 for alias in node.names:
                     bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in tree.body:  # a module-level object made by a guarded package: ``migrations = Migrations(...)``
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            root = node.value.func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        bound[target.id] = f"{bound[root.id]}()"
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             chain, value = [node.attr], node.value
@@ -184,8 +193,10 @@ def test_no_private_names_of_other_packages() -> None:
 
 
 def test_the_private_name_check_sees_one() -> None:
-    source = "import threading\nimport atexit as ax\nfrom pydantic.plugin import _loader\nthreading._shutdown()\nax._run_exitfuncs()\n"
+    source = ("import threading\nimport atexit as ax\nfrom pydantic.plugin import _loader\nthreading._shutdown()\n"
+              "ax._run_exitfuncs()\nfrom sqlite_utils import Migrations\nm = Migrations('x')\nm._record_applied()\n")
     assert sorted(private_uses(ast.parse(source))) == ["atexit._run_exitfuncs", "pydantic.plugin._loader",
+                                                        "sqlite_utils.Migrations()._record_applied",
                                                         "threading._shutdown"]
 
 
