@@ -15,6 +15,8 @@ from conclave.store.artifact_gist import gist
 from conclave.store.index_reader import MIGRATION_SET
 from conclave.store.rollups import (
     CONSULTATION_FIGURES,
+    FILTER_FIGURES,
+    FILTER_KEYS,
     FLOAT_FIGURES,
     MODEL_FIGURES,
     PROVIDER_FIGURES,
@@ -31,7 +33,7 @@ migrations = Migrations(MIGRATION_SET)
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
                     "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
                     "m027_groupthink_order", "m028_model_and_verification_rollups",
-                    "m030_no_artifact_type_index")
+                    "m030_no_artifact_type_index", "m031_filter_rollup")
 
 
 
@@ -635,3 +637,18 @@ def m030_no_artifact_type_index(db: Any) -> None:
     # m029 drops m004's artifact_type index on an index written before; ``index rebuild`` creates it again with
     # m004, deferred until the rows are loaded, so this (deferred too) drops it after.
     db.execute("drop index if exists idx_artifacts_artifact_type")
+
+
+@migrations()
+def m031_filter_rollup(db: Any) -> None:
+    # The savings_by_filter_limits canned query grouped every filters_applied row by filter, round, artifact type
+    # and limits (text): at 100k consultations that sort ran past Datasette's 1 s limit (HTTP 400). A daily rollup
+    # (rollups.py), kept as consultations are indexed, gives the same groups in a few rows a day; filter_savings
+    # sums it too, so m021's covering index for that query (260 bytes a consultation) goes. No primary key: a
+    # group's key may be null (a record without limits); the day's index serves the refresh, which replaces a day.
+    columns = ", ".join([f'"{key}" {"integer" if key == "round_number" else "text"}' for key in FILTER_KEYS]
+                        + [f'"{name}" integer' for name in FILTER_FIGURES])
+    db.execute(f"create table if not exists filter_daily (day text, {columns})")
+    db.execute("create index if not exists filter_daily_day on filter_daily (day)")
+    db.execute("drop index if exists filters_saved")
+    refresh_all_days(db.conn, ("filter_daily",))
