@@ -192,3 +192,17 @@ def test_each_sorted_page_reads_its_first_rows_in_an_index_order(index: Path) ->
     for table, column in sorted_pages.items():
         steps = plan(index, f"select * from {table} order by {column} desc limit 101")
         assert not any("TEMP B-TREE" in s for s in steps), (table, steps)
+
+
+def test_early_terminations_by_threshold_reads_the_table_in_its_order(index: Path) -> None:
+    """Walking the (mode, total_cost) index for the grouping fetched each consultation's row from wherever it lies:
+    most consultations record an early-termination decision, so reading the table in order is cheaper cold."""
+    sql = metadata()["queries"]["early_terminations_by_threshold"]["sql"]
+    assert reads(plan(index, sql)) == ["SCAN consultations"]
+    db = connect(index)
+    try:
+        found = db.conn.execute(sql).fetchall()
+        indexed = db.conn.execute(sql.replace("consultations not indexed", "consultations")).fetchall()
+    finally:
+        db.close()
+    assert found and found == indexed
