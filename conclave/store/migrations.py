@@ -34,7 +34,7 @@ REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rou
                     "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
                     "m027_groupthink_order", "m028_model_and_verification_rollups",
                     "m030_no_artifact_type_index", "m031_filter_rollup",
-                    "m032_page_counts")
+                    "m032_page_counts", "m033_early_termination_decisions")
 
 
 
@@ -671,3 +671,13 @@ def m032_page_counts(db: Any) -> None:
     db.execute("create index if not exists calls_failures on calls "
                "(provider, model, outcome, status, consultation_id, started_at, error) "
                "where outcome not in ('ok', 'cancelled')")
+
+
+@migrations()
+def m033_early_termination_decisions(db: Any) -> None:
+    # The early_terminations_by_threshold canned query groups every consultation that recorded a decision (most
+    # of them) by mode and threshold: it read the whole table (0.34 s of a 0.52-0.67 s cold page at 100k). This
+    # partial index holds what it sums, in its grouping order (about 45 bytes a consultation with a decision).
+    db.execute("create index if not exists consultations_early_termination on consultations "
+               "(mode, early_termination_threshold, early_termination_offered, early_terminated, cost_saved, "
+               "early_termination_confidence) where early_termination_offered is not null")
