@@ -77,11 +77,10 @@ def test_serves_table_rows_as_an_array(served: str) -> None:
 
 
 def test_facets_come_from_the_metadata(served: str) -> None:
-    data = get(f"{served}/calls.json?_size=0")
-    assert {"provider", "model"} <= set(data["facet_results"])  # the facets an index counts (m004)
-    providers = {r["value"]: r["count"] for r in data["facet_results"]["provider"]["results"]}
-    assert set(providers) == {"openai", "anthropic", "gemini"} and sum(providers.values()) == data[
-        "filtered_table_rows_count"]
+    data = get(f"{served}/consultations.json?_size=0")
+    assert {"mode", "status"} <= set(data["facet_results"])  # the facets an index counts (m004, m032)
+    modes = {r["value"]: r["count"] for r in data["facet_results"]["mode"]["results"]}
+    assert modes and sum(modes.values()) == data["filtered_table_rows_count"]
 
 
 def test_every_canned_query_answers(served: str) -> None:

@@ -47,8 +47,8 @@ def test_table_pages_suggest_no_facets_and_keep_the_declared_ones(index: Path) -
         page = get(index, f"/index/{table}")
         assert page.status_code == 200, table
         assert SUGGESTED not in page.text, table
-    calls = get(index, "/index/calls").text
-    assert 'data-column="provider"' in calls and 'id="facet-provider"' in calls  # declared in the metadata
+    consultations = get(index, "/index/consultations").text
+    assert 'data-column="mode"' in consultations and 'id="facet-mode"' in consultations  # declared in the metadata
     picked = get(index, "/index/calls?_facet=agent").text
     assert 'id="facet-agent"' in picked
 

@@ -11,15 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from conclave.datasette_plugin import CHARTS
+from conclave.datasette_plugin import CHARTS, DASHBOARD_TOTALS
 from conclave.store.sqlite_index import connect
 
 METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: the dashboard's own totals and recent-consultations queries (conclave/datasette_plugin/__init__.py)
 DASHBOARD = {
-    "totals": "select count(*) as n, total(total_cost) as cost, total(total_tokens) as tokens, "
-              "total(early_terminated) as early, total(cost_saved) as saved, total(filter_tokens_saved) as filtered "
-              "from consultations",
+    "totals": DASHBOARD_TOTALS,
     "recent": "select id, started_at, status, mode, question, confidence, total_cost from consultations "
               "order by started_at desc limit 25",
     "calls page": "select * from calls order by started_at desc limit 101",

@@ -16,6 +16,8 @@ from conclave.store.artifact_gist import gist
 from conclave.store.index_reader import MIGRATION_SET
 from conclave.store.rollups import (
     CONSULTATION_FIGURES,
+    FILTER_FIGURES,
+    FILTER_KEYS,
     FLOAT_FIGURES,
     MODEL_FIGURES,
     PROVIDER_FIGURES,
@@ -32,7 +34,8 @@ migrations = Migrations(MIGRATION_SET)
 REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
                     "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
                     "m027_groupthink_order", "m028_model_and_verification_rollups",
-                    "m030_no_artifact_type_index")
+                    "m030_no_artifact_type_index", "m031_filter_rollup",
+                    "m032_page_counts", "m033_early_termination_decisions")
 
 
 
@@ -674,3 +677,46 @@ def m030_no_artifact_type_index(db: Any) -> None:
     # m029 drops m004's artifact_type index on an index written before; ``index rebuild`` creates it again with
     # m004, deferred until the rows are loaded, so this (deferred too) drops it after.
     db.execute("drop index if exists idx_artifacts_artifact_type")
+
+
+@migrations()
+def m031_filter_rollup(db: Any) -> None:
+    # The savings_by_filter_limits canned query grouped every filters_applied row by filter, round, artifact type
+    # and limits (text): at 100k consultations that sort ran past Datasette's 1 s limit (HTTP 400). A daily rollup
+    # (rollups.py), kept as consultations are indexed, gives the same groups in a few rows a day; filter_savings
+    # sums it too, so m021's covering index for that query (260 bytes a consultation) goes. No primary key: a
+    # group's key may be null (a record without limits); the day's index serves the refresh, which replaces a day.
+    columns = ", ".join([f'"{key}" {"integer" if key == "round_number" else "text"}' for key in FILTER_KEYS]
+                        + [f'"{name}" integer' for name in FILTER_FIGURES])
+    db.execute(f"create table if not exists filter_daily (day text, {columns})")
+    db.execute("create index if not exists filter_daily_day on filter_daily (day)")
+    db.execute("drop index if exists filters_saved")
+    refresh_all_days(db.conn, ("filter_daily",))
+
+
+@migrations()
+def m032_page_counts(db: Any) -> None:
+    # Table pages count their rows (Datasette's ``select count(*)``) and their declared facets; SQLite counts from
+    # the narrowest b-tree over every row. Cold at 100k consultations:
+    # - artifacts had only the (partial) verdicts index, so the count read the whole table, 370 MB (0.76 s page):
+    #   its round numbers with the key are 220 bytes a consultation;
+    # - the consultations page's status and judge facets read every consultation row (100 MB): these indexes
+    #   are about 40 bytes a consultation;
+    # - the provider_failures canned query read every call to find the failed ones: this partial index holds only
+    #   failed attempts, with what the query shows, so it reads those alone.
+    db.execute("create index if not exists artifacts_count on artifacts (round_number)")
+    db.execute("create index if not exists consultations_status on consultations (status)")
+    db.execute("create index if not exists consultations_judge on consultations (judge_provider, judge_model)")
+    db.execute("create index if not exists calls_failures on calls "
+               "(provider, model, outcome, status, consultation_id, started_at, error) "
+               "where outcome not in ('ok', 'cancelled')")
+
+
+@migrations()
+def m033_early_termination_decisions(db: Any) -> None:
+    # The early_terminations_by_threshold canned query groups every consultation that recorded a decision (most
+    # of them) by mode and threshold: it read the whole table (0.34 s of a 0.52-0.67 s cold page at 100k). This
+    # partial index holds what it sums, in its grouping order (about 45 bytes a consultation with a decision).
+    db.execute("create index if not exists consultations_early_termination on consultations "
+               "(mode, early_termination_threshold, early_termination_offered, early_terminated, cost_saved, "
+               "early_termination_confidence) where early_termination_offered is not null")

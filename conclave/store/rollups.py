@@ -64,6 +64,15 @@ VERIFICATION_FIGURES: dict[str, str] = {
     "answered": "count(*)",
     "passed": "coalesce(sum(v.passed), 0)",
 }
+#: figure -> aggregate over ``filters_applied`` rows ``f`` (grouped by filter, round, artifact type and limits): the
+#: savings_by_filter_limits and filter_savings canned queries. ``sum``, not ``coalesce``: a sum of the daily sums is
+#: then what ``sum`` over the raw rows gives, null included.
+FILTER_FIGURES: dict[str, str] = {
+    "applications": "count(*)",
+    "tokens_before": "sum(f.tokens_before)",
+    "tokens_saved": "sum(f.tokens_saved)",
+}
+FILTER_KEYS = ("filter", "round_number", "artifact_type", "limits")
 FLOAT_FIGURES = {"cost", "confidence_sum", "cost_saved", "latency_s"}
 
 _CONSULTATION_RAW = "select mode, status, {figures} from consultations{where} group by mode, status"
@@ -118,15 +127,24 @@ _REFRESH: dict[str, tuple[str, str]] = {
             names=", ".join(VERIFICATION_FIGURES), figures=_figures(VERIFICATION_FIGURES),
             where=_DAY.format(column="c.started_at")),
     ),
+    "filter_daily": (
+        "delete from filter_daily where day = :day",
+        "insert into filter_daily (day, {keys}, {names}) "
+        "select :day, {f_keys}, {figures} from consultations c "
+        "join filters_applied f on f.consultation_id = c.id{where} group by {f_keys}".format(
+            keys=", ".join(FILTER_KEYS), f_keys=", ".join(f"f.{k}" for k in FILTER_KEYS),
+            names=", ".join(FILTER_FIGURES), figures=_figures(FILTER_FIGURES),
+            where=_DAY.format(column="c.started_at")),
+    ),
 }
 
 
-def _refresh(conn: Any, days: list[dict[str, str]]) -> None:
-    """Recompute ``days`` of every rollup the index has (a migration before m028 refreshes an index that does not
-    have the later ones yet)."""
+def _refresh(conn: Any, days: list[dict[str, str]], tables: tuple[str, ...] | None = None) -> None:
+    """Recompute ``days`` of every rollup the index has, or of ``tables`` only (a migration before m028 refreshes
+    an index that does not have the later ones yet)."""
     present = {name for (name,) in conn.execute(
         "select name from sqlite_master where type = 'table' and name in (select value from json_each(?))",
-        [json.dumps(list(_REFRESH))])}
+        [json.dumps(list(_REFRESH if tables is None else tables))])}
     for table, statements in _REFRESH.items():
         if table in present:
             for sql in statements:
@@ -139,11 +157,12 @@ def refresh_days(conn: Any, consultation_ids: list[str]) -> None:
     _refresh(conn, days)
 
 
-def refresh_all_days(conn: Any) -> None:
-    """Recompute the rollups for every day any consultation started (after a figure is added)."""
+def refresh_all_days(conn: Any, tables: tuple[str, ...] | None = None) -> None:
+    """Recompute the rollups (or ``tables`` of them) for every day any consultation started (after a figure or a
+    rollup is added)."""
     days = [{"day": day} for (day,) in conn.execute(
         "select distinct substr(started_at, 1, 10) from consultations where started_at is not null")]
-    _refresh(conn, days)
+    _refresh(conn, days, tables)
 
 
 @dataclass(frozen=True)
