@@ -55,9 +55,10 @@ def apply_all_but_deferred(db: Any) -> None:
 
 #: migrations that rewrite whole tables of an existing index: seconds at 10,000 consultations (on a 190 MB index
 #: written before m028, on a loaded machine: m028 0.5-0.8 s, m029 1.6-2.4 s, the commit 0.6 s), ten times that
-#: at 100,000
+#: at 100,000; and those that read whole tables to build a rollup or index (m031-m033: 4.3 s on a 100k index)
 REWRITING = ("m023_artifact_gist", "m024_verification_counted", "m026_gist_without_row_fields",
-             "m028_model_and_verification_rollups", "m029_child_tables_in_key_order")
+             "m028_model_and_verification_rollups", "m029_child_tables_in_key_order", "m031_filter_rollup",
+             "m032_page_counts", "m033_early_termination_decisions")
 #: from this many bytes in use (about 3,500 consultations written before m028, about a second of rewriting), an
 #: upgrade that rewrites tables says so before it starts; a smaller or new index is upgraded silently
 NOTICE_BYTES = 64 * 1024 * 1024
