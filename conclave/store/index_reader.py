@@ -22,7 +22,7 @@ MIGRATION_NAMES = (
     "m023_artifact_gist", "m024_verification_counted", "m025_dissent_and_cost_reads",
     "m026_gist_without_row_fields", "m027_groupthink_order", "m028_model_and_verification_rollups",
     "m029_child_tables_in_key_order", "m030_no_artifact_type_index", "m031_filter_rollup", "m032_page_counts",
-    "m033_early_termination_decisions",
+    "m033_early_termination_decisions", "m034_dissent_rollup",
 )
 
 #: migrations that only add an index for speed or drop what no reader reads: a reader of an index it may not
@@ -30,7 +30,8 @@ MIGRATION_NAMES = (
 READ_OPTIONAL = ("m017_running_rounds", "m020_calls_by_start", "m021_dashboard_covering",
                  "m022_verification_covering", "m024_verification_counted", "m025_dissent_and_cost_reads",
                  "m027_groupthink_order", "m029_child_tables_in_key_order", "m030_no_artifact_type_index",
-                 "m031_filter_rollup", "m032_page_counts", "m033_early_termination_decisions")
+                 "m031_filter_rollup", "m032_page_counts", "m033_early_termination_decisions",
+                 "m034_dissent_rollup")
 
 #: the migration set sqlite-utils records the index's migrations under (``Migrations("conclave.index")``)
 MIGRATION_SET = "conclave.index"

@@ -73,6 +73,16 @@ FILTER_FIGURES: dict[str, str] = {
     "tokens_saved": "sum(f.tokens_saved)",
 }
 FILTER_KEYS = ("filter", "round_number", "artifact_type", "limits")
+#: figure -> aggregate over the ``dissent_log`` view's rows ``d`` (each consultation's latest verdict's dissent,
+#: grouped by agent): the dissent_by_agent canned query. A consultation starts on one day, so a period's distinct
+#: consultations are the sum of its days'; ``sum``, not ``coalesce``, as for the filter figures.
+DISSENT_FIGURES: dict[str, str] = {
+    "dissents": "count(*)",
+    "high": "sum(d.severity = 'high')",
+    "medium": "sum(d.severity = 'medium')",
+    "low": "sum(d.severity = 'low')",
+    "consultations": "count(distinct d.consultation_id)",
+}
 FLOAT_FIGURES = {"cost", "confidence_sum", "cost_saved", "latency_s"}
 
 _CONSULTATION_RAW = "select mode, status, {figures} from consultations{where} group by mode, status"
@@ -135,6 +145,12 @@ _REFRESH: dict[str, tuple[str, str]] = {
             keys=", ".join(FILTER_KEYS), f_keys=", ".join(f"f.{k}" for k in FILTER_KEYS),
             names=", ".join(FILTER_FIGURES), figures=_figures(FILTER_FIGURES),
             where=_DAY.format(column="c.started_at")),
+    ),
+    "dissent_daily": (
+        "delete from dissent_daily where day = :day",
+        "insert into dissent_daily (day, agent, {names}) select :day, d.agent, {figures} from dissent_log d{where} "
+        "group by d.agent".format(names=", ".join(DISSENT_FIGURES), figures=_figures(DISSENT_FIGURES),
+                                  where=_DAY.format(column="d.started_at")),
     ),
 }
 
