@@ -14,6 +14,7 @@ import yaml
 
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
+from conclave.store.rollups import REFRESH
 from conclave.store.sqlite_index import connect, rebuild
 from conclave.testing.synthetic_events import synthetic_events
 
@@ -102,3 +103,18 @@ def test_datasette_serves_the_query(index: Path) -> None:
     page = asyncio.run(fetch("/index/dissent_by_agent.json?_shape=array"))
     assert page.status_code == 200
     assert [tuple(row.values()) for row in page.json()] == answers(index)["raw"]
+
+
+def test_refreshing_a_day_reads_that_days_consultations_first(index: Path) -> None:
+    """Every consultation's indexing refreshes its day's rollups: the dissent rollup must start from the day's
+    consultations (a started_at range), not walk every verdict of history (0.1 s a refresh at 100k, and 47 s for
+    m034 over a year of days, before the CROSS JOIN)."""
+    db = connect(index)
+    try:
+        steps = [row[3] for row in db.conn.execute(f"explain query plan {REFRESH['dissent_daily'][1]}",
+                                                   {"day": "2026-01-01"})]
+    finally:
+        db.close()
+    first = next(s for s in steps if s.startswith(("SCAN", "SEARCH")))
+    assert first.startswith("SEARCH c USING") and "started_at>" in first, steps
+    assert not any(s.startswith("SCAN a") for s in steps), steps

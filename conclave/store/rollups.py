@@ -104,7 +104,7 @@ select distinct substr(started_at, 1, 10) from consultations
 where id in (select value from json_each(?)) and started_at is not null
 """
 #: rollup table -> the statements that recompute one ``:day`` of it
-_REFRESH: dict[str, tuple[str, str]] = {
+REFRESH: dict[str, tuple[str, str]] = {
     "consultation_daily": (
         "delete from consultation_daily where day = :day",
         "insert into consultation_daily (day, mode, status, {names}) select :day, mode, status, {figures} "
@@ -146,11 +146,19 @@ _REFRESH: dict[str, tuple[str, str]] = {
             names=", ".join(FILTER_FIGURES), figures=_figures(FILTER_FIGURES),
             where=_DAY.format(column="c.started_at")),
     ),
+    # the dissent_log view's rows of the day's consultations, found from the day's consultations (the view itself
+    # would walk every verdict of history for each day: CROSS JOIN keeps the consultations outermost)
     "dissent_daily": (
         "delete from dissent_daily where day = :day",
-        "insert into dissent_daily (day, agent, {names}) select :day, d.agent, {figures} from dissent_log d{where} "
-        "group by d.agent".format(names=", ".join(DISSENT_FIGURES), figures=_figures(DISSENT_FIGURES),
-                                  where=_DAY.format(column="d.started_at")),
+        "insert into dissent_daily (day, agent, {names}) select :day, d.agent, {figures} from ("
+        "select a.consultation_id, json_extract(x.value, '$.agent') as agent, "
+        "json_extract(x.value, '$.severity') as severity "
+        "from consultations c cross join artifacts a indexed by artifacts_verdicts on a.consultation_id = c.id "
+        "join json_each(a.artifact, '$.dissent') x{where} and a.artifact_type = 'verdict' "
+        "and a.seq = (select max(seq) from artifacts v indexed by artifacts_verdicts "
+        "where v.consultation_id = a.consultation_id and v.artifact_type = 'verdict')"
+        ") d group by d.agent".format(names=", ".join(DISSENT_FIGURES), figures=_figures(DISSENT_FIGURES),
+                                      where=_DAY.format(column="c.started_at")),
     ),
 }
 
@@ -160,8 +168,8 @@ def _refresh(conn: Any, days: list[dict[str, str]], tables: tuple[str, ...] | No
     an index that does not have the later ones yet)."""
     present = {name for (name,) in conn.execute(
         "select name from sqlite_master where type = 'table' and name in (select value from json_each(?))",
-        [json.dumps(list(_REFRESH if tables is None else tables))])}
-    for table, statements in _REFRESH.items():
+        [json.dumps(list(REFRESH if tables is None else tables))])}
+    for table, statements in REFRESH.items():
         if table in present:
             for sql in statements:
                 conn.executemany(sql, days)
