@@ -19,7 +19,7 @@ import pytest
 from conclave import events as ev
 from conclave.store import sqlite_index as index_module
 from conclave.store.indexer import RESUMED
-from conclave.store.migrations import REBUILD_DEFERRED, VIEWS, migrations
+from conclave.store.migrations import VIEWS, migrations
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.sqlite_index import connect, rebuild, settle_killed_rounds
@@ -310,29 +310,28 @@ def test_rebuild_leaves_the_schema_a_fresh_index_has(tmp_path: Path) -> None:
     try:
         assert rebuilt.conn.execute(schema).fetchall() == fresh.conn.execute(schema).fetchall()
         assert not migrations.pending(rebuilt)
-        # every migration, the deferred ones last (they build over the loaded rows)
+        # every migration, in order (all of them made the schema before the rows were loaded)
         applied = [r[0] for r in rebuilt.conn.execute("select name from _sqlite_migrations order by id")]
-        assert sorted(applied) == sorted(m.name for m in migrations._migrations)
-        assert applied[-len(REBUILD_DEFERRED):] == list(REBUILD_DEFERRED)
+        assert applied == [r[0] for r in fresh.conn.execute("select name from _sqlite_migrations order by id")]
     finally:
         fresh.close()
         rebuilt.close()
 
 
-def test_an_interrupted_rebuild_leaves_migrations_any_connection_completes(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Search, views and indexes are built after the rows; a rebuild that dies first leaves them pending, and the
-    next process to connect applies them, so search and stats still work over what was loaded."""
+def test_an_interrupted_rebuild_leaves_the_index_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows load into a scratch file with the indexes and search set aside, made again once loaded; a rebuild
+    that dies after loading leaves the installed index whole: every row, search, no pending migration."""
     record_interleaved(tmp_path, [synthetic_events(n) for n in range(6)], writers=1)
+    live = dump(tmp_path)
 
     def die(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(index_module, "settle_killed_rounds", die)
-    monkeypatch.setattr(migrations, "apply", _apply_only_before_deferred(migrations.apply))
     with pytest.raises(KeyboardInterrupt):
         rebuild(StoreLayout(tmp_path), chunk=2, workers=0)
     monkeypatch.undo()
+    assert dump(tmp_path) == live
     db = connect(StoreLayout(tmp_path).index_path)
     try:
         assert not migrations.pending(db)
@@ -341,15 +340,6 @@ def test_an_interrupted_rebuild_leaves_migrations_any_connection_completes(tmp_p
         assert hits == 6
     finally:
         db.close()
-
-
-def _apply_only_before_deferred(apply: Any) -> Any:
-    from conclave.store.migrations import apply_all_but_deferred
-
-    def partial(db: Any, *, stop_before: Any = None) -> None:
-        apply_all_but_deferred(db)
-
-    return partial
 
 
 def test_a_writer_connecting_mid_rebuild_applies_the_pending_migrations(tmp_path: Path,

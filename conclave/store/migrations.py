@@ -6,7 +6,6 @@ live indexing and ``index rebuild`` produce identical rows whatever order consul
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import Any
 
@@ -27,32 +26,6 @@ from conclave.store.rollups import (
 )
 
 migrations = Migrations(MIGRATION_SET)
-
-#: ``index rebuild`` applies every other migration, loads every row, then applies these: building the search
-#: index and the secondary indexes over loaded tables is cheaper than maintaining them row by row. Only a
-#: migration that adds what can be built over existing rows (indexes, full-text search, views, tables the
-#: indexer does not write) may be listed; one that builds on a listed migration must be listed too.
-REBUILD_DEFERRED = ("m002_search", "m003_views", "m004_stats", "m017_running_rounds", "m020_calls_by_start",
-                    "m021_dashboard_covering", "m022_verification_covering", "m025_dissent_and_cost_reads",
-                    "m027_groupthink_order", "m028_model_and_verification_rollups",
-                    "m030_no_artifact_type_index", "m031_filter_rollup",
-                    "m032_page_counts", "m033_early_termination_decisions", "m034_dissent_rollup")
-
-
-
-def apply_all_but_deferred(db: Any) -> None:
-    """Apply every pending migration except :data:`REBUILD_DEFERRED`, in order (``index rebuild``, before
-    loading rows; a later ``migrations.apply`` applies the deferred ones, as any connecting process would)."""
-    migrations.ensure_migrations_table(db)
-    for migration in migrations.pending(db):
-        if migration.name in REBUILD_DEFERRED:
-            continue
-        with db.atomic():
-            migration.fn(db)
-            # recorded as Migrations.apply records it: a row of its (public) migrations table
-            db[migrations.migrations_table].insert({"migration_set": migrations.name, "name": migration.name,
-                                                    "applied_at": str(dt.datetime.now(dt.UTC))})
-
 
 #: migrations that rewrite whole tables of an existing index: seconds at 10,000 consultations (on a 190 MB index
 #: written before m028, on a loaded machine: m028 0.5-0.8 s, m029 1.6-2.4 s, the commit 0.6 s), ten times that
@@ -422,8 +395,8 @@ def m012_safety_checks(db: Any) -> None:
 @migrations()
 def m013_providers_cache_tokens(db: Any) -> None:
     # Prompt caching: each call's cache writes beside its cached reads, and both summed per provider and day for
-    # `conclave stats`. On `index rebuild` the daily rollup does not exist yet (m004 is deferred) and is created
-    # with these columns; on an existing index the days are recomputed from the calls.
+    # `conclave stats`. An index whose daily rollup does not exist yet gets it with these columns; on an existing
+    # index the days are recomputed from the calls.
     db["calls"].add_column("cache_write_tokens", int)
     if not db["provider_daily"].exists():
         return
@@ -676,8 +649,8 @@ def m029_child_tables_in_key_order(db: Any) -> None:
 
 @migrations()
 def m030_no_artifact_type_index(db: Any) -> None:
-    # m029 drops m004's artifact_type index on an index written before; ``index rebuild`` creates it again with
-    # m004, deferred until the rows are loaded, so this (deferred too) drops it after.
+    # m029 drops m004's artifact_type index on an index written before; a fresh index (and ``index rebuild``,
+    # which makes the whole schema over empty tables first) gets it from m004, so this drops it.
     db.execute("drop index if exists idx_artifacts_artifact_type")
 
 
