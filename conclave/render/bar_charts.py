@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 WIDTH, HEIGHT = 560, 240
 MARGIN_LEFT, MARGIN_BOTTOM, MARGIN_TOP = 70, 56, 26
 COLOR = "#0969da"
+#: the width of a character of an 11-pixel axis label, at most (digits and lower case), and the room between labels
+CHAR_PX, LABEL_GAP_PX = 6.5, 8
 
 
 def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *,
@@ -35,7 +37,9 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], *,
         parts.append(f'<line x1="{MARGIN_LEFT}" y1="{y:.1f}" x2="{WIDTH - 10}" y2="{y:.1f}" stroke="#eaeef2"/>'
                      f'<text x="{MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
                      f'fill="#59636e">{e(fmt(top * fraction))}</text>')
-    every = max(1, len(labels) // 12)  # at most ~12 axis labels, so they never overlap
+    # as many axis labels as fit side by side (a year of days is 365 bars but room for about 7 dates)
+    widest = max(len(_short(label)) for label in labels) * CHAR_PX + LABEL_GAP_PX
+    every = -(-len(labels) // max(1, int(plot_w // widest)))
     for i, (label, value) in enumerate(zip(labels, values, strict=True)):
         h = plot_h * max(value, 0.0) / top
         x = MARGIN_LEFT + i * step + (step - bar_w) / 2
