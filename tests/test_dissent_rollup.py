@@ -13,10 +13,9 @@ import pytest
 import yaml
 
 from conclave.store.paths import StoreLayout
-from conclave.store.recorder import Recorder
 from conclave.store.rollups import REFRESH
 from conclave.store.sqlite_index import connect, rebuild
-from conclave.testing.synthetic_events import synthetic_events
+from conclave.testing.synthetic_events import record_synthetic
 
 METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: the canned query as it was before m034, over the view (ties ordered as the new one orders them)
@@ -29,12 +28,7 @@ COUNT = 30
 
 
 def record(home: Path, numbers: range = range(COUNT)) -> Path:
-    recorder = Recorder(home)
-    for n in numbers:
-        for event in synthetic_events(n, spacing_s=43_200.0):  # twelve hours apart: several days
-            recorder(event)
-    recorder.close()
-    return StoreLayout(home).index_path
+    return record_synthetic(home, numbers, spacing_s=43_200.0)  # twelve hours apart: several days
 
 
 def canned() -> str:

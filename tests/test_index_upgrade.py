@@ -25,11 +25,9 @@ from typing import Any
 import pytest
 
 from conclave.store.migrations import KEY_ORDERED, NOTICE_BYTES
-from conclave.store.paths import StoreLayout
-from conclave.store.recorder import Recorder
 from conclave.store.rollups import refresh_all_days
 from conclave.store.sqlite_index import IndexOpenError, connect
-from conclave.testing.synthetic_events import synthetic_events
+from conclave.testing.synthetic_events import record_synthetic
 
 NOTICE = "conclave: upgrading the index (m028, m029, one time) …"
 UPGRADES = ("m028_model_and_verification_rollups", "m029_child_tables_in_key_order", "m030_no_artifact_type_index")
@@ -38,12 +36,7 @@ COPIES = 2000
 
 
 def record(home: Path, count: int = 6) -> Path:
-    recorder = Recorder(home)
-    for n in range(count):
-        for event in synthetic_events(n):
-            recorder(event)
-    recorder.close()
-    return StoreLayout(home).index_path
+    return record_synthetic(home, range(count))
 
 
 def copy_consultations(conn: sqlite3.Connection, copies: int) -> None:

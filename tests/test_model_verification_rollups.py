@@ -14,9 +14,8 @@ from typing import Any
 import yaml
 
 from conclave.store.paths import StoreLayout
-from conclave.store.recorder import Recorder
 from conclave.store.sqlite_index import connect, rebuild
-from conclave.testing.synthetic_events import synthetic_events
+from conclave.testing.synthetic_events import record_synthetic
 
 METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 RAW_PASS_RATE = """
@@ -31,12 +30,7 @@ from calls group by provider, model order by provider, model
 
 
 def record(home: Path, count: int = 6) -> Path:
-    recorder = Recorder(home)
-    for n in range(count):
-        for event in synthetic_events(n):
-            recorder(event)
-    recorder.close()
-    return StoreLayout(home).index_path
+    return record_synthetic(home, range(count))
 
 
 def metadata() -> dict[str, Any]:

@@ -16,7 +16,7 @@ import yaml
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.sqlite_index import connect, rebuild
-from conclave.testing.synthetic_events import synthetic_events
+from conclave.testing.synthetic_events import record_synthetic, synthetic_events
 
 METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: tables of a few rows a consultation at most (an exit decision per cross-examination round; objection rounds and
@@ -27,12 +27,7 @@ M032_INDEXES = ("artifacts_count", "consultations_status", "consultations_judge"
 
 
 def record(home: Path, count: int = 8) -> Path:
-    recorder = Recorder(home)
-    for n in range(count):
-        for event in synthetic_events(n):
-            recorder(event)
-    recorder.close()
-    return StoreLayout(home).index_path
+    return record_synthetic(home, range(count))
 
 
 @pytest.fixture(scope="module")

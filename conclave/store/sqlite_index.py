@@ -470,10 +470,12 @@ def _catch_up(layout: StoreLayout, since: float) -> None:
     journal as it was then. Indexing is idempotent, so a journal indexed twice gives the same rows."""
     changed = []
     margin = 1.0  # file times come from a clock coarser than time.time()
-    for cid in layout.journal_ids():
-        with contextlib.suppress(OSError):
-            if layout.journal_path(cid).stat().st_mtime >= since - margin:
-                changed.append(cid)
+    with contextlib.suppress(OSError), os.scandir(layout.journal_dir) as entries:  # (Path objects: 2 s at 100k)
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.name.endswith(".jsonl") and entry.stat().st_mtime >= since - margin:
+                    changed.append(entry.name[: -len(".jsonl")])
+    changed.sort()
     if not changed:
         return
     batch = Batch()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from conclave import events as ev
 from conclave.artifacts.artifact_filter import token_efficiency_stats
+from conclave.store.paths import StoreLayout
+from conclave.store.recorder import Recorder
 
 PANEL = (
     ("security", "security", "openai", "gpt-4o"),
@@ -218,3 +221,14 @@ class _Stream:
                         "verification": [{"question_id": "U2", "passed": cited == facts, "reason": "",
                                           "by": "checker"}]})
         return out
+
+
+def record_synthetic(home: Path, numbers: Iterable[int], **options: Any) -> Path:
+    """Record the synthetic consultations ``numbers`` (:func:`synthetic_events` with ``options``) into ``home``
+    through the recorder, as a running home would; the index's path."""
+    recorder = Recorder(home)
+    for n in numbers:
+        for event in synthetic_events(n, **options):
+            recorder(event)
+    recorder.close()
+    return StoreLayout(home).index_path
