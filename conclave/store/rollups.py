@@ -103,49 +103,32 @@ _TOUCHED_DAYS = """
 select distinct substr(started_at, 1, 10) from consultations
 where id in (select value from json_each(?)) and started_at is not null
 """
+
+
+def _daily(table: str, keys: tuple[str, ...], rows: str, figures: dict[str, str], also: str = "") -> tuple[str, str]:
+    """The statements that recompute one ``:day`` of ``table``: ``figures`` over ``rows`` (a FROM clause whose
+    consultations are ``c``, the day's ones: their started_at range comes first) grouped by ``keys`` (each a
+    ``alias.column``, stored under the column's name); ``also``: more conditions on the rows."""
+    columns = ", ".join(key.split(".")[1] for key in keys)
+    grouped = ", ".join(keys)
+    return (f"delete from {table} where day = :day",
+            f"insert into {table} (day, {columns}, {', '.join(figures)}) select :day, {grouped}, {_figures(figures)} "
+            f"from {rows}{_DAY.format(column='c.started_at')}{also} group by {grouped}")
+
+
 #: rollup table -> the statements that recompute one ``:day`` of it
 REFRESH: dict[str, tuple[str, str]] = {
-    "consultation_daily": (
-        "delete from consultation_daily where day = :day",
-        "insert into consultation_daily (day, mode, status, {names}) select :day, mode, status, {figures} "
-        "from consultations{where} group by mode, status".format(
-            names=", ".join(CONSULTATION_FIGURES), figures=_figures(CONSULTATION_FIGURES),
-            where=_DAY.format(column="started_at")),
-    ),
-    "provider_daily": (
-        "delete from provider_daily where day = :day",
-        "insert into provider_daily (day, provider, {names}) "
-        "select :day, k.provider, {figures} from consultations c join calls k on k.consultation_id = c.id{where} "
-        "group by k.provider".format(
-            names=", ".join(PROVIDER_FIGURES), figures=_figures(PROVIDER_FIGURES),
-            where=_DAY.format(column="c.started_at")),
-    ),
-    "model_daily": (
-        "delete from model_daily where day = :day",
-        "insert into model_daily (day, provider, model, {names}) "
-        "select :day, k.provider, k.model, {figures} from consultations c "
-        "join calls k on k.consultation_id = c.id{where} group by k.provider, k.model".format(
-            names=", ".join(MODEL_FIGURES), figures=_figures(MODEL_FIGURES),
-            where=_DAY.format(column="c.started_at")),
-    ),
-    "verification_daily": (
-        "delete from verification_daily where day = :day",
-        "insert into verification_daily (day, question_id, answered_by, {names}) "
-        "select :day, v.question_id, v.answered_by, {figures} from consultations c "
-        "join verification v on v.consultation_id = c.id{where} and v.passed is not null "
-        "group by v.question_id, v.answered_by".format(
-            names=", ".join(VERIFICATION_FIGURES), figures=_figures(VERIFICATION_FIGURES),
-            where=_DAY.format(column="c.started_at")),
-    ),
-    "filter_daily": (
-        "delete from filter_daily where day = :day",
-        "insert into filter_daily (day, {keys}, {names}) "
-        "select :day, {f_keys}, {figures} from consultations c "
-        "join filters_applied f on f.consultation_id = c.id{where} group by {f_keys}".format(
-            keys=", ".join(FILTER_KEYS), f_keys=", ".join(f"f.{k}" for k in FILTER_KEYS),
-            names=", ".join(FILTER_FIGURES), figures=_figures(FILTER_FIGURES),
-            where=_DAY.format(column="c.started_at")),
-    ),
+    "consultation_daily": _daily("consultation_daily", ("c.mode", "c.status"), "consultations c",
+                                 CONSULTATION_FIGURES),
+    "provider_daily": _daily("provider_daily", ("k.provider",),
+                             "consultations c join calls k on k.consultation_id = c.id", PROVIDER_FIGURES),
+    "model_daily": _daily("model_daily", ("k.provider", "k.model"),
+                          "consultations c join calls k on k.consultation_id = c.id", MODEL_FIGURES),
+    "verification_daily": _daily("verification_daily", ("v.question_id", "v.answered_by"),
+                                 "consultations c join verification v on v.consultation_id = c.id",
+                                 VERIFICATION_FIGURES, also=" and v.passed is not null"),
+    "filter_daily": _daily("filter_daily", tuple(f"f.{key}" for key in FILTER_KEYS),
+                           "consultations c join filters_applied f on f.consultation_id = c.id", FILTER_FIGURES),
     # the dissent_log view's rows of the day's consultations, found from the day's consultations (the view itself
     # would walk every verdict of history for each day: CROSS JOIN keeps the consultations outermost)
     "dissent_daily": (
