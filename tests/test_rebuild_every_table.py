@@ -44,7 +44,8 @@ def test_a_forked_rebuild_over_many_chunks_gives_every_table_of_live_indexing(tm
     live = every_table(tmp_path)
     # what the comparison covers: the quality tables that the older dump leaves out hold rows here
     for table in ("claims", "evidence", "verification", "claim_checks", "safety_checks", "groupthink_checks",
-                  "model_daily", "verification_daily", "consultation_daily"):
+                  "model_daily", "verification_daily", "consultation_daily", "provider_daily", "filter_daily",
+                  "dissent_daily"):
         assert live[table], table
     layout = StoreLayout(tmp_path)
     report = rebuild(layout, chunk=2, workers=2)  # six chunks over two forked workers, in turns

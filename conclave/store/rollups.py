@@ -9,8 +9,10 @@ whole days of the rollup plus, for a rolling window that starts mid-day, the raw
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from datetime import date, timedelta
+from pathlib import Path
 from typing import Any
 
 CONFIDENCE_BUCKETS = (("<0.50", 0.0, 0.5), ("0.50-0.70", 0.5, 0.7), ("0.70-0.85", 0.7, 0.85), (">=0.85", 0.85, 1.01))
@@ -170,6 +172,39 @@ def refresh_all_days(conn: Any, tables: tuple[str, ...] | None = None) -> None:
     days = [{"day": day} for (day,) in conn.execute(
         "select distinct substr(started_at, 1, 10) from consultations where started_at is not null")]
     _refresh(conn, days, tables)
+
+
+#: a rollup's rows: its column names and the rows, in key order
+Rows = tuple[list[str], list[tuple[Any, ...]]]
+
+
+def sum_all_days(path: Path) -> dict[str, Rows]:
+    """Every rollup of the index file ``path``, summed for every day from its rows without writing to it: the
+    file is attached, read-only, to an in-memory database holding empty rollup tables of the same names, so
+    :func:`refresh_all_days`' statements read the rows from the file and write the sums into memory. ``index
+    rebuild`` sums them this way on a thread of its own while the loaded rows are copied (:func:`write_sums`)."""
+    conn = sqlite3.connect("file::memory:", uri=True)
+    try:
+        conn.execute("ATTACH ? AS loaded", [path.resolve().as_uri() + "?mode=ro"])
+        made = conn.execute("select name, sql from loaded.sqlite_master where type = 'table' "
+                            "and name in (select value from json_each(?))", [json.dumps(list(REFRESH))]).fetchall()
+        for _name, sql in made:
+            conn.execute(sql)  # in main, which unqualified names find before the attached file
+        refresh_all_days(conn)
+        sums = {}
+        for name, _sql in made:
+            cursor = conn.execute(f'select * from main."{name}" order by day')
+            sums[name] = ([c[0] for c in cursor.description], cursor.fetchall())
+        return sums
+    finally:
+        conn.close()
+
+
+def write_sums(conn: Any, sums: dict[str, Rows]) -> None:
+    """Write rollups summed by :func:`sum_all_days` into the (empty) rollup tables of ``conn``'s index."""
+    for name, (columns, rows) in sums.items():
+        names = ", ".join(f'"{c}"' for c in columns)
+        conn.executemany(f'insert into "{name}" ({names}) values ({", ".join("?" * len(columns))})', rows)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Generator, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from conclave.store.indexer import Batch, build_batch, refresh_totals
 from conclave.store.journal import live_status, os_cause, parse_records, read_records, try_lock
 from conclave.store.migrations import migrations, page_bytes, upgrade_notice
 from conclave.store.paths import StoreLayout, check_consultation_id
-from conclave.store.rollups import refresh_all_days
+from conclave.store.rollups import sum_all_days, write_sums
 
 BUSY_TIMEOUT_S = 30.0
 # A consultation waits at most this long for the index lock at a round boundary (it blocks the event loop);
@@ -286,10 +286,11 @@ def rebuild(layout: StoreLayout, *, chunk: int | None = None, workers: int | Non
     The rows are loaded into a scratch file beside the index (``index.db.rebuild``), in chunks of ``chunk``
     consultations (default: up to :data:`MAX_CHUNK`, :data:`CHUNKS_PER_WORKER` per worker at least), one
     transaction each (rows and totals); then search, views and indexes are built over them
-    once, and the daily rollups refreshed once. ``workers`` forked processes (default:
+    once. ``workers`` forked processes (default:
     :func:`~conclave.store.cores.default_workers`) each read, fold and write whole chunks, taking turns at the
     write lock, so one parses while another writes (0 = everything in this process). The finished rows are then
-    copied in key order into a second file (``index.db.packed``, SQLite's ``VACUUM INTO``), which replaces the
+    copied in key order into a second file (``index.db.packed``, SQLite's ``VACUUM INTO``), the daily rollups
+    summed on a thread meanwhile (:func:`~conclave.store.rollups.sum_all_days`) and added to it, and it replaces the
     index in one step (:func:`_install`): a rebuild that dies at any point leaves the old index as it was.
     Journals written to while it ran are indexed again over the result (:func:`_catch_up`). Journals are not
     verified here: ``conclave logs verify`` does that. An index that is not a SQLite database is replaced.
@@ -356,22 +357,29 @@ def _build(layout: StoreLayout, scratch: Path, packed: Path, chunk: int | None,
             chunk = max(1, min(MAX_CHUNK, -(-len(ids) // (CHUNKS_PER_WORKER * max(1, workers)))))
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
         records = sum(_index_chunks(layout, scratch, chunks, workers))
-        with write_txn(db):  # indexes, search and rollups, built once over the loaded rows
+        with write_txn(db):  # indexes and search, built once over the loaded rows
             for sql in later:
                 db.conn.execute(sql)
             db.conn.execute("INSERT INTO consultations_fts (consultations_fts) VALUES ('rebuild')")
-            refresh_all_days(db.conn)
         settle_killed_rounds(db, layout)  # a journal records no end for a killed round: nobody writes it now
-        # Chunks land in key order only per chunk (pages 12% empty): copied in key order, the index holds full
-        # pages (at 10k: 14.5 KB a consultation instead of 17.2). VACUUM INTO writes that copy once, where VACUUM
-        # writes it and then copies it back (0.48 s of CPU at 10k instead of 0.79).
+        # Rows inserted one at a time leave the pages of keyed tables (WITHOUT ROWID) and unique indexes about 12%
+        # empty (dbstat, 10k home): copied in key order, the index holds full pages (at 100k: 14.8 KB a
+        # consultation instead of 15.9). VACUUM INTO writes that copy once, where VACUUM writes it and then copies
+        # it back. The daily rollups are summed from the same rows meanwhile, on the other core (both only read
+        # the file), and written into the copy: at 100k they took 3.8 s of a serial tail of 16.
         packed.unlink(missing_ok=True)  # what a rebuild killed half way left (VACUUM INTO wants no file there)
-        db.conn.execute("VACUUM INTO ?", [str(packed)])
+        with ThreadPoolExecutor(1) as rollups:
+            summing = rollups.submit(sum_all_days, scratch)
+            db.conn.execute("VACUUM INTO ?", [str(packed)])
+            sums = summing.result()
     finally:
         db.close()
     try:
         conn = sqlite3.connect(str(packed), isolation_level=None)
         try:
+            conn.execute("BEGIN")
+            write_sums(conn, sums)
+            conn.execute("COMMIT")
             conn.execute("PRAGMA journal_mode=WAL")  # what the index is opened in (kept in the file)
         finally:
             conn.close()
