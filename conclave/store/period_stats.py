@@ -20,6 +20,7 @@ from conclave.store.rollups import (
     Span,
     consultation_totals,
     provider_totals,
+    verification_totals,
 )
 from conclave.store.safety_stats import render_line as safety_line
 from conclave.store.safety_stats import safety_figures
@@ -193,9 +194,8 @@ def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
     labelled, unlabelled, facts, cited, violations = conn.execute(
         "select coalesce(sum(k.labelled), 0), coalesce(sum(k.unlabelled), 0), coalesce(sum(k.facts), 0), "
         f"coalesce(sum(k.facts_cited), 0), coalesce(sum(k.violations), 0) {source}", checks_params).fetchone()
-    source, passes_params = period_rows("verification", "v", since, until, "v.passed is not null")
-    passes = conn.execute(f"select v.question_id, sum(v.passed), count(*) {source} group by v.question_id "
-                          "order by v.question_id", passes_params).fetchall()
+    # from the daily rollup: all time walked 33 verification rows per consultation (1.1 s at 100k)
+    passes = sorted(verification_totals(conn, Span.of(since, until)), key=lambda row: str(row["question_id"]))
     ungrounded = conn.execute(f"select coalesce(sum(c.ungrounded_statements), 0) from consultations c {where}",
                               params).fetchone()[0]
     source, coverage_params = period_rows("synthesis_coverage", "s", since, until)
@@ -208,7 +208,7 @@ def quality_figures(conn: Any, period: Period) -> dict[str, Any]:
         "citation_compliance": _ratio(cited, facts),
         "rule_violations": violations + unaccounted,  # the citation rules and the synthesis coverage rules
         "synthesis_unaccounted": unaccounted,
-        "pass_rate": {q: _ratio(p, n) for q, p, n in passes},
+        "pass_rate": {row["question_id"]: _ratio(row["passed"], row["answered"]) for row in passes},
         "ungrounded_statements": ungrounded,
     }
 

@@ -90,6 +90,8 @@ FLOAT_FIGURES = {"cost", "confidence_sum", "cost_saved", "latency_s"}
 _CONSULTATION_RAW = "select mode, status, {figures} from consultations{where} group by mode, status"
 _PROVIDER_RAW = ("select k.provider, {figures} from consultations c join calls k on k.consultation_id = c.id"
                  "{where} group by k.provider")
+_VERIFICATION_RAW = ("select v.question_id, {figures} from consultations c join verification v "
+                     "on v.consultation_id = c.id{where} and v.passed is not null group by v.question_id")
 
 
 def _figures(figures: dict[str, str]) -> str:
@@ -247,6 +249,12 @@ def consultation_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
 def provider_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
     """Figures per provider over the span."""
     return _totals(conn, span, "provider", "provider_daily", PROVIDER_FIGURES, _PROVIDER_RAW, "c.started_at")
+
+
+def verification_totals(conn: Any, span: Span) -> list[dict[str, Any]]:
+    """Answered and passed verification questions per question over the span (all answerers together)."""
+    return _totals(conn, span, "question_id", "verification_daily", VERIFICATION_FIGURES, _VERIFICATION_RAW,
+                   "c.started_at")
 
 
 def _totals(conn: Any, span: Span, keys: str, daily: str, figures: dict[str, str], raw: str,
