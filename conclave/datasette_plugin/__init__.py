@@ -315,6 +315,7 @@ body.table .cv-clamp, body.query .cv-clamp { display: -webkit-box; -webkit-line-
 .rows-and-columns td.col-artifact { min-width: 34em; }
 .cv-cell details summary { cursor: pointer; color: #0969da; font-size: 0.9em; }
 .cv-live-status { border-bottom: 1px dotted #59636e; cursor: help; }
+.cv-live-status.cv-killed { color: #9a6700; font-weight: 600; }
 .cv-transcript-link { font-size: 0.85em; white-space: nowrap; }
 .cv-columns-note { font-size: 0.9em; color: #59636e; }
 details > summary { cursor: pointer; }

@@ -121,4 +121,5 @@ def _run_cell(home: Path, run_id: str, value: str) -> Markup:
 
 
 def _cell(shown: str, why: str) -> Markup:
-    return Markup(f'<span class="cv-live-status" title="{escape(why)}">{escape(shown)}</span>')
+    killed = " cv-killed" if shown == "interrupted" else ""
+    return Markup(f'<span class="cv-live-status{killed}" title="{escape(why)}">{escape(shown)}</span>')
