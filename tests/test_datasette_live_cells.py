@@ -184,12 +184,22 @@ def test_the_consultations_table_page_shows_a_killed_consultation_interrupted(se
 
 
 def test_canned_queries_and_views_over_consultations_show_the_same(served: Home) -> None:
-    for path in ("recent_consultations", "run_summary?_size=100", f"thread?id={served.killed}"):
+    for path in ("recent_consultations", "costliest_consultations", "run_summary?_size=100",
+                 f"thread?id={served.killed}"):
         cells = _status_cells(_page(f"{served.url}/{path}"), "id")
         assert cells[served.killed][0] == "interrupted", path
         if "thread" not in path:
             assert cells[served.live][0] == "running", path
             assert cells[served.done][0] == "complete", path
+
+
+def test_the_row_pages_show_what_the_table_pages_show(served: Home) -> None:
+    for path, key, expected in ((f"consultations/{served.killed}", "id", "interrupted"),
+                                (f"consultations/{served.live}", "id", "running"),
+                                (f"eval_runs/{served.run_killed}", "run_id", "interrupted"),
+                                (f"eval_runs/{served.run_live}", "run_id", "running")):
+        cells = _status_cells(_page(f"{served.url}/{path}"), key)
+        assert [status for status, _ in cells.values()] == [expected], path
 
 
 def test_the_eval_runs_table_page_shows_a_killed_run_interrupted(served: Home) -> None:
