@@ -9,7 +9,8 @@ For every database that is a conclave index (it has conclave's ``_sqlite_migrati
 - ``/-/conclave/<id>``: one consultation as a transcript, from its journal next to the index (or, without one, from
   the index tables), rendered by the same renderers as the Markdown report; ``/-/conclave/<id>/journal.json``
   serves the raw journal records;
-- ``render_cell``: artifact JSON as readable content, long text clamped to two lines on table pages;
+- ``render_cell``: artifact JSON as readable content, long text clamped to two lines on table pages, and a
+  ``running`` consultation or eval run shown as what it is now (``interrupted`` once its process was killed);
 - table pages open on about ten columns (``?_col=…`` unless the URL picks columns; ``_all=1`` shows every one)
   and without suggested facets (the declared ones show), column descriptions folded away, and the SQL box starts
   on a useful query.
@@ -33,12 +34,13 @@ from markupsafe import Markup, escape
 
 from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
 from conclave.datasette_plugin.eval_page import eval_page
+from conclave.datasette_plugin.live_cells import shown_status, status_cell
 from conclave.render.bar_charts import bar_chart
 from conclave.render.html import report_fragment, stylesheet
 from conclave.render.journal_view import result_from_records
 from conclave.render.nodes import Facts, to_html
 from conclave.render.renderers import Context, render_artifact
-from conclave.store.journal import live_status, read_records
+from conclave.store.journal import read_records
 from conclave.store.threads import THREAD_SQL
 
 CSS_URL = "/-/conclave/conclave.css"
@@ -229,6 +231,10 @@ def render_cell(row: Any, value: Any, column: str, table: Any, database: Any, da
         return Markup(f'<span class="cv-nowrap" title="{value!r}">${value:.4f}</span>')
     if not isinstance(value, str):
         return None
+    if column == "status":  # a running consultation or eval run as it is now (one lock attempt), not as indexed
+        live = status_cell(row, value, table, datasette.databases[database])
+        if live is not None:
+            return live
     if column in TIME_COLUMNS and len(value) >= 19 and value[10] == "T":
         return Markup(f'<span class="cv-nowrap" title="{escape(value)}">{escape(value[:10])} '
                       f"{escape(value[11:19])}</span>")
@@ -308,6 +314,8 @@ body.table .cv-clamp, body.query .cv-clamp { display: -webkit-box; -webkit-line-
 .rows-and-columns td.col-consultation_id { max-width: 14em; font-size: 0.9em; }
 .rows-and-columns td.col-artifact { min-width: 34em; }
 .cv-cell details summary { cursor: pointer; color: #0969da; font-size: 0.9em; }
+.cv-live-status { border-bottom: 1px dotted #59636e; cursor: help; }
+.cv-live-status.cv-killed { color: #9a6700; font-weight: 600; }
 .cv-transcript-link { font-size: 0.85em; white-space: nowrap; }
 .cv-columns-note { font-size: 0.9em; color: #59636e; }
 details > summary { cursor: pointer; }
@@ -341,16 +349,6 @@ def journal_path(db: Any, cid: str) -> Path | None:
         return None
     candidate = Path(path).parent / "journal" / f"{cid}.jsonl"
     return candidate if candidate.is_file() else None
-
-
-def shown_status(db: Any, cid: str, status: Any) -> Any:
-    """A consultation's status as ``logs list`` shows it: what the index calls ``running`` is interrupted once no
-    process writes its journal (beside the index; one not there is written by nobody)."""
-    path = getattr(db, "path", None)
-    if status != "running" or not path:
-        return status
-
-    return live_status(status, Path(path).parent / "journal" / f"{cid}.jsonl")
 
 
 async def records_for(db: Any, cid: str) -> tuple[list[dict[str, Any]], str]:
