@@ -6,6 +6,7 @@ indexed before it), items finishing out of order four at a time included."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -70,4 +71,9 @@ async def test_each_item_gets_the_history_a_full_reread_would_have_given(
     assert again("numeric") == before == graded_history(replay, "numeric")
     again.close()
     assert earlier.run_id != run.run_id and set(PERSONAS) == set(rows[0]["vote_learned_weights"]["weights"])
+    # a home whose path means something in a URI (the index is opened read-only by its URI)
+    odd = tmp_path / "home #2 ?mode=rw&x=%41"
+    odd.mkdir()
+    shutil.copy(replay / "index.db", odd / "index.db")
+    assert graded_history(odd, "numeric") == graded_history(replay, "numeric") != {}
 

@@ -81,7 +81,7 @@ def _open(home: Path) -> sqlite3.Connection | None:
     path = Path(home) / "index.db"
     if not path.exists():
         return None
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     tables = {r[0] for r in db.execute("select name from sqlite_master where type = 'table'")}
     if {"eval_items", "agents"} <= tables:
         return db
