@@ -7,7 +7,6 @@ waiting on a request the fake never answers, and a plain ``datasette serve`` of 
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import html
 import json
@@ -17,7 +16,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,7 +28,7 @@ from browser_support import needs_browser, screenshot, serve_datasette
 from cli_helpers import clean_env
 
 from conclave.store.sqlite_index import connect
-from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
+from conclave.testing.fake_server import FakeProviderServer, Fault, Reply, serving_in_a_thread
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
 
@@ -55,23 +53,8 @@ class Home:
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeProviderServer]:
     """The fake server on an event loop of its own thread: it keeps the live runs' requests open meanwhile."""
-    ready = threading.Event()
-    held: dict[str, Any] = {}
-
-    async def serve() -> None:
-        async with FakeProviderServer() as server:
-            held.update(fake=server, loop=asyncio.get_running_loop(), stop=asyncio.Event())
-            ready.set()
-            await held["stop"].wait()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    try:
-        yield held["fake"]
-    finally:
-        held["loop"].call_soon_threadsafe(held["stop"].set)
-        thread.join(30)
+    with serving_in_a_thread() as server:
+        yield server
 
 
 def _round_1_only(request: Any) -> Reply | Fault:

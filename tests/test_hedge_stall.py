@@ -6,7 +6,6 @@ for answers that came in a moment later."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +17,7 @@ from conclave.events import EventBus
 from conclave.plugin_manager import load_plugins
 from conclave.providers.base import CompletionRequest, Message
 from conclave.providers.pool import ProviderPool
-from conclave.testing.fake_server import FakeProviderServer, Reply
+from conclave.testing.fake_server import FakeProviderServer, Reply, serving_in_a_thread
 
 
 @pytest.fixture
@@ -30,23 +29,8 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def fake_in_a_thread() -> Iterator[FakeProviderServer]:
     """The fake server on an event loop of its own thread, so it answers while the test's loop is blocked."""
-    ready = threading.Event()
-    held: dict[str, Any] = {}
-
-    async def serve() -> None:
-        async with FakeProviderServer() as fake:
-            held.update(fake=fake, loop=asyncio.get_running_loop(), stop=asyncio.Event())
-            ready.set()
-            await held["stop"].wait()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    try:
-        yield held["fake"]
-    finally:
-        held["loop"].call_soon_threadsafe(held["stop"].set)
-        thread.join(30)
+    with serving_in_a_thread() as server:
+        yield server
 
 
 def _request(k: int) -> CompletionRequest:

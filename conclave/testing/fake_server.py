@@ -28,8 +28,9 @@ import itertools
 import json
 import random
 import re
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -1000,3 +1001,27 @@ def _count_tokens(body: Any) -> int:
     with contextlib.suppress(TypeError, ValueError):
         return len(json.dumps(body)) // 4
     return 0
+
+
+@contextlib.contextmanager
+def serving_in_a_thread(**options: Any) -> Iterator[FakeProviderServer]:
+    """A :class:`FakeProviderServer` (made with ``options``) on an event loop of its own thread: it answers while the
+    caller's loop is blocked, and keeps requests open while the caller waits on other processes."""
+    ready = threading.Event()
+    held: dict[str, Any] = {}
+
+    async def serve() -> None:
+        async with FakeProviderServer(**options) as server:
+            held.update(fake=server, loop=asyncio.get_running_loop(), stop=asyncio.Event())
+            ready.set()
+            await held["stop"].wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    if not ready.wait(30):
+        raise RuntimeError("the fake provider server did not start within 30 s")
+    try:
+        yield held["fake"]
+    finally:
+        held["loop"].call_soon_threadsafe(held["stop"].set)
+        thread.join(30)
