@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
+from conclave.store.index_reader import MIGRATION_NAMES
+from conclave.store.sqlite_index import IndexOpenError, connect
+
 MIGRATION_SET = "conclave.index"
 
 _INDEX_FILES: set[str] = set()  # paths known to be conclave indexes (a file never stops being one)
+#: served index files left behind conclave's schema: why (an unchanging file, a read-only home), and the canned
+#: queries that cannot answer there, each with SQLite's reason
+_NOT_UPGRADED: dict[str, tuple[str, dict[str, str]]] = {}
 
 
 def _is_index_file(path: str) -> bool:
@@ -42,6 +51,68 @@ def conclave_databases(datasette: Any) -> list[str]:
         if _is_index_file(str(path)):
             names.append(name)
     return names
+
+
+def upgrade_index(path: Path) -> str | None:
+    """Apply the pending migrations of the index at ``path`` through conclave's own ``connect()``: the same notice
+    on stderr for a big index, the same write lock and single transaction as any conclave command. ``None`` once
+    done (or nothing was pending); the one-line reason when it cannot be (a read-only home, another upgrade
+    holding the lock past the busy timeout)."""
+    try:
+        connect(path).close()
+    except IndexOpenError as exc:
+        return str(exc)
+    return None
+
+
+async def upgrade_served(datasette: Any) -> None:
+    """Bring every conclave index Datasette serves up to conclave's schema before it answers a request: one it may
+    write (served without ``--immutable``/``-i``) is upgraded on a worker thread (a big index takes seconds).
+    One left behind (served unchanging, or in a read-only home) stays as it is, is said in one line on stderr,
+    and is remembered so its pages can say why (:func:`not_upgraded`)."""
+    for name in conclave_databases(datasette):
+        db = datasette.databases[name]
+        path = str(db.path)
+        failure = await asyncio.to_thread(upgrade_index, Path(path)) if db.is_mutable else None
+        try:  # through Datasette's own read connection (mode=ro, or immutable=1 for an unchanging file)
+            rows = (await db.execute("select name from _sqlite_migrations where migration_set = ?",
+                                     [MIGRATION_SET])).rows
+        except sqlite3.Error:
+            continue
+        applied = {row[0] for row in rows}
+        missing = [m.split("_", 1)[0] for m in MIGRATION_NAMES if m not in applied]
+        if not missing:
+            _NOT_UPGRADED.pop(path, None)
+            continue
+        if failure is None:
+            how = ("its directory is read-only" if db.is_mutable else
+                   "Datasette serves it unchanging (--immutable or -i)")
+            failure = f"the index {path} needs upgrading, which writes, and {how}"
+        why = f"{failure} (pending: {', '.join(missing)})"
+        _NOT_UPGRADED[path] = why, await _failing_queries(datasette, name)
+        print(f"conclave: {why}; Datasette serves it as it is, and the pages that read what the upgrade adds say "
+              "so", file=sys.stderr, flush=True)
+
+
+async def _failing_queries(datasette: Any, name: str) -> dict[str, str]:
+    """The canned queries of ``name`` that SQLite cannot even prepare there (a table or column added since), each
+    with its reason; ``explain`` prepares a statement without running it."""
+    failing = {}
+    for query, spec in (datasette.metadata("queries", database=name) or {}).items():
+        sql = spec["sql"] if isinstance(spec, dict) else spec
+        params = dict.fromkeys(re.findall(r"(?<!:):(\w+)", sql))
+        try:
+            await datasette.databases[name].execute(f"explain {sql}", params, log_sql_errors=False)
+        except sqlite3.Error as exc:
+            failing[query] = str(exc)
+    return failing
+
+
+def not_upgraded(datasette: Any, database: str | None) -> tuple[str, dict[str, str]] | None:
+    """Why the served index ``database`` is still behind conclave's schema, and the canned queries that cannot
+    answer there; ``None`` when it is current (or not an index)."""
+    path = getattr(datasette.databases.get(database), "path", None) if database else None
+    return _NOT_UPGRADED.get(str(path)) if path else None
 
 
 def page(datasette: Any, title: str, body: str, request: Any) -> Any:
