@@ -311,7 +311,14 @@ def test_datasette_serving_the_index_answers_before_during_and_after_an_upgrade(
     from datasette.app import Datasette  # an optional extra, imported where the test needs it
 
     async def watch() -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[tuple[str, int]]]:
-        datasette = Datasette([str(home / "index.db")])
+        # A Datasette that started before this release was installed (as one serving while the user updates
+        # conclave): its startup found nothing to upgrade. One started on the old index upgrades it itself
+        # (tests/test_datasette_upgrade.py); here the index is out of its sight while it starts.
+        index, aside = home / "index.db", home / "aside.db"
+        index.rename(aside)
+        datasette = Datasette([str(index)])
+        await datasette.invoke_startup()
+        aside.rename(index)
 
         async def statuses() -> list[tuple[str, int]]:
             return [(page, (await datasette.client.get(page)).status_code) for page in DATASETTE_PAGES]
