@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fs_faults import unshare_available
 from test_index_upgrade import applied, env, old_index
 
 from conclave.cli.commands.browse import free_port, wait_until_up
@@ -182,3 +183,43 @@ def test_a_sqlite_file_that_is_no_index_is_untouched(home: Path) -> None:
     finally:
         conn.close()
     assert not any("Traceback" in line for line in stderr), stderr
+
+
+#: run under ``unshare -rm``: the index on a tmpfs made read-only, each page asked of ``datasette index.db --get``
+READ_ONLY_HOME = """
+import json, shutil, subprocess, sys
+from pathlib import Path
+home, index, report = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+home.mkdir()
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(home)], check=True)
+shutil.copy(index, home / "index.db")
+subprocess.run(["mount", "-o", "remount,ro", str(home)], check=True)
+out = {}
+for page in sys.argv[4:]:
+    done = subprocess.run([sys.executable, "-m", "datasette", "index.db", "--get", page], cwd=home,
+                          capture_output=True, text=True, timeout=120)
+    out[page] = [done.returncode, done.stdout, done.stderr]
+report.write_text(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not unshare_available(), reason="needs `unshare -rm` to mount a read-only tmpfs")
+def test_an_index_in_a_read_only_home_is_served_as_it_is_and_its_pages_say_why(tmp_path: Path, old: Path) -> None:
+    """Datasette reads a database it may write with mode=ro, which a WAL file in a read-only directory cannot be
+    opened with: its start ended in a traceback. The plugin serves it unchanging, as ``datasette -i`` would."""
+    report = tmp_path / "report.json"
+    pages = ("/-/conclave", "/index/filter_savings", "/index/consultations.json?_shape=array&_col=id")
+    done = subprocess.run(["unshare", "-rm", sys.executable, "-c", READ_ONLY_HOME, str(tmp_path / "home"), str(old),
+                           str(report), *pages], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(report.read_text())
+    for page in pages:
+        assert "Traceback" not in answers[page][2], answers[page][2]
+    code, dashboard, stderr = answers["/-/conclave"]
+    assert code == 0, stderr  # 200
+    assert "and its directory is read-only (pending: m028, m029, m030, m031" in text(dashboard)
+    assert "conclave: index.db is in a directory Datasette may not write: served unchanging" in stderr
+    code, query_page, _ = answers["/index/filter_savings"]
+    assert code == 1 and "this query cannot answer until then (no such table: filter_daily)" in text(query_page)
+    code, rows, _ = answers["/index/consultations.json?_shape=array&_col=id"]
+    assert code == 0 and len(json.loads(rows)) == 6

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
+from datasette.database import Database
 from markupsafe import Markup
 
 from conclave.store.index_reader import MIGRATION_NAMES
@@ -25,20 +27,33 @@ _NOT_UPGRADED: dict[str, tuple[str, dict[str, str]]] = {}
 def _is_index_file(path: str) -> bool:
     if path in _INDEX_FILES:
         return True
+    found = _holds_index(path, "mode=ro")
+    if found is None:  # in a directory this process may not write, a WAL file opens only as an unchanging one
+        found = _holds_index(path, "immutable=1")
+    if found:
+        _INDEX_FILES.add(path)
+    return bool(found)
+
+
+def _holds_index(path: str, mode: str) -> bool | None:
+    """Whether the SQLite file at ``path`` holds conclave's migration set, read with ``mode``; ``None`` when it
+    cannot be read so."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?{mode}", uri=True)
     except sqlite3.Error:
-        return False
+        return None
     try:
-        row = conn.execute("select 1 from _sqlite_migrations where migration_set = ? limit 1",
-                           [MIGRATION_SET]).fetchone()
+        conn.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.Error:
+        conn.close()
+        return None
+    try:
+        return conn.execute("select 1 from _sqlite_migrations where migration_set = ? limit 1",
+                            [MIGRATION_SET]).fetchone() is not None
     except sqlite3.Error:
         return False
     finally:
         conn.close()
-    if row is not None:
-        _INDEX_FILES.add(path)
-    return row is not None
 
 
 def conclave_databases(datasette: Any) -> list[str]:
@@ -73,7 +88,18 @@ async def upgrade_served(datasette: Any) -> None:
     for name in conclave_databases(datasette):
         db = datasette.databases[name]
         path = str(db.path)
-        failure = await asyncio.to_thread(upgrade_index, Path(path)) if db.is_mutable else None
+        writable = db.is_mutable  # served without --immutable/-i
+        failure = await asyncio.to_thread(upgrade_index, Path(path)) if writable else None
+        if writable and not os.access(Path(path).parent, os.W_OK) and _holds_index(path, "mode=ro") is None:
+            # Datasette reads a database it may write with mode=ro, which a WAL file in a directory nobody may
+            # write to cannot be opened with (its check of the databases ended in a traceback): it is served
+            # unchanging instead, as `datasette -i` and `conclave browse` serve it there.
+            route = db.route
+            db = Database(datasette, path=path, is_mutable=False)
+            datasette.remove_database(name)
+            datasette.add_database(db, name=name, route=route)
+            print(f"conclave: {path} is in a directory Datasette may not write: served unchanging, as "
+                  "`datasette -i` would", file=sys.stderr, flush=True)
         try:  # through Datasette's own read connection (mode=ro, or immutable=1 for an unchanging file)
             rows = (await db.execute("select name from _sqlite_migrations where migration_set = ?",
                                      [MIGRATION_SET])).rows
@@ -85,7 +111,7 @@ async def upgrade_served(datasette: Any) -> None:
             _NOT_UPGRADED.pop(path, None)
             continue
         if failure is None:
-            how = ("its directory is read-only" if db.is_mutable else
+            how = ("its directory is read-only" if writable else
                    "Datasette serves it unchanging (--immutable or -i)")
             failure = f"the index {path} needs upgrading, which writes, and {how}"
         why = f"{failure} (pending: {', '.join(missing)})"
