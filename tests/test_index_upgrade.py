@@ -343,6 +343,20 @@ def test_datasette_serving_the_index_answers_before_during_and_after_an_upgrade(
     assert all(flag for flag, _, _ in child_tables(home / "index.db").values())
 
 
+def test_a_plain_datasette_upgrades_a_big_index_with_the_same_notice_before_it_serves(home: Path) -> None:
+    """conclave's Datasette plugin upgrades the index at startup through conclave's own connect(): the same two
+    lines on stderr as any conclave command, then the tables m028 adds answer."""
+    before = child_tables(home / "index.db")
+    done = subprocess.run([sys.executable, "-m", "datasette", "index.db", "--get",
+                           "/index/model_daily.json?_size=1&_shape=array"], env=env(home), cwd=home,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr  # 200
+    lines = done.stderr.splitlines()
+    assert lines[0] == NOTICE and lines[1].startswith("conclave: index upgraded in ") and len(lines) == 2, lines
+    assert len(json.loads(done.stdout)) == 1
+    assert in_new_form(child_tables(home / "index.db"), before)
+
+
 HOLD_THE_LOCK = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
