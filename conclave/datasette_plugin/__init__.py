@@ -109,6 +109,8 @@ def _saying_why(per_db: dict[str, Any], behind: tuple[str, dict[str, str]] | Non
     why, failing = behind
     queries = dict(per_db["queries"])
     for name, cause in failing.items():
+        if name not in queries:  # a query of the user's own metadata: Datasette shows its error as it is
+            continue
         queries[name] = {**queries[name], "description_html": str(
             _behind_note(why, f"this query cannot answer until then ({cause})")
             + Markup("<p>") + escape(queries[name].get("description", "")) + Markup("</p>"))}
@@ -577,7 +579,7 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
                        f'tokens · {int(totals["early"])} stopped early (about ${totals["saved"]:.4f} saved) · '
                        f'{int(totals["filtered"]):,} tokens saved by filtering</p>')
         if behind:
-            summary = str(_behind_note(*behind[:1], "the charts and totals it cannot answer say so below")) + summary
+            summary = str(_behind_note(behind[0], "the charts and totals it cannot answer say so below")) + summary
         recent = (await datasette.databases[name].execute(
             "select id, started_at, status, mode, question, confidence, total_cost from consultations "
             "order by started_at desc limit 25")).rows
