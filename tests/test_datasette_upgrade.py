@@ -223,3 +223,19 @@ def test_an_index_in_a_read_only_home_is_served_as_it_is_and_its_pages_say_why(t
     assert code == 1 and "this query cannot answer until then (no such table: filter_daily)" in text(query_page)
     code, rows, _ = answers["/index/consultations.json?_shape=array&_col=id"]
     assert code == 0 and len(json.loads(rows)) == 6
+
+
+def test_a_canned_query_of_the_users_own_metadata_keeps_datasettes_answer(home: Path) -> None:
+    """The user's own ``-m metadata.json`` may add queries over tables an index left behind lacks: Datasette's own
+    error answers them, and every other page still works."""
+    (home / "mine.json").write_text(json.dumps(
+        {"databases": {"index": {"queries": {"mine": "select count(*) as n from filter_daily"}}}}))
+    with datasette(home, "--immutable", "index.db", "-m", "mine.json") as (url, stderr):
+        mine_status, mine = get(f"{url}/index/mine")
+        db_status, db_page = get(f"{url}/index")
+        dash_status, _ = get(f"{url}/-/conclave")
+    assert mine_status == 400 and "no such table: filter_daily" in text(mine)
+    assert "this query cannot answer until then" not in text(mine)  # the note is for conclave's own queries
+    assert db_status == 200 and "of its canned queries cannot answer until then" in text(db_page)
+    assert dash_status == 200
+    assert not any("Traceback" in line for line in stderr), stderr

@@ -109,8 +109,8 @@ def _saying_why(per_db: dict[str, Any], behind: tuple[str, dict[str, str]] | Non
     why, failing = behind
     queries = dict(per_db["queries"])
     for name, cause in failing.items():
-        if name not in queries:  # a query of the user's own metadata: Datasette shows its error as it is
-            continue
+        if not isinstance(queries.get(name), dict):  # a query the user's own metadata gives as bare SQL (Datasette
+            continue  # merges the user's metadata into what this hook returns): Datasette's own error answers it
         queries[name] = {**queries[name], "description_html": str(
             _behind_note(why, f"this query cannot answer until then ({cause})")
             + Markup("<p>") + escape(queries[name].get("description", "")) + Markup("</p>"))}
