@@ -6,7 +6,6 @@ For every database that is a conclave index (it has conclave's ``_sqlite_migrati
 - ``startup``: an index written by an earlier release is upgraded before the first request (as any conclave
   command would), unless Datasette serves it unchanging (``--immutable``/``-i``) or its home is read-only: then
   it is served as it is, and the dashboard, the database page and the canned queries that cannot answer say why;
-
 - metadata (titles, facets, hidden internal tables, canned queries) through ``get_metadata``;
 - ``/-/conclave``: a dashboard with charts drawn as inline SVG (no script, no network) and recent consultations;
 - ``/-/conclave/eval``: evaluation runs and sweeps charted (accuracy against cost, accuracy with intervals);
@@ -23,7 +22,6 @@ Other databases served by the same Datasette are left alone.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -568,18 +566,13 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
             charts.append(f'<div>{bar_chart(title, labels, values, fmt=fmt)}'
                           f'<p class="cv-muted"><a href="{base}/{query}">{escape(query)}</a> (the SQL behind it)</p>'
                           "</div>")
-        try:
-            totals = (await datasette.databases[name].execute(DASHBOARD_TOTALS, log_sql_errors=behind is None)).rows[0]
-        except sqlite3.OperationalError as exc:
-            if behind is None:
-                raise
-            summary = f'<p class="cv-muted">No totals: they cannot be summed on this index ({escape(str(exc))}).</p>'
-        else:
-            summary = (f'<p>{totals["n"]:,} consultations · ${totals["cost"]:.4f} spent · {int(totals["tokens"]):,} '
-                       f'tokens · {int(totals["early"])} stopped early (about ${totals["saved"]:.4f} saved) · '
-                       f'{int(totals["filtered"]):,} tokens saved by filtering</p>')
+        # the totals and the recent consultations read tables every index has had since m004
+        totals = (await datasette.databases[name].execute(DASHBOARD_TOTALS)).rows[0]
+        summary = (f'<p>{totals["n"]:,} consultations · ${totals["cost"]:.4f} spent · {int(totals["tokens"]):,} '
+                   f'tokens · {int(totals["early"])} stopped early (about ${totals["saved"]:.4f} saved) · '
+                   f'{int(totals["filtered"]):,} tokens saved by filtering</p>')
         if behind:
-            summary = str(_behind_note(behind[0], "the charts and totals it cannot answer say so below")) + summary
+            summary = str(_behind_note(behind[0], "the charts it cannot draw say so below")) + summary
         recent = (await datasette.databases[name].execute(
             "select id, started_at, status, mode, question, confidence, total_cost from consultations "
             "order by started_at desc limit 25")).rows
