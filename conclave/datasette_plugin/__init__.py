@@ -3,6 +3,9 @@
 
 For every database that is a conclave index (it has conclave's ``_sqlite_migrations`` set), whatever its name:
 
+- ``startup``: an index written by an earlier release is upgraded before the first request (as any conclave
+  command would), unless Datasette serves it unchanging (``--immutable``/``-i``) or its home is read-only: then
+  it is served as it is, and the dashboard, the database page and the canned queries that cannot answer say why;
 - metadata (titles, facets, hidden internal tables, canned queries) through ``get_metadata``;
 - ``/-/conclave``: a dashboard with charts drawn as inline SVG (no script, no network) and recent consultations;
 - ``/-/conclave/eval``: evaluation runs and sweeps charted (accuracy against cost, accuracy with intervals);
@@ -32,7 +35,7 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
-from conclave.datasette_plugin.databases import chart_rows, conclave_databases, page
+from conclave.datasette_plugin.databases import chart_rows, conclave_databases, not_upgraded, page, upgrade_served
 from conclave.datasette_plugin.eval_page import eval_page
 from conclave.datasette_plugin.live_cells import shown_status, status_cell
 from conclave.render.bar_charts import bar_chart
@@ -80,6 +83,14 @@ def _metadata_template() -> dict[str, Any]:
 
 
 @hookimpl
+def startup(datasette: Any) -> Any:
+    async def upgrade() -> None:
+        await upgrade_served(datasette)
+
+    return upgrade
+
+
+@hookimpl
 def get_metadata(datasette: Any, key: Any, database: Any, table: Any) -> dict[str, Any]:
     names = conclave_databases(datasette)
     if not names:
@@ -87,7 +98,32 @@ def get_metadata(datasette: Any, key: Any, database: Any, table: Any) -> dict[st
     template = _metadata_template()
     per_db = template["databases"]["index"]
     return {"title": template["title"], "description_html": template["description_html"],
-            "databases": {name: per_db for name in names}}
+            "databases": {name: _saying_why(per_db, not_upgraded(datasette, name)) for name in names}}
+
+
+def _saying_why(per_db: dict[str, Any], behind: tuple[str, dict[str, str]] | None) -> dict[str, Any]:
+    """The database's metadata, on an index left behind conclave's schema with the reason on its page and on each
+    canned query that cannot answer there."""
+    if behind is None:
+        return per_db
+    why, failing = behind
+    queries = dict(per_db["queries"])
+    for name, cause in failing.items():
+        if not isinstance(queries.get(name), dict):  # a query the user's own metadata gives as bare SQL (Datasette
+            continue  # merges the user's metadata into what this hook returns): Datasette's own error answers it
+        queries[name] = {**queries[name], "description_html": str(
+            _behind_note(why, f"this query cannot answer until then ({cause})")
+            + Markup("<p>") + escape(queries[name].get("description", "")) + Markup("</p>"))}
+    note = _behind_note(why, f"{len(failing)} of its canned queries cannot answer until then" if failing else "")
+    return {**per_db, "description_html": str(note + Markup("<p>") + escape(per_db.get("description", ""))
+                                              + Markup("</p>")), "queries": queries}
+
+
+def _behind_note(why: str, consequence: str) -> Markup:
+    return Markup('<p class="cv-note cv-warn">{}</p>').format(
+        f"This index was written by an earlier release of conclave and is served as it is: {why}. Any conclave "
+        "command run where it may write the index (`conclave stats`, say) upgrades it; restart Datasette "
+        "afterwards" + (f"; {consequence}." if consequence else "."))
 
 
 @hookimpl
@@ -509,8 +545,14 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
     parts = []
     for name in names:
         base = datasette.urls.database(name)
+        behind = not_upgraded(datasette, name)
+        failing = behind[1] if behind else {}
         charts = []
         for query, title, label_key, value_key, fmt in CHARTS:
+            if query in failing:
+                charts.append(f'<div><p class="cv-muted">{escape(title)}: not drawn, <a href="{base}/{query}">'
+                              f"{escape(query)}</a> cannot answer on this index ({escape(failing[query])})</p></div>")
+                continue
             rows = await chart_rows(datasette, name, query)
             if query == "filter_savings":
                 labels = [f"{r['filter']} r{r['round_number']}" for r in rows]
@@ -522,10 +564,13 @@ async def _dashboard(datasette: Any, request: Any) -> Response:
             charts.append(f'<div>{bar_chart(title, labels, values, fmt=fmt)}'
                           f'<p class="cv-muted"><a href="{base}/{query}">{escape(query)}</a> (the SQL behind it)</p>'
                           "</div>")
+        # the totals and the recent consultations read tables every index has had since m004
         totals = (await datasette.databases[name].execute(DASHBOARD_TOTALS)).rows[0]
         summary = (f'<p>{totals["n"]:,} consultations · ${totals["cost"]:.4f} spent · {int(totals["tokens"]):,} '
                    f'tokens · {int(totals["early"])} stopped early (about ${totals["saved"]:.4f} saved) · '
                    f'{int(totals["filtered"]):,} tokens saved by filtering</p>')
+        if behind:
+            summary = str(_behind_note(behind[0], "the charts it cannot draw say so below")) + summary
         recent = (await datasette.databases[name].execute(
             "select id, started_at, status, mode, question, confidence, total_cost from consultations "
             "order by started_at desc limit 25")).rows
