@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as dt
-import importlib.util
 import json
 import os
 import random
@@ -331,9 +330,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     can_drop = drop_caches()
     print(f"work dir {work}; cold = {'page cache dropped' if can_drop else 'fresh process only (no root)'}; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; journals parsed by "
-          f"{'msgspec' if importlib.util.find_spec('msgspec') else 'json (the fast extra is not installed)'}",
-          flush=True)
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
 
     seed_home = work / "seed"
     if args.reuse and len(StoreLayout(seed_home).journal_ids()) == len(RUNS):

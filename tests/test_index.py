@@ -472,16 +472,6 @@ def test_parse_records_matches_json_loads_on_any_canonical_journal() -> None:
     check()
 
 
-def test_the_fast_parser_is_what_the_property_test_checks() -> None:
-    """msgspec comes with the dev extras: without it the test above would compare json with itself."""
-    from conclave.store.journal_file import _fast_decoder
-
-    fast = _fast_decoder()
-    assert fast is not None
-    decode, _refused = fast
-    assert decode(b"[123456789012345678901234567890, -0.0, 1E5]") == [123456789012345678901234567890, -0.0, 1e5]
-
-
 # --- index truth: how each round run ended, and a killed consultation --------------------------------------------
 
 def _rounds_story() -> list[Any]:
