@@ -24,10 +24,12 @@ _INDEX_FILES: set[str] = set()  # paths known to be conclave indexes (a file nev
 _NOT_UPGRADED: dict[str, tuple[str, dict[str, str]]] = {}
 
 
-def _is_index_file(path: str) -> bool:
+def _is_index_file(path: str, mutable: bool = True) -> bool:
+    """Whether ``path`` is a conclave index. One Datasette serves unchanging (``mutable`` false) is read as such:
+    a mode=ro connection to a WAL file creates its -wal and -shm files beside it, which ``-i`` must not."""
     if path in _INDEX_FILES:
         return True
-    found = _holds_index(path, "mode=ro")
+    found = _holds_index(path, "mode=ro") if mutable else None
     if found is None:  # in a directory this process may not write, a WAL file opens only as an unchanging one
         found = _holds_index(path, "immutable=1")
     if found:
@@ -63,7 +65,7 @@ def conclave_databases(datasette: Any) -> list[str]:
         path = getattr(db, "path", None)
         if not path or not Path(path).exists():
             continue
-        if _is_index_file(str(path)):
+        if _is_index_file(str(path), getattr(db, "is_mutable", True)):
             names.append(name)
     return names
 
