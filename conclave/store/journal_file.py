@@ -84,12 +84,14 @@ def parse_records(data: bytes, path: str | Path) -> list[dict[str, Any]]:
     records: Any = None
     if fast is not None:
         decode, refused = fast
-        with contextlib.suppress(refused):
+        # ``refused`` is the ValueError of malformed JSON; invalid UTF-8 raises UnicodeDecodeError instead (which
+        # json.loads reads with surrogatepass, or refuses line by line below), and deep nesting RecursionError
+        with contextlib.suppress(refused, UnicodeDecodeError, RecursionError):
             records = decode(text)
     if records is None:
         try:
             records = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line nested past the recursion limit is no record, as below
             return read_journal(Path(path)).records
     return expand_records([r for r in records if isinstance(r, dict)], in_place=True)
 
@@ -217,7 +219,7 @@ def last_record(path: Path, block: int = 1 << 16) -> dict[str, Any] | None:
 def _parse(raw: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
