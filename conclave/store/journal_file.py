@@ -224,6 +224,10 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+#: open flags that never wait for a writer (a FIFO's open does); nothing where the flag does not exist (Windows)
+NONBLOCKING = getattr(os, "O_NONBLOCK", 0)
+
+
 def try_lock(fd: int, *, exclusive: bool) -> bool:
     """Take an advisory lock on ``fd`` without waiting; True when held (always, where flock does not exist)."""
     try:
@@ -238,12 +242,17 @@ def try_lock(fd: int, *, exclusive: bool) -> bool:
 
 
 def is_being_written(path: Path) -> bool:
-    """True while some process holds a :class:`JournalWriter` open on ``path``."""
+    """True while some process holds a :class:`JournalWriter` open on ``path``. Opened without blocking: a FIFO
+    where the journal should be (anyone who may write the home can put one there) would otherwise block its
+    reader until something writes to it — ``logs list`` and a whole Datasette server with it."""
     try:
-        with open(path, "rb") as f:
-            return not try_lock(f.fileno(), exclusive=False)
+        fd = os.open(path, os.O_RDONLY | NONBLOCKING)
     except FileNotFoundError:
         return False
+    try:
+        return not try_lock(fd, exclusive=False)
+    finally:
+        os.close(fd)
 
 
 def live_status(status: str | None, path: Path) -> str | None:
