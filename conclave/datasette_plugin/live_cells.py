@@ -28,9 +28,10 @@ EVAL_TABLES = {"eval_runs"}
 
 
 def home_of(db: Any) -> Path | None:
-    """The conclave home a served index belongs to: the directory of its file (None for an in-memory one)."""
+    """The conclave home a served index belongs to: the directory of its file (None for an in-memory one), the
+    file's own and not that of a symlink to it, which SQLite follows too (``datasette ~/shortcut.db``)."""
     path = getattr(db, "path", None)
-    return Path(path).parent if path else None
+    return Path(path).resolve().parent if path else None
 
 
 def valid_consultation_id(cid: Any) -> bool:
