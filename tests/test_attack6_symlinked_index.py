@@ -7,6 +7,7 @@ as a live writer holds it."""
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
 import re
@@ -14,7 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cli_helpers import clean_env
+from fs_faults import unshare_available
+from test_datasette_upgrade import behind
 
 from conclave.store.sqlite_index import connect
 
@@ -49,3 +53,36 @@ def test_an_index_served_through_a_symlink_reads_its_own_homes_journals(tmp_path
             assert [r.get("data", {}).get("question") for r in records] == ["held by a live writer"], (served, records)
     finally:
         os.close(held)
+
+
+#: run under ``unshare -rm``: the index on a tmpfs made read-only, served through a symlink in a writable directory
+READ_ONLY_BEHIND_A_SYMLINK = """
+import json, shutil, subprocess, sys
+from pathlib import Path
+home, index, link, report = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+home.mkdir()
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(home)], check=True)
+shutil.copy(index, home / "index.db")
+subprocess.run(["mount", "-o", "remount,ro", str(home)], check=True)
+link.symlink_to(home / "index.db")
+done = subprocess.run([sys.executable, "-m", "datasette", str(link), "--get", "/-/conclave"], capture_output=True,
+                      text=True, timeout=120)
+report.write_text(json.dumps([done.returncode, done.stdout, done.stderr]))
+"""
+
+
+@pytest.mark.skipif(not unshare_available(), reason="needs `unshare -rm` to mount a read-only tmpfs")
+def test_an_index_in_a_read_only_home_served_through_a_symlink_is_served_as_it_is(tmp_path: Path) -> None:
+    """The plugin serves an index in a read-only directory unchanging (Datasette's mode=ro cannot open a WAL file
+    there); it asked whether the symlink's directory was writable, so the same index reached through a symlink in
+    a writable directory ended in Datasette's traceback."""
+    old = behind(tmp_path / "old")
+    report = tmp_path / "report.json"
+    done = subprocess.run(["unshare", "-rm", sys.executable, "-c", READ_ONLY_BEHIND_A_SYMLINK, str(tmp_path / "home"),
+                           str(old), str(tmp_path / "shortcut.db"), str(report)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    code, page, stderr = json.loads(report.read_text())
+    assert code == 0 and "Traceback" not in stderr, stderr[-3000:]
+    assert "served unchanging" in stderr
+    assert "This index was written by an earlier release of conclave and is served as it is" in html.unescape(page)
