@@ -37,7 +37,7 @@ from markupsafe import Markup, escape
 
 from conclave.datasette_plugin.databases import chart_rows, conclave_databases, not_upgraded, page, upgrade_served
 from conclave.datasette_plugin.eval_page import eval_page
-from conclave.datasette_plugin.live_cells import shown_status, status_cell
+from conclave.datasette_plugin.live_cells import home_of, shown_status, status_cell
 from conclave.render.bar_charts import bar_chart
 from conclave.render.html import report_fragment, stylesheet
 from conclave.render.journal_view import result_from_records
@@ -380,10 +380,10 @@ async def _find(datasette: Any, cid: str) -> tuple[str, Any] | None:
 
 def journal_path(db: Any, cid: str) -> Path | None:
     """The journal of ``cid`` next to the index (``$CONCLAVE_HOME/journal/<id>.jsonl``), when it is there."""
-    path = getattr(db, "path", None)
-    if not path:
+    home = home_of(db)
+    if home is None:
         return None
-    candidate = Path(path).parent / "journal" / f"{cid}.jsonl"
+    candidate = home / "journal" / f"{cid}.jsonl"
     return candidate if candidate.is_file() else None
 
 

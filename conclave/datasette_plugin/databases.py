@@ -24,10 +24,12 @@ _INDEX_FILES: set[str] = set()  # paths known to be conclave indexes (a file nev
 _NOT_UPGRADED: dict[str, tuple[str, dict[str, str]]] = {}
 
 
-def _is_index_file(path: str) -> bool:
+def _is_index_file(path: str, mutable: bool = True) -> bool:
+    """Whether ``path`` is a conclave index. One Datasette serves unchanging (``mutable`` false) is read as such:
+    a mode=ro connection to a WAL file creates its -wal and -shm files beside it, which ``-i`` must not."""
     if path in _INDEX_FILES:
         return True
-    found = _holds_index(path, "mode=ro")
+    found = _holds_index(path, "mode=ro") if mutable else None
     if found is None:  # in a directory this process may not write, a WAL file opens only as an unchanging one
         found = _holds_index(path, "immutable=1")
     if found:
@@ -63,7 +65,7 @@ def conclave_databases(datasette: Any) -> list[str]:
         path = getattr(db, "path", None)
         if not path or not Path(path).exists():
             continue
-        if _is_index_file(str(path)):
+        if _is_index_file(str(path), getattr(db, "is_mutable", True)):
             names.append(name)
     return names
 
@@ -90,7 +92,7 @@ async def upgrade_served(datasette: Any) -> None:
         path = str(db.path)
         writable = db.is_mutable  # served without --immutable/-i
         failure = await asyncio.to_thread(upgrade_index, Path(path)) if writable else None
-        if writable and not os.access(Path(path).parent, os.W_OK) and _holds_index(path, "mode=ro") is None:
+        if writable and not _in_writable_directory(path) and _holds_index(path, "mode=ro") is None:
             # Datasette reads a database it may write with mode=ro, which a WAL file in a directory nobody may
             # write to cannot be opened with (its check of the databases ended in a traceback): it is served
             # unchanging instead, as `datasette -i` and `conclave browse` serve it there.
@@ -118,6 +120,12 @@ async def upgrade_served(datasette: Any) -> None:
         _NOT_UPGRADED[path] = why, await _failing_queries(datasette, name)
         print(f"conclave: {why}; Datasette serves it as it is, and the pages that read what the upgrade adds say "
               "so", file=sys.stderr, flush=True)
+
+
+def _in_writable_directory(path: str) -> bool:
+    """Whether this process may write the directory of the file at ``path`` (the file's own: a symlink to it may
+    stand in a directory that is writable)."""
+    return os.access(Path(path).resolve().parent, os.W_OK)
 
 
 async def _failing_queries(datasette: Any, name: str) -> dict[str, str]:

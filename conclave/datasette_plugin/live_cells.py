@@ -15,7 +15,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from conclave.errors import UsageError
-from conclave.eval.run_store import LIVE_STATUSES, read_run
+from conclave.eval.run_store import LIVE_STATUSES, read_run, run_dir
 from conclave.store.journal import live_status
 from conclave.store.paths import check_consultation_id
 
@@ -28,9 +28,10 @@ EVAL_TABLES = {"eval_runs"}
 
 
 def home_of(db: Any) -> Path | None:
-    """The conclave home a served index belongs to: the directory of its file (None for an in-memory one)."""
+    """The conclave home a served index belongs to: the directory of its file (None for an in-memory one), the
+    file's own and not that of a symlink to it, which SQLite follows too (``datasette ~/shortcut.db``)."""
     path = getattr(db, "path", None)
-    return Path(path).parent if path else None
+    return Path(path).resolve().parent if path else None
 
 
 def valid_consultation_id(cid: Any) -> bool:
@@ -107,10 +108,14 @@ def _get(row: Any, key: str) -> Any:
 
 def _run_cell(home: Path, run_id: str, value: str) -> Markup:
     try:
+        # looked for first: read_run's error for a missing run lists every run of the home, once per cell
+        if not (run_dir(home, run_id) / "run.json").is_file():
+            raise UsageError("no run.json")
         shown = read_run(home, run_id).get("status")
     except UsageError:  # not a run id, or no run.json under this home: nothing tells what the run is now
         return _cell(value, f"the index says {value}, but this home holds no run.json for {run_id!r}")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, AttributeError):  # unreadable, not JSON, nested past Python's
+        # recursion limit, or not a JSON object (read_run asks it for its status)
         return _cell(value, f"the index says {value}, but the run.json of {run_id} cannot be read")
     if shown in LIVE_STATUSES:
         return _cell(str(shown), f"a process is running eval run {run_id} now")

@@ -22,6 +22,7 @@ from typing import Any
 
 from conclave.errors import UsageError
 from conclave.store.journal import try_lock
+from conclave.store.journal_file import NONBLOCKING
 from conclave.store.sqlite_index import connect, write_txn
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -119,7 +120,7 @@ def running(home: Path, run_id: str) -> Iterator[None]:
 def is_being_run(home: Path, run_id: str) -> bool:
     """True while some process holds the run's lock (is inside :func:`running`)."""
     try:
-        fd = os.open(run_dir(home, run_id) / LOCK_FILE, os.O_RDONLY)
+        fd = os.open(run_dir(home, run_id) / LOCK_FILE, os.O_RDONLY | NONBLOCKING)  # a FIFO there would block
     except OSError:  # no lock file: no process of this version ever ran it, none runs it now
         return False
     try:

@@ -82,12 +82,14 @@ def parse_records(data: bytes, path: str | Path) -> list[dict[str, Any]]:
     # Complete lines only. Raw newlines cannot occur inside JSON strings, so each one separates two records.
     text = b"[" + data[:end].replace(b"\n", b",") + b"]"
     records: Any = None
-    with contextlib.suppress(msgspec.DecodeError):
+    # msgspec raises DecodeError for malformed JSON, but UnicodeDecodeError for invalid UTF-8 (which json.loads
+    # reads with surrogatepass, or refuses line by line below), and deep nesting raises RecursionError
+    with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         records = _DECODE(text)
     if records is None:
         try:
             records = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line nested past the recursion limit is no record, as below
             return read_journal(Path(path)).records
     return expand_records([r for r in records if isinstance(r, dict)], in_place=True)
 
@@ -207,9 +209,13 @@ def last_record(path: Path, block: int = 1 << 16) -> dict[str, Any] | None:
 def _parse(raw: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+#: open flags that never wait for a writer (a FIFO's open does); nothing where the flag does not exist (Windows)
+NONBLOCKING = getattr(os, "O_NONBLOCK", 0)
 
 
 def try_lock(fd: int, *, exclusive: bool) -> bool:
@@ -226,12 +232,17 @@ def try_lock(fd: int, *, exclusive: bool) -> bool:
 
 
 def is_being_written(path: Path) -> bool:
-    """True while some process holds a :class:`JournalWriter` open on ``path``."""
+    """True while some process holds a :class:`JournalWriter` open on ``path``. Opened without blocking: a FIFO
+    where the journal should be (anyone who may write the home can put one there) would otherwise block its
+    reader until something writes to it — ``logs list`` and a whole Datasette server with it."""
     try:
-        with open(path, "rb") as f:
-            return not try_lock(f.fileno(), exclusive=False)
+        fd = os.open(path, os.O_RDONLY | NONBLOCKING)
     except FileNotFoundError:
         return False
+    try:
+        return not try_lock(fd, exclusive=False)
+    finally:
+        os.close(fd)
 
 
 def live_status(status: str | None, path: Path) -> str | None:
