@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_datasette_upgrade import behind
+from test_datasette_upgrade import behind, other_sqlite
 from test_index_upgrade import env
 
 
@@ -21,11 +21,10 @@ def digest(path: Path) -> str:
 
 def wal_file(path: Path) -> Path:
     """A SQLite file of some other application, in WAL mode as conclave's index is."""
+    other_sqlite(path)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("pragma journal_mode=wal")
-        conn.execute("create table notes (id integer primary key, text text)")
-        conn.execute("insert into notes (text) values ('kept as it is')")
     finally:
         conn.close()
     return path

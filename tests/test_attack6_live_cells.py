@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from browser_support import serve_datasette
+from test_datasette_upgrade import get
 
 from conclave.store.sqlite_index import connect
 
 STARTED = "2026-01-01T00:00:00+00:00"
 NOT_AN_OBJECT = {"a-list": "[]", "a-number": "5", "too-deep": "[" * 100_000 + "]" * 100_000}
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=120) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def test_a_run_json_that_is_no_object_reads_as_unreadable_not_a_500(tmp_path: Path) -> None:
