@@ -22,8 +22,10 @@ import pytest
 import yaml
 from cli_helpers import clean_env, run_conclave
 
+from conclave.errors import UsageError
+from conclave.eval.run_store import check_run_id
 from conclave.store.journal import read_journal
-from conclave.store.paths import StoreLayout
+from conclave.store.paths import StoreLayout, check_consultation_id
 from conclave.testing.fake_server import FakeProviderServer, Fault, Reply
 from conclave.testing.pytest_plugin import FAKE_KEYS
 from conclave.testing.schema_instances import instance_for
@@ -426,3 +428,12 @@ async def test_a_failed_round_1_counts_no_completed_round_in_the_result_and_the_
     finally:
         index.close()
     assert indexed == 0
+
+
+def test_an_id_ending_in_a_newline_is_refused() -> None:
+    """Ids become file names and log lines: ``$`` also matched before a trailing newline, so "c1\\n" passed."""
+    for check in (check_consultation_id, check_run_id):
+        assert check("c-mx0jeyy7myx7") == "c-mx0jeyy7myx7"
+        for bad in ("c1\n", "c1\r\n", "\nc1", "c1\nc2"):
+            with pytest.raises(UsageError):
+                check(bad)

@@ -34,7 +34,7 @@ def eval_dir(home: Path) -> Path:
 
 
 def check_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id):
+    if not _RUN_ID.fullmatch(run_id):
         raise UsageError(f"eval.run_id: invalid run id {run_id!r} (letters, digits, '_', '.', '-')")
     return run_id
 

@@ -15,7 +15,7 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def check_consultation_id(consultation_id: str) -> str:
-    if not _ID.match(consultation_id):
+    if not _ID.fullmatch(consultation_id):
         raise UsageError(f"invalid consultation id {consultation_id!r} (letters, digits, '_', '.', '-')")
     return consultation_id
 
