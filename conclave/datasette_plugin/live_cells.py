@@ -107,13 +107,17 @@ def _get(row: Any, key: str) -> Any:
 
 
 def _run_cell(home: Path, run_id: str, value: str) -> Markup:
+    missing = _cell(value, f"the index says {value}, but this home holds no run.json for {run_id!r}")
     try:
-        # looked for first: read_run's error for a missing run lists every run of the home, once per cell
-        if not (run_dir(home, run_id) / "run.json").is_file():
-            raise UsageError("no run.json")
+        path = run_dir(home, run_id) / "run.json"
+    except UsageError:  # not a run id: it names no file
+        return missing
+    if not path.is_file():  # looked for first: read_run's error for a missing run lists every run of the home
+        return missing
+    try:
         shown = read_run(home, run_id).get("status")
-    except UsageError:  # not a run id, or no run.json under this home: nothing tells what the run is now
-        return _cell(value, f"the index says {value}, but this home holds no run.json for {run_id!r}")
+    except UsageError:  # removed meanwhile
+        return missing
     except (OSError, ValueError, RecursionError, AttributeError):  # unreadable, not JSON, nested past Python's
         # recursion limit, or not a JSON object (read_run asks it for its status)
         return _cell(value, f"the index says {value}, but the run.json of {run_id} cannot be read")
