@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from index_queries import canned, plan, reads
 
 from conclave.store.paths import StoreLayout
 from conclave.store.rollups import REFRESH
 from conclave.store.sqlite_index import connect, rebuild
 from conclave.testing.synthetic_events import record_synthetic
 
-METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: the canned query as it was before m034, over the view (ties ordered as the new one orders them)
 OLD_SQL = """
     select agent, count(*) as dissents,
@@ -31,15 +30,10 @@ def record(home: Path, numbers: range = range(COUNT)) -> Path:
     return record_synthetic(home, numbers, spacing_s=43_200.0)  # twelve hours apart: several days
 
 
-def canned() -> str:
-    sql: str = yaml.safe_load(METADATA.read_text())["databases"]["index"]["queries"]["dissent_by_agent"]["sql"]
-    return sql
-
-
 def answers(index: Path) -> dict[str, Any]:
     db = connect(index)
     try:
-        return {"new": db.conn.execute(canned()).fetchall(), "raw": db.conn.execute(OLD_SQL).fetchall(),
+        return {"new": db.conn.execute(canned("dissent_by_agent")).fetchall(), "raw": db.conn.execute(OLD_SQL).fetchall(),
                 "daily": db.conn.execute("select * from dissent_daily order by 1, 2").fetchall()}
     finally:
         db.close()
@@ -60,10 +54,10 @@ def test_the_query_answers_what_the_view_gives(index: Path) -> None:
 def test_the_query_reads_the_rollup_alone(index: Path) -> None:
     db = connect(index)
     try:
-        steps = [row[3] for row in db.conn.execute(f"explain query plan {canned()}")]
+        steps = plan(db.conn, canned("dissent_by_agent"))
     finally:
         db.close()
-    assert {s.split()[1] for s in steps if s.startswith(("SCAN", "SEARCH"))} == {"dissent_daily"}, steps
+    assert reads(steps) == {"dissent_daily"}, steps
 
 
 def test_rebuild_and_one_by_one_indexing_give_the_same_rollup(tmp_path: Path) -> None:
@@ -105,8 +99,7 @@ def test_refreshing_a_day_reads_that_days_consultations_first(index: Path) -> No
     m034 over a year of days, before the CROSS JOIN)."""
     db = connect(index)
     try:
-        steps = [row[3] for row in db.conn.execute(f"explain query plan {REFRESH['dissent_daily'][1]}",
-                                                   {"day": "2026-01-01"})]
+        steps = plan(db.conn, REFRESH["dissent_daily"][1], {"day": "2026-01-01"})
     finally:
         db.close()
     first = next(s for s in steps if s.startswith(("SCAN", "SEARCH")))

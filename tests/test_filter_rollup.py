@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from index_queries import canned, plan, reads
 
 from conclave import events as ev
 from conclave.store.paths import StoreLayout
@@ -19,7 +19,6 @@ from conclave.store.recorder import Recorder
 from conclave.store.sqlite_index import connect, rebuild
 from conclave.testing.synthetic_events import synthetic_events
 
-METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: the canned queries as they were before m031, over the raw rows (ties ordered as the new one orders them)
 OLD_SQL = {
     "savings_by_filter_limits": """
@@ -60,11 +59,6 @@ def record(home: Path, count: int = 12) -> Path:
     return StoreLayout(home).index_path
 
 
-def canned(name: str) -> str:
-    sql: str = yaml.safe_load(METADATA.read_text())["databases"]["index"]["queries"][name]["sql"]
-    return sql
-
-
 def answers(index: Path) -> dict[str, Any]:
     db = connect(index)
     try:
@@ -99,10 +93,10 @@ def test_the_queries_answer_what_the_raw_rows_give(index: Path) -> None:
 def test_the_queries_read_the_rollup_alone(index: Path, name: str) -> None:
     db = connect(index)
     try:
-        steps = [row[3] for row in db.conn.execute(f"explain query plan {canned(name)}")]
+        steps = plan(db.conn, canned(name))
     finally:
         db.close()
-    assert {s.split()[1] for s in steps if s.startswith(("SCAN", "SEARCH"))} == {"filter_daily"}, steps
+    assert reads(steps) == {"filter_daily"}, steps
 
 
 def test_rebuild_writes_the_same_rollup(tmp_path: Path) -> None:

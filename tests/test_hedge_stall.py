@@ -57,23 +57,19 @@ async def _calls(fake: FakeProviderServer, plugins: Any, stall_s: float, calls: 
     return seen
 
 
-async def test_answers_arriving_as_the_caller_comes_out_of_a_stall_are_not_hedged(
-        conclave_env: Any, plugins: Any, fake_in_a_thread: FakeProviderServer) -> None:
+@pytest.mark.parametrize(("latency_s", "stall_s", "calls"), [
     # the bench's pattern: the hedge timers of a round's calls all fire late, together, at the end of a stall of
     # this process, and the answers come in a moment later (their hedges were then paid too)
+    pytest.param(1.3, 1.0, 3, id="answers arriving as the caller comes out of a stall"),
+    pytest.param(0.1, 1.2, 12, id="answers that arrived while the caller was stalled"),
+])
+async def test_answers_around_a_stall_of_the_caller_are_not_hedged(
+        conclave_env: Any, plugins: Any, fake_in_a_thread: FakeProviderServer, latency_s: float, stall_s: float,
+        calls: int) -> None:
     fake = fake_in_a_thread
-    fake.script("gpt-4o", lambda request: Reply(text="yes", latency=1.3))
-    seen = await _calls(fake, plugins, stall_s=1.0, calls=3)
-    assert len(fake.requests_for("gpt-4o")) == 3  # each asked once, paid once
-    assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
-
-
-async def test_an_answer_that_arrived_while_the_caller_was_stalled_is_not_hedged(
-        conclave_env: Any, plugins: Any, fake_in_a_thread: FakeProviderServer) -> None:
-    fake = fake_in_a_thread
-    fake.script("gpt-4o", lambda request: Reply(text="yes", latency=0.1))
-    seen = await _calls(fake, plugins, stall_s=1.2, calls=12)
-    assert len(fake.requests_for("gpt-4o")) == 12  # each asked once, paid once
+    fake.script("gpt-4o", lambda request: Reply(text="yes", latency=latency_s))
+    seen = await _calls(fake, plugins, stall_s=stall_s, calls=calls)
+    assert len(fake.requests_for("gpt-4o")) == calls  # each asked once, paid once
     assert not [e for e in seen if e.type == events.PROVIDER_HEDGED]
 
 

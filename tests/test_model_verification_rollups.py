@@ -11,13 +11,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import yaml
+from index_queries import canned, metadata, plan, reads
 
 from conclave.store.paths import StoreLayout
 from conclave.store.sqlite_index import connect, rebuild
 from conclave.testing.synthetic_events import record_synthetic
 
-METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 RAW_PASS_RATE = """
 select question_id, answered_by, count(*), sum(passed), round(100.0 * sum(passed) / count(*), 1)
 from verification where passed is not null group by question_id, answered_by order by question_id, answered_by
@@ -33,13 +32,8 @@ def record(home: Path, count: int = 6) -> Path:
     return record_synthetic(home, range(count))
 
 
-def metadata() -> dict[str, Any]:
-    index: dict[str, Any] = yaml.safe_load(METADATA.read_text())["databases"]["index"]
-    return index
-
-
 def pass_rate_sql() -> str:
-    return metadata()["queries"]["verification_pass_rate"]["sql"] + ", answered_by"
+    return canned("verification_pass_rate") + ", answered_by"
 
 
 def figures(index: Path) -> dict[str, Any]:
@@ -72,9 +66,8 @@ def test_each_declared_facet_of_the_big_tables_is_counted_from_an_index(tmp_path
         for column in facets:
             sql = (f"select {column} as value, count(*) as count from (select * from {table}) "
                    f"where {column} is not null group by {column}")
-            steps = [row[3] for row in db.conn.execute(f"explain query plan {sql}")]
-            reads = [s for s in steps if s.startswith(("SCAN", "SEARCH"))]
-            assert reads and all("COVERING INDEX" in s for s in reads), (column, steps)
+            steps = [s for s in plan(db.conn, sql) if s.startswith(("SCAN", "SEARCH"))]
+            assert steps and all("COVERING INDEX" in s for s in steps), (column, steps)
             assert db.conn.execute(sql).fetchall(), column
     finally:
         db.close()
@@ -105,10 +98,10 @@ def test_the_rollups_give_what_the_raw_rows_give(tmp_path: Path) -> None:
     assert "verification_pass_rate" not in found["indexes"]
     db = connect(StoreLayout(tmp_path).index_path)
     try:
-        steps = [row[3] for row in db.conn.execute(f"explain query plan {pass_rate_sql()}")]
+        steps = plan(db.conn, pass_rate_sql())
     finally:
         db.close()
-    assert {s.split()[1] for s in steps if s.startswith(("SCAN", "SEARCH"))} == {"verification_daily"}, steps
+    assert reads(steps) == {"verification_daily"}, steps
 
 
 def test_rebuild_writes_the_same_rollups(tmp_path: Path) -> None:

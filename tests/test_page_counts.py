@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from index_queries import metadata
+from index_queries import plan as plan_of
 
 from conclave.store.paths import StoreLayout
 from conclave.store.recorder import Recorder
 from conclave.store.sqlite_index import connect, rebuild
 from conclave.testing.synthetic_events import record_synthetic, synthetic_events
 
-METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: tables of a few rows a consultation at most (an exit decision per cross-examination round; objection rounds and
 #: substitutions only when a detector acts or a provider fails over): their facets may read the rows
 SMALL = {"exit_decisions", "objection_rounds", "substitutions"}
@@ -35,15 +35,10 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return record(tmp_path_factory.mktemp("home"))
 
 
-def metadata() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(METADATA.read_text())["databases"]["index"]
-    return loaded
-
-
 def plan(index: Path, sql: str) -> list[str]:
     db = connect(index)
     try:
-        return [row[3] for row in db.conn.execute(f"explain query plan {sql}")]
+        return plan_of(db.conn, sql)
     finally:
         db.close()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from index_queries import plan
 
 from conclave.store.paths import StoreLayout
 from conclave.store.period_stats import compute_stats, period_from_args
@@ -46,10 +47,6 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
             recorder(event)
     recorder.close()
     return StoreLayout(home).index_path
-
-
-def plan(conn: sqlite3.Connection, sql: str, params: Any) -> list[str]:
-    return [row[3] for row in conn.execute(f"explain query plan {sql}", params)]
 
 
 @pytest.mark.parametrize("period", PERIODS)

@@ -6,15 +6,13 @@ either ran past Datasette's time limit (HTTP 500)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from index_queries import canned, plan
 
 from conclave.datasette_plugin import CHARTS, DASHBOARD_TOTALS
 from conclave.store.sqlite_index import connect
 
-METADATA = Path(__file__).parent.parent / "conclave" / "store" / "datasette_metadata.yaml"
 #: the dashboard's own totals and recent-consultations queries (conclave/datasette_plugin/__init__.py)
 DASHBOARD = {
     "totals": DASHBOARD_TOTALS,
@@ -24,20 +22,15 @@ DASHBOARD = {
 }
 
 
-def canned() -> dict[str, str]:
-    queries: dict[str, Any] = yaml.safe_load(METADATA.read_text())["databases"]["index"]["queries"]
-    return {name: queries[name]["sql"] for name in (*(name for name, *_ in CHARTS), "verification_pass_rate")}
-
-
-def plan(db: Any, sql: str) -> list[str]:
-    return [row[3] for row in db.conn.execute(f"explain query plan {sql}")]
+def canned_charts() -> dict[str, str]:
+    return {name: canned(name) for name in (*(name for name, *_ in CHARTS), "verification_pass_rate")}
 
 
 @pytest.mark.parametrize("name", [*(name for name, *_ in CHARTS), "verification_pass_rate", *DASHBOARD])
 def test_each_dashboard_query_reads_an_index_or_a_rollup(tmp_path: Path, name: str) -> None:
     db = connect(tmp_path / "index.db")
-    sql = {**canned(), **DASHBOARD}[name]
-    steps = plan(db, sql)
+    sql = {**canned_charts(), **DASHBOARD}[name]
+    steps = plan(db.conn, sql)
     assert steps, sql
     for step in steps:
         if step.startswith(("SCAN", "SEARCH")):

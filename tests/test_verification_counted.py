@@ -10,19 +10,14 @@ from conclave import events as ev
 from conclave.store.journal import read_records
 from conclave.store.paths import StoreLayout
 from conclave.store.period_stats import Period, quality_figures
-from conclave.store.recorder import Recorder
 from conclave.store.sqlite_index import connect, rebuild
-from conclave.testing.synthetic_events import synthetic_events
+from conclave.testing.synthetic_events import record_synthetic
 
 COUNTED = ["consultation_id", "round_number", "agent", "question_id", "passed", "answered_by"]
 
 
 def record(home: Path, count: int = 6) -> None:
-    recorder = Recorder(home)
-    for n in range(count):
-        for event in synthetic_events(n):
-            recorder(event)
-    recorder.close()
+    record_synthetic(home, range(count))
 
 
 def journaled_checks(home: Path) -> list[tuple]:
